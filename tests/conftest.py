@@ -1,0 +1,38 @@
+"""Which frameworks this test run covers.
+
+The Makefile runs the suite twice: the main venv with ``ATTNBENCH_TEST_FRAMEWORKS=numpy,jax,torch``
+and ``.venv-xla`` with ``torch_xla``. A framework named there but not importable is an error, not a
+skip, so that a broken install can never pass as "nothing to test".
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+ALL_FRAMEWORKS = ("numpy", "jax", "torch", "torch_xla")
+
+
+def frameworks_under_test() -> tuple[str, ...]:
+    raw = os.environ.get("ATTNBENCH_TEST_FRAMEWORKS")
+    if raw is None:  # a developer's plain `pytest`: whatever is importable here
+        return tuple(f for f in ALL_FRAMEWORKS if importlib.util.find_spec(f) is not None)
+    chosen = tuple(f.strip() for f in raw.split(",") if f.strip())
+    unknown = set(chosen) - set(ALL_FRAMEWORKS)
+    if unknown:
+        raise pytest.UsageError(f"ATTNBENCH_TEST_FRAMEWORKS names unknown frameworks {sorted(unknown)}")
+    missing = [f for f in chosen if importlib.util.find_spec(f) is None]
+    if missing:
+        raise pytest.UsageError(f"ATTNBENCH_TEST_FRAMEWORKS names {missing}, not installed in this venv")
+    return chosen
+
+
+FRAMEWORKS = frameworks_under_test()
+
+
+def impls_under_test():
+    import attention_impls
+
+    return [n for n in attention_impls.names() if attention_impls.get(n).framework in FRAMEWORKS]
