@@ -128,7 +128,10 @@ class AttentionImpl(abc.ABC):
     @abc.abstractmethod
     def run_numpy(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool,
                   scale: float | None = None) -> np.ndarray:
-        """Run the real kernel on ``[B, S, H, D]`` numpy inputs in their dtype; float64 ``[B, Sq, Hq, D]`` out."""
+        """Run the real kernel on ``[B, S, H, D]`` numpy inputs in their dtype.
+
+        Returns the output as float64 ``[B, Sq, Hq, D]``; raises ``Unsupported`` with the reason.
+        """
 
     @abc.abstractmethod
     def grad_numpy(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, *, causal: bool,

@@ -1,1 +1,80 @@
-"""placeholder: implemented next."""
+"""``jax.nn.dot_product_attention(implementation='cudnn')``: cuDNN's fused flash attention.
+
+Only NVIDIA GPUs have it. The shape rules below are the ones jax itself enforces before handing the
+call to cuDNN (jax ``_src/cudnn/fused_attention_stablehlo.py``: ``check_layout`` and
+``check_is_flash_attention``; ``_src/nn/functions.py``: ``dot_product_attention``), written as
+reasons so that a refused case is skipped with its cause instead of crashing mid-sweep.
+"""
+
+from __future__ import annotations
+
+from attention_impls._jax import JaxImpl
+from attention_impls.base import RUNS, unsupported
+from attention_impls.registry import register
+
+CUDNN_DTYPES = ("float16", "bfloat16")  # check_layout: fp16/bf16 (and fp8, not benchmarked here)
+HEAD_DIM_MAX_PRE_HOPPER = 128  # check_is_flash_attention: H_max = 256 if sm >= 9.0 else 128
+HEAD_DIM_MAX_HOPPER = 256
+
+
+def gpu_compute_capability() -> tuple[int, int] | None:
+    """(major, minor) of the first CUDA device jax sees, or ``None`` when there is none."""
+    import jax
+
+    try:
+        devices = jax.devices("gpu")
+    except RuntimeError:
+        return None
+    capability = getattr(devices[0], "compute_capability", None) if devices else None
+    if not capability:
+        return None
+    major, minor = (int(x) for x in str(capability).split(".")[:2])
+    return major, minor
+
+
+def head_dim_limit(capability: tuple[int, int] | None) -> int:
+    """Largest head_dim cuDNN flash attention takes: 256 from Hopper (sm90) on, 128 before."""
+    if capability is not None and capability >= (9, 0):
+        return HEAD_DIM_MAX_HOPPER
+    return HEAD_DIM_MAX_PRE_HOPPER
+
+
+@register
+class JaxCudnn(JaxImpl):
+    name = "jax-cudnn"
+    designed_for = frozenset({"gpu"})
+    is_flash = True
+    summary = "jax.nn.dot_product_attention(implementation='cudnn'): cuDNN fused flash attention"
+    platform_support = {
+        "cpu": unsupported("cuDNN needs an NVIDIA GPU (jax raises 'cuDNN is not detected.' on CPU)"),
+        "gpu": RUNS,
+        "tpu": unsupported("cuDNN needs an NVIDIA GPU; a TPU has no cuDNN"),
+    }
+
+    def shape_reason(self, workload, platform):
+        if platform == "gpu":
+            import jax
+
+            if jax.default_backend() == "rocm":
+                return "cuDNN is NVIDIA-only; this jax GPU backend is ROCm"
+        if workload.dtype not in CUDNN_DTYPES:
+            return (f"cuDNN fused attention takes float16/bfloat16 inputs only, not {workload.dtype} "
+                    "(jax check_layout)")
+        capability = gpu_compute_capability() if platform == "gpu" else None
+        limit = head_dim_limit(capability)
+        if workload.head_dim % 8 or workload.head_dim > limit:
+            where = f"sm{capability[0]}{capability[1]}" if capability else "this GPU"
+            return (f"cuDNN flash attention needs head_dim a multiple of 8 and <= {limit} on {where} "
+                    f"(256 from Hopper sm90 on, 128 before); got {workload.head_dim} "
+                    "(jax check_is_flash_attention)")
+        if workload.causal and workload.seq_q != workload.seq_k:
+            return ("cuDNN's causal mask (jax is_causal -> MaskType.CAUSAL) is top-left aligned; "
+                    "bottom-right causal with seq_q != seq_k would need a dense [Sq, Sk] bias instead "
+                    "of the kernel's own mask")
+        return None
+
+    def attention(self, q, k, v, *, causal, scale):
+        import jax
+
+        return jax.nn.dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+                                            implementation="cudnn")

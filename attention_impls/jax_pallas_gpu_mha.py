@@ -1,1 +1,73 @@
-"""placeholder: implemented next."""
+"""Pallas GPU FlashAttention (``jax.experimental.pallas.ops.gpu.attention.mha``), as shipped.
+
+A Triton-lowered kernel with jax's default tiles (``BlockSizes.get_default()``: forward 128x128,
+backward 32x32) and its own fused backward (custom VJP, ``backward_pass_impl='triton'``). Off a GPU
+it runs with ``interpret=True``: Pallas's HLO interpreter turns the kernel body into plain XLA ops
+looped over the grid (``pallas_call_hlo_interpret``), a lowering that exists on every backend.
+
+Shape rules are from ``mha`` and ``_mha_backward`` (blocks are ``min(default, seq_len)``) and from
+Triton's block rules; the kernel is called as-is, so what it cannot do is refused.
+"""
+
+from __future__ import annotations
+
+from attention_impls._jax import JaxImpl, jax_platform
+from attention_impls.base import RUNS, interpret_only
+from attention_impls.registry import register
+
+BLOCK_FWD = 128  # BlockSizes.get_default(): block_q = block_k = 128
+BLOCK_BWD = 32  # block_q_dkv = block_kv_dkv = block_q_dq = block_kv_dq = 32
+INTERPRETER = "Pallas interpret mode (interpret=True): the kernel body as plain XLA ops per grid step"
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def gpu_mha_shape_reason(workload) -> str | None:
+    """Why the Pallas GPU mha kernel with default tiles cannot run ``workload``."""
+    if workload.is_gqa:
+        return (f"no GQA: the kernel indexes k and v with the query head, so head counts must be "
+                f"equal (got {workload.q_heads} vs {workload.kv_heads})")
+    for what, length in (("query", workload.seq_q), ("kv", workload.seq_k)):
+        if length >= BLOCK_FWD and length % BLOCK_FWD:
+            return (f"{what} length must be a multiple of the {BLOCK_FWD} block (got {length}; "
+                    "mha: seq_len must be a multiple of block size)")
+        if length < BLOCK_FWD and not (_is_power_of_two(length) and length >= 16):
+            return (f"a {what} length below {BLOCK_FWD} becomes one block, which Triton needs to be "
+                    f"a power of two >= 16 (got {length})")
+    if workload.causal and workload.seq_q != workload.seq_k:
+        return ("its causal mask is top-left aligned (q_pos >= k_pos); bottom-right causal with "
+                "seq_q != seq_k is not what it computes")
+    if workload.mode == "fwd_bwd" and workload.seq_q != workload.seq_k:
+        return (f"its fused backward needs seq_q and seq_k split into the same number of "
+                f"{BLOCK_BWD}-blocks, i.e. equal lengths (got {workload.seq_q} and {workload.seq_k}; "
+                "_mha_backward)")
+    if workload.head_dim <= 8:
+        return (f"Triton's dot needs the head_dim block (head_dim padded to a power of two) to be "
+                f">= 16 (got {workload.head_dim})")
+    return None
+
+
+@register
+class JaxPallasGpuMha(JaxImpl):
+    name = "jax-pallas-gpu-mha"
+    designed_for = frozenset({"gpu"})
+    is_flash = True
+    summary = ("Pallas GPU flash attention (jax.experimental.pallas.ops.gpu.attention.mha, Triton), "
+               "default tiles; Pallas interpreter off-GPU")
+    platform_support = {
+        "cpu": interpret_only(INTERPRETER),
+        "gpu": RUNS,
+        "tpu": interpret_only(f"{INTERPRETER}; Triton/Mosaic GPU have no TPU lowering "
+                              "(not verified on a TPU here)"),
+    }
+
+    def shape_reason(self, workload, platform):
+        return gpu_mha_shape_reason(workload)
+
+    def attention(self, q, k, v, *, causal, scale):
+        from jax.experimental.pallas.ops.gpu.attention import BlockSizes, mha
+
+        return mha(q, k, v, segment_ids=None, sm_scale=scale, causal=causal,
+                   block_sizes=BlockSizes.get_default(), interpret=jax_platform() != "gpu")

@@ -1,1 +1,80 @@
-"""placeholder: implemented next."""
+"""Pallas TPU FlashAttention (``jax.experimental.pallas.ops.tpu.flash_attention``), as shipped.
+
+A Mosaic TPU kernel with jax's default tiles (``BlockSizes.get_default()``: every block 128). On a
+CPU it runs only in jax's TPU interpreter (``pltpu.force_tpu_interpret_mode``), which simulates TPU
+memory through host callbacks: ~100x slower than native, so it is labelled interpret-only.
+
+Shape rules come from the kernel source (``flash_attention``, ``_flash_attention_impl``,
+``_flash_attention_bwd_dkv``/``_dq`` and their ``_verify_block`` calls, ``_flash_attention_kernel_
+single_batch``); the kernel is called as-is, so what it cannot do is refused, never emulated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from attention_impls._jax import JaxImpl
+from attention_impls.base import RUNS, interpret_only, unsupported
+from attention_impls.registry import register
+
+BLOCK = 128  # BlockSizes.get_default(): block_q = block_k_major = block_k = 128, backward blocks 128
+
+
+def tpu_flash_shape_reason(workload) -> str | None:
+    """Why the Pallas TPU flash kernel with default 128 tiles cannot run ``workload``."""
+    if workload.is_gqa:
+        return (f"no GQA: the kernel needs equal query and kv head counts "
+                f"(got {workload.q_heads} vs {workload.kv_heads}; flash_attention raises "
+                "'Head count mismatch')")
+    if workload.seq_k % BLOCK:
+        return (f"kv length must be a multiple of the {BLOCK}-key block (got {workload.seq_k}; "
+                "_verify_block: kv_seq_len divisible by block_k_major)")
+    if workload.seq_q < BLOCK:
+        return f"query length must be at least the {BLOCK}-row block (got {workload.seq_q})"
+    if workload.mode == "fwd_bwd" and workload.seq_q % BLOCK:
+        return (f"the backward kernels need the query length to be a multiple of {BLOCK} "
+                f"(got {workload.seq_q}; _verify_block in _flash_attention_bwd_dkv)")
+    if workload.head_dim > BLOCK and workload.head_dim % BLOCK and workload.seq_k > BLOCK:
+        return (f"head_dim above {BLOCK} must be a multiple of {BLOCK} (got {workload.head_dim}; "
+                "_flash_attention_kernel_single_batch)")
+    if workload.causal and workload.seq_q != workload.seq_k:
+        return ("its causal mask is top-left aligned (col <= row); bottom-right causal with "
+                "seq_q != seq_k is not expressible without an explicit bias")
+    return None
+
+
+@register
+class JaxPallasTpuFlash(JaxImpl):
+    name = "jax-pallas-tpu-flash"
+    designed_for = frozenset({"tpu"})
+    is_flash = True
+    summary = ("Pallas TPU flash_attention (jax.experimental.pallas.ops.tpu), default 128 tiles; "
+               "TPU interpreter off-TPU")
+    platform_support = {
+        "cpu": interpret_only("TPU interpreter (pltpu.force_tpu_interpret_mode), ~100x slower"),
+        "gpu": unsupported(
+            "Mosaic TPU kernel: pallas_call has no GPU lowering for it (Triton/Mosaic GPU cannot "
+            "compile TPU VMEM/grid code); jax's TPU interpreter keeps kernel memory on the host "
+            "through io_callbacks and is not verified on GPUs, so it is not run there"),
+        "tpu": RUNS,
+    }
+
+    def shape_reason(self, workload, platform):
+        return tpu_flash_shape_reason(workload)
+
+    def context(self, platform):
+        if platform == "cpu":
+            from jax.experimental.pallas import tpu as pltpu
+
+            return pltpu.force_tpu_interpret_mode()
+        return contextlib.nullcontext()
+
+    def attention(self, q, k, v, *, causal, scale):
+        from jax.experimental.pallas.ops.tpu.flash_attention import BlockSizes, flash_attention
+
+        batch, seq_q, heads, head_dim = q.shape
+        out = flash_attention(
+            q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),
+            causal=causal, sm_scale=scale,
+            block_sizes=BlockSizes.get_default(batch, heads, seq_q, k.shape[1], head_dim))
+        return out.transpose(0, 2, 1, 3)

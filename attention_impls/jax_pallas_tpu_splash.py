@@ -1,1 +1,89 @@
-"""placeholder: implemented next."""
+"""Pallas TPU splash attention (``jax.experimental.pallas.ops.tpu.splash_attention``), as shipped.
+
+``make_splash_mha_single_device`` with jax's default tiles (``BlockSizes.get_default()``: every
+block 128), one kernel per (mask, shape), ``vmap``-ed over the batch as jax's own tests do. The mask
+is a ``CausalMask`` with ``offset = seq_k - seq_q`` (its rule is ``q + offset >= kv``: exactly our
+bottom-right alignment) or a ``FullMask``. Splash has no softmax-scale argument, so q is scaled
+before the call. GQA is native: ``q_heads_per_kv_head`` query heads share one kv head.
+
+Off a TPU it runs with ``interpret=True``: Pallas's HLO interpreter turns the kernel body into plain
+XLA ops looped over the grid (``pallas_call_hlo_interpret``), a lowering that exists on every
+backend; so it is interpret-only on CPU and GPU. Shape rules are from ``_splash_attention_forward``
+/ ``_splash_attention_bwd_dkv`` and ``splash_attention_mask_info._process_mask``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from attention_impls._jax import JaxImpl, jax_platform
+from attention_impls.base import RUNS, interpret_only
+from attention_impls.registry import register
+
+BLOCK = 128  # BlockSizes.get_default(): block_q = block_kv = block_kv_compute = 128 (and backward)
+INTERPRETER = "Pallas HLO interpreter (interpret=True): the kernel body as plain XLA ops per grid step"
+
+
+def splash_shape_reason(workload) -> str | None:
+    """Why splash attention with default 128 tiles cannot run ``workload``."""
+    for what, length in (("query", workload.seq_q), ("kv", workload.seq_k)):
+        if length % BLOCK:
+            return (f"{what} length must be a multiple of the {BLOCK} block (got {length}; "
+                    "_process_mask: block size should divide the sequence length)")
+    return None
+
+
+def head_mask(seq_q: int, seq_k: int, causal: bool):
+    """Splash's mask for one head: ``CausalMask`` keeps ``q + offset >= kv``, so the offset
+    ``seq_k - seq_q`` gives our bottom-right alignment (query i sees keys j <= i + seq_k - seq_q)."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
+
+    if causal:
+        return masks.CausalMask((seq_q, seq_k), offset=seq_k - seq_q)
+    return masks.FullMask((seq_q, seq_k))
+
+
+@functools.lru_cache(maxsize=64)
+def _kernel(seq_q: int, seq_k: int, q_heads: int, causal: bool, interpret: bool):
+    """One splash kernel per mask and shape (building the mask info is host work: cache it).
+
+    Built under ``ensure_compile_time_eval`` so that its mask-info arrays are concrete even when
+    the first call happens inside a trace; a cached kernel holding tracers would leak them.
+    """
+    import jax
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
+
+    with jax.ensure_compile_time_eval():
+        return splash.make_splash_mha_single_device(
+            masks.MultiHeadMask([head_mask(seq_q, seq_k, causal)] * q_heads),
+            block_sizes=splash.BlockSizes.get_default(), interpret=interpret)
+
+
+@register
+class JaxPallasTpuSplash(JaxImpl):
+    name = "jax-pallas-tpu-splash"
+    designed_for = frozenset({"tpu"})
+    is_flash = True
+    summary = ("Pallas TPU splash attention (make_splash_mha_single_device, 128 tiles, block-sparse "
+               "causal mask); Pallas interpreter off-TPU")
+    platform_support = {
+        "cpu": interpret_only(INTERPRETER),
+        "gpu": interpret_only(f"{INTERPRETER}; the Mosaic TPU kernel has no GPU lowering "
+                              "(not verified on a GPU here)"),
+        "tpu": RUNS,
+    }
+
+    def shape_reason(self, workload, platform):
+        return splash_shape_reason(workload)
+
+    def attention(self, q, k, v, *, causal, scale):
+        import jax
+        import jax.numpy as jnp
+
+        seq_q, q_heads = q.shape[1], q.shape[2]
+        kernel = _kernel(seq_q, k.shape[1], q_heads, causal, jax_platform() != "tpu")
+        # Splash takes [H, S, D] per example and has no scale argument: scale q (in float32).
+        qs = (q.astype(jnp.float32) * scale).astype(q.dtype).transpose(0, 2, 1, 3)
+        out = jax.vmap(kernel)(qs, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3))
+        return out.transpose(0, 2, 1, 3)

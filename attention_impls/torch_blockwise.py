@@ -1,17 +1,19 @@
 """FlashAttention's algorithm written in plain torch ops: KV blocks, running max and sum.
 
-Tile sizes are the ones FlashAttention-2 picks on NVIDIA GPUs for head_dim <= 64 (128 query rows x
-64 keys; FA2 ``kernel_traits`` for sm80), so off a GPU this is a forced, GPU-shaped flash kernel.
+Tile sizes are the ones FlashAttention-2's forward picks on NVIDIA GPUs for head_dim 64 without
+dropout (128 query rows x 128 keys; ``run_mha_fwd_hdim64`` in ``flash_fwd_launch_template.h``), so
+off a GPU this is a forced, GPU-shaped flash kernel.
 The same function is traced through XLA by ``torch_xla_blockwise``.
 """
 
 from __future__ import annotations
 
 from attention_impls._torch import TorchImpl
+from attention_impls.base import RUNS, unsupported
 from attention_impls.registry import register
 
 BLOCK_Q = 128
-BLOCK_K = 64
+BLOCK_K = 128
 
 
 def blockwise_attention(q, k, v, *, causal: bool, scale: float, block_q: int = BLOCK_Q,
@@ -61,7 +63,10 @@ class TorchBlockwise(TorchImpl):
     name = "torch-blockwise-flash"
     designed_for = frozenset({"gpu"})
     is_flash = True
-    summary = "FlashAttention-2 online softmax in torch ops with GPU tile sizes (128x64), eager"
+    platform_support = {"cpu": RUNS, "gpu": RUNS,
+                        "tpu": unsupported("plain torch reaches a TPU only through torch_xla: "
+                                           "see torch-xla-blockwise-flash")}
+    summary = "FlashAttention-2 online softmax in torch ops with GPU tile sizes (128x128), eager"
 
     def attention(self, q, k, v, *, causal, scale):
         return blockwise_attention(q, k, v, causal=causal, scale=scale)

@@ -1,1 +1,80 @@
-"""placeholder: implemented next."""
+"""torch_xla's Pallas TPU flash attention (``torch_xla.experimental.custom_kernel.flash_attention``).
+
+torch_xla lowers jax's Pallas TPU kernel (``jax.experimental.pallas.ops.tpu.flash_attention``) with
+jax, extracts the Mosaic payload of the ``tpu_custom_call`` and embeds it in its own graph through
+``torch_xla._XLAC._xla_tpu_custom_call``. Only the TPU PJRT runtime (libtpu) executes that call.
+
+Checked here (torch_xla 2.9.0, jax 0.7.1, XLA:CPU), see tests/test_support_torch_xla.py:
+- plain call: jax refuses to lower the kernel for its CPU backend, ``ValueError: Only interpret
+  mode is supported on CPU backend.``
+- inside ``pltpu.force_tpu_interpret_mode()``: jax lowers the kernel to ordinary HLO with no
+  ``tpu_custom_call``, so torch_xla's payload extraction fails (``AttributeError: 'MeshOp' object
+  has no attribute 'body'``); torch_xla has no interpret mode of its own.
+- lowering the kernel for TPU (``lower(lowering_platforms=("tpu",))``) and handing the payload to
+  ``_xla_tpu_custom_call`` on the CPU device: ``No registered implementation for untyped custom call
+  to tpu_custom_call for Host``.
+So there is no CPU path, not even interpreted. Nor a GPU one: the same tpu_custom_call is all
+torch_xla emits, and its own tests run the kernel only on TPU v3+ (pytorch/xla test/test_pallas.py).
+
+Shape rules (``shape_reason``) come from torch_xla's wrapper (``FlashAttention.DEFAULT_BLOCK_SIZES``,
+``_fa_custom_forward_single_device``, ``_fa_custom_backward_single_device``) and jax's kernel; each
+was reproduced by tracing the torch_xla wrapper with the kernel lowered for TPU on this CPU machine
+(trace-time checks only: Mosaic's own compile-time checks need a TPU).
+"""
+
+from __future__ import annotations
+
+from attention_impls._torch_xla import TorchXlaImpl
+from attention_impls.base import RUNS, unsupported
+from attention_impls.registry import register
+
+# torch_xla's FlashAttention.DEFAULT_BLOCK_SIZES (maxtext's), which the wrapper clips to the shape.
+BLOCK_Q_DQ, BLOCK_MAJOR, BLOCK_K_DQ, LANES = 1024, 512, 256, 128
+
+CPU_REASON = ("Pallas TPU kernel with no CPU path: jax will not lower it for CPU ('Only interpret mode "
+              "is supported on CPU backend.'), torch_xla has no interpret mode (jax's leaves no "
+              "tpu_custom_call to embed), and XLA:CPU cannot run the Mosaic tpu_custom_call "
+              "('No registered implementation ... for Host')")
+GPU_REASON = ("Pallas TPU kernel: torch_xla embeds it as a Mosaic tpu_custom_call, which only the TPU "
+              "PJRT runtime (libtpu) executes; torch_xla tests it only when device_type() == 'TPU' "
+              "(v3+, test/test_pallas.py)")
+
+def _divides(block_cap: int, n: int) -> bool:
+    """torch_xla clips each block to ``min(cap, n)`` and jax requires it to divide ``n``."""
+    return n % min(block_cap, n) == 0
+
+
+@register
+class TorchXlaPallasFlash(TorchXlaImpl):
+    name = "torch-xla-pallas-flash"
+    designed_for = frozenset({"tpu"})
+    is_flash = True
+    summary = "torch_xla.experimental.custom_kernel.flash_attention: jax's Pallas TPU flash kernel"
+    platform_support = {"cpu": unsupported(CPU_REASON), "gpu": unsupported(GPU_REASON), "tpu": RUNS}
+
+    def shape_reason(self, workload, platform):
+        w = workload
+        if w.is_gqa:
+            return ("no grouped-query attention: each grid step reads the kv head of its query "
+                    f"head's index; {w.q_heads} q heads vs {w.kv_heads} kv heads fails while tracing")
+        if w.causal and w.seq_q != w.seq_k:
+            return (f"its causal mask is top-left aligned (key j <= query i); seq_q={w.seq_q} != "
+                    f"seq_k={w.seq_k} needs the bottom-right alignment this harness uses")
+        if not w.causal and w.seq_k > BLOCK_MAJOR and w.seq_k % BLOCK_MAJOR:
+            return (f"torch_xla pads K/V with zeros to a multiple of {BLOCK_MAJOR} without masking "
+                    f"the padding, so non-causal seq_k={w.seq_k} would attend to padded keys")
+        if w.mode == "fwd_bwd":
+            # The backward pass does not pad: dq and dkv kernels need blocks dividing the lengths.
+            if not (_divides(BLOCK_Q_DQ, w.seq_q) and _divides(BLOCK_MAJOR, w.seq_q)):
+                return (f"backward needs seq_q <= {BLOCK_MAJOR} or a multiple of {BLOCK_MAJOR} "
+                        f"(and of {BLOCK_Q_DQ} above it), got {w.seq_q}")
+            if w.seq_k % LANES or not (_divides(BLOCK_MAJOR, w.seq_k) and _divides(BLOCK_K_DQ, w.seq_k)):
+                return (f"backward needs seq_k a multiple of {LANES} dividing into its {BLOCK_K_DQ}/"
+                        f"{BLOCK_MAJOR} kv blocks (128, 256 or a multiple of 512), got {w.seq_k}")
+        return None
+
+    def attention(self, q, k, v, *, causal, scale):
+        from torch_xla.experimental.custom_kernel import flash_attention
+
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, S, D]
+        return flash_attention(q, k, v, causal=causal, sm_scale=scale).transpose(1, 2)

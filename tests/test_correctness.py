@@ -60,7 +60,7 @@ def test_gradients_match_reference(name, case):
     grads = impl.grad_numpy(x.q, x.k, x.v, x.do, causal=workload.causal)
     expected = attention_grads(x.q, x.k, x.v, x.do, causal=workload.causal)
     for label, got, want, shape in zip("qkv", grads, expected,
-                                       (workload.q_shape, workload.kv_shape, workload.kv_shape)):
+                                       (workload.q_shape, workload.kv_shape, workload.kv_shape), strict=True):
         assert got.shape == shape, f"d{label} has shape {got.shape}, expected {shape}"
         _assert_close(f"{name} d{label}", got, want, workload.dtype, slack=GRAD_SLACK)
 

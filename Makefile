@@ -1,0 +1,69 @@
+# The two commands of the README: `make bench` and `make test`. Everything else is set-up they call.
+#
+#   ACCEL=cpu   (default) CPU wheels: jax CPU, torch 2.13.0 CPU build, torch_xla on its PJRT CPU device
+#   ACCEL=cuda  NVIDIA host: jax[cuda12], PyPI's CUDA torch; torch_xla stays on PJRT CPU (no PyPI GPU build)
+#   ACCEL=tpu   Cloud TPU VM: jax[tpu], torch_xla[tpu] on PJRT TPU
+ACCEL ?= cpu
+PYTHON ?= python3
+
+VENV := .venv
+XLA_VENV := .venv-xla
+XLA_FLAVOUR := $(if $(filter tpu,$(ACCEL)),xla-tpu,xla-cpu)
+PJRT_DEVICE ?= $(if $(filter tpu,$(ACCEL)),TPU,CPU)
+MAIN_STAMP := $(VENV)/.installed-$(ACCEL)
+XLA_STAMP := $(XLA_VENV)/.installed-$(XLA_FLAVOUR)
+
+MAIN_FRAMEWORKS := numpy,jax,torch
+# The torch_xla venv has no pandas/asv: it runs the framework tests only.
+XLA_TESTS := tests/test_correctness.py tests/test_conformance.py tests/test_workload.py \
+             tests/test_support_torch_xla.py
+
+export PJRT_DEVICE
+
+.PHONY: setup bench test lint test-main test-xla list matrix system-check clean
+
+setup: $(MAIN_STAMP) $(XLA_STAMP)
+
+bench: setup
+	$(VENV)/bin/python -m attnbench bench
+	$(XLA_VENV)/bin/python -m attnbench bench
+
+test: lint test-main test-xla
+
+lint: $(MAIN_STAMP)
+	$(VENV)/bin/ruff check .
+
+test-main: $(MAIN_STAMP)
+	ATTNBENCH_TEST_FRAMEWORKS=$(MAIN_FRAMEWORKS) $(VENV)/bin/python -m pytest
+
+test-xla: $(XLA_STAMP)
+	ATTNBENCH_TEST_FRAMEWORKS=torch_xla $(XLA_VENV)/bin/python -m pytest $(XLA_TESTS)
+
+list: setup
+	$(VENV)/bin/python -m attnbench list
+	$(XLA_VENV)/bin/python -m attnbench list --impl torch-xla-sdpa torch-xla-pallas-flash torch-xla-blockwise-flash
+
+matrix: $(MAIN_STAMP)
+	$(VENV)/bin/python -m attnbench matrix --markdown
+
+$(MAIN_STAMP): pyproject.toml | system-check
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -e '.[$(ACCEL)]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+$(XLA_STAMP): pyproject.toml | system-check
+	test -x $(XLA_VENV)/bin/python || $(PYTHON) -m venv $(XLA_VENV)
+	$(XLA_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(XLA_VENV)/bin/python -m pip install --quiet -e '.[$(XLA_FLAVOUR)]'
+	rm -f $(XLA_VENV)/.installed-* && touch $@
+
+# A missing system dependency gets a message naming it, not a pip traceback.
+system-check:
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "missing system dependency: $(PYTHON) (Python >= 3.10)"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "$(PYTHON) is older than 3.10"; exit 1; }
+	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || { echo "missing system dependency: Python's venv/ensurepip (Debian: apt-get install python3-venv)"; exit 1; }
+	@command -v g++ >/dev/null 2>&1 || { echo "missing system dependency: g++ (torch.compile builds C++ kernels on the CPU; Debian: apt-get install g++)"; exit 1; }
+
+clean:
+	rm -rf $(VENV) $(XLA_VENV) .asv html

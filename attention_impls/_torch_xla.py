@@ -1,0 +1,111 @@
+"""torch_xla side of the shared entry point: the torch code of ``TorchImpl`` on an XLA device.
+
+torch_xla records torch ops into a lazy graph; nothing runs until the graph is cut. Here the cut is
+``torch_xla.sync()`` (compile, or fetch from the compile cache, and launch the pending graph) followed
+by ``xm.wait_device_ops()`` (block until the device is done), so a timed step is really executed.
+
+Device selection: torch_xla refuses to start without ``PJRT_DEVICE``, but since 2.x its own import
+picks a default when the variable is unset (``torch_xla.runtime._maybe_select_default_device``):
+TPU when libtpu finds chips, else CPU, logging "Defaulting to PJRT_DEVICE=CPU". We therefore set
+nothing ourselves: a default of CPU here would hide a TPU from that detection. A GPU is never picked
+by default; run with ``PJRT_DEVICE=CUDA`` for one.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from attention_impls._torch import TorchImpl, to_tensor
+from attention_impls.base import AttentionImpl, Step, default_scale, workload_of
+from attnbench.workload import Workload
+
+# PJRT device type (``torch_xla.runtime.device_type()``) -> our platform names.
+PLATFORM_OF = {"CPU": "cpu", "TPU": "tpu", "CUDA": "gpu", "GPU": "gpu"}
+
+
+def xla_platform() -> str:
+    import torch_xla.runtime as xr
+
+    device_type = xr.device_type()
+    try:
+        return PLATFORM_OF[device_type]
+    except KeyError:
+        raise RuntimeError(f"torch_xla runs on PJRT device {device_type!r}, which this harness does "
+                           f"not map to cpu/gpu/tpu") from None
+
+
+def to_float64(t) -> np.ndarray:
+    """Copy to the host first, then widen: ``.float()`` on the XLA device would run another graph."""
+    return t.detach().cpu().double().numpy()
+
+
+def custom_calls(tensors) -> list[str]:
+    """Targets of the ``custom-call`` ops in the HLO that would compute ``tensors`` (not executed)."""
+    import torch_xla
+
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo(list(tensors))
+    return sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo)))
+
+
+class TorchXlaImpl(TorchImpl):
+    framework = "torch_xla"
+    module = "torch_xla"
+
+    def device(self):
+        import torch_xla
+
+        return torch_xla.device()
+
+    def platform(self) -> str:
+        return xla_platform()
+
+    def synchronize(self) -> None:
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+
+        torch_xla.sync()
+        xm.wait_device_ops()
+
+    def execution(self, platform: str) -> str:
+        return AttentionImpl.execution(self, platform)  # "compiled" by XLA, or "interpret"
+
+    # The conformance path materializes all results as one graph (sync) before reading any back:
+    # ``.cpu()`` on each unsynced gradient would compile and run a graph per tensor.
+    def grad_numpy(self, q, k, v, do, *, causal, scale=None):
+        self.require(workload_of(q, k, v, causal=causal, mode="fwd_bwd"))
+        dev = self.device()
+        _, grads = self._grads(*(to_tensor(x, dev) for x in (q, k, v, do)), causal,
+                               default_scale(q.shape[3], scale))
+        self.synchronize()
+        return tuple(to_float64(g) for g in grads)
+
+    def run_numpy(self, q, k, v, *, causal, scale=None):
+        self.require(workload_of(q, k, v, causal=causal))
+        import torch
+
+        dev = self.device()
+        with torch.no_grad():
+            out = self.attention(to_tensor(q, dev), to_tensor(k, dev), to_tensor(v, dev),
+                                 causal=causal, scale=default_scale(q.shape[3], scale))
+        self.synchronize()
+        return to_float64(out)
+
+    def make_step(self, workload: Workload, seed: int = 0) -> Step:
+        """``TorchImpl``'s step (run() ends in sync + wait), plus the HLO's custom calls as evidence."""
+        import torch
+
+        from attnbench.inputs import make_inputs
+
+        step = super().make_step(workload, seed)
+        x = make_inputs(workload, seed)
+        dev = self.device()
+        with torch.no_grad():  # traced only: the graph is dropped unexecuted with ``out``
+            out = self.attention(*(to_tensor(a, dev) for a in (x.q, x.k, x.v)), causal=workload.causal,
+                                 scale=default_scale(workload.head_dim, None))
+        targets = custom_calls([out])
+        del out
+        step.kernel_evidence = (f"forward HLO custom-calls: {', '.join(targets)}" if targets
+                                else "forward HLO has no custom-call: XLA's own ops")
+        return step

@@ -1,0 +1,5 @@
+import sys
+
+from attnbench.cli import main
+
+sys.exit(main())

@@ -1,0 +1,65 @@
+"""A small, explicit timing loop in the spirit of ``torch.utils.benchmark``'s blocked autorange.
+
+Every step is visible: one first call (compile + run, timed on its own), warm-up calls, then blocks
+of calls sized so each block lasts at least ``block_seconds`` (timer overhead becomes negligible),
+repeated until ``min_seconds`` has passed. Each ``Step.run`` blocks until the device is done, so a
+block's wall time is device time plus launch overhead.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Timing:
+    first_call_s: float  # compile (if any) + one run
+    median_s: float  # per step
+    iqr_s: float  # interquartile range of per-step times across blocks
+    samples: int  # blocks measured
+    steps_per_sample: int
+
+    @property
+    def relative_iqr(self) -> float:
+        return self.iqr_s / self.median_s if self.median_s else float("inf")
+
+
+def time_step(run, *, warmup: int = 1, block_seconds: float = 0.02, min_seconds: float = 0.3,
+              min_samples: int = 5, max_samples: int = 200, max_seconds: float = 30.0) -> Timing:
+    """Time ``run()`` (which must block until its work is done)."""
+    clock = time.perf_counter
+    start = clock()
+    run()
+    first_call = clock() - start
+    for _ in range(warmup):
+        run()
+
+    # Grow the block until one block lasts block_seconds (or one call already does).
+    number = 1
+    while True:
+        start = clock()
+        for _ in range(number):
+            run()
+        elapsed = clock() - start
+        if elapsed >= block_seconds or number >= 1 << 16:
+            break
+        number *= 2 if elapsed <= 0 else max(2, min(10, int(block_seconds / elapsed) + 1))
+
+    samples = [elapsed / number]
+    begin = clock()
+    while len(samples) < max_samples:
+        spent = clock() - begin
+        if len(samples) >= min_samples and (spent >= min_seconds or spent >= max_seconds):
+            break
+        if spent >= max_seconds:
+            break
+        start = clock()
+        for _ in range(number):
+            run()
+        samples.append((clock() - start) / number)
+
+    quartiles = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
+    return Timing(first_call_s=first_call, median_s=statistics.median(samples),
+                  iqr_s=quartiles[2] - quartiles[0], samples=len(samples), steps_per_sample=number)

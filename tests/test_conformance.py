@@ -1,0 +1,90 @@
+"""The conformance entry point that tests and outside checkers use, for every registered name."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import attention_impls
+from attention_impls.base import PLATFORMS, Unsupported
+from attnbench.inputs import make_inputs
+from attnbench.workload import Workload
+from tests.conftest import impls_under_test
+
+EXPECTED_NAMES = {
+    "reference-float64", "jax-xla", "jax-cudnn", "jax-pallas-tpu-flash", "jax-pallas-tpu-splash",
+    "jax-pallas-gpu-mha", "jax-blockwise-flash", "torch-sdpa-math", "torch-sdpa-flash",
+    "torch-sdpa-efficient", "torch-sdpa-cudnn", "torch-flex-attention", "torch-blockwise-flash",
+    "torch-xla-sdpa", "torch-xla-pallas-flash", "torch-xla-blockwise-flash",
+}
+
+
+def test_registry_holds_the_whole_set():
+    assert set(attention_impls.names()) == EXPECTED_NAMES
+
+
+def test_unknown_name_lists_the_known_ones():
+    with pytest.raises(KeyError, match="unknown implementation 'flash-9000'; known: reference-float64, jax"):
+        attention_impls.get("flash-9000")
+
+
+@pytest.mark.parametrize("name", attention_impls.names())
+def test_declarations_are_complete(name):
+    impl = attention_impls.get(name)
+    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", impl.name)
+    assert impl.framework in ("numpy", "jax", "torch", "torch_xla")
+    assert impl.designed_for <= set(PLATFORMS)
+    assert impl.summary, "every implementation says what it is"
+    assert set(impl.platform_support) == set(PLATFORMS)
+    for platform, support in impl.platform_support.items():
+        assert support.status in ("runs", "interpret-only", "unsupported")
+        if support.status != "runs":
+            assert len(support.note) > 10, f"{name} on {platform}: a refusal needs a human reason"
+    # forced-flash only ever labels a flash kernel off the hardware it was designed for
+    for platform in PLATFORMS:
+        forced = impl.label(platform) == attention_impls.FORCED_FLASH
+        assert forced == (impl.is_flash and bool(impl.designed_for) and platform not in impl.designed_for)
+
+
+@pytest.mark.parametrize("name", impls_under_test())
+def test_run_numpy_returns_float64_or_raises_unsupported(name):
+    impl = attention_impls.get(name)
+    w = Workload(batch=1, q_heads=2, seq_q=128, head_dim=64, causal=True)
+    x = make_inputs(w, seed=0)
+    reason = impl.check(w)
+    if reason:
+        with pytest.raises(Unsupported) as info:
+            impl.run_numpy(x.q, x.k, x.v, causal=True)
+        assert info.value.reason == reason and info.value.impl == name
+        assert isinstance(info.value, NotImplementedError)
+    else:
+        out = impl.run_numpy(x.q, x.k, x.v, causal=True)
+        assert out.dtype == np.float64 and out.shape == (1, 128, 2, 64)
+        assert np.isfinite(out).all()
+
+
+def test_framework_missing_is_unsupported_with_the_reason():
+    """In an environment without a framework, its implementations refuse with an install hint."""
+    w = Workload(batch=1, q_heads=2, seq_q=128)
+    for name in attention_impls.names():
+        impl = attention_impls.get(name)
+        missing = impl.framework_missing()
+        if missing:
+            assert impl.check(w) == missing
+            assert "not installed in this environment" in missing
+
+
+@pytest.mark.parametrize("name", impls_under_test())
+def test_bad_input_names_what_is_wrong(name):
+    impl = attention_impls.get(name)
+    q = np.zeros((1, 8, 2, 16), np.float32)
+    with pytest.raises(ValueError, match="q, k, v must be"):
+        impl.run_numpy(q[0], q, q, causal=False)
+    with pytest.raises(ValueError, match="kv_heads must divide q_heads"):
+        impl.run_numpy(np.zeros((1, 8, 3, 16), np.float32), q, q, causal=False)
+    with pytest.raises(ValueError, match="share a dtype"):
+        impl.run_numpy(q, q.astype(np.float16), q, causal=False)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        impl.run_numpy(q.astype(np.float64), q.astype(np.float64), q.astype(np.float64), causal=False)
