@@ -25,8 +25,8 @@ export PJRT_DEVICE
 setup: $(MAIN_STAMP) $(XLA_STAMP)
 
 bench: setup
-	$(VENV)/bin/python -m attnbench bench
-	$(XLA_VENV)/bin/python -m attnbench bench
+	$(VENV)/bin/python -m attnbench bench --framework numpy jax torch
+	$(XLA_VENV)/bin/python -m attnbench bench --framework torch_xla
 
 test: lint test-main test-xla
 
@@ -41,7 +41,7 @@ test-xla: $(XLA_STAMP)
 
 list: setup
 	$(VENV)/bin/python -m attnbench list
-	$(XLA_VENV)/bin/python -m attnbench list --impl torch-xla-sdpa torch-xla-pallas-flash torch-xla-blockwise-flash
+	$(XLA_VENV)/bin/python -m attnbench list --framework torch_xla
 
 matrix: $(MAIN_STAMP)
 	$(VENV)/bin/python -m attnbench matrix --markdown

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from attnbench.workload import Workload
@@ -10,17 +11,33 @@ from attnbench.workload import Workload
 DEFAULT_SEQS = (256, 512, 1024)
 
 
-def _impls(names: list[str] | None):
+def _impls(names: list[str] | None, frameworks: list[str] | None = None):
     import attention_impls
 
-    return [attention_impls.get(n) for n in (names or attention_impls.names())]
+    impls = [attention_impls.get(n) for n in (names or attention_impls.names())]
+    return [i for i in impls if not frameworks or i.framework in frameworks]
+
+
+class Footnotes:
+    """Long reasons printed once under the table, referenced as [n] in it."""
+
+    def __init__(self):
+        self.notes: list[str] = []
+
+    def ref(self, text: str) -> str:
+        if text not in self.notes:
+            self.notes.append(text)
+        return f"[{self.notes.index(text) + 1}]"
+
+    def render(self) -> str:
+        return "\n".join(f"[{i}] {note}" for i, note in enumerate(self.notes, 1))
 
 
 def cmd_list(args) -> int:
     """Every implementation, and whether it can run a typical workload in this environment."""
     workload = Workload(seq_q=args.seq, causal=True)
     rows = []
-    for impl in _impls(args.impl):
+    for impl in _impls(args.impl, args.framework):
         reason = impl.check(workload)
         platform = None if impl.framework_missing() else impl.platform()
         if reason:
@@ -65,8 +82,8 @@ def cmd_bench(args) -> int:
     """A small sweep of every implementation runnable here; prints one table."""
     from attnbench.timing import time_step
 
-    rows = []
-    impls = [i for i in _impls(args.impl) if not i.framework_missing()]
+    rows, notes = [], Footnotes()
+    impls = [i for i in _impls(args.impl, args.framework) if not i.framework_missing()]
     for impl in impls:
         for seq in args.seq:
             workload = Workload(batch=1, q_heads=args.heads, seq_q=seq, head_dim=args.head_dim,
@@ -74,7 +91,7 @@ def cmd_bench(args) -> int:
             row = {"implementation": impl.name, "seq": seq}
             reason = impl.check(workload)
             if reason:
-                rows.append({**row, "status": f"unsupported: {reason}"})
+                rows.append({**row, "status": f"unsupported {notes.ref(reason)}"})
                 continue
             platform = impl.platform()
             if impl.execution(platform) == "interpret" and seq > args.max_interpret_seq:
@@ -84,7 +101,7 @@ def cmd_bench(args) -> int:
                 step = impl.make_step(workload)
                 t = time_step(step.run, min_seconds=args.min_seconds)
             except Exception as exc:  # one failing case never stops the sweep
-                rows.append({**row, "status": f"error: {type(exc).__name__}: {str(exc)[:120]}"})
+                rows.append({**row, "status": f"error {notes.ref(f'{type(exc).__name__}: {exc}'[:500])}"})
                 continue
             rows.append({**row, "platform": platform, "label": impl.label(platform),
                          "execution": step.execution, "first call s": f"{t.first_call_s:.3f}",
@@ -97,6 +114,8 @@ def cmd_bench(args) -> int:
     print(f"# sweep: {w.describe().replace(f'S{args.seq[0]}', 'S' + '/'.join(map(str, args.seq)))}")
     print(_render(rows, ["implementation", "seq", "platform", "label", "execution", "first call s",
                          "ms/step", "IQR %", "TFLOP/s", "tokens/s", "status"], args))
+    if notes.notes:
+        print(notes.render())
     return 0
 
 
@@ -112,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="implementations and whether each runs in this environment")
     p.add_argument("--impl", nargs="*", help="only these implementations")
+    p.add_argument("--framework", nargs="*", help="only these frameworks (numpy, jax, torch, torch_xla)")
     p.add_argument("--seq", type=int, default=1024, help="sequence length of the probe workload")
     p.add_argument("--markdown", action="store_true")
     p.set_defaults(func=cmd_list)
@@ -122,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="small sweep of every runnable implementation, printed as a table")
     p.add_argument("--impl", nargs="*", help="only these implementations")
+    p.add_argument("--framework", nargs="*", help="only these frameworks (numpy, jax, torch, torch_xla)")
     p.add_argument("--seq", type=int, nargs="+", default=list(DEFAULT_SEQS))
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--head-dim", type=int, default=64)
@@ -137,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Before torch loads: kineto prints a start/stop line per profiler session otherwise.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -44,7 +44,8 @@ def test_bench_unsupported_case_is_recorded_not_fatal(capsys):
     assert main(["bench", "--impl", "jax-cudnn", "reference-float64", "--seq", "64", "--heads", "2",
                  "--min-seconds", "0.02"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^jax-cudnn .*unsupported: ", out, re.M)
+    assert re.search(r"^jax-cudnn .*unsupported \[1\]", out, re.M)
+    assert re.search(r"^\[1\] cuDNN needs an NVIDIA GPU", out, re.M)
     assert re.search(r"^reference-float64 .* ok\s*$", out, re.M)
 
 
