@@ -10,7 +10,7 @@ import abc
 
 import numpy as np
 
-from attention_impls.base import AttentionImpl, Step, default_scale, workload_of
+from attention_impls.base import AttentionImpl, Runner, Step, default_scale, workload_of
 from attnbench.workload import Workload
 
 
@@ -102,3 +102,97 @@ class TorchImpl(AttentionImpl):
                 return result
 
         return Step(run=run, execution=self.execution(platform))
+
+    def compile_meter(self):
+        """What counts this implementation's compiles inside a runner step (eager: none happen)."""
+        return NoCompiles()
+
+    def make_runner(self, template: Workload, seed: int = 0) -> Runner:
+        """The same ``attention`` call at every length; ``compile_meter()`` counts what compiles.
+
+        Eager torch compiles nothing (0 compiles, 0 s); ``torch.compile`` and torch_xla
+        implementations bring their own meter. Inputs are moved to the device and synchronized
+        before a step is timed; ``fwd_bwd`` runs autograd as ``make_step`` does.
+        """
+        import torch
+
+        from attnbench.inputs import make_inputs
+
+        platform = self.require(template)
+        dev = self.device()
+        scale = default_scale(template.head_dim, None)
+        causal, fwd = template.causal, template.mode == "fwd"
+        meter = self.compile_meter()
+
+        def place(workload: Workload):
+            self.require(workload)
+            x = make_inputs(workload, seed)
+            tensors = tuple(to_tensor(a, dev) for a in ((x.q, x.k, x.v) if fwd else (x.q, x.k, x.v, x.do)))
+            self.synchronize()
+            return tensors
+
+        def call(tensors):
+            with meter:
+                if fwd:
+                    with torch.no_grad():
+                        result = self.attention(*tensors, causal=causal, scale=scale)
+                else:
+                    result = self._grads(*tensors, causal, scale)
+                self.synchronize()
+            return result
+
+        return Runner(template, self.execution(platform), place=place, call=call,
+                      count_compiles=lambda: meter.compiles, count_compile_seconds=lambda: meter.seconds)
+
+
+class NoCompiles:
+    """Compile meter of eager code: nothing compiles."""
+
+    compiles = 0
+    seconds = 0.0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+class DynamoCompileMeter:
+    """Counts ``torch.compile`` work done while entered: dynamo's ``unique_graphs`` counter (one per
+    graph dynamo compiles, recompiles included) and the wall time of its ``_compile.compile_inner``
+    (dynamo tracing + AOTAutograd + Inductor codegen and C++/Triton build, all of a compile).
+
+    Both are process-wide, so only deltas taken across a ``with`` block (one runner step) are kept.
+    A compile whose Inductor output comes from its FX-graph cache (warm, on disk across processes)
+    still counts as a compile here, just a fast one.
+    """
+
+    def __init__(self):
+        self.compiles = 0
+        self._seconds = 0.0
+        self._timed = True
+
+    @staticmethod
+    def _read() -> tuple[int, float | None]:
+        from torch._dynamo import utils
+
+        times = getattr(utils, "compilation_time_metrics", {}).get("_compile.compile_inner")
+        return utils.counters["stats"]["unique_graphs"], (sum(times) if times is not None else None)
+
+    def __enter__(self):
+        self._start = self._read()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        graphs, seconds = self._read()
+        self.compiles += max(0, graphs - self._start[0])
+        if graphs > self._start[0]:
+            if seconds is None:
+                self._timed = False  # torch no longer keeps this metric: say "unknown", not 0
+            else:
+                self._seconds += max(0.0, seconds - (self._start[1] or 0.0))
+
+    @property
+    def seconds(self) -> float | None:
+        return self._seconds if self._timed else None

@@ -68,6 +68,10 @@ class TorchXlaImpl(TorchImpl):
         torch_xla.sync()
         xm.wait_device_ops()
 
+    def compile_meter(self):
+        """A runner step compiles a new graph per new shape; ``XlaCompileMeter`` counts them."""
+        return XlaCompileMeter()
+
     def execution(self, platform: str) -> str:
         return AttentionImpl.execution(self, platform)  # "compiled" by XLA, or "interpret"
 
@@ -109,3 +113,39 @@ class TorchXlaImpl(TorchImpl):
         step.kernel_evidence = (f"forward HLO custom-calls: {', '.join(targets)}" if targets
                                 else "forward HLO has no custom-call: XLA's own ops")
         return step
+
+
+class XlaCompileMeter:
+    """Counts XLA graph compiles while entered, from ``torch_xla.debug.metrics``' ``CompileTime``
+    (count and total ns; its count moves with the ``UncachedCompile`` counter).
+
+    The metrics are process-wide, so only deltas across a ``with`` block (one runner step) are
+    kept; a ``metrics.clear_all()`` inside a step counts nothing for it. torch_xla's compile cache
+    is process-wide too, keyed by graph hash: a shape some earlier code in this process already
+    compiled (another runner, ``make_step``) is a cache hit, and this meter rightly counts 0 for it.
+    """
+
+    def __init__(self):
+        self.compiles = 0
+        self._ns = 0.0
+
+    @staticmethod
+    def _read() -> tuple[int, float]:
+        import torch_xla.debug.metrics as met
+
+        data = met.metric_data("CompileTime")  # None until the first compile of the process
+        return (0, 0.0) if data is None else (int(data[0]), float(data[1]))
+
+    def __enter__(self):
+        self._start = self._read()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        count, ns = self._read()
+        if count >= self._start[0]:
+            self.compiles += count - self._start[0]
+            self._ns += ns - self._start[1]
+
+    @property
+    def seconds(self) -> float:
+        return self._ns / 1e9

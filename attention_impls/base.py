@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -65,6 +65,57 @@ class Step:
     run: Callable[[], Any]
     execution: str
     kernel_evidence: str = "not verified"
+    # Ahead-of-time compile, where the framework has one (jax): {"lower_s", "compile_s",
+    # "compiler_{temp,argument,output,peak}_bytes", "custom_calls"}, measured once in make_step.
+    compile_info: dict | None = None
+
+
+@dataclass
+class Runner:
+    """One step function reused across sequence lengths, as a serving or training loop reuses it.
+
+    ``step(length)`` runs ``template.mode`` once with ``seq_q = seq_k = length`` (every other
+    dimension from ``template``) and blocks until the device is done. The compiled function is the
+    same for the runner's whole life, so a new length costs whatever the framework does for a new
+    shape (a trace and compile under ``jax.jit`` / ``torch.compile`` / XLA, nothing in eager mode).
+
+    Inputs are seeded (``attnbench.inputs.make_inputs(workload, seed)``), made and placed on the
+    device once per distinct length by ``prepare(length)`` and cached (one set per length is kept:
+    mind the memory for long, many-length streams). Call ``prepare`` before timing ``step``: the
+    timed call then holds neither host-side generation nor the host-to-device copy (``step``
+    prepares on its own when needed, inside its own time). ``prepare`` raises ``Unsupported``
+    for a length the kernel cannot take.
+
+    ``compiles()`` counts the compiles attributable to this runner so far (``None``: the framework
+    does not say); ``compile_seconds()`` is their total compile time where the framework reports
+    it (``None`` otherwise). Both count only work done inside ``step``.
+    """
+
+    template: Workload
+    execution: str
+    place: Callable[[Workload], Any]  # one length's workload -> its inputs on the device (blocking)
+    call: Callable[[Any], Any]  # one step on placed inputs, blocking until done
+    count_compiles: Callable[[], int | None] = lambda: None
+    count_compile_seconds: Callable[[], float | None] = lambda: None
+    inputs: dict[int, Any] = field(default_factory=dict, repr=False)
+
+    def workload(self, length: int) -> Workload:
+        """The workload of one step at ``length`` (``Workload`` rejects a length below 1)."""
+        return self.template.replace(seq_q=length, seq_k=length)
+
+    def prepare(self, length: int) -> None:
+        if length not in self.inputs:
+            self.inputs[length] = self.place(self.workload(length))
+
+    def step(self, length: int) -> None:
+        self.prepare(length)
+        self.call(self.inputs[length])
+
+    def compiles(self) -> int | None:
+        return self.count_compiles()
+
+    def compile_seconds(self) -> float | None:
+        return self.count_compile_seconds()
 
 
 class AttentionImpl(abc.ABC):
@@ -141,6 +192,25 @@ class AttentionImpl(abc.ABC):
     @abc.abstractmethod
     def make_step(self, workload: Workload, seed: int = 0) -> Step:
         """Inputs placed on the device and a ``Step`` that runs ``workload.mode`` once, blocking."""
+
+    def make_runner(self, template: Workload, seed: int = 0) -> Runner:
+        """A ``Runner`` that runs ``template.mode`` at any sequence length, reusing its compiled code.
+
+        Frameworks override this (``_jax.py``, ``_torch.py``, ``_torch_xla.py``). This default has
+        nothing to reuse: ``prepare`` builds a fresh ``make_step`` per distinct length (untimed, so
+        any compile there is invisible) and ``step`` runs it; compiles are 0 for an eager
+        implementation and unknown (``None``) otherwise.
+        """
+        platform = self.require(template)
+        execution = self.execution(platform)
+        eager = execution == "eager"
+
+        def place(workload: Workload) -> Step:
+            return self.make_step(workload, seed)
+
+        return Runner(template, execution, place=place, call=lambda step: step.run(),
+                      count_compiles=(lambda: 0) if eager else (lambda: None),
+                      count_compile_seconds=(lambda: 0.0) if eager else (lambda: None))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

@@ -12,12 +12,13 @@ timed call.
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import sys
 import types
 
-from attention_impls._torch import TorchImpl
+from attention_impls._torch import DynamoCompileMeter, TorchImpl
 from attention_impls.base import RUNS, unsupported
 from attention_impls.registry import register
 
@@ -108,6 +109,21 @@ class TorchFlexAttention(TorchImpl):
         fn, mask = self._entry(q, k, causal, scale)
         out = fn(q, k, v, mask)
         return out.transpose(1, 2)
+
+    def compile_meter(self):
+        return DynamoCompileMeter()
+
+    def make_runner(self, template, seed: int = 0):
+        """The torch runner on a copy of this implementation with an empty compiled-function table.
+
+        Each runner thus starts as a fresh serving loop does, whatever other runners or
+        ``make_step`` compiled before in this process: every new (shape, grad mode) it meets is a
+        new ``torch.compile(..., dynamic=False)`` function, i.e. one dynamo compile (Inductor's
+        on-disk FX-graph cache may make it a fast one), plus its block mask built on that step.
+        """
+        fresh = copy.copy(self)
+        fresh._compiled = {}
+        return TorchImpl.make_runner(fresh, template, seed)
 
     def make_step(self, workload, seed: int = 0):
         step = super().make_step(workload, seed)

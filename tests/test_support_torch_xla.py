@@ -199,3 +199,24 @@ def test_conformance_path_runs_one_graph_per_call(dtype):
     grads = impl(SDPA).grad_numpy(x.q, x.k, x.v, x.do, causal=False)
     assert all(np.isfinite(g).all() for g in grads)
     assert met.metric_data("ExecuteTime")[0] == 1
+
+
+# -- one runner across lengths: a new graph per new shape, cached for repeats ---------------------
+def test_runner_compiles_once_per_distinct_length_and_not_on_repeats():
+    """Shapes no other test compiles (3 heads, head_dim 24): XLA's compile cache is process-wide,
+    so a shape compiled earlier in the session would rightly count as no compile here."""
+    import torch_xla.debug.metrics as met
+
+    runner = impl(SDPA).make_runner(Workload(batch=1, q_heads=3, seq_q=96, head_dim=24, causal=True))
+    assert runner.execution == "compiled"
+    lengths = [40, 56, 40, 72, 56, 40, 72]
+    counts = []
+    for length in lengths:
+        runner.prepare(length)  # inputs on the device before the step, outside its count
+        uncached = met.counter_value("UncachedCompile") or 0
+        runner.step(length)
+        counts.append(runner.compiles())
+        new = length not in lengths[:len(counts) - 1]
+        assert (met.counter_value("UncachedCompile") or 0) - uncached == (1 if new else 0)
+    assert counts == [1, 2, 2, 3, 3, 3, 3]
+    assert runner.compile_seconds() > 0

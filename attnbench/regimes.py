@@ -1,0 +1,233 @@
+"""Shape regimes: what a stream of varying sequence lengths costs a compiled backend.
+
+A serving or training loop meets a new sequence length at nearly every step. A compiled backend
+(``jax.jit``, ``torch.compile``, torch_xla) specializes its code to shapes, so it must choose:
+
+* ``static``   pad every length to ``max_len``: one compile, the most padding.
+* ``dynamic``  run each exact length: no padding, one compile per distinct length.
+* ``bucketed`` pad each length up to its bucket (``multiple-128``, ``pow2``, ``multiple-N``):
+  one compile per bucket used, bounded padding.
+
+``run_regime`` runs one seeded stream of lengths (``length_stream``, the same for every regime and
+implementation) through one ``Runner`` (``impl.make_runner``: one compiled function for the
+stream, as a real loop keeps it) and records per step whether it compiled and how long it took,
+so compile stalls land in the throughput figure instead of being warmed away.
+
+Padding is right-padding: a step of length ``L`` padded to ``P`` computes attention over ``P``
+query and ``P`` key positions, of which the last ``P - L`` are padding. With a causal mask
+(bottom-right aligned, here ``seq_q == seq_k`` so it is also top-left) a real query ``i < L``
+sees keys ``j <= i < L`` only, never a padded key, so the outputs of real tokens are unchanged by
+the padding. A non-causal model would need a key-padding mask to keep real outputs exact; the
+static/bucketed timing here still measures the padded compute, which is the point: the cost of
+padding is the work done on padding. The inputs are seeded random arrays of the padded length
+(the padding's content does not change the work), generated and placed on the device before each
+timed step (``Runner.prepare``), so a step's time is device work plus launch and compile.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from attnbench.workload import Workload
+
+REGIMES = ("static", "dynamic", "bucketed")
+POLICY_FORMS = ("multiple-128", "pow2", "multiple-N (any N >= 1, e.g. multiple-64)")
+_MULTIPLE = re.compile(r"^multiple-([0-9]+)$")
+
+
+# -- the stream of lengths -----------------------------------------------------------------------
+def length_stream(max_len: int, steps: int, seed: int, low_frac: float = 0.5) -> list[int]:
+    """``steps`` lengths drawn uniformly from the integers in ``[ceil(low_frac*max_len), max_len]``.
+
+    Seeded (numpy ``default_rng(seed)``): the same arguments give the same stream, for every regime
+    and implementation. Every length is an int in ``[1, max_len]``.
+    """
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"max_len must be a positive integer, got {max_len!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+    if not 0.0 <= low_frac <= 1.0:
+        raise ValueError(f"low_frac must be in [0, 1], got {low_frac!r}")
+    low = min(max_len, max(1, math.ceil(low_frac * max_len)))
+    rng = np.random.default_rng(seed)
+    return [int(x) for x in rng.integers(low, max_len, size=steps, endpoint=True)]
+
+
+# -- bucket policies -----------------------------------------------------------------------------
+def _round_up(length: int, multiple: int) -> int:
+    return -(-length // multiple) * multiple
+
+
+def _next_pow2(length: int) -> int:
+    return 1 << (length - 1).bit_length()
+
+
+def bucket_policy(name: str) -> Callable[[int], int]:
+    """The rounding rule named ``name``: ``multiple-N`` rounds up to a multiple of N, ``pow2`` to
+    the next power of two. An unknown name raises ``ValueError`` naming it and the valid forms."""
+    if name == "pow2":
+        return _next_pow2
+    match = _MULTIPLE.match(name) if isinstance(name, str) else None
+    if match and int(match.group(1)) >= 1:
+        multiple = int(match.group(1))
+        return lambda length: _round_up(length, multiple)
+    raise ValueError(f"unknown bucket policy {name!r}; valid forms: {', '.join(POLICY_FORMS)}")
+
+
+def bucket(length: int, policy: str, max_len: int) -> int:
+    """``length`` rounded up by ``policy``, capped at ``max_len``.
+
+    The cap: a bucket never exceeds ``max_len``, the static regime's shape. The top bucket is
+    then the static shape itself, so bucketing never pads more than static does (with
+    ``max_len=300`` and ``multiple-128``, a length of 290 runs at 300, not 384). For kernels that
+    need aligned lengths (e.g. multiples of 128) choose ``max_len`` aligned under the policy;
+    then the cap changes nothing.
+    """
+    if not 1 <= length <= max_len:
+        raise ValueError(f"length {length} is outside [1, max_len={max_len}]")
+    return min(bucket_policy(policy)(length), max_len)
+
+
+def padded_length(length: int, regime: str, max_len: int, policy: str = "multiple-128") -> int:
+    """The length a step of ``length`` really runs at under ``regime``."""
+    if regime not in REGIMES:
+        raise ValueError(f"unknown regime {regime!r}; valid: {', '.join(REGIMES)}")
+    if not 1 <= length <= max_len:
+        raise ValueError(f"length {length} is outside [1, max_len={max_len}]")
+    if regime == "static":
+        return max_len
+    if regime == "dynamic":
+        return length
+    return bucket(length, policy, max_len)
+
+
+# -- results -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepTrace:
+    step: int
+    length: int  # real tokens per sequence
+    padded_length: int  # what ran
+    compiled: bool | None  # the runner's compile count rose in this step (None: not reported)
+    seconds: float  # wall time of the step, blocking, compile included
+
+
+@dataclass(frozen=True)
+class RegimeResult:
+    """One regime over one stream. Token and time totals include compile stalls."""
+
+    impl: str
+    regime: str
+    policy: str | None  # bucket policy (bucketed only)
+    max_len: int
+    workload: str  # the template, described
+    batch: int
+    execution: str
+    compiles: int | None  # compiles during the stream (None: the framework does not say)
+    compile_seconds_total: float | None  # as the framework reports it (see the Runner)
+    steady_seconds_per_step: float | None  # median of the steps that did not compile
+    total_seconds: float  # sum of every step's wall time, compiles included
+    useful_tokens_per_s: float  # sum(batch * length) / total_seconds: padding and stalls cost
+    padding_waste: float  # 1 - sum(length) / sum(padded_length): share of query tokens that pad
+    padding_flops_waste: float  # the same over attention FLOPs (quadratic in length)
+    shapes: tuple[int, ...]  # distinct padded lengths run, in order of first use
+    trace: list[StepTrace] = field(default_factory=list)
+
+    @property
+    def stall_seconds(self) -> float | None:
+        """Time the compiling steps took beyond a steady step each: what recompiles cost in wall
+        time, whatever the framework says its compile took (tracing and lowering included)."""
+        if self.steady_seconds_per_step is None:
+            return None
+        slow = [t.seconds for t in self.trace if t.compiled]
+        return sum(max(0.0, s - self.steady_seconds_per_step) for s in slow)
+
+
+def run_regime(impl, template: Workload, regime: str, lengths: Sequence[int],
+               policy: str = "multiple-128", *, seed: int = 0) -> RegimeResult:
+    """Run ``lengths`` through one fresh ``impl.make_runner(template, seed)`` under ``regime``.
+
+    ``max_len`` is ``template.seq_q``: the static shape and the cap of every bucket; a length
+    above it is an error. Every step runs with ``seq_q = seq_k`` (``template.seq_k`` is unused).
+    Each step: its inputs are prepared (untimed), then ``runner.step`` is timed; ``compiled`` is
+    whether ``runner.compiles()`` rose during it. ``Unsupported`` from the implementation (a
+    length its kernel refuses) propagates.
+
+    ``steady_seconds_per_step`` is the median over steps with ``compiled`` False; where compiles
+    are not reported, over steps that repeat an already-run padded length.
+    ``padding_waste`` counts query tokens (each padded query row is wasted output); attention's
+    work grows with length squared, so ``padding_flops_waste`` (over ``Workload.flops``) is larger.
+    """
+    if regime not in REGIMES:
+        raise ValueError(f"unknown regime {regime!r}; valid: {', '.join(REGIMES)}")
+    bucket_policy(policy)  # a bad name fails before anything runs, whatever the regime
+    max_len = template.seq_q
+    padded = [padded_length(int(n), regime, max_len, policy) for n in lengths]
+
+    runner = impl.make_runner(template, seed)
+    clock = time.perf_counter
+    trace: list[StepTrace] = []
+    for i, (length, run_len) in enumerate(zip(lengths, padded, strict=True)):
+        runner.prepare(run_len)
+        before = runner.compiles()
+        start = clock()
+        runner.step(run_len)
+        seconds = clock() - start
+        after = runner.compiles()
+        compiled = None if before is None or after is None else after > before
+        trace.append(StepTrace(step=i, length=int(length), padded_length=run_len, compiled=compiled,
+                               seconds=seconds))
+
+    return _summarize(impl.name, regime, policy, template, runner, trace)
+
+
+def _summarize(name: str, regime: str, policy: str, template: Workload, runner,
+               trace: list[StepTrace]) -> RegimeResult:
+    if any(t.compiled is None for t in trace):
+        seen: set[int] = set()
+        steady = []
+        for t in trace:
+            if t.padded_length in seen:
+                steady.append(t.seconds)
+            seen.add(t.padded_length)
+    else:
+        steady = [t.seconds for t in trace if not t.compiled]
+    total = sum(t.seconds for t in trace)
+    real = sum(t.length for t in trace)
+    computed = sum(t.padded_length for t in trace)
+
+    def flops(length: int) -> float:
+        return template.replace(seq_q=length, seq_k=length).flops
+
+    real_flops = sum(flops(t.length) for t in trace)
+    computed_flops = sum(flops(t.padded_length) for t in trace)
+    return RegimeResult(
+        impl=name, regime=regime, policy=policy if regime == "bucketed" else None,
+        max_len=template.seq_q, workload=template.describe(), batch=template.batch,
+        execution=runner.execution, compiles=runner.compiles(),
+        compile_seconds_total=runner.compile_seconds(),
+        steady_seconds_per_step=statistics.median(steady) if steady else None,
+        total_seconds=total,
+        useful_tokens_per_s=template.batch * real / total if total > 0 else float("nan"),
+        padding_waste=1.0 - real / computed if computed else 0.0,
+        padding_flops_waste=1.0 - real_flops / computed_flops if computed_flops else 0.0,
+        shapes=tuple(dict.fromkeys(t.padded_length for t in trace)),
+        trace=trace,
+    )
+
+
+def trace_to_rows(result: RegimeResult) -> list[dict]:
+    """One dict per step for a per-step trace file. ``usd`` is left ``None`` for the engine to
+    fill in (cost of the step on a priced machine); ``tokens`` are real (unpadded) tokens."""
+    return [{
+        "impl": result.impl, "regime": result.regime, "policy": result.policy,
+        "workload": result.workload, "step": t.step, "length": t.length,
+        "padded_length": t.padded_length, "tokens": result.batch * t.length,
+        "compiled": t.compiled, "seconds": t.seconds, "usd": None,
+    } for t in result.trace]
