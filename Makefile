@@ -24,9 +24,12 @@ export PJRT_DEVICE
 
 setup: $(MAIN_STAMP) $(XLA_STAMP)
 
+# The main job for now: a small sweep of every implementation runnable here, across lengths and the
+# three shape regimes, in both venvs (results/runs/<stamp>-<host>/). The asv suite replaces it.
+BENCH_ARGS ?= --seq 256 1024 --steps 6 --min-seconds 0.2 --quiet
 bench: setup
-	$(VENV)/bin/python -m attnbench bench --framework numpy jax torch
-	$(XLA_VENV)/bin/python -m attnbench bench --framework torch_xla
+	$(VENV)/bin/python -m attnbench run --framework numpy jax torch $(BENCH_ARGS)
+	$(XLA_VENV)/bin/python -m attnbench run --framework torch_xla $(BENCH_ARGS)
 
 test: lint test-main test-xla
 
@@ -60,8 +63,8 @@ $(XLA_STAMP): pyproject.toml | system-check
 
 # A missing system dependency gets a message naming it, not a pip traceback.
 system-check:
-	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "missing system dependency: $(PYTHON) (Python >= 3.10)"; exit 1; }
-	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "$(PYTHON) is older than 3.10"; exit 1; }
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "missing system dependency: $(PYTHON) (Python >= 3.11)"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "$(PYTHON) is older than 3.11"; exit 1; }
 	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || { echo "missing system dependency: Python's venv/ensurepip (Debian: apt-get install python3-venv)"; exit 1; }
 	@command -v g++ >/dev/null 2>&1 || { echo "missing system dependency: g++ (torch.compile builds C++ kernels on the CPU; Debian: apt-get install g++)"; exit 1; }
 

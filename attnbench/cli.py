@@ -119,6 +119,76 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def parse_bytes(text: str) -> int:
+    """'8G', '512M', '1.5G' or a plain byte count."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    text = text.strip().upper().removesuffix("B")
+    try:
+        if text and text[-1] in units:
+            return int(float(text[:-1]) * units[text[-1]])
+        return int(text)
+    except ValueError:
+        raise ValueError(f"--memory-cap must look like 8G, 512M or a byte count, got {text!r}") from None
+
+
+RUN_COLUMNS = ["impl", "seq_q", "regime", "label", "execution", "status", "seconds_per_step", "tflops",
+               "mfu", "compiler_temp_bytes", "host_rss_growth_bytes", "compiles", "compile_seconds_total",
+               "padding_waste", "usd_per_step_on_demand", "usd_per_step_with_compiles_on_demand"]
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def cmd_run(args) -> int:
+    """A sweep outside asv: every case in a killable worker, written as a tidy table."""
+    import datetime as dt
+
+    from attnbench import sweep
+    from attnbench.engine import Options
+    from attnbench.isolation import pin_threads
+
+    threads = args.threads or len(os.sched_getaffinity(0))
+    pin_threads(threads)  # this process too, for the no-isolation path
+    memory_cap = parse_bytes(args.memory_cap) if args.memory_cap else None
+    template = Workload(batch=args.batch, q_heads=args.heads, kv_heads=args.kv_heads, seq_q=args.seq[0],
+                        head_dim=args.head_dim, dtype=args.dtype, causal=args.causal, mode=args.mode)
+    impls = [i.name for i in _impls(args.impl, args.framework) if not i.framework_missing()]
+    if not impls:
+        raise ValueError("no implementation of the chosen ones is installed in this environment")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = args.out or os.path.join("results", "runs", f"{stamp}-{os.uname().nodename}")
+    trace_dir = os.path.join(out_dir, "traces")
+
+    def options_for(regime):
+        return Options(regime=regime, bucket_policy=args.bucket_policy, regime_steps=args.steps,
+                       min_seconds=args.min_seconds, numerics=not args.no_numerics, profile=args.profile,
+                       price_per_hour=args.price_per_hour, spot_price_per_hour=args.spot_price_per_hour,
+                       trace_dir=trace_dir)
+
+    cases = [(name, template.replace(seq_q=seq, seq_k=seq), regime)
+             for name in impls for seq in args.seq for regime in args.regime]
+    kwargs = {"isolate": not args.no_isolate, "timeout_s": args.timeout, "memory_cap_bytes": memory_cap,
+              "threads": threads}
+    meta = sweep.run_metadata()
+    path = os.path.join(out_dir, f"records.{args.format}")
+    # Rewritten (atomically) after every case: an interrupted sweep keeps what it measured.
+    rows = sweep.run_sweep(cases, options_for, progress=not args.quiet,
+                           on_record=lambda done: sweep.write_table(done, path, meta), **kwargs)
+    print(_render([{c: _fmt(r.get(c)) for c in RUN_COLUMNS} for r in rows], RUN_COLUMNS, args))
+    if args.max_seq:
+        feasible = sweep.max_feasible_lengths(impls, template, args.max_seq, options_for("static"), **kwargs)
+        sweep.write_table(feasible, os.path.join(out_dir, f"max_seq.{args.format}"), meta)
+        print(_render([{k: _fmt(v) for k, v in r.items()} for r in feasible],
+                      ["impl", "max_feasible_seq", "tried_up_to", "stopped_by"], args))
+    print(f"wrote {path}")
+    return 0
+
+
 def _render(rows, columns, args) -> str:
     from attnbench.table import render
 
@@ -154,6 +224,40 @@ def build_parser() -> argparse.ArgumentParser:
                    help="longest sequence for kernels that only run in an interpreter here")
     p.add_argument("--markdown", action="store_true")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("selfcheck", help="benchmark the engine: speed and agreement with bare loops")
+    p.set_defaults(func=lambda args: __import__("attnbench.selfcheck").selfcheck.main())
+
+    p = sub.add_parser("run", help="measurement sweep (timing, memory, regimes, numerics, cost) to a table")
+    p.add_argument("--impl", nargs="*", help="only these implementations")
+    p.add_argument("--framework", nargs="*", help="only these frameworks (numpy, jax, torch, torch_xla)")
+    p.add_argument("--seq", type=int, nargs="+", default=[256, 512, 1024], help="max length per case")
+    p.add_argument("--regime", nargs="+", default=["static", "dynamic", "bucketed"],
+                   choices=["static", "dynamic", "bucketed"])
+    p.add_argument("--bucket-policy", default="multiple-128", help="multiple-N or pow2")
+    p.add_argument("--steps", type=int, default=8, help="steps in each regime's length stream")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--kv-heads", type=int, default=None)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--mode", default="fwd", choices=["fwd", "fwd_bwd"])
+    p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--min-seconds", type=float, default=0.3, help="steady-state timing budget per case")
+    p.add_argument("--threads", type=int, help="CPU threads to pin (default: the cores this process may use)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per case before it is killed")
+    p.add_argument("--memory-cap", help="address-space cap per worker, e.g. 8G (hits become status oom)")
+    p.add_argument("--max-seq", type=int, nargs="*", help="also find the largest feasible length among these")
+    p.add_argument("--profile", help="hardware profile name (see attnbench/profiles.toml)")
+    p.add_argument("--price-per-hour", type=float, help="USD per hour for the device, overriding the profile")
+    p.add_argument("--spot-price-per-hour", type=float)
+    p.add_argument("--no-numerics", action="store_true", help="skip the float64 reference check")
+    p.add_argument("--no-isolate", action="store_true", help="measure in this process (no timeout/cap)")
+    p.add_argument("--out", help="output folder (default results/runs/<UTC stamp>-<host>)")
+    p.add_argument("--format", choices=["csv", "parquet"], default="csv")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--markdown", action="store_true")
+    p.set_defaults(func=cmd_run)
     return parser
 
 

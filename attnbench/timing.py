@@ -27,8 +27,14 @@ class Timing:
 
 
 def time_step(run, *, warmup: int = 1, block_seconds: float = 0.02, min_seconds: float = 0.3,
-              min_samples: int = 5, max_samples: int = 200, max_seconds: float = 30.0) -> Timing:
-    """Time ``run()`` (which must block until its work is done)."""
+              min_samples: int = 5, max_samples: int = 200, max_seconds: float = 30.0,
+              target_rel_iqr: float | None = None) -> Timing:
+    """Time ``run()`` (which must block until its work is done).
+
+    Sampling stops once ``min_seconds`` and ``min_samples`` are reached and, when
+    ``target_rel_iqr`` is set, the interquartile range is within that fraction of the median;
+    ``max_seconds`` bounds it whatever the noise.
+    """
     clock = time.perf_counter
     start = clock()
     run()
@@ -51,7 +57,7 @@ def time_step(run, *, warmup: int = 1, block_seconds: float = 0.02, min_seconds:
     begin = clock()
     while len(samples) < max_samples:
         spent = clock() - begin
-        if len(samples) >= min_samples and (spent >= min_seconds or spent >= max_seconds):
+        if len(samples) >= min_samples and spent >= min_seconds and _settled(samples, target_rel_iqr):
             break
         if spent >= max_seconds:
             break
@@ -60,6 +66,17 @@ def time_step(run, *, warmup: int = 1, block_seconds: float = 0.02, min_seconds:
             run()
         samples.append((clock() - start) / number)
 
-    quartiles = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
+    quartiles = _quartiles(samples)
     return Timing(first_call_s=first_call, median_s=statistics.median(samples),
                   iqr_s=quartiles[2] - quartiles[0], samples=len(samples), steps_per_sample=number)
+
+
+def _quartiles(samples: list[float]) -> list[float]:
+    return statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
+
+
+def _settled(samples: list[float], target_rel_iqr: float | None) -> bool:
+    if target_rel_iqr is None:
+        return True
+    q1, median, q3 = _quartiles(samples)
+    return median > 0 and (q3 - q1) / median <= target_rel_iqr

@@ -56,3 +56,21 @@ def test_bench_unsupported_case_is_recorded_not_fatal(capsys):
 def test_bad_input_exits_2_with_a_clear_message(capsys, argv, message):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_run_writes_a_tidy_table_with_provenance_and_traces(tmp_path, capsys):
+    import csv
+
+    out = tmp_path / "run"
+    assert main(["run", "--impl", "reference-float64", "jax-cudnn", "--seq", "128", "--heads", "2",
+                 "--regime", "static", "dynamic", "--steps", "3", "--min-seconds", "0.02",
+                 "--no-isolate", "--quiet", "--out", str(out)]) == 0
+    rows = list(csv.DictReader(open(out / "records.csv")))
+    assert [(r["impl"], r["regime"], r["status"]) for r in rows] == [
+        ("reference-float64", "static", "ok"), ("reference-float64", "dynamic", "ok"),
+        ("jax-cudnn", "static", "unsupported"), ("jax-cudnn", "dynamic", "unsupported")]
+    for row in rows:
+        assert row["git_commit"] and row["version_numpy"] and row["host_cores"]
+    assert float(rows[0]["seconds_per_step"]) > 0
+    assert (out / "traces").is_dir() and len(list((out / "traces").iterdir())) == 2
+    assert "wrote" in capsys.readouterr().out

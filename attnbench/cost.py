@@ -1,0 +1,146 @@
+"""What a step costs, from its time and the price of the hardware it ran on.
+
+A :class:`Pricing` is USD per hour for *everything the run is charged for*:
+
+* an accelerator profile is priced per chip-hour, times ``chips`` (default 1: the harness runs each
+  step on one device; pass ``chips=device.count`` to charge the whole visible slice or host);
+* a CPU profile is priced per vCPU-hour, times ``cores``: the run's pinned thread count when it pins
+  one (pass it), else the host's usable cores (``device.host_cores``).
+
+User overrides (``price_per_hour``, ``spot_price_per_hour``) are USD per hour for that whole
+charged device, used as given (not multiplied by chips or cores). Each override replaces only its
+own price; the other one still comes from the profile (named with ``profile_name`` or matched).
+Hardware with no known price gets ``None`` costs and a ``cost_note``: never a made-up price.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from attnbench.hardware import Device, Profile, get_profile, match_profile
+
+SECONDS_PER_HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class Pricing:
+    device_name: str
+    on_demand_usd_per_hour: float | None  # for the whole charged device (chips x or cores x unit price)
+    spot_usd_per_hour: float | None
+    units: float | None  # chips or vCPUs the profile's unit price is multiplied by (None: no profile)
+    unit: str | None  # "chip-hour" | "vcpu-hour" | None
+    profile: str | None  # the profile used, if any
+    source: str  # where each price comes from
+    note: str | None = None  # why a price is missing, if one is
+
+    @property
+    def known(self) -> bool:
+        return self.on_demand_usd_per_hour is not None or self.spot_usd_per_hour is not None
+
+
+def _check_price(name: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0 (USD per hour), got {value!r}")
+    return float(value)
+
+
+def _check_count(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def unknown_price_note(device_name: str) -> str:
+    return f"unknown: no price for {device_name}; pass --profile or --price-per-hour"
+
+
+def pricing_for(device: Device, profile_name: str | None = None, price_per_hour: float | None = None,
+                spot_price_per_hour: float | None = None, *, cores: int | None = None, chips: int = 1,
+                profiles: Mapping[str, Profile] | None = None) -> Pricing:
+    """Prices for ``device``: the named profile, else the matched one, with the user's overrides.
+
+    ``cores`` (CPU profiles): vCPUs charged, default ``device.host_cores``; pass the run's pinned
+    thread count when it pins one. ``chips`` (accelerator profiles): chips charged, default 1.
+    ``profile_name`` unknown raises ``KeyError`` listing the known names.
+    """
+    price_per_hour = _check_price("price_per_hour", price_per_hour)
+    spot_price_per_hour = _check_price("spot_price_per_hour", spot_price_per_hour)
+    chips = _check_count("chips", chips)
+    cores = _check_count("cores", device.host_cores if cores is None else cores)
+    profile = get_profile(profile_name, profiles) if profile_name else match_profile(device, profiles)
+
+    units = unit = None
+    if profile is not None:
+        unit = profile.price_unit
+        units = float(cores if unit == "vcpu-hour" else chips)
+
+    def price(override: float | None, entry, label: str) -> tuple[float | None, str]:
+        if override is not None:
+            return override, f"{label}: user override {override:g} USD/h for the whole device"
+        if entry is not None:
+            return entry.value * units, (f"{label}: profile {profile.name} {entry.value:g} USD/{unit} x "
+                                         f"{units:g} ({entry.source}, {entry.date.isoformat()})")
+        return None, f"{label}: none"
+
+    on_demand, src_od = price(price_per_hour, profile and profile.price_on_demand, "on-demand")
+    spot, src_spot = price(spot_price_per_hour, profile and profile.price_spot, "spot")
+
+    note = None
+    if on_demand is None and spot is None:
+        note = unknown_price_note(device.name)
+    elif on_demand is None:
+        note = f"no on-demand price for {device.name}; pass --price-per-hour"
+    elif spot is None:
+        where = f" in profile {profile.name}" if profile is not None and price_per_hour is None else ""
+        note = f"no spot price for {device.name}{where}; pass --spot-price-per-hour"
+    return Pricing(device_name=device.name, on_demand_usd_per_hour=on_demand, spot_usd_per_hour=spot,
+                   units=units, unit=unit, profile=profile.name if profile else None,
+                   source=f"{src_od}; {src_spot}", note=note)
+
+
+def cost_per_step(seconds_per_step: float | None, pricing: Pricing,
+                  tokens_per_step: int | None = None) -> dict:
+    """USD per step and per million tokens, on demand and spot.
+
+    ``usd_per_step = usd_per_hour / 3600 * seconds_per_step``;
+    ``usd_per_million_tokens = usd_per_step / tokens_per_step * 1e6``. A missing price, a missing
+    time (a failed run) or missing tokens give ``None`` for what depends on them, and ``cost_note``
+    says why.
+    """
+    notes = [pricing.note] if pricing.note else []
+    seconds = seconds_per_step
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                                or not math.isfinite(seconds) or seconds < 0):
+        seconds = None
+    if seconds is None:
+        notes.append(f"no time per step ({seconds_per_step!r})")
+    if tokens_per_step is not None:
+        tokens_per_step = _check_count("tokens_per_step", tokens_per_step)
+
+    def per_step(usd_per_hour: float | None) -> float | None:
+        if usd_per_hour is None or seconds is None:
+            return None
+        return usd_per_hour / SECONDS_PER_HOUR * seconds
+
+    def per_million(usd: float | None) -> float | None:
+        if usd is None or tokens_per_step is None:
+            return None
+        return usd / tokens_per_step * 1e6
+
+    step_od = per_step(pricing.on_demand_usd_per_hour)
+    step_spot = per_step(pricing.spot_usd_per_hour)
+    return {
+        "usd_per_hour_on_demand": pricing.on_demand_usd_per_hour,
+        "usd_per_hour_spot": pricing.spot_usd_per_hour,
+        "usd_per_step_on_demand": step_od,
+        "usd_per_step_spot": step_spot,
+        "usd_per_million_tokens_on_demand": per_million(step_od),
+        "usd_per_million_tokens_spot": per_million(step_spot),
+        "price_source": pricing.source,
+        "cost_note": "; ".join(notes) if notes else None,
+    }

@@ -1,0 +1,138 @@
+"""A sweep: many cases through killable workers, written as one tidy table with its provenance."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import os
+import platform as host_platform
+import subprocess
+import sys
+from importlib import metadata as importlib_metadata
+
+from attnbench import records
+from attnbench.atomic import atomic_write_bytes, atomic_write_text
+from attnbench.engine import Options, measure_case
+
+VERSIONED = ("jax", "jaxlib", "libtpu", "torch", "torch_xla", "numpy")
+
+
+def library_versions() -> dict:
+    out = {}
+    for name in VERSIONED:
+        try:
+            out[f"version_{name}"] = importlib_metadata.version(name.replace("_", "-"))
+        except importlib_metadata.PackageNotFoundError:
+            try:
+                out[f"version_{name}"] = importlib_metadata.version(name)
+            except importlib_metadata.PackageNotFoundError:
+                out[f"version_{name}"] = None
+    return out
+
+
+def git_commit(cwd: str | None = None) -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=cwd or os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def run_metadata() -> dict:
+    from attnbench import hardware
+
+    host = hardware.detect_host()
+    return {"run_started_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "git_commit": git_commit(), "python": host_platform.python_version(),
+            "host_cpu": host.cpu_model, "host_cores": host.usable_cores, **library_versions()}
+
+
+def run_sweep(cases, options_for, *, isolate: bool = True, timeout_s: float = 300.0,
+              memory_cap_bytes: int | None = None, threads: int | None = None, progress: bool = True,
+              fresh_process: bool = True, on_record=None):
+    """Measure each (impl, workload, regime) case; one failing case never stops the sweep.
+
+    ``fresh_process``: each case gets a new worker, as asv gives each benchmark a new process.
+    Compile caches live per process (torch_xla's cannot be cleared), so a regime's compile count is
+    only honest when no earlier case compiled the same shapes in the same process.
+    """
+    from attnbench.isolation import Worker
+
+    bar = _progress(len(cases), progress)
+    rows = []
+    worker = Worker(threads=threads, memory_cap_bytes=memory_cap_bytes) if isolate else None
+    try:
+        for impl, workload, regime in cases:
+            options = options_for(regime)
+            if bar:
+                bar.set_description(f"{impl} S={workload.seq_q} {regime}")
+            if worker:
+                record = worker.measure(impl, workload, options, timeout_s)
+                if fresh_process:
+                    worker.close()
+            else:
+                record = measure_case(impl, workload, options)
+            rows.append(record)
+            if on_record:
+                on_record(rows)
+            if bar:
+                bar.update(1)
+    finally:
+        if worker:
+            worker.close()
+        if bar:
+            bar.close()
+    return rows
+
+
+def max_feasible_lengths(impl_names, template, lengths, options, **sweep_kwargs) -> list[dict]:
+    """Largest sequence length each implementation ran at, walking up ``lengths`` until it fails."""
+    rows = []
+    for name in impl_names:
+        best, stopped_by, reason = None, None, None
+        for length in sorted(lengths):
+            workload = template.replace(seq_q=length, seq_k=length)
+            [record] = run_sweep([(name, workload, "static")], lambda _regime: options,
+                                 progress=False, **sweep_kwargs)
+            if record["status"] == records.OK:
+                best = length
+                continue
+            stopped_by, reason = record["status"], record["reason"]
+            break
+        rows.append({"impl": name, "max_feasible_seq": best, "tried_up_to": max(lengths),
+                     "stopped_by": stopped_by or "none (all lengths ran)", "reason": reason,
+                     "workload": template.describe()})
+    return rows
+
+
+def write_table(rows: list[dict], path: str, metadata: dict | None = None) -> str:
+    """Write rows (plus metadata columns) as CSV or Parquet by extension, atomically."""
+    full = [{**(metadata or {}), **row} for row in rows]
+    columns = list(dict.fromkeys(k for row in full for k in row))
+    if path.endswith(".parquet"):
+        import pandas as pd
+
+        buffer = io.BytesIO()
+        pd.DataFrame(full, columns=columns).to_parquet(buffer, index=False)
+        atomic_write_bytes(path, buffer.getvalue())
+    else:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(full)
+        atomic_write_text(path, buffer.getvalue())
+    return path
+
+
+def _progress(total: int, enabled: bool):
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, file=sys.stderr, unit="case", dynamic_ncols=True)
+
+
+__all__ = ["Options", "max_feasible_lengths", "run_metadata", "run_sweep", "write_table"]

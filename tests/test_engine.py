@@ -1,0 +1,131 @@
+"""The measurement engine: every status, the record's columns, regimes, memory sources, writing."""
+
+from __future__ import annotations
+
+import csv
+import os
+
+import pytest
+
+from attnbench import records
+from attnbench.engine import Options, measure_case, numerics_workload
+from attnbench.isolation import Worker
+from attnbench.sweep import run_sweep, write_table
+from attnbench.workload import Workload
+from tests.conftest import FRAMEWORKS
+
+SMALL = Workload(batch=1, q_heads=2, seq_q=128, head_dim=32, causal=True)
+FAST = Options(min_seconds=0.05, regime_steps=3)
+needs_jax = pytest.mark.skipif("jax" not in FRAMEWORKS, reason="jax runs in the main venv")
+
+
+@needs_jax
+def test_ok_record_has_every_metric_group():
+    r = measure_case("jax-xla", SMALL, FAST)
+    assert r["status"] == records.OK, r["reason"]
+    assert set(r) == set(records.COLUMNS)
+    assert r["label"] == "native" and r["platform"] == "cpu" and r["execution"] == "compiled"
+    assert r["seconds_per_step"] > 0 and r["iqr_s"] >= 0 and r["samples"] >= 5
+    assert r["tokens_per_s"] == pytest.approx(SMALL.tokens / r["seconds_per_step"])
+    assert r["tflops"] == pytest.approx(SMALL.flops / r["seconds_per_step"] / 1e12)
+    assert r["peak_tflops"] > 0 and r["mfu"] == pytest.approx(r["tflops"] / r["peak_tflops"])
+    assert r["compiler_temp_bytes"] > 0 and r["compile_s"] > 0
+    assert r["compiles"] == 1 and r["padding_waste"] > 0  # static pads the stream to the max
+    assert r["numerics_ok"] is True and r["max_abs_err"] < 1e-4
+    assert r["kernel_verified"] and "custom-call" in r["kernel_evidence"]
+    # CPU priced per vCPU-hour from the packaged profile
+    assert r["usd_per_step_on_demand"] == pytest.approx(
+        r["usd_per_hour_on_demand"] / 3600 * r["seconds_per_step"])
+    assert r["usd_per_million_tokens_on_demand"] == pytest.approx(
+        r["usd_per_step_on_demand"] / SMALL.tokens * 1e6)
+
+
+@needs_jax
+def test_dynamic_regime_compiles_per_length_and_bucketed_per_bucket(tmp_path):
+    options = Options(min_seconds=0.05, regime_steps=6, trace_dir=str(tmp_path))
+    dynamic = measure_case("jax-xla", SMALL.replace(seq_q=512, seq_k=512), options.__class__(
+        **{**options.__dict__, "regime": "dynamic"}))
+    assert dynamic["status"] == records.OK, dynamic["reason"]
+    with open(dynamic["trace_file"]) as f:
+        trace = list(csv.DictReader(f))
+    assert len(trace) == 6
+    distinct = {row["length"] for row in trace}
+    assert dynamic["compiles"] == len(distinct)
+    assert dynamic["padding_waste"] == 0
+    bucketed = measure_case("jax-xla", SMALL.replace(seq_q=512, seq_k=512), options.__class__(
+        **{**options.__dict__, "regime": "bucketed"}))
+    assert bucketed["compiles"] == len({row["padded_length"] for row in csv.DictReader(
+        open(bucketed["trace_file"]))})
+    assert 0 < bucketed["compiles"] <= dynamic["compiles"]
+
+
+def test_unsupported_is_a_status_with_the_reason():
+    r = measure_case("jax-cudnn", SMALL, FAST)
+    assert r["status"] == records.UNSUPPORTED
+    assert "cuDNN needs an NVIDIA GPU" in r["reason"] or "not installed" in r["reason"]
+
+
+def test_nan_kernel_is_numerics_failed_not_ok():
+    r = measure_case("tests.stub_impls:NanKernel", SMALL, FAST)
+    assert r["status"] == records.NUMERICS_FAILED
+    assert r["numerics_ok"] is False and r["seconds_per_step"] > 0  # timing kept beside the failure
+
+
+def test_bug_is_error_with_message():
+    r = measure_case("tests.stub_impls:BrokenKernel", SMALL, FAST)
+    assert r["status"] == records.ERROR
+    assert "ZeroDivisionError: stub kernel divided by zero" in r["reason"]
+
+
+def test_unknown_implementation_is_error_not_crash():
+    r = measure_case("no-such-kernel", SMALL, FAST)
+    assert r["status"] == records.ERROR and "unknown implementation" in r["reason"]
+
+
+def test_memory_cap_turns_an_allocation_into_oom():
+    with Worker(memory_cap_bytes=4 * 2**30) as worker:
+        r = worker.measure("tests.stub_impls:HogKernel", SMALL, FAST, timeout_s=120)
+    assert r["status"] == records.OOM, r["reason"]
+
+
+def test_timeout_kills_the_case_and_the_sweep_goes_on():
+    cases = [("tests.stub_impls:SlowKernel", SMALL, "static"), ("reference-float64", SMALL, "static")]
+    rows = run_sweep(cases, lambda regime: FAST, timeout_s=8, progress=False)
+    assert [r["status"] for r in rows] == [records.TIMEOUT, records.OK]
+    assert "no result within 8 s" in rows[0]["reason"]
+    assert rows[0]["impl"] == "tests.stub_impls:SlowKernel"
+
+
+@needs_jax
+def test_materialized_softmax_memory_grows_quadratically_flash_linearly():
+    """XLA's own estimate (compiler_temp_bytes): O(S^2) for jax-xla, O(S) for the blockwise kernel."""
+    grow = {}
+    for name in ("jax-xla", "jax-blockwise-flash"):
+        small, large = (measure_case(name, SMALL.replace(seq_q=s, seq_k=s, q_heads=1, kv_heads=1),
+                                     Options(min_seconds=0.02, regime_steps=1, numerics=False))
+                        for s in (1024, 4096))
+        grow[name] = large["compiler_temp_bytes"] / small["compiler_temp_bytes"]
+    assert grow["jax-xla"] > 10, grow  # 4x the length: ~16x the score matrix
+    assert grow["jax-blockwise-flash"] < 6, grow
+
+
+def test_reference_beyond_its_budget_checks_on_a_proxy():
+    big = Workload(batch=4, q_heads=16, seq_q=8192, head_dim=64, causal=True, mode="fwd_bwd")
+    proxy = numerics_workload(big)
+    assert (proxy.seq_q, proxy.batch, proxy.mode) == (512, 1, "fwd")
+    assert numerics_workload(SMALL) == SMALL
+
+
+def test_write_table_is_atomic_and_readable(tmp_path):
+    path = str(tmp_path / "records.csv")
+    write_table([{"impl": "a", "seconds_per_step": 0.5}], path, {"git_commit": "abc"})
+    first = open(path).read()
+    assert first.splitlines()[0] == "git_commit,impl,seconds_per_step"
+    # a write that fails half-way leaves the previous file whole and no temp file behind
+    parquet = str(tmp_path / "records.parquet")
+    write_table([{"impl": "a"}], parquet)
+    before = open(parquet, "rb").read()
+    with pytest.raises(Exception, match="Could not convert"):
+        write_table([{"impl": object()}], parquet)
+    assert open(parquet, "rb").read() == before
+    assert [p for p in os.listdir(tmp_path) if p.endswith(".tmp")] == []
