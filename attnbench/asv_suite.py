@@ -1,0 +1,213 @@
+"""What the asv suite measures and how it reads it: profiles, cases, metrics, provenance.
+
+The classes in ``benchmarks/`` stay thin: each ``setup_cache`` calls ``measure_cases`` once per
+environment and commit (every case in its own worker process, through ``attnbench.engine``), and
+every ``track_*`` benchmark reads one column of that one measurement. Nothing here imports a
+framework at import time: asv imports the suite in every benchmark process.
+
+Profiles (``ATTNBENCH_PROFILE``): ``default`` fits this project's 2-core CPU machine in 10 minutes;
+``full`` adds lengths up to 8192 and bfloat16. ``ATTNBENCH_IMPLS`` (comma-separated names) and
+asv's own ``-b REGEX`` narrow a run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+
+from attnbench import records
+from attnbench.workload import Workload
+
+PROFILES = {
+    "default": {"forward_seqs": (256, 1024), "training_seqs": (512,), "dtypes": ("float32",),
+                "regime_steps": 6, "min_seconds": 0.2},
+    "full": {"forward_seqs": (256, 512, 1024, 2048, 4096, 8192), "training_seqs": (512, 1024, 2048),
+             "dtypes": ("float32", "bfloat16"), "regime_steps": 12, "min_seconds": 0.5},
+}
+FORWARD = Workload(batch=1, q_heads=8, head_dim=64, seq_q=1024, causal=True, mode="fwd")
+TRAINING = FORWARD.replace(mode="fwd_bwd")
+CASE_TIMEOUT_S = 600.0
+
+
+def profile() -> dict:
+    name = os.environ.get("ATTNBENCH_PROFILE", "default")
+    if name not in PROFILES:
+        raise ValueError(f"ATTNBENCH_PROFILE must be one of {sorted(PROFILES)}, got {name!r}")
+    return PROFILES[name]
+
+
+def impl_names() -> list[str]:
+    """Every registered name (params must not differ between asv environments), or a chosen subset."""
+    import attention_impls
+
+    chosen = os.environ.get("ATTNBENCH_IMPLS")
+    names = attention_impls.names()
+    if chosen:
+        wanted = [n.strip() for n in chosen.split(",") if n.strip()]
+        for name in wanted:
+            attention_impls.get(name)  # unknown names fail loudly
+        names = [n for n in names if n in wanted]
+    return names
+
+
+def this_env_frameworks() -> tuple[str, ...]:
+    """The torch_xla environment measures torch_xla only; the main one everything else."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch_xla") is not None:
+        return ("torch_xla",)
+    return ("numpy", "jax", "torch")
+
+
+def measure_cases(cases: list[tuple[str, Workload, str]]) -> dict:
+    """Measure each (impl, workload, regime) once; returns {case key: record}.
+
+    Cases of another environment's frameworks and cases the implementation refuses are recorded
+    without starting a worker.
+    """
+    import attention_impls
+    from attnbench.engine import Options
+    from attnbench.isolation import pin_threads
+    from attnbench.sweep import run_sweep
+
+    threads = len(os.sched_getaffinity(0))
+    pin_threads(threads)
+    settings = profile()
+    out, to_run = {}, []
+    for name, workload, regime in cases:
+        impl = attention_impls.get(name)
+        key = case_key(name, workload, regime)
+        if impl.framework not in this_env_frameworks():
+            out[key] = {"status": records.UNSUPPORTED,
+                        "reason": f"{impl.framework} is measured in the other asv environment"}
+            continue
+        reason = impl.check(workload)
+        if reason:
+            out[key] = {"status": records.UNSUPPORTED, "reason": reason}
+            continue
+        to_run.append((name, workload, regime))
+
+    def options_for(regime):
+        return Options(regime=regime, regime_steps=settings["regime_steps"],
+                       min_seconds=settings["min_seconds"])
+
+    rows = run_sweep(to_run, options_for, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False)
+    for (name, workload, regime), row in zip(to_run, rows, strict=True):
+        out[case_key(name, workload, regime)] = row
+    write_versions_sidecar()
+    return out
+
+
+def case_key(name: str, workload: Workload, regime: str) -> str:
+    return f"{name}|{workload.describe()}|{regime}"
+
+
+# -- metrics --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Metric:
+    name: str  # the track_<name> benchmark
+    unit: str
+    column: str | None  # record column read directly; None: derived by ``value``
+    direction: str = "lower"  # what is better; asv itself only knows lower-is-better
+
+    def value(self, record: dict) -> float:
+        if self.name == "status":
+            return float(STATUS_CODES[record["status"]])
+        if self.name == "mfu_shortfall":
+            return _num(1.0 - record["mfu"]) if record.get("mfu") is not None else math.nan
+        if self.name == "seconds_per_pflop":
+            return 1e-3 / record["tflops"] if record.get("tflops") else math.nan
+        if self.name == "seconds_per_million_useful_tokens":
+            rate = record.get("useful_tokens_per_s")
+            return 1e6 / rate if rate else math.nan
+        return _num(record.get(self.column))
+
+
+# 0 = ok; the rest in rising order of trouble. Unsupported never reaches a metric (asv shows n/a).
+STATUS_CODES = {records.OK: 0, records.NUMERICS_FAILED: 1, records.OOM: 2, records.TIMEOUT: 3,
+                records.ERROR: 4}
+
+METRICS = [
+    Metric("seconds_per_step", "seconds", "seconds_per_step"),
+    Metric("tokens_per_s", "tokens/s", "tokens_per_s", "higher"),
+    Metric("seconds_per_million_tokens", "seconds", "seconds_per_million_tokens"),
+    Metric("tflops", "TFLOP/s", "tflops", "higher"),
+    Metric("seconds_per_pflop", "seconds", None),
+    Metric("mfu", "fraction", "mfu", "higher"),
+    Metric("mfu_shortfall", "fraction", None),
+    Metric("first_call_seconds", "seconds", "first_call_s"),
+    Metric("compile_seconds", "seconds", "compile_seconds_total"),
+    Metric("compiles", "count", "compiles"),
+    Metric("padding_waste", "fraction", "padding_waste"),
+    Metric("useful_tokens_per_s", "tokens/s", "useful_tokens_per_s", "higher"),
+    Metric("seconds_per_million_useful_tokens", "seconds", None),
+    Metric("device_peak_bytes", "bytes", "device_peak_bytes"),
+    Metric("compiler_temp_bytes", "bytes", "compiler_temp_bytes"),
+    Metric("compiler_peak_bytes", "bytes", "compiler_peak_bytes"),
+    Metric("host_profiler_peak_bytes", "bytes", "host_profiler_peak_bytes"),
+    Metric("host_rss_growth_bytes", "bytes", "host_rss_growth_bytes"),
+    Metric("usd_per_step", "USD", "usd_per_step_on_demand"),
+    Metric("usd_per_step_with_compiles", "USD", "usd_per_step_with_compiles_on_demand"),
+    Metric("usd_per_million_tokens", "USD", "usd_per_million_tokens_on_demand"),
+    Metric("max_abs_error", "abs error", "max_abs_err"),
+    Metric("status", "code", None),
+]
+METRIC_VERSION = "1"  # bump only when a metric's meaning changes (asv drops older history then)
+
+
+def _num(value) -> float:
+    return math.nan if value is None else float(value)
+
+
+def record_for(cache: dict, key: str) -> dict:
+    """The case's record, or ``NotImplementedError`` (asv: n/a) when it could not run here."""
+    record = cache.get(key)
+    if record is None:
+        raise NotImplementedError(f"{key} is not in this profile's measurements")
+    if record["status"] == records.UNSUPPORTED:
+        raise NotImplementedError(record["reason"])
+    return record
+
+
+# -- provenance -----------------------------------------------------------------------------------
+def machine_name() -> str:
+    """The name results are filed under: states the accelerator (cpu-2core, h200, tpu-v5e-1)."""
+    override = os.environ.get("ATTNBENCH_MACHINE")
+    if override:
+        return override
+    from attnbench import hardware
+
+    for framework in ("jax", "torch", "torch_xla"):
+        try:
+            device = hardware.detect_accelerator(framework)
+        except Exception:  # framework missing in this env
+            continue
+        if device.platform != "cpu":
+            slug = "".join(c if c.isalnum() else "-" for c in device.name.lower()).strip("-")
+            slug = slug.replace("nvidia-", "")
+            return f"{slug}-{device.count}" if device.platform == "tpu" else slug
+    return f"cpu-{hardware.detect_host().usable_cores}core"
+
+
+def write_versions_sidecar(results_dir: str | None = None) -> str | None:
+    """Library versions of this asv environment, beside its results (asv's existing mode records none).
+
+    Written to ``results/<machine>/versions/<commit8>-<env>.json`` when asv runs us (it sets
+    ``ASV_ENV_NAME``, and ``ASV_COMMIT`` except in existing-environment mode, where the run is
+    for ``--set-commit-hash``, read here as the checkout's HEAD); ``None`` outside asv.
+    """
+    from attnbench.atomic import atomic_write_text
+    from attnbench.sweep import git_commit, library_versions
+
+    env, conf_dir = os.environ.get("ASV_ENV_NAME"), os.environ.get("ASV_CONF_DIR", ".")
+    commit = os.environ.get("ASV_COMMIT") or (git_commit(conf_dir) if env else None)
+    if not commit or not env:
+        return None
+    root = results_dir or os.path.join(conf_dir, "results")
+    path = os.path.join(root, machine_name(), "versions", f"{commit[:8]}-{env}.json")
+    payload = {"commit_hash": commit, "env_name": env, "machine": machine_name(),
+               "versions": {k.removeprefix("version_"): v for k, v in library_versions().items() if v}}
+    atomic_write_text(path, json.dumps(payload, indent=1, sort_keys=True) + "\n")
+    return path

@@ -1,0 +1,72 @@
+"""The asv suite: the same attention workloads, forced-flash vs native, across lengths and shapes.
+
+Thin classes over ``attnbench.asv_suite``: ``setup_cache`` measures every case once per
+environment and commit (each in a fresh worker, through the engine) and every ``track_*``
+benchmark reads one metric of that one measurement. Cases an implementation cannot run here are
+skipped (``NotImplementedError`` in ``setup``: asv shows n/a) with the implementation's reason.
+"""
+
+from attnbench import asv_suite as suite
+from attnbench.regimes import REGIMES
+
+PROFILE = suite.profile()
+
+
+def _track(metric):
+    def track(self, cache, *params):
+        return metric.value(self.record)
+
+    track.__name__ = f"track_{metric.name}"
+    track.unit = metric.unit
+    track.version = suite.METRIC_VERSION
+    return track
+
+
+def with_metrics(cls):
+    """Give a benchmark class one ``track_<metric>`` per metric of ``attnbench.asv_suite.METRICS``."""
+    for metric in suite.METRICS:
+        setattr(cls, f"track_{metric.name}", _track(metric))
+    return cls
+
+
+@with_metrics
+class Forward:
+    """Causal forward pass, B1 H8 D64: implementation x sequence length x shape regime x dtype."""
+
+    params = (suite.impl_names(), list(PROFILE["forward_seqs"]), list(REGIMES), list(PROFILE["dtypes"]))
+    param_names = ["implementation", "seq_len", "regime", "dtype"]
+    timeout = 3600  # setup_cache measures the whole class
+
+    @staticmethod
+    def workload(seq_len, dtype):
+        return suite.FORWARD.replace(seq_q=seq_len, seq_k=seq_len, dtype=dtype)
+
+    def setup_cache(self):
+        impls, seqs, regimes, dtypes = self.params
+        return suite.measure_cases([(i, self.workload(s, d), r)
+                                    for i in impls for s in seqs for r in regimes for d in dtypes])
+
+    def setup(self, cache, implementation, seq_len, regime, dtype):
+        key = suite.case_key(implementation, self.workload(seq_len, dtype), regime)
+        self.record = suite.record_for(cache, key)
+
+
+@with_metrics
+class Training:
+    """Causal forward + backward, B1 H8 D64, static shapes: implementation x sequence length."""
+
+    params = (suite.impl_names(), list(PROFILE["training_seqs"]))
+    param_names = ["implementation", "seq_len"]
+    timeout = 3600
+
+    @staticmethod
+    def workload(seq_len):
+        return suite.TRAINING.replace(seq_q=seq_len, seq_k=seq_len)
+
+    def setup_cache(self):
+        impls, seqs = self.params
+        return suite.measure_cases([(i, self.workload(s), "static") for i in impls for s in seqs])
+
+    def setup(self, cache, implementation, seq_len):
+        key = suite.case_key(implementation, self.workload(seq_len), "static")
+        self.record = suite.record_for(cache, key)
