@@ -20,23 +20,54 @@ XLA_TESTS := tests/test_correctness.py tests/test_conformance.py tests/test_work
 
 export PJRT_DEVICE
 
-.PHONY: setup bench test lint test-main test-xla list matrix system-check clean
+.PHONY: setup bench html serve-html sweep browser-deps test lint test-main test-xla list matrix system-check clean
 
 setup: $(MAIN_STAMP) $(XLA_STAMP)
 
-# The main job for now: a small sweep of every implementation runnable here, across lengths and the
-# three shape regimes, in both venvs (results/runs/<stamp>-<host>/). The asv suite replaces it.
-BENCH_ARGS ?= --seq 256 1024 --steps 6 --min-seconds 0.2 --quiet
-bench: setup
-	$(VENV)/bin/python -m attnbench run --framework numpy jax torch $(BENCH_ARGS)
-	$(XLA_VENV)/bin/python -m attnbench run --framework torch_xla $(BENCH_ARGS)
+# The main job: the asv suite (default profile) for the current commit on this machine, in both asv
+# environments (main and torch_xla), then offline HTML and a summary. ATTNBENCH_PROFILE=full for the
+# long profile; ASV_ARGS="-b Training" (asv's own selection) or ATTNBENCH_IMPLS=a,b for a subset.
+ASV := $(VENV)/bin/asv
+ASV_ARGS ?=
+bench: setup browser-deps
+	@machine=$$($(VENV)/bin/python -m attnbench machine-name) && \
+	$(ASV) machine --yes --machine $$machine >/dev/null && \
+	echo "asv run: machine $$machine, profile $${ATTNBENCH_PROFILE:-default}" && \
+	( $(ASV) run --machine $$machine $(ASV_ARGS) HEAD^! || \
+	  echo "asv run reported failed benchmarks (status failed in the results); publishing anyway" )
+	$(MAKE) --no-print-directory html
+	$(VENV)/bin/python -m attnbench summary
+
+# asv's stock pages load their scripts from CDNs; serve them locally so the HTML works offline.
+html: $(MAIN_STAMP) browser-deps
+	$(ASV) publish
+	$(VENV)/bin/python -m attnbench.offline_html html
+	@echo "HTML: $(CURDIR)/html/index.html (serve it: make serve-html, http://127.0.0.1:8080)"
+
+serve-html: html
+	$(VENV)/bin/python -m attnbench.offline_html html --serve 8080
+
+# The sweep CLI outside asv (results/runs/<stamp>-<host>/): every runnable implementation x
+# lengths x static/dynamic/bucketed, in both venvs.
+SWEEP_ARGS ?= --seq 256 1024 --steps 6 --min-seconds 0.2 --quiet
+sweep: setup
+	$(VENV)/bin/python -m attnbench run --framework numpy jax torch $(SWEEP_ARGS)
+	$(XLA_VENV)/bin/python -m attnbench run --framework torch_xla $(SWEEP_ARGS)
+
+# The browser test needs Debian's chromium; the offline HTML needs npm to fetch jQuery, Flot, ...
+browser-deps: $(MAIN_STAMP)
+	@command -v chromium >/dev/null 2>&1 || { apt-get update && apt-get install -y chromium; } \
+	  || { echo "missing system dependency: chromium (Debian: apt-get install chromium)"; exit 1; }
+	@command -v npm >/dev/null 2>&1 || { apt-get update && apt-get install -y npm; } \
+	  || { echo "missing system dependency: npm (Debian: apt-get install npm)"; exit 1; }
+	@$(VENV)/bin/python -c 'from attnbench.offline_html import fetch_vendor; fetch_vendor()'
 
 test: lint test-main test-xla
 
 lint: $(MAIN_STAMP)
 	$(VENV)/bin/ruff check .
 
-test-main: $(MAIN_STAMP)
+test-main: $(MAIN_STAMP) browser-deps
 	ATTNBENCH_TEST_FRAMEWORKS=$(MAIN_FRAMEWORKS) $(VENV)/bin/python -m pytest
 
 test-xla: $(XLA_STAMP)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass
 
 from attnbench import records
@@ -23,6 +24,8 @@ from attnbench.workload import Workload
 PROFILES = {
     "default": {"forward_seqs": (256, 1024), "training_seqs": (512,), "dtypes": ("float32",),
                 "regime_steps": 6, "min_seconds": 0.2},
+    "smoke": {"forward_seqs": (128, 256), "training_seqs": (128,), "dtypes": ("float32",),
+              "regime_steps": 3, "min_seconds": 0.05},  # the test suite's own quick run
     "full": {"forward_seqs": (256, 512, 1024, 2048, 4096, 8192), "training_seqs": (512, 1024, 2048),
              "dtypes": ("float32", "bfloat16"), "regime_steps": 12, "min_seconds": 0.5},
 }
@@ -194,18 +197,27 @@ def machine_name() -> str:
 def write_versions_sidecar(results_dir: str | None = None) -> str | None:
     """Library versions of this asv environment, beside its results (asv's existing mode records none).
 
-    Written to ``results/<machine>/versions/<commit8>-<env>.json`` when asv runs us (it sets
-    ``ASV_ENV_NAME``, and ``ASV_COMMIT`` except in existing-environment mode, where the run is
-    for ``--set-commit-hash``, read here as the checkout's HEAD); ``None`` outside asv.
+    Written to ``results/<machine>/versions/<commit8>-<env>.json``. asv sets ``ASV_ENV_NAME`` and
+    ``ASV_COMMIT`` for virtualenv runs; in existing-environment mode (``--python=same``) it sets
+    neither, so the name is rebuilt the way asv builds it (``existing-py<executable>``) and the
+    commit is the checkout's HEAD (the run's ``--set-commit-hash``). ``None`` outside asv.
     """
     from attnbench.atomic import atomic_write_text
     from attnbench.sweep import git_commit, library_versions
 
-    env, conf_dir = os.environ.get("ASV_ENV_NAME"), os.environ.get("ASV_CONF_DIR", ".")
-    commit = os.environ.get("ASV_COMMIT") or (git_commit(conf_dir) if env else None)
+    env = os.environ.get("ASV_ENV_NAME")
+    if env is None and "asv_runner" in sys.modules:
+        from asv.environment import get_env_name
+
+        env = get_env_name("existing", sys.executable, {}, {})
+    commit = os.environ.get("ASV_COMMIT") or (git_commit() if env else None)  # editable checkout
     if not commit or not env:
         return None
-    root = results_dir or os.path.join(conf_dir, "results")
+    # asv runs benchmarks in a scratch cwd and, in existing mode, without ASV_CONF_DIR: fall back to
+    # the checkout this package is in (ATTNBENCH_RESULTS_DIR overrides, e.g. for tests).
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = (results_dir or os.environ.get("ATTNBENCH_RESULTS_DIR")
+            or os.path.join(os.environ.get("ASV_CONF_DIR", checkout), "results"))
     path = os.path.join(root, machine_name(), "versions", f"{commit[:8]}-{env}.json")
     payload = {"commit_hash": commit, "env_name": env, "machine": machine_name(),
                "versions": {k.removeprefix("version_"): v for k, v in library_versions().items() if v}}

@@ -189,6 +189,31 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_machine_name(args) -> int:
+    from attnbench.asv_suite import machine_name
+
+    print(machine_name())
+    return 0
+
+
+def cmd_summary(args) -> int:
+    """Best native vs best forced-flash per sequence length, from the asv results (read only)."""
+    from attnbench.asv_results import load_results, summary_native_vs_forced
+
+    frame = load_results(args.results)
+    table = summary_native_vs_forced(frame)
+    if table.empty:
+        print("no Forward/static results to summarise")
+        return 0
+    columns = [c for c in ["machine", "seq_len", "dtype", "best_native", "native_ms_per_step",
+                           "native_usd_per_step", "best_forced", "forced_ms_per_step", "forced_usd_per_step"]
+               if c in table]
+    rows = [{c: _fmt(v) for c, v in row.items()} for row in table[columns].to_dict("records")]
+    print("# best native vs best forced-flash, causal fwd B1 H8 D64, static shapes, newest commit")
+    print(_render(rows, columns, args))
+    return 0
+
+
 def _render(rows, columns, args) -> str:
     from attnbench.table import render
 
@@ -224,6 +249,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="longest sequence for kernels that only run in an interpreter here")
     p.add_argument("--markdown", action="store_true")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("machine-name", help="the name asv results are filed under here (cpu-2core, h200)")
+    p.set_defaults(func=cmd_machine_name)
+
+    p = sub.add_parser("summary", help="best native vs forced-flash per length from the asv results")
+    p.add_argument("--results", default="results")
+    p.add_argument("--markdown", action="store_true")
+    p.set_defaults(func=cmd_summary)
 
     p = sub.add_parser("selfcheck", help="benchmark the engine: speed and agreement with bare loops")
     p.set_defaults(func=lambda args: __import__("attnbench.selfcheck").selfcheck.main())

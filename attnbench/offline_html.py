@@ -135,7 +135,10 @@ def fetch_vendor(cache_dir: str | os.PathLike | None = None) -> Path:
             dest = _pkg_dir(cache, name).parent
             staging = Path(tmp) / f"x-{name}"
             with tarfile.open(Path(tmp) / entry["filename"]) as tar:
-                tar.extractall(staging, filter="data")
+                if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4
+                    tar.extractall(staging, filter="data")
+                else:
+                    tar.extractall(staging)
             absent = [f for f in _needed_files(name) if not (staging / "package" / f).exists()]
             if absent:
                 raise OfflineHtmlError(f"npm package {name}@{entry['version']} lacks {absent}")

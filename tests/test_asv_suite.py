@@ -1,0 +1,171 @@
+"""The asv suite: discovery, units, skipped-not-failed, one measurement per case, and the loader
+reading real asv output (plus damaged files)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnbench import asv_suite, records
+from tests.conftest import FRAMEWORKS
+
+pytestmark = pytest.mark.skipif("jax" not in FRAMEWORKS or "torch" not in FRAMEWORKS,
+                                reason="the asv suite's tests run in the main venv")
+ROOT = Path(__file__).resolve().parents[1]
+ASV = [sys.executable, "-m", "asv"]
+SUBSET = "jax-xla,jax-cudnn,torch-sdpa-flash,torch-xla-sdpa"
+
+
+def _conf(tmp_path: Path) -> Path:
+    """The project's asv.conf.json, pointed at a temporary results folder and this venv."""
+    text = "\n".join(line for line in (ROOT / "asv.conf.json").read_text().splitlines()
+                     if not line.strip().startswith("//"))
+    conf = json.loads(text)
+    conf.update(repo=str(ROOT), benchmark_dir=str(ROOT / "benchmarks"), results_dir=str(tmp_path / "results"),
+                html_dir=str(tmp_path / "html"), env_dir=str(tmp_path / "env"), environment_type="existing")
+    conf.pop("include")
+    path = tmp_path / "asv.conf.json"
+    path.write_text(json.dumps(conf))
+    return path
+
+
+@pytest.fixture(scope="module")
+def asv_run(tmp_path_factory):
+    """One real `asv run` of the suite (smoke profile, a subset), in existing-environment mode."""
+    tmp = tmp_path_factory.mktemp("asv")
+    conf = _conf(tmp)
+    env = {**os.environ, "ATTNBENCH_IMPLS": SUBSET, "ATTNBENCH_MACHINE": "test-cpu",
+           "ATTNBENCH_PROFILE": "smoke", "ATTNBENCH_RESULTS_DIR": str(tmp / "results")}
+    subprocess.run([*ASV, "machine", "--yes", "--machine", "test-cpu", "--config", str(conf)],
+                   check=True, capture_output=True, env=env, cwd=tmp)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    proc = subprocess.run([*ASV, "run", "--config", str(conf), "--python=same", "--set-commit-hash", head,
+                           "--machine", "test-cpu", "--show-stderr"],
+                          capture_output=True, text=True, env=env, cwd=tmp, timeout=900)
+    return tmp, proc, head
+
+
+def test_asv_check_discovers_every_benchmark(tmp_path):
+    proc = subprocess.run([*ASV, "check", "--config", str(_conf(tmp_path)), "--python=same"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No problems found" in proc.stdout
+
+
+def test_every_metric_has_a_unit_a_version_and_a_lower_is_better_twin():
+    from benchmarks.attention import Forward, Training
+
+    for cls in (Forward, Training):
+        for metric in asv_suite.METRICS:
+            track = getattr(cls, f"track_{metric.name}")
+            assert track.unit == metric.unit and track.unit
+            assert track.version == asv_suite.METRIC_VERSION
+    names = {m.name for m in asv_suite.METRICS}
+    twins = {"tokens_per_s": "seconds_per_million_tokens", "tflops": "seconds_per_pflop",
+             "mfu": "mfu_shortfall", "useful_tokens_per_s": "seconds_per_million_useful_tokens"}
+    for higher in (m.name for m in asv_suite.METRICS if m.direction == "higher"):
+        assert twins[higher] in names, f"{higher} needs a lower-is-better twin for asv"
+
+
+def test_twins_are_exact_inverses():
+    record = {"tflops": 0.5, "mfu": 0.25, "useful_tokens_per_s": 2e5, "status": records.OK}
+    value = {m.name: m.value(record) for m in asv_suite.METRICS}
+    assert value["seconds_per_pflop"] == pytest.approx(1e-3 / 0.5)
+    assert value["mfu_shortfall"] == pytest.approx(0.75)
+    assert value["seconds_per_million_useful_tokens"] == pytest.approx(5.0)
+    assert math.isnan(value["seconds_per_step"]) and value["status"] == 0
+
+
+def test_unsupported_is_skipped_with_reason_and_other_env_is_not_started():
+    cache = asv_suite.measure_cases([("jax-cudnn", asv_suite.FORWARD, "static"),
+                                     ("torch-xla-sdpa", asv_suite.FORWARD, "static")])
+    cudnn, xla = (asv_suite.case_key(n, asv_suite.FORWARD, "static") for n in ("jax-cudnn", "torch-xla-sdpa"))
+    with pytest.raises(NotImplementedError, match="cuDNN needs an NVIDIA GPU"):
+        asv_suite.record_for(cache, cudnn)
+    with pytest.raises(NotImplementedError, match="measured in the other asv environment"):
+        asv_suite.record_for(cache, xla)
+
+
+def test_asv_run_records_ok_and_skipped_not_failed(asv_run):
+    tmp, proc, head = asv_run
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [result_file] = [p for p in (tmp / "results" / "test-cpu").glob("*.json") if p.name != "machine.json"]
+    data = json.loads(result_file.read_text())
+    entry = dict(zip(data["result_columns"], data["results"]["attention.Training.track_seconds_per_step"],
+                     strict=False))
+    names = [p.strip("'") for p in entry["params"][0]]
+    by_impl = dict(zip(names, entry["result"], strict=True))
+    assert by_impl["jax-xla"] > 0 and by_impl["torch-sdpa-flash"] > 0
+    assert math.isnan(by_impl["jax-cudnn"]) and math.isnan(by_impl["torch-xla-sdpa"])  # n/a, not null
+    sidecar = tmp / "results" / "test-cpu" / "versions" / f"{head[:8]}-{data['env_name']}.json"
+    versions = json.loads(sidecar.read_text())["versions"]
+    assert versions["jax"] and versions["torch"]
+
+
+def test_loader_reads_real_asv_output(asv_run):
+    from attnbench.asv_results import load_results, summary_native_vs_forced
+
+    tmp, _, head = asv_run
+    frame = load_results(str(tmp / "results"), repo=str(ROOT))
+    assert set(frame["metric"]) == {m.name for m in asv_suite.METRICS}
+    assert set(frame["status"]) == {"ok", "skipped"}
+    ok = frame[(frame.metric == "seconds_per_step") & (frame.status == "ok")]
+    assert set(ok["implementation"]) == {"jax-xla", "torch-sdpa-flash"}
+    assert (frame["commit_hash"] == head).all() and frame["commit_position"].notna().all()
+    assert frame.loc[frame.metric == "tokens_per_s", "direction"].eq("higher").all()
+    assert frame["version_jax"].notna().all()
+    assert set(frame["label"].dropna()) <= {"native", "forced-flash"}
+    summary = summary_native_vs_forced(frame)
+    assert list(summary["seq_len"]) == [128, 256]
+    assert set(summary["best_native"]) <= {"jax-xla", "torch-sdpa-flash"}
+    assert "best_forced" not in summary  # no forced-flash kernel in this subset
+
+
+def test_loader_survives_damaged_files_and_never_writes(asv_run, tmp_path):
+    from attnbench.asv_results import ResultsError, load_results
+
+    src, _, _ = asv_run
+    results = tmp_path / "results"
+    shutil.copytree(src / "results", results)
+    machine = results / "test-cpu"
+    good = next(p for p in machine.glob("*.json") if p.name != "machine.json")
+    (machine / "truncated-env.json").write_text(good.read_text()[:200])
+    stale = json.loads(good.read_text())
+    for entry in stale["results"].values():
+        entry[2] = "0-old"  # version column: another suite version
+    (machine / "stale-env.json").write_text(json.dumps(stale))
+    before = {p: p.read_bytes() for p in results.rglob("*") if p.is_file()}
+    with pytest.warns(UserWarning) as caught:
+        frame = load_results(str(results), repo=str(ROOT))
+    messages = " ".join(str(w.message) for w in caught)
+    assert "truncated-env.json: unreadable" in messages and "stale-env.json" in messages
+    assert len(frame) > 0 and not frame["file"].str.contains("stale|truncated").any()
+    assert {p: p.read_bytes() for p in results.rglob("*") if p.is_file()} == before
+    with pytest.raises(ResultsError, match="no asv results"):
+        load_results(str(tmp_path / "empty"))
+
+
+def test_published_site_renders_our_graphs_offline(asv_run):
+    """`asv publish` + our offline rewrite, opened in headless Chromium with the network cut."""
+    from attnbench.offline_html import check_published_site, make_offline
+
+    tmp, _, _ = asv_run
+    conf = tmp / "asv.conf.json"
+    proc = subprocess.run([*ASV, "publish", "--config", str(conf)], capture_output=True, text=True, cwd=tmp,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    make_offline(tmp / "html")
+    artifacts = ROOT / "artifacts"
+    artifacts.mkdir(exist_ok=True)
+    screenshot = artifacts / "asv_forward_seconds_per_step.png"
+    pages = check_published_site(tmp / "html", ["attention.Forward.track_seconds_per_step",
+                                                "attention.Training.track_usd_per_step"], screenshot)
+    assert pages and screenshot.stat().st_size > 10_000
