@@ -22,12 +22,15 @@ from attnbench import records
 from attnbench.workload import Workload
 
 PROFILES = {
+    # max_interpret_seq: Pallas kernels that only run here through an interpreter (100x slower than
+    # native) are skipped above it, with that reason; it keeps the default profile within 10 minutes.
     "default": {"forward_seqs": (256, 1024), "training_seqs": (512,), "dtypes": ("float32",),
-                "regime_steps": 6, "min_seconds": 0.2},
+                "regime_steps": 6, "min_seconds": 0.2, "max_interpret_seq": 512},
     "smoke": {"forward_seqs": (128, 256), "training_seqs": (128,), "dtypes": ("float32",),
-              "regime_steps": 3, "min_seconds": 0.05},  # the test suite's own quick run
+              "regime_steps": 3, "min_seconds": 0.05, "max_interpret_seq": 256},  # the tests' quick run
     "full": {"forward_seqs": (256, 512, 1024, 2048, 4096, 8192), "training_seqs": (512, 1024, 2048),
-             "dtypes": ("float32", "bfloat16"), "regime_steps": 12, "min_seconds": 0.5},
+             "dtypes": ("float32", "bfloat16"), "regime_steps": 12, "min_seconds": 0.5,
+             "max_interpret_seq": None},
 }
 FORWARD = Workload(batch=1, q_heads=8, head_dim=64, seq_q=1024, causal=True, mode="fwd")
 TRAINING = FORWARD.replace(mode="fwd_bwd")
@@ -87,14 +90,21 @@ def measure_cases(cases: list[tuple[str, Workload, str]]) -> dict:
                         "reason": f"{impl.framework} is measured in the other asv environment"}
             continue
         reason = impl.check(workload)
+        limit = settings["max_interpret_seq"]
+        if not reason and limit and workload.seq_q > limit and impl.execution(impl.platform()) == "interpret":
+            profile_name = os.environ.get("ATTNBENCH_PROFILE", "default")
+            reason = (f"runs only in an interpreter here; the {profile_name} profile stops interpreted "
+                      f"kernels at {limit} tokens (ATTNBENCH_PROFILE=full runs it)")
         if reason:
             out[key] = {"status": records.UNSUPPORTED, "reason": reason}
             continue
         to_run.append((name, workload, regime))
 
+    traces = trace_dir()
+
     def options_for(regime):
         return Options(regime=regime, regime_steps=settings["regime_steps"],
-                       min_seconds=settings["min_seconds"])
+                       min_seconds=settings["min_seconds"], trace_dir=traces)
 
     rows = run_sweep(to_run, options_for, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False)
     for (name, workload, regime), row in zip(to_run, rows, strict=True):
@@ -194,16 +204,17 @@ def machine_name() -> str:
     return f"cpu-{hardware.detect_host().usable_cores}core"
 
 
-def write_versions_sidecar(results_dir: str | None = None) -> str | None:
-    """Library versions of this asv environment, beside its results (asv's existing mode records none).
+def asv_context() -> dict | None:
+    """Where this asv run files its results: results dir, machine, commit and environment name.
 
-    Written to ``results/<machine>/versions/<commit8>-<env>.json``. asv sets ``ASV_ENV_NAME`` and
-    ``ASV_COMMIT`` for virtualenv runs; in existing-environment mode (``--python=same``) it sets
-    neither, so the name is rebuilt the way asv builds it (``existing-py<executable>``) and the
-    commit is the checkout's HEAD (the run's ``--set-commit-hash``). ``None`` outside asv.
+    asv sets ``ASV_ENV_NAME`` and ``ASV_COMMIT`` for virtualenv runs; in existing-environment mode
+    (``--python=same``) it sets neither, so the name is rebuilt the way asv builds it
+    (``existing-py<executable>``) and the commit is the checkout's HEAD (the run's
+    ``--set-commit-hash``). asv runs benchmarks in a scratch cwd, so the results dir is
+    ``ATTNBENCH_RESULTS_DIR``, else ``$ASV_CONF_DIR/results``, else the checkout's ``results/``.
+    ``None`` outside asv.
     """
-    from attnbench.atomic import atomic_write_text
-    from attnbench.sweep import git_commit, library_versions
+    from attnbench.sweep import git_commit
 
     env = os.environ.get("ASV_ENV_NAME")
     if env is None and "asv_runner" in sys.modules:
@@ -213,13 +224,34 @@ def write_versions_sidecar(results_dir: str | None = None) -> str | None:
     commit = os.environ.get("ASV_COMMIT") or (git_commit() if env else None)  # editable checkout
     if not commit or not env:
         return None
-    # asv runs benchmarks in a scratch cwd and, in existing mode, without ASV_CONF_DIR: fall back to
-    # the checkout this package is in (ATTNBENCH_RESULTS_DIR overrides, e.g. for tests).
     checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    root = (results_dir or os.environ.get("ATTNBENCH_RESULTS_DIR")
+    root = (os.environ.get("ATTNBENCH_RESULTS_DIR")
             or os.path.join(os.environ.get("ASV_CONF_DIR", checkout), "results"))
-    path = os.path.join(root, machine_name(), "versions", f"{commit[:8]}-{env}.json")
-    payload = {"commit_hash": commit, "env_name": env, "machine": machine_name(),
+    return {"results_dir": root, "machine": machine_name(), "commit": commit, "env": env}
+
+
+def trace_dir() -> str | None:
+    """``results/<machine>/traces/<commit8>-<env>/``: the engine's per-step regime traces."""
+    ctx = asv_context()
+    if ctx is None:
+        return None
+    return os.path.join(ctx["results_dir"], ctx["machine"], "traces", f"{ctx['commit'][:8]}-{ctx['env']}")
+
+
+def write_versions_sidecar() -> str | None:
+    """Library versions of this asv environment, beside its results (asv's existing mode records none).
+
+    Written to ``results/<machine>/versions/<commit8>-<env>.json``; ``None`` outside asv.
+    """
+    from attnbench.atomic import atomic_write_text
+    from attnbench.sweep import library_versions
+
+    ctx = asv_context()
+    if ctx is None:
+        return None
+    name = f"{ctx['commit'][:8]}-{ctx['env']}.json"
+    path = os.path.join(ctx["results_dir"], ctx["machine"], "versions", name)
+    payload = {"commit_hash": ctx["commit"], "env_name": ctx["env"], "machine": ctx["machine"],
                "versions": {k.removeprefix("version_"): v for k, v in library_versions().items() if v}}
     atomic_write_text(path, json.dumps(payload, indent=1, sort_keys=True) + "\n")
     return path

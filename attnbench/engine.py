@@ -114,10 +114,12 @@ def _measure(impl, workload: Workload, options: Options, record: dict) -> None:
         record.update(first_call_s=timing.first_call_s, seconds_per_step=timing.median_s,
                       iqr_s=timing.iqr_s, samples=timing.samples, steps_per_sample=timing.steps_per_sample)
     record.update(measure_memory(impl, step))
-    _run_regime(impl, workload, options, record)
+    regime_result = _run_regime(impl, workload, options, record)
     seconds = record["seconds_per_step"]
     if seconds:
         _throughput_and_cost(device, workload, seconds, options, record)
+    if options.trace_dir:
+        record["trace_file"] = write_trace(regime_result, record, options.trace_dir)
     record["status"] = records.OK
     if options.numerics:
         record.update(check_numerics(impl, workload))
@@ -140,18 +142,23 @@ def _run_regime(impl, workload, options, record) -> None:
     if options.regime != "static":
         record["seconds_per_step"] = result.steady_seconds_per_step
         record["first_call_s"] = result.trace[0].seconds if result.trace else None
-    if options.trace_dir:
-        record["trace_file"] = write_trace(result, record, options.trace_dir)
+    return result
 
 
 def write_trace(result, record: dict, trace_dir: str) -> str:
-    """The per-step trace of a regime run as CSV (spikes are per step); returns the path."""
+    """The per-step trace of a regime run as CSV (spikes are per step); returns the path.
+
+    Each step's ``usd`` is its wall time at the record's on-demand hourly price (None when unpriced).
+    """
     import csv
 
     from attnbench import regimes
     from attnbench.atomic import atomic_write_text
 
     rows = regimes.trace_to_rows(result)
+    hourly = record.get("usd_per_hour_on_demand")
+    for row in rows:
+        row["usd"] = None if hourly is None else hourly / 3600 * row["seconds"]
     name = "{impl}__{regime}__S{seq_q}__{mode}__{dtype}.csv".format(**record)
     path = os.path.join(trace_dir, name)
     if rows:
