@@ -1,6 +1,8 @@
-"""Pallas TPU FlashAttention (``jax.experimental.pallas.ops.tpu.flash_attention``), as shipped.
+"""Pallas TPU FlashAttention (``jax.experimental.pallas.ops.tpu.flash_attention``).
 
-A Mosaic TPU kernel with jax's default tiles (``BlockSizes.get_default()``: every block 128). On a
+A Mosaic TPU kernel. jax's default tiles are 128 everywhere (``BlockSizes.get_default()``), which its
+maintainers call too small for a v5e (jax-ml/jax issue 24633: ~4% of peak); we call it with the
+largest of 512, 256, 128 that divides each length, as torch_xla's wrapper does with 512. On a
 CPU it runs only in jax's TPU interpreter (``pltpu.force_tpu_interpret_mode``), which simulates TPU
 memory through host callbacks: ~100x slower than native, so it is labelled interpret-only.
 
@@ -17,7 +19,22 @@ from attention_impls._jax import JaxImpl
 from attention_impls.base import RUNS, interpret_only, unsupported
 from attention_impls.registry import register
 
-BLOCK = 128  # BlockSizes.get_default(): block_q = block_k_major = block_k = 128, backward blocks 128
+BLOCK = 128  # the smallest tile, BlockSizes.get_default()'s: every length must be a multiple of it
+TILES = (512, 256, 128)
+
+
+def tile(length: int) -> int:
+    """The largest tile in ``TILES`` dividing ``length`` (128 for a ragged length)."""
+    return next((t for t in TILES if length % t == 0), BLOCK)
+
+
+def block_sizes(seq_q: int, seq_k: int):
+    from jax.experimental.pallas.ops.tpu.flash_attention import BlockSizes
+
+    tq, tk = tile(seq_q), tile(seq_k)
+    return BlockSizes(block_q=tq, block_k_major=tk, block_k=tk, block_b=1,
+                      block_q_major_dkv=tq, block_k_major_dkv=tk, block_k_dkv=tk, block_q_dkv=tq,
+                      block_k_major_dq=tk, block_k_dq=tk, block_q_dq=tq)
 
 
 def tpu_flash_shape_reason(workload) -> str | None:
@@ -48,7 +65,7 @@ class JaxPallasTpuFlash(JaxImpl):
     name = "jax-pallas-tpu-flash"
     designed_for = frozenset({"tpu"})
     is_flash = True
-    summary = ("Pallas TPU flash_attention (jax.experimental.pallas.ops.tpu), default 128 tiles; "
+    summary = ("Pallas TPU flash_attention (jax.experimental.pallas.ops.tpu), 512/256/128 tiles; "
                "TPU interpreter off-TPU")
     platform_support = {
         "cpu": interpret_only("TPU interpreter (pltpu.force_tpu_interpret_mode), ~100x slower"),
@@ -70,11 +87,9 @@ class JaxPallasTpuFlash(JaxImpl):
         return contextlib.nullcontext()
 
     def attention(self, q, k, v, *, causal, scale):
-        from jax.experimental.pallas.ops.tpu.flash_attention import BlockSizes, flash_attention
+        from jax.experimental.pallas.ops.tpu.flash_attention import flash_attention
 
-        batch, seq_q, heads, head_dim = q.shape
         out = flash_attention(
             q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),
-            causal=causal, sm_scale=scale,
-            block_sizes=BlockSizes.get_default(batch, heads, seq_q, k.shape[1], head_dim))
+            causal=causal, sm_scale=scale, block_sizes=block_sizes(q.shape[1], k.shape[1]))
         return out.transpose(0, 2, 1, 3)
