@@ -23,7 +23,8 @@ def to_tensor(x: np.ndarray, device):
 
 
 def to_float64(t) -> np.ndarray:
-    return t.detach().float().cpu().numpy().astype(np.float64)
+    """Copy to the host first, then widen: on a lazy device (XLA) ``.float()`` would run another graph."""
+    return t.detach().cpu().double().numpy()
 
 
 class TorchImpl(AttentionImpl):
@@ -60,6 +61,8 @@ class TorchImpl(AttentionImpl):
         out.backward(do)
         return out, (q.grad, k.grad, v.grad)
 
+    # The conformance path synchronizes once before reading anything back: on a lazy device (XLA)
+    # ``.cpu()`` on each unsynced result would compile and run a graph per tensor.
     def run_numpy(self, q, k, v, *, causal, scale=None):
         self.require(workload_of(q, k, v, causal=causal))
         import torch
@@ -68,6 +71,7 @@ class TorchImpl(AttentionImpl):
         with torch.no_grad():
             out = self.attention(to_tensor(q, dev), to_tensor(k, dev), to_tensor(v, dev),
                                  causal=causal, scale=default_scale(q.shape[3], scale))
+        self.synchronize()
         return to_float64(out)
 
     def grad_numpy(self, q, k, v, do, *, causal, scale=None):
@@ -75,6 +79,7 @@ class TorchImpl(AttentionImpl):
         dev = self.device()
         _, grads = self._grads(*(to_tensor(x, dev) for x in (q, k, v, do)), causal,
                                default_scale(q.shape[3], scale))
+        self.synchronize()
         return tuple(to_float64(g) for g in grads)
 
     def make_step(self, workload: Workload, seed: int = 0) -> Step:

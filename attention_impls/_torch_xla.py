@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
-
 from attention_impls._torch import TorchImpl, to_tensor
-from attention_impls.base import AttentionImpl, Step, default_scale, workload_of
+from attention_impls.base import AttentionImpl, Step, default_scale
 from attnbench.workload import Workload
 
 # PJRT device type (``torch_xla.runtime.device_type()``) -> our platform names.
@@ -34,11 +32,6 @@ def xla_platform() -> str:
     except KeyError:
         raise RuntimeError(f"torch_xla runs on PJRT device {device_type!r}, which this harness does "
                            f"not map to cpu/gpu/tpu") from None
-
-
-def to_float64(t) -> np.ndarray:
-    """Copy to the host first, then widen: ``.float()`` on the XLA device would run another graph."""
-    return t.detach().cpu().double().numpy()
 
 
 def custom_calls(tensors) -> list[str]:
@@ -74,27 +67,6 @@ class TorchXlaImpl(TorchImpl):
 
     def execution(self, platform: str) -> str:
         return AttentionImpl.execution(self, platform)  # "compiled" by XLA, or "interpret"
-
-    # The conformance path materializes all results as one graph (sync) before reading any back:
-    # ``.cpu()`` on each unsynced gradient would compile and run a graph per tensor.
-    def grad_numpy(self, q, k, v, do, *, causal, scale=None):
-        self.require(workload_of(q, k, v, causal=causal, mode="fwd_bwd"))
-        dev = self.device()
-        _, grads = self._grads(*(to_tensor(x, dev) for x in (q, k, v, do)), causal,
-                               default_scale(q.shape[3], scale))
-        self.synchronize()
-        return tuple(to_float64(g) for g in grads)
-
-    def run_numpy(self, q, k, v, *, causal, scale=None):
-        self.require(workload_of(q, k, v, causal=causal))
-        import torch
-
-        dev = self.device()
-        with torch.no_grad():
-            out = self.attention(to_tensor(q, dev), to_tensor(k, dev), to_tensor(v, dev),
-                                 causal=causal, scale=default_scale(q.shape[3], scale))
-        self.synchronize()
-        return to_float64(out)
 
     def make_step(self, workload: Workload, seed: int = 0) -> Step:
         """``TorchImpl``'s step (run() ends in sync + wait), plus the HLO's custom calls as evidence."""
