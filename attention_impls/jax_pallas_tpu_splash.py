@@ -1,8 +1,9 @@
-"""Pallas TPU splash attention (``jax.experimental.pallas.ops.tpu.splash_attention``), as shipped.
+"""Pallas TPU splash attention (``jax.experimental.pallas.ops.tpu.splash_attention``).
 
-``make_splash_mha_single_device`` with jax's default tiles (``BlockSizes.get_default()``: every
-block 128), one kernel per (mask, shape), ``vmap``-ed over the batch as jax's own tests do. The mask
-is a ``CausalMask`` with ``offset = seq_k - seq_q`` (its rule is ``q + offset >= kv``: exactly our
+``make_splash_mha_single_device`` with the largest of 512/256/128 tiles dividing each length (jax's
+``BlockSizes.get_default()`` is 128 everywhere, "TODO: select better parameters"; the same choice
+as ``jax-pallas-tpu-flash``), one kernel per (mask, shape), ``vmap``-ed over the batch as jax's
+own tests do. The mask is a ``CausalMask`` with ``offset = seq_k - seq_q`` (its rule is ``q + offset >= kv``: exactly our
 bottom-right alignment) or a ``FullMask``. Splash has no softmax-scale argument, so q is scaled
 before the call. GQA is native: ``q_heads_per_kv_head`` query heads share one kv head.
 
@@ -18,6 +19,7 @@ import functools
 
 from attention_impls._jax import JaxImpl, jax_platform
 from attention_impls.base import RUNS, interpret_only
+from attention_impls.jax_pallas_tpu_flash import tile
 from attention_impls.registry import register
 
 BLOCK = 128  # BlockSizes.get_default(): block_q = block_kv = block_kv_compute = 128 (and backward)
@@ -57,7 +59,15 @@ def _kernel(seq_q: int, seq_k: int, q_heads: int, causal: bool, interpret: bool)
     with jax.ensure_compile_time_eval():
         return splash.make_splash_mha_single_device(
             masks.MultiHeadMask([head_mask(seq_q, seq_k, causal)] * q_heads),
-            block_sizes=splash.BlockSizes.get_default(), interpret=interpret)
+            block_sizes=block_sizes(seq_q, seq_k), interpret=interpret)
+
+
+def block_sizes(seq_q: int, seq_k: int):
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
+
+    tq, tk = tile(seq_q), tile(seq_k)
+    return splash.BlockSizes(block_q=tq, block_kv=tk, block_kv_compute=tk, block_q_dkv=tq,
+                             block_kv_dkv=tk, block_kv_dkv_compute=tk, block_q_dq=tq, block_kv_dq=tk)
 
 
 @register
@@ -65,8 +75,8 @@ class JaxPallasTpuSplash(JaxImpl):
     name = "jax-pallas-tpu-splash"
     designed_for = frozenset({"tpu"})
     is_flash = True
-    summary = ("Pallas TPU splash attention (make_splash_mha_single_device, 128 tiles, block-sparse "
-               "causal mask); Pallas interpreter off-TPU")
+    summary = ("Pallas TPU splash attention (make_splash_mha_single_device, 512/256/128 tiles, "
+               "block-sparse causal mask); Pallas interpreter off-TPU")
     platform_support = {
         "cpu": interpret_only(INTERPRETER),
         "gpu": interpret_only(f"{INTERPRETER}; the Mosaic TPU kernel has no GPU lowering "
