@@ -3,9 +3,10 @@
 ``make_splash_mha_single_device`` with the largest of 512/256/128 tiles dividing each length (jax's
 ``BlockSizes.get_default()`` is 128 everywhere, "TODO: select better parameters"; the same choice
 as ``jax-pallas-tpu-flash``), one kernel per (mask, shape), ``vmap``-ed over the batch as jax's
-own tests do. The mask is a ``CausalMask`` with ``offset = seq_k - seq_q`` (its rule is ``q + offset >= kv``: exactly our
-bottom-right alignment) or a ``FullMask``. Splash has no softmax-scale argument, so q is scaled
-before the call. GQA is native: ``q_heads_per_kv_head`` query heads share one kv head.
+own tests do. The mask is a ``CausalMask`` with ``offset = seq_k - seq_q`` (its rule is
+``q + offset >= kv``: exactly our bottom-right alignment) or a ``FullMask``. Splash has no
+softmax-scale argument, so q is scaled before the call. GQA is native: ``q_heads_per_kv_head``
+query heads share one kv head.
 
 Off a TPU it runs with ``interpret=True``: Pallas's HLO interpreter turns the kernel body into plain
 XLA ops looped over the grid (``pallas_call_hlo_interpret``), a lowering that exists on every
