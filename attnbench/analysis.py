@@ -108,7 +108,9 @@ def find_regressions(frame, thresholds: dict | None = None, *, min_size: int = 1
                          "position_before": position_all[start + before],
                          "position_after": position_all[start + after],
                          "value_before": shown_before, "value_after": shown_after,
-                         "relative_change": shown_after / shown_before - 1.0,
+                         # a step up from 0 (compiles, padding, status code): an infinite relative step
+                         "relative_change": (shown_after / shown_before - 1.0) if shown_before
+                         else float("inf"),
                          "versions_changed": _versions_changed(group, before, after)})
     return pd.DataFrame(rows)
 

@@ -16,6 +16,7 @@ stale benchmarks are skipped with a warning naming the file, the rest loads.
 from __future__ import annotations
 
 import ast
+import functools
 import glob
 import itertools
 import json
@@ -74,6 +75,12 @@ def _literal(text):
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
+
+
+@functools.lru_cache(maxsize=65536)
+def _literal_text(text: str):
+    """``_literal`` of one repr string, memoised: every result file repeats the same parameter values."""
+    return _literal(text)
 
 
 def _read_json(path: str):
@@ -141,23 +148,30 @@ def _expand(base, name, spec, fields, directions, labels):
     suite, _, bench = name.rpartition(".")
     metric = bench.removeprefix("track_")
     params = fields.get("params") or []
-    combos = list(itertools.product(*params)) if params else [()]
+    # Parameter values are parsed once per benchmark, not once per row (literal_eval is the cost).
+    literal_params = [[_literal_text(p) if isinstance(p, str) else _literal(p) for p in values]
+                      for values in params]
+    combos = list(itertools.product(*literal_params)) if params else [()]
     values = fields.get("result")
     values = values if params else [values]
     ci_a = fields.get("stats_ci_99_a") or [None] * len(combos)
     ci_b = fields.get("stats_ci_99_b") or [None] * len(combos)
     started = fields.get("started_at")
+    param_names = spec.get("param_names", [])
+    common = {**base, "suite": suite.rpartition(".")[2], "metric": metric, "benchmark": name,
+              "unit": spec.get("unit"), "direction": directions.get(metric, "lower")}
+    platform = base["platform"]
+    n_values = len(values) if values is not None else 0
     for i, combo in enumerate(combos):
-        value = values[i] if values is not None and i < len(values) else None
+        value = values[i] if i < n_values else None
         status = "failed" if value is None else "skipped" if value != value else "ok"
-        row = {**base, "suite": suite.rpartition(".")[2], "metric": metric, "benchmark": name,
-               "unit": spec.get("unit"), "direction": directions.get(metric, "lower"), "value": value,
+        row = {**common, "value": value,
                "ci_low": ci_a[i] if i < len(ci_a) else None, "ci_high": ci_b[i] if i < len(ci_b) else None,
                "status": status, "started_at": started}
-        for pname, pvalue in zip(spec.get("param_names", []), combo, strict=False):
-            row[pname] = _literal(pvalue)
+        for pname, pvalue in zip(param_names, combo, strict=False):
+            row[pname] = pvalue
         impl = row.get("implementation")
-        row["label"] = labels.get((impl, base["platform"])) if impl else None
+        row["label"] = labels.get((impl, platform)) if impl else None
         yield row
 
 

@@ -1,4 +1,4 @@
-"""Command line: ``python -m attnbench {list,matrix,bench}``."""
+"""Command line: ``python -m attnbench {list,matrix,bench,run,summary,report,selfcheck,...}``."""
 
 from __future__ import annotations
 
@@ -214,6 +214,55 @@ def cmd_summary(args) -> int:
     return 0
 
 
+def parse_thresholds(default: float, pairs: list[str] | None) -> dict[str, float]:
+    """``--threshold`` for every metric, then ``--threshold-metric metric=0.1`` overrides."""
+    from attnbench.asv_suite import METRICS
+
+    names = [m.name for m in METRICS]
+    thresholds = dict.fromkeys(names, default)
+    for pair in pairs or []:
+        metric, sep, value = pair.partition("=")
+        if not sep or metric not in thresholds:
+            raise ValueError(f"--threshold-metric takes METRIC=FRACTION with METRIC one of {names}, "
+                             f"got {pair!r}")
+        try:
+            thresholds[metric] = float(value)
+        except ValueError:
+            raise ValueError(f"--threshold-metric {pair!r}: {value!r} is not a number") from None
+    return thresholds
+
+
+def cmd_report(args) -> int:
+    """Markdown/HTML report, plots and tidy tables from the asv results; prints what regressed."""
+    from attnbench.report import series_name, short_env, spike_sentences, write_report
+
+    thresholds = parse_thresholds(args.threshold, args.threshold_metric)
+    report = write_report(args.results, args.out, repo=args.repo, thresholds=thresholds)
+    regressions, spikes = report.regressions, report.cost_spikes
+    shown = 20  # the rest are in the report and its regressions.csv / cost_spikes.csv
+    if regressions.empty:
+        print("no regressions detected")
+    else:
+        by_metric = regressions["metric"].value_counts()
+        print(f"{len(regressions)} regression(s) (" + ", ".join(f"{m} {n}" for m, n in by_metric.items())
+              + f"), largest {min(shown, len(regressions))}:")
+        largest = regressions.reindex(regressions["relative_change"].abs().sort_values(ascending=False).index)
+        for _, r in largest.head(shown).iterrows():
+            print(f"  {r['machine']} {short_env(r['env_name'])} {r['benchmark']} [{series_name(r)}]: "
+                  f"{r['value_before']:.4g} -> {r['value_after']:.4g} ({r['relative_change']:+.1%}) "
+                  f"{str(r['commit_before'])[:8]} -> {str(r['commit_after'])[:8]}")
+    if spikes.empty:
+        print("no cost spikes detected")
+    else:
+        print(f"{len(spikes)} cost spike(s)" + (f", largest {shown}:" if len(spikes) > shown else ":"))
+        largest = spikes.reindex(spikes["relative_change"].abs().sort_values(ascending=False).index)
+        for sentence in spike_sentences(largest.head(shown)):
+            print(f"  {sentence.replace('`', '')}")
+    print(f"report: {report.markdown}")
+    print(f"        {report.html} (self-contained), plots and tidy.csv/tidy.parquet in {report.out_dir}")
+    return 0
+
+
 def _render(rows, columns, args) -> str:
     from attnbench.table import render
 
@@ -257,6 +306,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results")
     p.add_argument("--markdown", action="store_true")
     p.set_defaults(func=cmd_summary)
+
+    p = sub.add_parser("report", help="report (Markdown, HTML, plots, tidy tables), regressions, cost spikes")
+    p.add_argument("--results", default="results", help="asv results folder (read only)")
+    p.add_argument("--out", default=os.path.join("html", "report"), help="where the report is written")
+    p.add_argument("--repo", help="git repository that orders the commits (default: the results' parent)")
+    p.add_argument("--threshold", type=float, default=0.05,
+                   help="relative step that counts as a regression, every metric (default 0.05)")
+    p.add_argument("--threshold-metric", action="append", metavar="METRIC=FRACTION",
+                   help="per-metric threshold, e.g. usd_per_step=0.1 (repeatable)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("selfcheck-report", help="benchmark the results loader and analysis on 100k rows")
+    p.set_defaults(func=lambda args: __import__("attnbench.selfcheck_report").selfcheck_report.main())
 
     p = sub.add_parser("selfcheck", help="benchmark the engine: speed and agreement with bare loops")
     p.set_defaults(func=lambda args: __import__("attnbench.selfcheck").selfcheck.main())

@@ -1,0 +1,220 @@
+"""The report, the `report` CLI and notebooks/cost_spikes.ipynb.
+
+Synthetic fixtures are real asv result trees (``results/benchmarks.json`` +
+``results/<machine>/<sha8>-<env>.json`` in asv's positional format, versions sidecars, per-step
+traces) for the commits of a throw-away git repository, written by the same generator the
+``selfcheck-report`` speed benchmark uses, with a +40% cost step injected at one commit.
+The notebook also runs against the committed ``results/``, and fails (not skips) when those are empty.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+pd = pytest.importorskip("pandas")
+pytest.importorskip("asv")
+pytest.importorskip("matplotlib")
+
+from attnbench.cli import main  # noqa: E402
+from attnbench.report import write_report  # noqa: E402
+from attnbench.selfcheck_report import ENV_MAIN, Spike, make_git_repo, write_synthetic_results  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "notebooks" / "cost_spikes.ipynb"
+SPIKE = Spike(commit=3)  # jax-blockwise-flash S1024 static on cpu-2core: +40% seconds, +60% RSS, jax bump
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("synthetic") / "repo"
+    commits = make_git_repo(str(repo), 6)
+    results = repo / "results"
+    write_synthetic_results(str(results), commits, machines=("cpu-2core", "h200"), envs=(ENV_MAIN,),
+                            spike=SPIKE)
+    return repo, results, commits
+
+
+def _png_ok(data: bytes) -> None:
+    from PIL import Image
+
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    with Image.open(io.BytesIO(data)) as image:
+        image.verify()
+    with Image.open(io.BytesIO(data)) as image:
+        assert image.size[0] > 100 and image.size[1] > 100
+
+
+def test_report_names_the_injected_spike_and_leaves_results_untouched(synthetic, tmp_path):
+    repo, results, commits = synthetic
+    before = snapshot(results)
+    out = tmp_path / "report"
+    report = write_report(str(results), str(out))
+    assert snapshot(results) == before, "write_report changed results/"
+
+    for path in report.paths:
+        assert Path(path).is_file() and Path(path).stat().st_size > 0, path
+    assert set(report.plots) == {"throughput.png", "memory.png", "regime_cost.png", "cost_over_commits.png",
+                                 "trace_dynamic.png"}
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")], "atomic writes left temp files"
+
+    # the analysis found exactly the injected step, at the right commits, attributed
+    spikes = report.cost_spikes
+    assert set(spikes["metric"]) >= {"usd_per_step", "usd_per_million_tokens"}
+    assert set(spikes["implementation"]) == {SPIKE.implementation}
+    assert set(spikes["commit_after"]) == {commits[SPIKE.commit]}
+    assert set(spikes["commit_before"]) == {commits[SPIKE.commit - 1]}
+    step = spikes[spikes["metric"] == "usd_per_step"].iloc[0]
+    assert step["relative_change"] == pytest.approx(0.40, abs=0.04)
+    assert step["attribution"].startswith("host_rss_growth_bytes +60%")
+
+    md = Path(report.markdown).read_text()
+    before8, after8 = commits[SPIKE.commit - 1][:8], commits[SPIKE.commit][:8]
+    sentence = next(line for line in md.splitlines() if line.startswith("- `usd_per_step` of"))
+    assert f"{SPIKE.implementation} S{SPIKE.seq_len} {SPIKE.regime}" in sentence
+    assert f"between {before8} and {after8}" in sentence
+    assert "moved with host_rss_growth_bytes +60%; seconds_per_step +" in sentence
+    assert "jax 0.10.2 -> 0.10.3" in sentence
+    rise = float(re.search(r"rose \+(\d+\.\d)%", sentence).group(1))
+    assert 36 <= rise <= 44
+    assert f"{before8} -> {after8}" in md  # the regressions/spike tables
+    for heading in ("## Coverage", "## Best native vs best forced-flash", "## Static vs dynamic vs bucketed",
+                    "## Cost spikes", "## Regressions", "## Per-step trace spikes"):
+        assert heading in md
+    assert "h200" in md and "cpu-2core" in md
+    for name in report.plots:
+        assert f"]({name})" in md
+
+    html = Path(report.html).read_text()
+    assert not re.search(r"https?:", html, re.I), "report.html must not reference anything outside itself"
+    assert not re.search(r"""(?:src|href)=["'](?!data:)""", html), "only data: URIs may be loaded"
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
+    assert len(images) == len(report.plots)
+    for data in images:
+        _png_ok(base64.b64decode(data))
+    assert f"between {before8} and {after8}" in html and "host_rss_growth_bytes +60%" in html
+    for path in report.plots.values():
+        _png_ok(Path(path).read_bytes())
+
+    tidy = pd.read_csv(report.tidy_csv)
+    parquet = pd.read_parquet(report.tidy_parquet)
+    assert len(tidy) == len(parquet) == len(report.frame)
+    assert list(parquet.columns) == list(report.frame.columns)
+
+
+def test_report_of_a_single_commit_outside_git(tmp_path):
+    """No history (one commit, unknown to git): nothing to detect, and the report still writes."""
+    results = tmp_path / "results"
+    write_synthetic_results(str(results), ["f" * 40], envs=(ENV_MAIN,), forward_seqs=(256,))
+    report = write_report(str(results), str(tmp_path / "out"), repo=str(tmp_path))
+    md = Path(report.markdown).read_text()
+    assert report.regressions.empty and report.cost_spikes.empty
+    assert "No regressions detected." in md
+    assert "only one commit so far" in md
+    assert "torch-sdpa-flash" in md  # best native on this CPU model
+
+
+def test_cli_report_prints_spikes_and_where_the_report_is(synthetic, tmp_path, capsys):
+    _, results, commits = synthetic
+    out = tmp_path / "cli"
+    assert main(["report", "--results", str(results), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "cost spike(s):" in printed
+    assert f"between {commits[SPIKE.commit - 1][:8]} and {commits[SPIKE.commit][:8]}" in printed
+    assert "13 regression(s) (" in printed and "largest 13:" in printed
+    assert str(out / "report.md") in printed and (out / "report.html").is_file()
+
+    loose = ["--threshold-metric", "usd_per_step=0.5", "--threshold-metric", "usd_per_million_tokens=0.5",
+             "--threshold-metric", "usd_per_step_with_compiles=0.5"]
+    assert main(["report", "--results", str(results), "--out", str(out), *loose]) == 0
+    assert "no cost spikes detected" in capsys.readouterr().out
+    assert main(["report", "--results", str(results), "--out", str(out), "--threshold", "0.9"]) == 0
+    assert "no regressions detected" in capsys.readouterr().out
+
+
+def test_cli_report_on_empty_or_missing_results_exits_2(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    for folder in ("empty", "missing"):
+        assert main(["report", "--results", str(tmp_path / folder), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert "no asv results" in err and "make bench" in err
+    assert not (tmp_path / "out").exists()
+    assert main(["report", "--results", str(tmp_path / "empty"), "--threshold-metric", "nope=1"]) == 2
+    assert "--threshold-metric" in capsys.readouterr().err
+
+
+def test_selfcheck_report_runs_and_finds_its_spike(capsys):
+    """The speed benchmark's machinery at a small size (its timing is reported by the CLI, not tested)."""
+    from attnbench import selfcheck_report
+
+    assert selfcheck_report.main(rows=4000, target_s=1e9) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"found, attributed to host_rss_growth_bytes \+6\d%", printed) and "PASS" in printed
+
+
+# -- the notebook ---------------------------------------------------------------------------------
+def test_committed_notebook_has_no_outputs():
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbformat.validate(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, "clear the notebook's outputs"
+
+
+def _execute_notebook(monkeypatch, results: Path | None):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    if results is None:
+        monkeypatch.delenv("ATTNBENCH_NOTEBOOK_RESULTS", raising=False)
+    else:
+        monkeypatch.setenv("ATTNBENCH_NOTEBOOK_RESULTS", str(results))
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                     resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client.execute()  # raises CellExecutionError on the first failing cell
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    return "".join(o.get("text", "") for o in outputs if o.output_type == "stream"), outputs
+
+
+def test_notebook_runs_headless_on_the_committed_results(monkeypatch):
+    results = ROOT / "results"
+    files = [p for p in results.glob("*/*.json") if p.name != "machine.json"]
+    if not (results / "benchmarks.json").is_file() or not files:
+        pytest.fail("results/ holds no asv results: run `make bench` and commit results/ "
+                    "(the notebook is tested against them)")
+    before = snapshot(results)
+    text, outputs = _execute_notebook(monkeypatch, None)
+    assert f"results: {results}" in text
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+    after = snapshot(results)  # a concurrent `make bench` may add files; none that was there may change
+    assert {name: after.get(name) for name in before} == before, "the notebook changed results/"
+
+
+def test_notebook_attributes_a_spike_in_synthetic_history(synthetic, monkeypatch):
+    _, results, commits = synthetic
+    text, _ = _execute_notebook(monkeypatch, results)
+    assert f"between {commits[SPIKE.commit - 1][:8]} and {commits[SPIKE.commit][:8]}" in text
+    assert "moved with host_rss_growth_bytes +60%" in text
+
+
+def test_a_step_up_from_zero_is_an_infinite_regression_not_a_crash():
+    """Real results have metrics at 0 (host RSS growth, compiles) that later rise: no ZeroDivisionError."""
+    from attnbench.analysis import find_regressions
+
+    rows = [{"machine": "cpu-2core", "env_name": "env", "benchmark": "attention.Forward.track_compiles",
+             "implementation": "jax-xla", "seq_len": 256, "regime": "static", "dtype": "float32",
+             "metric": "compiles", "unit": "count", "status": "ok", "direction": "lower",
+             "commit_hash": f"{i:040x}", "commit_position": i, "value": value}
+            for i, value in enumerate([0.0, 0.0, 0.0, 2.0, 2.0, 2.0])]
+    found = find_regressions(pd.DataFrame(rows))
+    assert len(found) == 1 and found.iloc[0]["relative_change"] == float("inf")
