@@ -91,6 +91,7 @@ class TorchImpl(AttentionImpl):
         dev = self.device()
         x = make_inputs(workload, seed)
         q, k, v, do = (to_tensor(a, dev) for a in (x.q, x.k, x.v, x.do))
+        self.synchronize()  # inputs really on the device (XLA transfers lazily) before any timing
         scale = default_scale(workload.head_dim, None)
         causal = workload.causal
 

@@ -77,11 +77,13 @@ class TorchXlaImpl(TorchImpl):
         step = super().make_step(workload, seed)
         x = make_inputs(workload, seed)
         dev = self.device()
-        with torch.no_grad():  # traced only: the graph is dropped unexecuted with ``out``
-            out = self.attention(*(to_tensor(a, dev) for a in (x.q, x.k, x.v)), causal=workload.causal,
+        inputs = [to_tensor(a, dev) for a in (x.q, x.k, x.v)]
+        self.synchronize()  # inputs on the device: the traced (never executed) graph reads device data
+        with torch.no_grad():
+            out = self.attention(*inputs, causal=workload.causal,
                                  scale=default_scale(workload.head_dim, None))
         targets = custom_calls([out])
-        del out
+        del out  # traced only: the graph is dropped unexecuted
         step.kernel_evidence = (f"forward HLO custom-calls: {', '.join(targets)}" if targets
                                 else "forward HLO has no custom-call: XLA's own ops")
         return step
