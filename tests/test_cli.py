@@ -29,29 +29,10 @@ def test_readme_matrix_is_the_generated_one(capsys):
     assert generated in readme, "README matrix is stale: paste `make matrix` output into README.md"
 
 
-def test_bench_measures_a_real_kernel(capsys):
-    assert main(["bench", "--impl", "reference-float64", "--seq", "64", "--heads", "2",
-                 "--min-seconds", "0.05"]) == 0
-    out = capsys.readouterr().out
-    row = next(line for line in out.splitlines() if line.startswith("reference-float64"))
-    cells = row.split()
-    assert cells[-1] == "ok"
-    ms = float(cells[6])
-    assert ms > 0
-
-
-def test_bench_unsupported_case_is_recorded_not_fatal(capsys):
-    assert main(["bench", "--impl", "jax-cudnn", "reference-float64", "--seq", "64", "--heads", "2",
-                 "--min-seconds", "0.02"]) == 0
-    out = capsys.readouterr().out
-    assert re.search(r"^jax-cudnn .*unsupported \[1\]", out, re.M)
-    assert re.search(r"^\[1\] cuDNN needs an NVIDIA GPU", out, re.M)
-    assert re.search(r"^reference-float64 .* ok\s*$", out, re.M)
-
-
 @pytest.mark.parametrize("argv,message", [
-    (["bench", "--impl", "no-such-kernel"], "unknown implementation 'no-such-kernel'"),
-    (["bench", "--dtype", "float64", "--impl", "reference-float64"], "Workload.dtype must be one of"),
+    (["run", "--impl", "no-such-kernel"], "unknown implementation 'no-such-kernel'"),
+    (["run", "--dtype", "float64", "--impl", "reference-float64"], "Workload.dtype must be one of"),
+    (["run", "--memory-cap", "lots", "--impl", "reference-float64"], "--memory-cap must look like 8G"),
 ])
 def test_bad_input_exits_2_with_a_clear_message(capsys, argv, message):
     assert main(argv) == 2
