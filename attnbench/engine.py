@@ -116,10 +116,9 @@ def _measure(impl, workload: Workload, options: Options, record: dict) -> None:
     record.update(measure_memory(impl, step))
     regime_result = _run_regime(impl, workload, options, record)
     seconds = record["seconds_per_step"]
-    if seconds:
-        _throughput_and_cost(device, workload, seconds, options, record)
+    pricing = _throughput_and_cost(device, workload, seconds, options, record) if seconds else None
     if options.trace_dir:
-        record["trace_file"] = write_trace(regime_result, record, options.trace_dir)
+        record["trace_file"] = write_trace(regime_result, record, options.trace_dir, pricing)
     record["status"] = records.OK
     if options.numerics:
         record.update(check_numerics(impl, workload))
@@ -145,34 +144,34 @@ def _run_regime(impl, workload, options, record) -> None:
     return result
 
 
-def write_trace(result, record: dict, trace_dir: str) -> str:
+def write_trace(result, record: dict, trace_dir: str, pricing=None) -> str | None:
     """The per-step trace of a regime run as CSV (spikes are per step); returns the path.
 
-    Each step's ``usd`` is its wall time at the record's on-demand hourly price (None when unpriced).
+    Each step's ``usd`` is its wall time at the on-demand price (None when unpriced).
     """
     import csv
+    import io
 
-    from attnbench import regimes
+    from attnbench import cost, regimes
     from attnbench.atomic import atomic_write_text
 
     rows = regimes.trace_to_rows(result)
-    hourly = record.get("usd_per_hour_on_demand")
+    if not rows:
+        return None
     for row in rows:
-        row["usd"] = None if hourly is None else hourly / 3600 * row["seconds"]
-    name = "{impl}__{regime}__S{seq_q}__{mode}__{dtype}.csv".format(**record)
-    path = os.path.join(trace_dir, name)
-    if rows:
-        import io
-
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-        atomic_write_text(path, buffer.getvalue())
+        usd = cost.cost_per_step(row["seconds"], pricing) if pricing is not None else {}
+        row["usd"] = usd.get("usd_per_step_on_demand")
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    path = os.path.join(trace_dir, "{impl}__{regime}__S{seq_q}__{mode}__{dtype}.csv".format(**record))
+    atomic_write_text(path, buffer.getvalue())
     return path
 
 
-def _throughput_and_cost(device, workload, seconds, options, record) -> None:
+def _throughput_and_cost(device, workload, seconds, options, record):
+    """Throughput, MFU and cost columns of ``record``; returns the ``Pricing`` used."""
     from attnbench import cost, hardware
 
     record.update(tokens_per_s=workload.tokens / seconds, tflops=workload.flops / seconds / 1e12,
@@ -186,10 +185,11 @@ def _throughput_and_cost(device, workload, seconds, options, record) -> None:
                                spot_price_per_hour=options.spot_price_per_hour, cores=record["threads"])
     costs = cost.cost_per_step(seconds, pricing, tokens_per_step=workload.tokens)
     record.update({k: v for k, v in costs.items() if k in record})
-    for market in ("on_demand", "spot"):  # what a step of the stream costs, compile stalls included
-        hourly, stream_s = record[f"usd_per_hour_{market}"], record["seconds_per_step_with_compiles"]
-        if hourly is not None and stream_s is not None:
-            record[f"usd_per_step_with_compiles_{market}"] = hourly / 3600 * stream_s
+    # What a step of the regime's stream costs, compile stalls included.
+    stream = cost.cost_per_step(record["seconds_per_step_with_compiles"], pricing)
+    for market in ("on_demand", "spot"):
+        record[f"usd_per_step_with_compiles_{market}"] = stream[f"usd_per_step_{market}"]
+    return pricing
 
 
 def measure_memory(impl, step) -> dict:
