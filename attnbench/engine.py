@@ -50,6 +50,15 @@ class Options:
     trace_dir: str | None = None  # where per-step regime traces are written
 
 
+def new_record(workload: Workload, options: Options, **fields) -> dict:
+    """An empty record with the case's workload and regime columns filled (and ``fields``)."""
+    record = records.empty_record()
+    record.update(_workload_columns(workload), regime=options.regime, bucket_policy=options.bucket_policy,
+                  threads=thread_count())
+    record.update(fields)
+    return record
+
+
 def resolve_impl(spec):
     """A registered name, an ``AttentionImpl`` instance, or ``"module:Class"`` (test stubs, plugins)."""
     import attention_impls
@@ -71,9 +80,7 @@ def classify_exception(exc: BaseException) -> str:
 
 def measure_case(impl_spec, workload: Workload, options: Options = Options()) -> dict:
     """One record for one case; never raises for a failing case."""
-    record = records.empty_record()
-    record.update(_workload_columns(workload))
-    record.update(regime=options.regime, bucket_policy=options.bucket_policy, threads=thread_count())
+    record = new_record(workload, options)
     try:
         impl = resolve_impl(impl_spec)
     except Exception as exc:  # unknown name, bad plugin path

@@ -68,7 +68,7 @@ class Worker:
         self._conn = parent
 
     def measure(self, impl, workload, options, timeout_s: float) -> dict:
-        from attnbench.engine import _workload_columns
+        from attnbench.engine import new_record
 
         if self._process is None or not self._process.is_alive():
             self._start()
@@ -86,11 +86,8 @@ class Worker:
             else:
                 failure = (records.ERROR, f"worker died (exit code {code})")
         self.close()
-        record = records.empty_record()
-        record.update(_workload_columns(workload), impl=impl if isinstance(impl, str) else impl.name,
-                      regime=options.regime, bucket_policy=options.bucket_policy, threads=self.threads,
-                      status=failure[0], reason=failure[1])
-        return record
+        return new_record(workload, options, impl=impl if isinstance(impl, str) else impl.name,
+                          threads=self.threads, status=failure[0], reason=failure[1])
 
     def close(self) -> None:
         if self._process is not None:
