@@ -84,13 +84,23 @@ list: setup
 matrix: $(MAIN_STAMP)
 	$(VENV)/bin/python -m attnbench matrix --markdown
 
+# pip unpacks next to the downloaded wheels, so the check asks for more than the venv's final size
+# (.venv ~2 GB; .venv-xla ~7.6 GB, mostly the CUDA wheels PyPI's torch 2.9.0 depends on).
+define need_disk
+	@avail=$$(df -Pk . | awk 'NR==2 {print int($$4 / 1048576)}'); \
+	if [ "$$avail" -lt $(1) ]; then \
+	  echo "not enough disk for $(2): it needs about $(1) GB free here, $$avail GB are left (df -h .)"; exit 1; fi
+endef
+
 $(MAIN_STAMP): pyproject.toml | system-check
+	$(if $(wildcard $(VENV)/bin/python),,$(call need_disk,4,$(VENV)))
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet -e '.[$(ACCEL)]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 $(XLA_STAMP): pyproject.toml | system-check
+	$(if $(wildcard $(XLA_VENV)/bin/python),,$(call need_disk,11,$(XLA_VENV)))
 	test -x $(XLA_VENV)/bin/python || $(PYTHON) -m venv $(XLA_VENV)
 	$(XLA_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(XLA_VENV)/bin/python -m pip install --quiet -e '.[$(XLA_FLAVOUR)]'
