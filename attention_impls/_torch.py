@@ -22,6 +22,27 @@ def to_tensor(x: np.ndarray, device):
     return torch.from_numpy(np.ascontiguousarray(x)).to(device)
 
 
+def profiled_ops(run) -> dict[str, int]:
+    """Run ``run`` once under torch's CPU-side profiler; how often each op name was recorded.
+
+    This is what an op-level profiler can see of a step: ATen ops by name, but a compiled region
+    (Inductor, XLA) only as one opaque entry.
+    """
+    from collections import Counter
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    return dict(Counter(e.name for e in prof.events()))
+
+
+def attention_ops(ops: dict[str, int]) -> list[str]:
+    """The ATen attention kernels among ``ops`` (the dispatching wrapper itself is not one)."""
+    wrapper = "aten::scaled_dot_product_attention"
+    return sorted(name for name in ops if "attention" in name and name != wrapper)
+
+
 def to_float64(t) -> np.ndarray:
     """Copy to the host first, then widen: on a lazy device (XLA) ``.float()`` would run another graph."""
     return t.detach().cpu().double().numpy()

@@ -59,15 +59,22 @@ class Step:
     """One prepared, repeatable step of a workload: ``run()`` does the work and blocks until done.
 
     ``execution`` says how the kernel really executed (``compiled``, ``eager``, ``interpret``);
-    ``kernel_evidence`` says how we know which kernel ran (filled by the implementation).
+    ``kernel_evidence`` says how we know which kernel ran (filled by the implementation), or
+    ``find_evidence`` finds it by running the step once more under a profiler; ``evidence()`` is
+    the answer either way. Callers time the step before asking, so its first call stays the first.
     """
 
     run: Callable[[], Any]
     execution: str
     kernel_evidence: str = "not verified"
+    find_evidence: Callable[[], str] | None = None
     # Ahead-of-time compile, where the framework has one (jax): {"lower_s", "compile_s",
     # "compiler_{temp,argument,output,peak}_bytes", "custom_calls"}, measured once in make_step.
     compile_info: dict | None = None
+
+    def evidence(self) -> str:
+        """How we know which kernel ran; starts with "not verified" when we do not."""
+        return self.find_evidence() if self.find_evidence else self.kernel_evidence
 
 
 @dataclass

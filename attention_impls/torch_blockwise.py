@@ -8,7 +8,7 @@ The same function is traced through XLA by ``torch_xla_blockwise``.
 
 from __future__ import annotations
 
-from attention_impls._torch import TorchImpl
+from attention_impls._torch import TorchImpl, attention_ops, profiled_ops
 from attention_impls.base import RUNS, unsupported
 from attention_impls.registry import register
 
@@ -70,3 +70,17 @@ class TorchBlockwise(TorchImpl):
 
     def attention(self, q, k, v, *, causal, scale):
         return blockwise_attention(q, k, v, causal=causal, scale=scale)
+
+    def make_step(self, workload, seed: int = 0):
+        step = super().make_step(workload, seed)
+        step.find_evidence = lambda: blockwise_evidence(profiled_ops(step.run))
+        return step
+
+
+def blockwise_evidence(ops: dict[str, int]) -> str:
+    """Our loop ran when the profiler saw its tile matmuls and no ATen attention kernel."""
+    fused, tiles = attention_ops(ops), ops.get("aten::bmm", 0)
+    if fused or not tiles:
+        return f"not verified: profiler saw {tiles} aten::bmm and attention ops {fused or 'none'}"
+    return (f"profiler saw {tiles} tile matmuls (aten::bmm) and no ATen attention op: "
+            "the blockwise loop, eager")

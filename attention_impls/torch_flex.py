@@ -18,7 +18,7 @@ import shutil
 import sys
 import types
 
-from attention_impls._torch import DynamoCompileMeter, TorchImpl
+from attention_impls._torch import DynamoCompileMeter, TorchImpl, attention_ops, profiled_ops
 from attention_impls.base import RUNS, unsupported
 from attention_impls.registry import register
 
@@ -127,6 +127,22 @@ class TorchFlexAttention(TorchImpl):
 
     def make_step(self, workload, seed: int = 0):
         step = super().make_step(workload, seed)
-        step.kernel_evidence = ("torch.compile(flex_attention, fullgraph=True, dynamic=False): Inductor "
-                                "flex template (C++ on CPU, Triton on CUDA); a fallback would raise")
+        step.find_evidence = lambda: flex_evidence(profiled_ops(step.run))
         return step
+
+
+def flex_evidence(ops: dict[str, int]) -> str:
+    """The fused kernel ran when the step was one compiled region with no ATen matmul inside.
+
+    An unfused lowering would show its score matmuls (``aten::bmm``/``mm``, Inductor's extern
+    kernels) or an ATen attention op. The template itself is invisible to this profiler: all it
+    records of the attention is the compiled region.
+    """
+    regions = [name for name in ops if name.startswith("Torch-Compiled Region")]
+    matmuls = ("aten::bmm", "aten::mm", "aten::baddbmm")
+    unfused = attention_ops(ops) + [name for name in matmuls if name in ops]
+    if not regions or unfused:
+        return (f"not verified: profiler saw {len(regions)} compiled region(s) and "
+                f"{', '.join(unfused) or 'no matmul or attention op'}")
+    return ("profiler saw one Torch-Compiled Region and no ATen matmul or attention op: Inductor's "
+            "fused flex template (C++ on CPU, Triton on CUDA), opaque to the op-level profiler")

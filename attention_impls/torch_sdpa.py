@@ -18,7 +18,7 @@ import contextlib
 import itertools
 import warnings
 
-from attention_impls._torch import TorchImpl
+from attention_impls._torch import TorchImpl, attention_ops, profiled_ops
 from attention_impls.base import RUNS, unsupported
 from attention_impls.registry import register
 from attnbench.workload import Workload
@@ -112,12 +112,7 @@ def dispatch_refusal(backend: str, workload: Workload, device) -> str | None:
 
 def attention_ops_seen(run) -> str:
     """Run ``run`` once under the profiler; name the ATen attention ops that executed."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        run()
-    ops = sorted({e.name for e in prof.events()
-                  if "attention" in e.name and e.name != "aten::scaled_dot_product_attention"})
+    ops = attention_ops(profiled_ops(run))
     return f"profiler saw {', '.join(ops)}" if ops else "profiler saw no fused or math attention op"
 
 
@@ -143,7 +138,7 @@ class _SdpaBackend(TorchImpl):
 
     def make_step(self, workload: Workload, seed: int = 0):
         step = super().make_step(workload, seed)
-        step.kernel_evidence = attention_ops_seen(step.run)
+        step.find_evidence = lambda: attention_ops_seen(step.run)
         return step
 
 

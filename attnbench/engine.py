@@ -109,8 +109,7 @@ def _measure(impl, workload: Workload, options: Options, record: dict) -> None:
     device = hardware.detect_accelerator(impl.framework)
     record["device"] = device.name
     step = impl.make_step(workload, seed=options.seed)
-    record.update(execution=step.execution, kernel_evidence=step.kernel_evidence,
-                  kernel_verified=step.kernel_evidence != "not verified")
+    record["execution"] = step.execution
     for key, value in (step.compile_info or {}).items():
         if key in record:
             record[key] = value
@@ -121,6 +120,8 @@ def _measure(impl, workload: Workload, options: Options, record: dict) -> None:
         record.update(first_call_s=timing.first_call_s, seconds_per_step=timing.median_s,
                       iqr_s=timing.iqr_s, samples=timing.samples, steps_per_sample=timing.steps_per_sample)
     record.update(measure_memory(impl, step))
+    evidence = step.evidence()  # after timing: a profiled evidence run must not be the first call
+    record.update(kernel_evidence=evidence, kernel_verified=not evidence.startswith("not verified"))
     regime_result = _run_regime(impl, workload, options, record)
     seconds = record["seconds_per_step"]
     pricing = _throughput_and_cost(device, workload, seconds, options, record) if seconds else None

@@ -151,8 +151,38 @@ def test_dispatcher_reason_picks_the_forced_backends_lines():
 def test_step_evidence_names_the_aten_kernel_that_ran(name, mode, ops):
     """Bottom-right causal with seq_q != seq_k goes through a materialized mask: still CPU flash."""
     step = impl(name).make_step(BASE.replace(seq_k=256, causal=True, mode=mode, q_heads=4, kv_heads=2))
-    seen = set(step.kernel_evidence.removeprefix("profiler saw ").split(", "))
+    assert step.kernel_evidence == "not verified"  # nothing ran yet: the profiled run comes later
+    seen = set(step.evidence().removeprefix("profiler saw ").split(", "))
     assert seen == ops
+
+
+def test_blockwise_evidence_counts_its_tile_matmuls():
+    """Causal S256 in 128x128 tiles visits 3 tiles (the one above the diagonal is skipped): 6 bmm."""
+    step = impl(BLOCKWISE).make_step(BASE.replace(seq_q=256, seq_k=256, causal=True))
+    assert step.evidence().startswith("profiler saw 6 tile matmuls (aten::bmm) and no ATen attention op")
+
+
+def test_blockwise_evidence_refuses_a_run_that_reached_an_attention_kernel():
+    from attention_impls.torch_blockwise import blockwise_evidence
+
+    ops = {"aten::bmm": 2, "aten::_scaled_dot_product_flash_attention_for_cpu": 1}
+    assert blockwise_evidence(ops).startswith("not verified")
+    assert blockwise_evidence({"aten::mul": 3}).startswith("not verified")
+
+
+def test_flex_evidence_sees_only_the_compiled_region():
+    """The lesson in one record: the op profiler cannot see the fused kernel, only its region."""
+    step = impl(FLEX).make_step(BASE.replace(causal=True))
+    assert step.evidence().startswith("profiler saw one Torch-Compiled Region and no ATen matmul")
+
+
+@pytest.mark.parametrize("ops", [{"aten::bmm": 2, "Torch-Compiled Region: 0/0": 1},  # unfused lowering
+                                 {"aten::_scaled_dot_product_attention_math": 1},  # eager, no compile
+                                 {"aten::transpose": 4}])
+def test_flex_evidence_refuses_anything_but_one_opaque_region(ops):
+    from attention_impls.torch_flex import flex_evidence
+
+    assert flex_evidence(ops).startswith("not verified")
 
 
 # -- the GPU rules, as they read from this host (sm80+ unless a capability is given) ---------------
