@@ -23,6 +23,9 @@ COMPANIONS = ("seconds_per_step", "tokens_per_s", "compiles", "compile_seconds",
               "padding_waste", "device_peak_bytes", "compiler_temp_bytes", "compiler_peak_bytes",
               "host_profiler_peak_bytes", "host_rss_growth_bytes")
 DEFAULT_THRESHOLD = 0.05
+# Steps smaller than this in absolute terms are noise whatever their relative size: the process's
+# resident high-water mark moves in 4 KiB pages, so 0 -> 8 KiB would read as an infinite regression.
+MIN_ABSOLUTE_STEP = {"bytes": 2**20}
 
 
 def _series_values(group):
@@ -50,13 +53,19 @@ def _cannot_regress(values, threshold) -> bool:
     return high <= low + max(0.0, threshold * low)
 
 
-def find_regressions(frame, thresholds: dict | None = None, *, min_size: int = 1):
-    """One row per detected regression: series, commit range, values before/after, relative step."""
+def find_regressions(frame, thresholds: dict | None = None, *, min_size: int = 1,
+                     min_absolute_step: dict | None = None):
+    """One row per detected regression: series, commit range, values before/after, relative step.
+
+    ``thresholds`` (metric -> relative step) default to asv's 5%; ``min_absolute_step`` (unit ->
+    smallest step worth reporting) defaults to ``MIN_ABSOLUTE_STEP``.
+    """
     import numpy as np
     import pandas as pd
     from asv.step_detect import detect_regressions, detect_steps
 
     thresholds = thresholds or {}
+    floors = MIN_ABSOLUTE_STEP if min_absolute_step is None else min_absolute_step
     ok = frame[(frame["status"] == "ok") & frame["commit_position"].notna()]
     keys = [c for c in SERIES if c in ok]
     rows = []
@@ -101,6 +110,8 @@ def find_regressions(frame, thresholds: dict | None = None, *, min_size: int = 1
             higher = direction == "higher"
             shown_before = 1.0 / value_before if higher else value_before
             shown_after = 1.0 / value_after if higher else value_after
+            if abs(shown_after - shown_before) < floors.get(unit_all[start], 0.0):
+                continue
             rows.append({**dict(zip(keys, key, strict=True)), "metric": metric,
                          "direction": direction, "unit": unit_all[start],
                          "commit_before": commits[before],
@@ -116,12 +127,15 @@ def find_regressions(frame, thresholds: dict | None = None, *, min_size: int = 1
 
 
 def _versions_changed(group, before: int, after: int) -> str:
-    columns = [c for c in group.columns if c.startswith("version_")]
+    """Library versions and measurement settings (``setting_*``) that differ across the step."""
+    columns = [c for c in group.columns if c.startswith(("version_", "setting_"))]
     changes = []
     for column in columns:
         a, b = group[column].iloc[before], group[column].iloc[after]
         if a != b and not (a != a and b != b):  # NaN == NaN here
-            changes.append(f"{column.removeprefix('version_')} {a} -> {b}")
+            shown = ["unrecorded" if x != x else x for x in (a, b)]
+            name = column.removeprefix("version_").replace("setting_", "setting ", 1)
+            changes.append(f"{name} {shown[0]} -> {shown[1]}")
     return "; ".join(changes)
 
 

@@ -5,7 +5,8 @@ One row per machine x environment x commit x benchmark x parameter combination. 
     machine, platform, env_name, commit_hash, commit_position, commit_date, started_at,
     suite (benchmark class), metric, benchmark, unit, direction, <one column per parameter>,
     label (forced-flash / native), value, ci_low, ci_high, status (ok / skipped / failed),
-    version_<library> (from asv's requirements and the suite's versions sidecar), file
+    version_<library> (from asv's requirements and the suite's versions sidecar),
+    setting_<name> (measurement settings from the sidecar, e.g. setting_compile_cache), file
 
 ``commit_position`` orders commits by git history (``git rev-list --topo-order``), not by date;
 commits git does not know get NaN. A damaged file, one from an older suite version, or one whose
@@ -89,11 +90,14 @@ def _read_json(path: str):
 
 
 def _versions_sidecar(results_dir, machine, commit, env) -> dict:
+    """``version_<library>`` and ``setting_<name>`` columns from the suite's sidecar, if any."""
     path = os.path.join(results_dir, machine, "versions", f"{commit[:8]}-{env}.json")
     try:
-        return _read_json(path).get("versions", {})
+        data = _read_json(path)
     except (OSError, ValueError):
         return {}
+    return {**{f"version_{k}": v for k, v in data.get("versions", {}).items()},
+            **{f"setting_{k}": v for k, v in data.get("settings", {}).items()}}
 
 
 def load_results(results_dir: str = "results", repo: str = ".") -> pd.DataFrame:
@@ -121,8 +125,7 @@ def load_results(results_dir: str = "results", repo: str = ".") -> pd.DataFrame:
             continue
         machine = os.path.basename(os.path.dirname(path))
         versions = {f"version_{k.removeprefix('pip+')}": v for k, v in data.get("requirements", {}).items()}
-        versions.update({f"version_{k}": v for k, v in
-                         _versions_sidecar(results_dir, machine, commit, env).items()})
+        versions.update(_versions_sidecar(results_dir, machine, commit, env))
         base = {"machine": machine, "platform": platform_of_machine(machine), "env_name": env,
                 "commit_hash": commit, "commit_position": positions.get(commit, float("nan")),
                 "commit_date": pd.to_datetime(data.get("date"), unit="ms", utc=True),

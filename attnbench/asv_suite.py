@@ -104,7 +104,8 @@ def measure_cases(cases: list[tuple[str, Workload, str]]) -> dict:
 
     def options_for(regime):
         return Options(regime=regime, regime_steps=settings["regime_steps"],
-                       min_seconds=settings["min_seconds"], trace_dir=traces)
+                       min_seconds=settings["min_seconds"], trace_dir=traces,
+                       compile_cache=os.environ.get("ATTNBENCH_COMPILE_CACHE", "cold"))
 
     rows = run_sweep(to_run, options_for, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False)
     for (name, workload, regime), row in zip(to_run, rows, strict=True):
@@ -239,7 +240,8 @@ def trace_dir() -> str | None:
 
 
 def write_versions_sidecar() -> str | None:
-    """Library versions of this asv environment, beside its results (asv's existing mode records none).
+    """Library versions of this asv environment, and the measurement settings, beside its results
+    (asv's existing mode records no versions).
 
     Written to ``results/<machine>/versions/<commit8>-<env>.json``; ``None`` outside asv.
     """
@@ -252,6 +254,8 @@ def write_versions_sidecar() -> str | None:
     name = f"{ctx['commit'][:8]}-{ctx['env']}.json"
     path = os.path.join(ctx["results_dir"], ctx["machine"], "versions", name)
     payload = {"commit_hash": ctx["commit"], "env_name": ctx["env"], "machine": ctx["machine"],
-               "versions": {k.removeprefix("version_"): v for k, v in library_versions().items() if v}}
+               "versions": {k.removeprefix("version_"): v for k, v in library_versions().items() if v},
+               # measurement settings that change what a number means, attributed like versions
+               "settings": {"compile_cache": os.environ.get("ATTNBENCH_COMPILE_CACHE", "cold")}}
     atomic_write_text(path, json.dumps(payload, indent=1, sort_keys=True) + "\n")
     return path

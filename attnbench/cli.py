@@ -110,7 +110,7 @@ def cmd_run(args) -> int:
         return Options(regime=regime, bucket_policy=args.bucket_policy, regime_steps=args.steps,
                        min_seconds=args.min_seconds, numerics=not args.no_numerics, profile=args.profile,
                        price_per_hour=args.price_per_hour, spot_price_per_hour=args.spot_price_per_hour,
-                       trace_dir=trace_dir)
+                       trace_dir=trace_dir, compile_cache=args.compile_cache)
 
     cases = [(name, template.replace(seq_q=seq, seq_k=seq), regime)
              for name in impls for seq in args.seq for regime in args.regime]
@@ -266,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="fwd", choices=["fwd", "fwd_bwd"])
     p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--min-seconds", type=float, default=0.3, help="steady-state timing budget per case")
+    p.add_argument("--compile-cache", choices=("cold", "warm"), default="cold",
+                   help="cold (default): each case compiles with empty on-disk compiler caches; "
+                        "warm: with whatever torch Inductor's / jax's caches already hold")
     p.add_argument("--threads", type=int, help="CPU threads to pin (default: the cores this process may use)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per case before it is killed")
     p.add_argument("--memory-cap", help="address-space cap per worker, e.g. 8G (hits become status oom)")

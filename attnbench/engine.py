@@ -22,6 +22,8 @@ import traceback
 
 from attention_impls.base import Unsupported
 from attnbench import records
+from attnbench.compiler_caches import MODES as COMPILE_CACHE_MODES
+from attnbench.compiler_caches import compiler_caches
 from attnbench.numerics import compare
 from attnbench.timing import time_step
 from attnbench.workload import Workload
@@ -48,13 +50,19 @@ class Options:
     price_per_hour: float | None = None
     spot_price_per_hour: float | None = None
     trace_dir: str | None = None  # where per-step regime traces are written
+    compile_cache: str = "cold"  # cold | warm: see attnbench/compiler_caches.py
+
+    def __post_init__(self):
+        if self.compile_cache not in COMPILE_CACHE_MODES:
+            raise ValueError(f"compile_cache must be one of {', '.join(COMPILE_CACHE_MODES)}, "
+                             f"got {self.compile_cache!r}")
 
 
 def new_record(workload: Workload, options: Options, **fields) -> dict:
     """An empty record with the case's workload and regime columns filled (and ``fields``)."""
     record = records.empty_record()
     record.update(_workload_columns(workload), regime=options.regime, bucket_policy=options.bucket_policy,
-                  threads=thread_count())
+                  compile_cache=options.compile_cache, threads=thread_count())
     record.update(fields)
     return record
 
@@ -94,7 +102,8 @@ def measure_case(impl_spec, workload: Workload, options: Options = Options()) ->
     platform = impl.platform()
     record.update(platform=platform, label=impl.label(platform), execution=impl.execution(platform))
     try:
-        _measure(impl, workload, options, record)
+        with compiler_caches(options.compile_cache):
+            _measure(impl, workload, options, record)
     except Unsupported as exc:  # e.g. a length of the dynamic stream the kernel cannot take
         record.update(status=records.UNSUPPORTED, reason=exc.reason)
     except Exception as exc:

@@ -16,7 +16,10 @@ from the best this CPU does" and is not comparable with an accelerator's spec-sh
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import hashlib
+import json
 import math
 import os
 import platform as _platform
@@ -385,6 +388,25 @@ class GemmProbe:
 
 
 _PROBE_CACHE: dict[tuple, GemmProbe] = {}
+# A directory where probes are shared between the processes of one run (``run_sweep`` sets it):
+# each case runs in a fresh worker, and re-probing there cost ~3 s per case and gave each case
+# of the run a slightly different peak.
+PROBE_DIR_ENV = "ATTNBENCH_PROBE_DIR"
+
+
+def _shared_probe_path(key: tuple) -> str | None:
+    directory = os.environ.get(PROBE_DIR_ENV)
+    if not directory:
+        return None
+    return os.path.join(directory, f"gemm-{hashlib.sha256(repr(key).encode()).hexdigest()[:16]}.json")
+
+
+def _load_shared_probe(path: str | None) -> GemmProbe | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return GemmProbe(**json.load(f))
+    except (TypeError, OSError, ValueError):  # no path, not probed yet, or a damaged file: probe again
+        return None
 
 
 def clear_cpu_peak_cache() -> None:
@@ -474,15 +496,20 @@ def cpu_peak_tflops(dtype="float32", framework: str = "torch", *, size: int | No
     rounds of :func:`attnbench.timing.time_step` (blocked, median per round); ``best_tflops`` is the
     best round, ``median_tflops`` the median round.
 
-    The result is memoised per process (keyed by every argument and the framework's thread count), so
-    a run pays for the probe once; :func:`clear_cpu_peak_cache` forgets it. This is an achieved-GEMM
+    The result is memoised per process (keyed by every argument and the framework's thread count),
+    and shared through ``$ATTNBENCH_PROBE_DIR`` between the worker processes of one sweep, so a run
+    pays for the probe once per framework and dtype; :func:`clear_cpu_peak_cache` forgets the
+    process's copy. This is an achieved-GEMM
     peak, not a spec-sheet peak: MFU against it is "fraction of this machine's own matmul speed".
     """
     dtype = canonical_dtype(dtype)
     make, threads = _gemm_runner(framework, dtype)
     key = (framework, dtype, size, max_size, min_call_seconds, rounds, threads)
-    if key in _PROBE_CACHE:
-        return _PROBE_CACHE[key]
+    shared = _shared_probe_path(key)
+    probe = _PROBE_CACHE.get(key) or _load_shared_probe(shared)
+    if probe is not None:
+        _PROBE_CACHE[key] = probe
+        return probe
     if size is None:
         n = 256
         while True:
@@ -506,6 +533,10 @@ def cpu_peak_tflops(dtype="float32", framework: str = "torch", *, size: int | No
     probe = GemmProbe(framework=framework, dtype=dtype, size=n, threads=threads,
                       best_tflops=max(rates), median_tflops=statistics.median(rates), rounds=len(rates))
     _PROBE_CACHE[key] = probe
+    if shared:
+        from attnbench.atomic import atomic_write_text
+
+        atomic_write_text(shared, json.dumps(dataclasses.asdict(probe)))
     return probe
 
 

@@ -7,6 +7,7 @@ waits at most ``timeout_s``. A worker that times out or dies is replaced; the sw
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import resource
@@ -15,6 +16,21 @@ import signal
 from attnbench import records
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def scoped_environ(**values: str):
+    """Set environment variables (seen by workers spawned meanwhile); restore them afterwards."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def pin_threads(threads: int) -> None:
@@ -72,13 +88,13 @@ class Worker:
 
         if self._process is None or not self._process.is_alive():
             self._start()
-        self._conn.send((impl, workload, options))
         failure = None
         try:
+            self._conn.send((impl, workload, options))
             if self._conn.poll(timeout_s):
                 return self._conn.recv()
             failure = (records.TIMEOUT, f"no result within {timeout_s:g} s; worker killed")
-        except EOFError:
+        except (EOFError, ConnectionError):  # the worker died: closed pipe, or reset mid-message
             self._process.join(5)
             code = self._process.exitcode
             if code == -signal.SIGKILL:

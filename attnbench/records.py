@@ -25,7 +25,7 @@ UNITS = {
     "dtype": "", "causal": "bool", "mode": "", "flops": "FLOP", "min_bytes": "bytes",
     "tokens": "tokens",
     # shape regime
-    "regime": "", "bucket_policy": "", "regime_steps": "steps", "compiles": "count",
+    "regime": "", "bucket_policy": "", "regime_steps": "steps", "compile_cache": "", "compiles": "count",
     "compile_seconds_total": "s", "padding_waste": "fraction", "useful_tokens_per_s": "tokens/s",
     "seconds_per_step_with_compiles": "s",
     "trace_file": "",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
 import io
@@ -57,6 +58,22 @@ def run_sweep(cases, options_for, *, isolate: bool = True, timeout_s: float = 30
     Compile caches live per process (torch_xla's cannot be cleared), so a regime's compile count is
     only honest when no earlier case compiled the same shapes in the same process.
     """
+    import tempfile
+
+    from attnbench.hardware import PROBE_DIR_ENV
+    from attnbench.isolation import scoped_environ
+
+    with contextlib.ExitStack() as stack:
+        if not os.environ.get(PROBE_DIR_ENV):  # one CPU GEMM probe per run, shared by its workers
+            probes = stack.enter_context(tempfile.TemporaryDirectory(prefix="attnbench-probes-"))
+            stack.enter_context(scoped_environ(**{PROBE_DIR_ENV: probes}))
+        return _run_cases(cases, options_for, isolate=isolate, timeout_s=timeout_s,
+                          memory_cap_bytes=memory_cap_bytes, threads=threads, progress=progress,
+                          fresh_process=fresh_process, on_record=on_record)
+
+
+def _run_cases(cases, options_for, *, isolate, timeout_s, memory_cap_bytes, threads, progress,
+               fresh_process, on_record):
     from attnbench.isolation import Worker
 
     bar = _progress(len(cases), progress)

@@ -56,3 +56,14 @@ class BrokenKernel(_Stub):
 
     def make_step(self, workload: Workload, seed: int = 0):
         raise ZeroDivisionError("stub kernel divided by zero")
+
+
+class CrashingKernel(_Stub):
+    """Kills its own process, as a segfaulting kernel does: must end as error, the sweep going on."""
+
+    name = "stub-crash"
+
+    def make_step(self, workload: Workload, seed: int = 0):
+        import os
+
+        os._exit(3)

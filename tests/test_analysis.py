@@ -61,6 +61,24 @@ def test_direction_is_honoured():
     assert find_regressions(synthetic({"seconds_per_step": [2, 2, 2, 1, 1, 1]})).empty
 
 
+def test_steps_below_the_absolute_floor_of_their_unit_are_noise():
+    """RSS growth moves in pages: 0 -> 8 KiB is an infinite relative step and no regression."""
+    pages = synthetic({"host_rss_growth_bytes": [0, 0, 0, 8192, 8192, 8192]})
+    pages["unit"] = "bytes"
+    assert find_regressions(pages).empty
+    assert len(find_regressions(pages, min_absolute_step={})) == 1
+    megabytes = synthetic({"host_rss_growth_bytes": [1e6, 1e6, 1e6, 8e6, 8e6, 8e6]})
+    megabytes["unit"] = "bytes"
+    assert len(find_regressions(megabytes)) == 1
+
+
+def test_a_changed_measurement_setting_is_named_like_a_version():
+    frame = synthetic({"compile_seconds": [1.0, 1.1, 0.9, 27.0, 26.0, 27.5]})
+    frame["setting_compile_cache"] = [float("nan")] * 3 + ["cold"] * 3
+    [found] = find_regressions(frame).to_dict("records")
+    assert found["versions_changed"] == "setting compile_cache unrecorded -> cold"
+
+
 def test_threshold_per_metric():
     small = synthetic({"seconds_per_step": [1.0, 1.0, 1.0, 1.08, 1.08, 1.08]})
     assert len(find_regressions(small)) == 1  # default 5%

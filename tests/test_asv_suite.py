@@ -106,8 +106,9 @@ def test_asv_run_records_ok_and_skipped_not_failed(asv_run):
     assert by_impl["jax-xla"] > 0 and by_impl["torch-sdpa-flash"] > 0
     assert math.isnan(by_impl["jax-cudnn"]) and math.isnan(by_impl["torch-xla-sdpa"])  # n/a, not null
     sidecar = tmp / "results" / "test-cpu" / "versions" / f"{head[:8]}-{data['env_name']}.json"
-    versions = json.loads(sidecar.read_text())["versions"]
-    assert versions["jax"] and versions["torch"]
+    sidecar = json.loads(sidecar.read_text())
+    assert sidecar["versions"]["jax"] and sidecar["versions"]["torch"]
+    assert sidecar["settings"] == {"compile_cache": "cold"}
 
 
 def test_loader_reads_real_asv_output(asv_run):

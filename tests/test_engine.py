@@ -25,6 +25,7 @@ def test_ok_record_has_every_metric_group():
     assert r["status"] == records.OK, r["reason"]
     assert set(r) == set(records.COLUMNS)
     assert r["label"] == "native" and r["platform"] == "cpu" and r["execution"] == "compiled"
+    assert r["compile_cache"] == "cold"
     assert r["seconds_per_step"] > 0 and r["iqr_s"] >= 0 and r["samples"] >= 5
     assert r["tokens_per_s"] == pytest.approx(SMALL.tokens / r["seconds_per_step"])
     assert r["tflops"] == pytest.approx(SMALL.flops / r["seconds_per_step"] / 1e12)
@@ -112,6 +113,24 @@ def test_timeout_kills_the_case_and_the_sweep_goes_on():
     assert [r["status"] for r in rows] == [records.TIMEOUT, records.OK]
     assert "no result within 8 s" in rows[0]["reason"]
     assert rows[0]["impl"] == "tests.stub_impls:SlowKernel"
+
+
+def test_the_workers_of_one_sweep_share_one_cpu_peak():
+    """Every case of a run reports MFU against the same probe, measured once."""
+    from attnbench.hardware import PROBE_DIR_ENV
+
+    cases = [("reference-float64", SMALL, "static"), ("reference-float64", SMALL.replace(seq_q=64), "static")]
+    rows = run_sweep(cases, lambda regime: FAST, timeout_s=120, progress=False)
+    assert [r["status"] for r in rows] == [records.OK, records.OK]
+    assert rows[0]["peak_tflops"] == rows[1]["peak_tflops"] > 0
+    assert PROBE_DIR_ENV not in os.environ  # the run's directory is gone with the run
+
+
+def test_a_crashed_worker_is_an_error_record_and_the_sweep_goes_on():
+    cases = [("tests.stub_impls:CrashingKernel", SMALL, "static"), ("reference-float64", SMALL, "static")]
+    rows = run_sweep(cases, lambda regime: FAST, timeout_s=60, progress=False, fresh_process=False)
+    assert [r["status"] for r in rows] == [records.ERROR, records.OK]
+    assert rows[0]["reason"] == "worker died (exit code 3)"
 
 
 @needs_jax

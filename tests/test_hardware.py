@@ -228,6 +228,22 @@ def test_cpu_probe_is_memoised(fresh_probe_cache, monkeypatch):
     assert len(calls) == 4
 
 
+def test_cpu_probe_is_shared_through_the_run_directory(fresh_probe_cache, monkeypatch, tmp_path):
+    """A sweep's workers are fresh processes: the first one's probe serves the others."""
+    calls = []
+    real = hw.time_step
+    monkeypatch.setattr(hw, "time_step", lambda run, **kw: calls.append(1) or real(run, **kw))
+    monkeypatch.setenv(hw.PROBE_DIR_ENV, str(tmp_path))
+    first = hw.cpu_peak_tflops("float32", "numpy", size=64, rounds=2)
+    [shared] = tmp_path.iterdir()
+    hw.clear_cpu_peak_cache()  # as in the next worker process
+    assert hw.cpu_peak_tflops("float32", "numpy", size=64, rounds=2) == first and len(calls) == 2
+    shared.write_text("{not json")  # damaged: measured again, never a crash
+    hw.clear_cpu_peak_cache()
+    hw.cpu_peak_tflops("float32", "numpy", size=64, rounds=2)
+    assert len(calls) == 4
+
+
 def test_numpy_has_no_bf16_probe():
     with pytest.raises(ValueError, match="bfloat16"):
         hw.cpu_peak_tflops("bfloat16", "numpy")
