@@ -24,13 +24,18 @@ from attnbench.workload import Workload
 PROFILES = {
     # max_interpret_seq: Pallas kernels that only run here through an interpreter (100x slower than
     # native) are skipped above it, with that reason; it keeps the default profile within 10 minutes.
+    # regime_seqs: lengths at which the dynamic and bucketed regimes run (None: every length); each
+    # such case compiles once per length or bucket, cold. max_extra_seconds: how long timing may go
+    # on past min_seconds while the IQR exceeds 5% (the record keeps the IQR it reached).
     "default": {"forward_seqs": (256, 1024), "training_seqs": (512,), "dtypes": ("float32",),
-                "regime_steps": 6, "min_seconds": 0.2, "max_interpret_seq": 512},
+                "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 1.0,
+                "max_interpret_seq": 512, "regime_seqs": (1024,)},
     "smoke": {"forward_seqs": (128, 256), "training_seqs": (128,), "dtypes": ("float32",),
-              "regime_steps": 3, "min_seconds": 0.05, "max_interpret_seq": 256},  # the tests' quick run
+              "regime_steps": 3, "min_seconds": 0.05, "max_extra_seconds": 0.5,
+              "max_interpret_seq": 256, "regime_seqs": None},  # the tests' quick run
     "full": {"forward_seqs": (256, 512, 1024, 2048, 4096, 8192), "training_seqs": (512, 1024, 2048),
              "dtypes": ("float32", "bfloat16"), "regime_steps": 12, "min_seconds": 0.5,
-             "max_interpret_seq": None},
+             "max_extra_seconds": 3.0, "max_interpret_seq": None, "regime_seqs": None},
 }
 FORWARD = Workload(batch=1, q_heads=8, head_dim=64, seq_q=1024, causal=True, mode="fwd")
 TRAINING = FORWARD.replace(mode="fwd_bwd")
@@ -95,6 +100,11 @@ def measure_cases(cases: list[tuple[str, Workload, str]]) -> dict:
             profile_name = os.environ.get("ATTNBENCH_PROFILE", "default")
             reason = (f"runs only in an interpreter here; the {profile_name} profile stops interpreted "
                       f"kernels at {limit} tokens (ATTNBENCH_PROFILE=full runs it)")
+        regime_seqs = settings["regime_seqs"]
+        if not reason and regime != "static" and regime_seqs and workload.seq_q not in regime_seqs:
+            reason = (f"the {os.environ.get('ATTNBENCH_PROFILE', 'default')} profile runs the {regime} "
+                      f"regime at {', '.join(map(str, regime_seqs))} tokens only (ATTNBENCH_PROFILE=full "
+                      "runs every length)")
         if reason:
             out[key] = {"status": records.UNSUPPORTED, "reason": reason}
             continue
@@ -104,7 +114,8 @@ def measure_cases(cases: list[tuple[str, Workload, str]]) -> dict:
 
     def options_for(regime):
         return Options(regime=regime, regime_steps=settings["regime_steps"],
-                       min_seconds=settings["min_seconds"], trace_dir=traces,
+                       min_seconds=settings["min_seconds"],
+                       max_extra_seconds=settings["max_extra_seconds"], trace_dir=traces,
                        compile_cache=os.environ.get("ATTNBENCH_COMPILE_CACHE", "cold"))
 
     rows = run_sweep(to_run, options_for, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False)

@@ -45,6 +45,7 @@ class Options:
     regime_steps: int = 8
     seed: int = 0
     min_seconds: float = 0.3  # steady-state timing budget
+    max_extra_seconds: float = 3.0  # beyond it, sampling on while the IQR exceeds 5% of the median
     numerics: bool = True
     profile: str | None = None  # hardware profile name overriding detection
     price_per_hour: float | None = None
@@ -125,7 +126,7 @@ def _measure(impl, workload: Workload, options: Options, record: dict) -> None:
 
     if options.regime == "static":
         timing = time_step(step.run, min_seconds=options.min_seconds, target_rel_iqr=0.05,
-                           max_seconds=options.min_seconds + 3.0)
+                           max_seconds=options.min_seconds + options.max_extra_seconds)
         record.update(first_call_s=timing.first_call_s, seconds_per_step=timing.median_s,
                       iqr_s=timing.iqr_s, samples=timing.samples, steps_per_sample=timing.steps_per_sample)
     record.update(measure_memory(impl, step))

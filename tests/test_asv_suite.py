@@ -94,6 +94,15 @@ def test_unsupported_is_skipped_with_reason_and_other_env_is_not_started():
         asv_suite.record_for(cache, xla)
 
 
+@pytest.mark.skipif("jax" not in FRAMEWORKS, reason="jax-xla runs in the main venv")
+def test_default_profile_runs_dynamic_regimes_at_its_regime_lengths_only(monkeypatch):
+    monkeypatch.setenv("ATTNBENCH_PROFILE", "default")
+    short = asv_suite.FORWARD.replace(seq_q=256, seq_k=256)
+    cache = asv_suite.measure_cases([("jax-xla", short, "dynamic")])
+    with pytest.raises(NotImplementedError, match="runs the dynamic regime at 1024 tokens only"):
+        asv_suite.record_for(cache, asv_suite.case_key("jax-xla", short, "dynamic"))
+
+
 def test_asv_run_records_ok_and_skipped_not_failed(asv_run):
     tmp, proc, head = asv_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
