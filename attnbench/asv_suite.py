@@ -229,7 +229,10 @@ def asv_context() -> dict | None:
     from attnbench.sweep import git_commit
 
     env = os.environ.get("ASV_ENV_NAME")
-    if env is None and "asv_runner" in sys.modules:
+    # asv starts every benchmark process as `python .../asv/benchmark.py ...` (forkserver children
+    # inherit its argv); a process that merely imported asv (pytest, a notebook) is not a run.
+    in_asv = bool(sys.argv) and os.path.abspath(sys.argv[0]).endswith(os.path.join("asv", "benchmark.py"))
+    if env is None and in_asv:
         from asv.environment import get_env_name
 
         env = get_env_name("existing", sys.executable, {}, {})

@@ -96,6 +96,10 @@ def test_unsupported_is_skipped_with_reason_and_other_env_is_not_started():
 
 @pytest.mark.skipif("jax" not in FRAMEWORKS, reason="jax-xla runs in the main venv")
 def test_default_profile_runs_dynamic_regimes_at_its_regime_lengths_only(monkeypatch):
+    """Also: measuring outside asv (here, pytest with asv imported) writes nothing under results/."""
+    import asv  # noqa: F401  (imported asv once made the suite think it ran inside asv)
+
+    assert asv_suite.asv_context() is None
     monkeypatch.setenv("ATTNBENCH_PROFILE", "default")
     short = asv_suite.FORWARD.replace(seq_q=256, seq_k=256)
     cache = asv_suite.measure_cases([("jax-xla", short, "dynamic")])
