@@ -51,6 +51,9 @@ def to_float64(t) -> np.ndarray:
 class TorchImpl(AttentionImpl):
     framework = "torch"
     module = "torch"
+    # What the profiled ops of one step (``profiled_ops``) say about the kernel that ran, as
+    # ``Step.kernel_evidence`` text; None: no profiler check. Set with ``staticmethod(...)``.
+    evidence_from_ops = None
 
     def device(self):
         import torch
@@ -128,7 +131,9 @@ class TorchImpl(AttentionImpl):
                 self.synchronize()
                 return result
 
-        return Step(run=run, execution=self.execution(platform))
+        find = self.evidence_from_ops
+        return Step(run=run, execution=self.execution(platform),
+                    find_evidence=(lambda: find(profiled_ops(run))) if find else None)
 
     def compile_meter(self):
         """What counts this implementation's compiles inside a runner step (eager: none happen)."""

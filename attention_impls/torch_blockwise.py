@@ -8,7 +8,7 @@ The same function is traced through XLA by ``torch_xla_blockwise``.
 
 from __future__ import annotations
 
-from attention_impls._torch import TorchImpl, attention_ops, profiled_ops
+from attention_impls._torch import TorchImpl, attention_ops
 from attention_impls.base import RUNS, unsupported
 from attention_impls.registry import register
 
@@ -58,6 +58,15 @@ def blockwise_attention(q, k, v, *, causal: bool, scale: float, block_q: int = B
     return out.transpose(1, 2).to(q.dtype)
 
 
+def blockwise_evidence(ops: dict[str, int]) -> str:
+    """Our loop ran when the profiler saw its tile matmuls and no ATen attention kernel."""
+    fused, tiles = attention_ops(ops), ops.get("aten::bmm", 0)
+    if fused or not tiles:
+        return f"not verified: profiler saw {tiles} aten::bmm and attention ops {fused or 'none'}"
+    return (f"profiler saw {tiles} tile matmuls (aten::bmm) and no ATen attention op: "
+            "the blockwise loop, eager")
+
+
 @register
 class TorchBlockwise(TorchImpl):
     name = "torch-blockwise-flash"
@@ -67,20 +76,7 @@ class TorchBlockwise(TorchImpl):
                         "tpu": unsupported("plain torch reaches a TPU only through torch_xla: "
                                            "see torch-xla-blockwise-flash")}
     summary = "FlashAttention-2 online softmax in torch ops with GPU tile sizes (128x128), eager"
+    evidence_from_ops = staticmethod(blockwise_evidence)
 
     def attention(self, q, k, v, *, causal, scale):
         return blockwise_attention(q, k, v, causal=causal, scale=scale)
-
-    def make_step(self, workload, seed: int = 0):
-        step = super().make_step(workload, seed)
-        step.find_evidence = lambda: blockwise_evidence(profiled_ops(step.run))
-        return step
-
-
-def blockwise_evidence(ops: dict[str, int]) -> str:
-    """Our loop ran when the profiler saw its tile matmuls and no ATen attention kernel."""
-    fused, tiles = attention_ops(ops), ops.get("aten::bmm", 0)
-    if fused or not tiles:
-        return f"not verified: profiler saw {tiles} aten::bmm and attention ops {fused or 'none'}"
-    return (f"profiler saw {tiles} tile matmuls (aten::bmm) and no ATen attention op: "
-            "the blockwise loop, eager")

@@ -18,7 +18,7 @@ import shutil
 import sys
 import types
 
-from attention_impls._torch import DynamoCompileMeter, TorchImpl, attention_ops, profiled_ops
+from attention_impls._torch import DynamoCompileMeter, TorchImpl, attention_ops
 from attention_impls.base import RUNS, unsupported
 from attention_impls.registry import register
 
@@ -59,12 +59,30 @@ def cpu_template_missing() -> str | None:
     return None
 
 
+def flex_evidence(ops: dict[str, int]) -> str:
+    """The fused kernel ran when the step was one compiled region with no ATen matmul inside.
+
+    An unfused lowering would show its score matmuls (``aten::bmm``/``mm``, Inductor's extern
+    kernels) or an ATen attention op. The template itself is invisible to this profiler: all it
+    records of the attention is the compiled region.
+    """
+    regions = [name for name in ops if name.startswith("Torch-Compiled Region")]
+    matmuls = ("aten::bmm", "aten::mm", "aten::baddbmm")
+    unfused = attention_ops(ops) + [name for name in matmuls if name in ops]
+    if not regions or unfused:
+        return (f"not verified: profiler saw {len(regions)} compiled region(s) and "
+                f"{', '.join(unfused) or 'no matmul or attention op'}")
+    return ("profiler saw one Torch-Compiled Region and no ATen matmul or attention op: Inductor's "
+            "fused flex template (C++ on CPU, Triton on CUDA), opaque to the op-level profiler")
+
+
 @register
 class TorchFlexAttention(TorchImpl):
     name = "torch-flex-attention"
     designed_for = frozenset({"cpu", "gpu"})
     is_flash = True
     summary = "torch.compile(flex_attention) + block mask: Inductor flash-style kernel (Triton / C++)"
+    evidence_from_ops = staticmethod(flex_evidence)
     platform_support = {
         "cpu": RUNS, "gpu": RUNS,
         "tpu": unsupported("FlexAttention takes CUDA, CPU, XPU, HPU and MPS tensors only "
@@ -124,25 +142,3 @@ class TorchFlexAttention(TorchImpl):
         fresh = copy.copy(self)
         fresh._compiled = {}
         return TorchImpl.make_runner(fresh, template, seed)
-
-    def make_step(self, workload, seed: int = 0):
-        step = super().make_step(workload, seed)
-        step.find_evidence = lambda: flex_evidence(profiled_ops(step.run))
-        return step
-
-
-def flex_evidence(ops: dict[str, int]) -> str:
-    """The fused kernel ran when the step was one compiled region with no ATen matmul inside.
-
-    An unfused lowering would show its score matmuls (``aten::bmm``/``mm``, Inductor's extern
-    kernels) or an ATen attention op. The template itself is invisible to this profiler: all it
-    records of the attention is the compiled region.
-    """
-    regions = [name for name in ops if name.startswith("Torch-Compiled Region")]
-    matmuls = ("aten::bmm", "aten::mm", "aten::baddbmm")
-    unfused = attention_ops(ops) + [name for name in matmuls if name in ops]
-    if not regions or unfused:
-        return (f"not verified: profiler saw {len(regions)} compiled region(s) and "
-                f"{', '.join(unfused) or 'no matmul or attention op'}")
-    return ("profiler saw one Torch-Compiled Region and no ATen matmul or attention op: Inductor's "
-            "fused flex template (C++ on CPU, Triton on CUDA), opaque to the op-level profiler")

@@ -18,7 +18,7 @@ import contextlib
 import itertools
 import warnings
 
-from attention_impls._torch import TorchImpl, attention_ops, profiled_ops
+from attention_impls._torch import TorchImpl, attention_ops
 from attention_impls.base import RUNS, unsupported
 from attention_impls.registry import register
 from attnbench.workload import Workload
@@ -110,14 +110,15 @@ def dispatch_refusal(backend: str, workload: Workload, device) -> str | None:
             return f"torch's SDPA dispatcher refuses {backend} here: {why}"
 
 
-def attention_ops_seen(run) -> str:
-    """Run ``run`` once under the profiler; name the ATen attention ops that executed."""
-    ops = attention_ops(profiled_ops(run))
-    return f"profiler saw {', '.join(ops)}" if ops else "profiler saw no fused or math attention op"
+def sdpa_evidence(ops: dict[str, int]) -> str:
+    """The ATen attention ops one profiled step executed under the single forced backend."""
+    seen = attention_ops(ops)
+    return f"profiler saw {', '.join(seen)}" if seen else "profiler saw no fused or math attention op"
 
 
 class _SdpaBackend(TorchImpl):
     backend: str  # name of the torch.nn.attention.SDPBackend member
+    evidence_from_ops = staticmethod(sdpa_evidence)
     platform_support = {"cpu": RUNS, "gpu": RUNS, "tpu": NO_TPU}
 
     def attention(self, q, k, v, *, causal, scale):
@@ -135,11 +136,6 @@ class _SdpaBackend(TorchImpl):
         if reason or platform != self.platform():  # the dispatcher can only be asked about this host
             return reason
         return dispatch_refusal(self.backend, workload, self.device())
-
-    def make_step(self, workload: Workload, seed: int = 0):
-        step = super().make_step(workload, seed)
-        step.find_evidence = lambda: attention_ops_seen(step.run)
-        return step
 
 
 @register

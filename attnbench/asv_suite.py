@@ -42,8 +42,17 @@ TRAINING = FORWARD.replace(mode="fwd_bwd")
 CASE_TIMEOUT_S = 600.0
 
 
+def profile_name() -> str:
+    return os.environ.get("ATTNBENCH_PROFILE", "default")
+
+
+def compile_cache() -> str:
+    """``cold`` or ``warm`` (``ATTNBENCH_COMPILE_CACHE``): see ``attnbench/compiler_caches.py``."""
+    return os.environ.get("ATTNBENCH_COMPILE_CACHE", "cold")
+
+
 def profile() -> dict:
-    name = os.environ.get("ATTNBENCH_PROFILE", "default")
+    name = profile_name()
     if name not in PROFILES:
         raise ValueError(f"ATTNBENCH_PROFILE must be one of {sorted(PROFILES)}, got {name!r}")
     return PROFILES[name]
@@ -94,17 +103,7 @@ def measure_cases(cases: list[tuple[str, Workload, str]]) -> dict:
             out[key] = {"status": records.UNSUPPORTED,
                         "reason": f"{impl.framework} is measured in the other asv environment"}
             continue
-        reason = impl.check(workload)
-        limit = settings["max_interpret_seq"]
-        if not reason and limit and workload.seq_q > limit and impl.execution(impl.platform()) == "interpret":
-            profile_name = os.environ.get("ATTNBENCH_PROFILE", "default")
-            reason = (f"runs only in an interpreter here; the {profile_name} profile stops interpreted "
-                      f"kernels at {limit} tokens (ATTNBENCH_PROFILE=full runs it)")
-        regime_seqs = settings["regime_seqs"]
-        if not reason and regime != "static" and regime_seqs and workload.seq_q not in regime_seqs:
-            reason = (f"the {os.environ.get('ATTNBENCH_PROFILE', 'default')} profile runs the {regime} "
-                      f"regime at {', '.join(map(str, regime_seqs))} tokens only (ATTNBENCH_PROFILE=full "
-                      "runs every length)")
+        reason = impl.check(workload) or outside_profile(impl, workload, regime, settings)
         if reason:
             out[key] = {"status": records.UNSUPPORTED, "reason": reason}
             continue
@@ -116,13 +115,25 @@ def measure_cases(cases: list[tuple[str, Workload, str]]) -> dict:
         return Options(regime=regime, regime_steps=settings["regime_steps"],
                        min_seconds=settings["min_seconds"],
                        max_extra_seconds=settings["max_extra_seconds"], trace_dir=traces,
-                       compile_cache=os.environ.get("ATTNBENCH_COMPILE_CACHE", "cold"))
+                       compile_cache=compile_cache())
 
     rows = run_sweep(to_run, options_for, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False)
     for (name, workload, regime), row in zip(to_run, rows, strict=True):
         out[case_key(name, workload, regime)] = row
     write_versions_sidecar()
     return out
+
+
+def outside_profile(impl, workload: Workload, regime: str, settings: dict) -> str | None:
+    """Why the profile leaves out a case the implementation could run (n/a with this reason)."""
+    limit, regime_seqs = settings["max_interpret_seq"], settings["regime_seqs"]
+    if limit and workload.seq_q > limit and impl.execution(impl.platform()) == "interpret":
+        return (f"runs only in an interpreter here; the {profile_name()} profile stops interpreted "
+                f"kernels at {limit} tokens (ATTNBENCH_PROFILE=full runs it)")
+    if regime != "static" and regime_seqs and workload.seq_q not in regime_seqs:
+        return (f"the {profile_name()} profile runs the {regime} regime at "
+                f"{', '.join(map(str, regime_seqs))} tokens only (ATTNBENCH_PROFILE=full runs every length)")
+    return None
 
 
 def case_key(name: str, workload: Workload, regime: str) -> str:
@@ -270,6 +281,6 @@ def write_versions_sidecar() -> str | None:
     payload = {"commit_hash": ctx["commit"], "env_name": ctx["env"], "machine": ctx["machine"],
                "versions": {k.removeprefix("version_"): v for k, v in library_versions().items() if v},
                # measurement settings that change what a number means, attributed like versions
-               "settings": {"compile_cache": os.environ.get("ATTNBENCH_COMPILE_CACHE", "cold")}}
+               "settings": {"compile_cache": compile_cache()}}
     atomic_write_text(path, json.dumps(payload, indent=1, sort_keys=True) + "\n")
     return path

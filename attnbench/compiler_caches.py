@@ -31,10 +31,14 @@ def _clear_inductor_memory_caches() -> None:
         clear_caches()
 
 
-@contextlib.contextmanager
-def compiler_caches(mode: str):
+def check_mode(mode: str) -> None:
     if mode not in MODES:
         raise ValueError(f"compile_cache must be one of {', '.join(MODES)}, got {mode!r}")
+
+
+@contextlib.contextmanager
+def compiler_caches(mode: str):
+    check_mode(mode)
     if mode == "warm":
         yield
         return

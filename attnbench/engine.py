@@ -22,7 +22,7 @@ import traceback
 
 from attention_impls.base import Unsupported
 from attnbench import records
-from attnbench.compiler_caches import MODES as COMPILE_CACHE_MODES
+from attnbench.compiler_caches import check_mode as check_compile_cache
 from attnbench.compiler_caches import compiler_caches
 from attnbench.numerics import compare
 from attnbench.timing import time_step
@@ -54,9 +54,7 @@ class Options:
     compile_cache: str = "cold"  # cold | warm: see attnbench/compiler_caches.py
 
     def __post_init__(self):
-        if self.compile_cache not in COMPILE_CACHE_MODES:
-            raise ValueError(f"compile_cache must be one of {', '.join(COMPILE_CACHE_MODES)}, "
-                             f"got {self.compile_cache!r}")
+        check_compile_cache(self.compile_cache)
 
 
 def new_record(workload: Workload, options: Options, **fields) -> dict:

@@ -402,10 +402,12 @@ def _shared_probe_path(key: tuple) -> str | None:
 
 
 def _load_shared_probe(path: str | None) -> GemmProbe | None:
+    if path is None:
+        return None
     try:
         with open(path, encoding="utf-8") as f:
             return GemmProbe(**json.load(f))
-    except (TypeError, OSError, ValueError):  # no path, not probed yet, or a damaged file: probe again
+    except (TypeError, OSError, ValueError):  # not probed yet, or a damaged file: probe again
         return None
 
 
@@ -499,8 +501,8 @@ def cpu_peak_tflops(dtype="float32", framework: str = "torch", *, size: int | No
     The result is memoised per process (keyed by every argument and the framework's thread count),
     and shared through ``$ATTNBENCH_PROBE_DIR`` between the worker processes of one sweep, so a run
     pays for the probe once per framework and dtype; :func:`clear_cpu_peak_cache` forgets the
-    process's copy. This is an achieved-GEMM
-    peak, not a spec-sheet peak: MFU against it is "fraction of this machine's own matmul speed".
+    process's copy. This is an achieved-GEMM peak, not a spec-sheet peak: MFU against it is
+    "fraction of this machine's own matmul speed".
     """
     dtype = canonical_dtype(dtype)
     make, threads = _gemm_runner(framework, dtype)
