@@ -24,9 +24,9 @@ export PJRT_DEVICE
 
 setup: $(MAIN_STAMP) $(XLA_STAMP)
 
-# The main job: the asv suite (default profile) for the current commit on this machine, in both asv
-# environments (main and torch_xla), then offline HTML and a summary. ATTNBENCH_PROFILE=full for the
-# long profile; ASV_ARGS="-b Training" (asv's own selection) or ATTNBENCH_IMPLS=a,b for a subset.
+# The main job: the asv suite (default size) for the current commit on this machine, in both asv
+# environments (main and torch_xla), then offline HTML and a summary. ATTNBENCH_SUITE=full for the
+# long suite; ASV_ARGS="-b Training" (asv's own selection) or ATTNBENCH_IMPLS=a,b for a subset.
 ASV := $(VENV)/bin/asv
 ASV_ARGS ?=
 # Steps smaller than this are not reported; on this shared 2-core CPU, run-to-run noise on timing
@@ -35,7 +35,7 @@ REPORT_ARGS ?= --threshold 0.25
 bench: setup browser-deps
 	@machine=$$($(VENV)/bin/python -m attnbench machine-name) && \
 	$(ASV) machine --yes --machine $$machine >/dev/null && \
-	echo "asv run: machine $$machine, profile $${ATTNBENCH_PROFILE:-default}" && \
+	echo "asv run: machine $$machine, suite $${ATTNBENCH_SUITE:-$${ATTNBENCH_PROFILE:-default}}" && \
 	( $(ASV) run --machine $$machine $(ASV_ARGS) HEAD^! || \
 	  echo "asv run reported failed benchmarks (status failed in the results); publishing anyway" )
 	$(MAKE) --no-print-directory html

@@ -1,43 +1,43 @@
-"""What is measured: every attention implementation, behind one registry.
+"""What is measured: every attention kernel, one file each, discovered automatically.
 
     import attention_impls
     attention_impls.names()                      # every registered name
     impl = attention_impls.get("jax-xla")        # KeyError lists the known names
     out = impl.run_numpy(q, k, v, causal=True)   # float64 [B, Sq, Hq, D]; raises Unsupported
+
+Every module of this package whose name does not start with ``_`` (and is not ``base`` or
+``registry``) is a kernel file and is imported here; importing one imports no framework. Modules
+starting with ``_`` hold code that several kernels share.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
-from attention_impls.base import FORCED_FLASH, NATIVE, AttentionImpl, Step, Unsupported
+from attention_impls.base import FORCED_FLASH, NATIVE, AttentionImpl, Unsupported
 from attention_impls.registry import _REGISTRY
 
-# One module per implementation family; importing one imports no framework.
-_MODULES = (
-    "reference",
-    "jax_xla",
-    "jax_cudnn",
-    "jax_pallas_tpu_flash",
-    "jax_pallas_tpu_splash",
-    "jax_pallas_gpu_mha",
-    "jax_blockwise",
-    "torch_sdpa",
-    "torch_flex",
-    "torch_blockwise",
-    "torch_xla_sdpa",
-    "torch_xla_pallas_flash",
-    "torch_xla_blockwise",
-)
-for _module in _MODULES:
-    importlib.import_module(f"attention_impls.{_module}")
+_NOT_KERNELS = {"base", "registry"}
+# Listing order: by framework, then by name (results and tables read in this order).
+_FRAMEWORK_ORDER = ("numpy", "jax", "torch", "torch_xla")
 
-__all__ = ["FORCED_FLASH", "NATIVE", "AttentionImpl", "Step", "Unsupported", "get", "names"]
+KERNEL_MODULES = sorted(m.name for m in pkgutil.iter_modules(__path__)
+                        if not m.name.startswith("_") and m.name not in _NOT_KERNELS)
+for _module in KERNEL_MODULES:
+    importlib.import_module(f"{__name__}.{_module}")
+
+__all__ = ["FORCED_FLASH", "NATIVE", "AttentionImpl", "Unsupported", "get", "names"]
 
 
 def names() -> list[str]:
-    """Every registered implementation name, in registration order."""
-    return list(_REGISTRY)
+    """Every registered implementation name, by framework, then by name."""
+    def order(name: str):
+        framework = _REGISTRY[name].framework
+        rank = _FRAMEWORK_ORDER.index(framework) if framework in _FRAMEWORK_ORDER else len(_FRAMEWORK_ORDER)
+        return rank, name
+
+    return sorted(_REGISTRY, key=order)
 
 
 def get(name: str) -> AttentionImpl:
@@ -45,4 +45,4 @@ def get(name: str) -> AttentionImpl:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise KeyError(f"unknown implementation {name!r}; known: {', '.join(_REGISTRY)}") from None
+        raise KeyError(f"unknown implementation {name!r}; known: {', '.join(names())}") from None

@@ -1,9 +1,9 @@
-"""What every attention implementation declares and the one entry point they all share.
+"""What every kernel declares, and the conformance entry point they all share.
 
-An implementation is a small class: its framework, the hardware its kernel was designed for, a
+A kernel is one file holding one small class: its framework, the hardware it was designed for, a
 per-platform support table, shape rules, and ``attention(q, k, v, causal=, scale=)`` written in the
-framework's own arrays. The framework base classes (``_jax.py``, ``_torch.py``) turn that into the
-shared conformance entry point ``run_numpy`` / ``grad_numpy`` and into a timed ``make_step``.
+framework's own arrays. The framework's backend (``attnbench/backends/``) turns that into the
+conformance entry point ``run_numpy`` / ``grad_numpy`` and into a timed ``make_step``.
 
 Framework imports happen inside methods, never at module import, so that the registry can list
 every implementation in an environment that lacks some frameworks (torch_xla lives in its own venv).
@@ -12,10 +12,8 @@ every implementation in an environment that lacks some frameworks (torch_xla liv
 from __future__ import annotations
 
 import abc
-import importlib.util
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -54,87 +52,35 @@ def unsupported(reason: str) -> PlatformSupport:
     return PlatformSupport("unsupported", reason)
 
 
-@dataclass
-class Step:
-    """One prepared, repeatable step of a workload: ``run()`` does the work and blocks until done.
-
-    ``execution`` says how the kernel really executed (``compiled``, ``eager``, ``interpret``);
-    ``kernel_evidence`` says how we know which kernel ran (filled by the implementation), or
-    ``find_evidence`` finds it by running the step once more under a profiler; ``evidence()`` is
-    the answer either way. Callers time the step before asking, so its first call stays the first.
-    """
-
-    run: Callable[[], Any]
-    execution: str
-    kernel_evidence: str = "not verified"
-    find_evidence: Callable[[], str] | None = None
-    # Ahead-of-time compile, where the framework has one (jax): {"lower_s", "compile_s",
-    # "compiler_{temp,argument,output,peak}_bytes", "custom_calls"}, measured once in make_step.
-    compile_info: dict | None = None
-
-    def evidence(self) -> str:
-        """How we know which kernel ran; starts with "not verified" when we do not."""
-        return self.find_evidence() if self.find_evidence else self.kernel_evidence
-
-
-@dataclass
-class Runner:
-    """One step function reused across sequence lengths, as a serving or training loop reuses it.
-
-    ``step(length)`` runs ``template.mode`` once with ``seq_q = seq_k = length`` (every other
-    dimension from ``template``) and blocks until the device is done. The compiled function is the
-    same for the runner's whole life, so a new length costs whatever the framework does for a new
-    shape (a trace and compile under ``jax.jit`` / ``torch.compile`` / XLA, nothing in eager mode).
-
-    Inputs are seeded (``attnbench.inputs.make_inputs(workload, seed)``), made and placed on the
-    device once per distinct length by ``prepare(length)`` and cached (one set per length is kept:
-    mind the memory for long, many-length streams). Call ``prepare`` before timing ``step``: the
-    timed call then holds neither host-side generation nor the host-to-device copy (``step``
-    prepares on its own when needed, inside its own time). ``prepare`` raises ``Unsupported``
-    for a length the kernel cannot take.
-
-    ``compiles()`` counts the compiles attributable to this runner so far (``None``: the framework
-    does not say); ``compile_seconds()`` is their total compile time where the framework reports
-    it (``None`` otherwise). Both count only work done inside ``step``.
-    """
-
-    template: Workload
-    execution: str
-    place: Callable[[Workload], Any]  # one length's workload -> its inputs on the device (blocking)
-    call: Callable[[Any], Any]  # one step on placed inputs, blocking until done
-    count_compiles: Callable[[], int | None] = lambda: None
-    count_compile_seconds: Callable[[], float | None] = lambda: None
-    inputs: dict[int, Any] = field(default_factory=dict, repr=False)
-
-    def workload(self, length: int) -> Workload:
-        """The workload of one step at ``length`` (``Workload`` rejects a length below 1)."""
-        return self.template.replace(seq_q=length, seq_k=length)
-
-    def prepare(self, length: int) -> None:
-        if length not in self.inputs:
-            self.inputs[length] = self.place(self.workload(length))
-
-    def step(self, length: int) -> None:
-        self.prepare(length)
-        self.call(self.inputs[length])
-
-    def compiles(self) -> int | None:
-        return self.count_compiles()
-
-    def compile_seconds(self) -> float | None:
-        return self.count_compile_seconds()
-
-
 class AttentionImpl(abc.ABC):
-    """Base of every implementation. Subclasses set the class attributes and ``attention``."""
+    """Base of every kernel. A kernel file subclasses it, sets the declarations and ``attention``.
+
+    Declarations: ``name`` (stable kebab-case: results are keyed by it), ``framework`` (whose
+    backend in ``attnbench.backends`` places, runs and meters it), ``designed_for`` (the platforms
+    the kernel was written for; empty = portable), ``is_flash``, ``summary``, ``platform_support``
+    (cpu/gpu/tpu: runs, interpret-only or unsupported, with the reason) and ``shape_reason``.
+
+    Optional hooks a backend reads: ``trace_context(platform)`` (jax: the context the kernel must
+    be traced and run in), ``compiled_by`` (torch: ``"torch.compile"``), ``evidence_from_ops``
+    (torch: profiled op counts -> how we know this kernel ran), ``attention_grads`` (numpy: the
+    analytic gradients, as numpy has no autodiff).
+    """
 
     name: str  # stable kebab-case registry name
     framework: str  # "numpy" | "jax" | "torch" | "torch_xla"
-    module: str  # importable module the framework needs (checked before running)
     designed_for: frozenset[str] = frozenset()  # platforms the kernel was written for; empty = portable
     is_flash: bool = False  # a tiled online-softmax (FlashAttention-style) kernel
     summary: str = ""
     platform_support: dict[str, PlatformSupport] = {p: RUNS for p in PLATFORMS}
+
+    @abc.abstractmethod
+    def attention(self, q, k, v, *, causal: bool, scale: float):
+        """The kernel on the framework's arrays in ``[B, S, H, D]``, bottom-right causal; returns
+        ``[B, Sq, Hq, D]`` in q's dtype. Import the framework inside, never at module level."""
+
+    def shape_reason(self, workload: Workload, platform: str) -> str | None:
+        """Why this kernel cannot run ``workload`` (shapes, dtype, masking); ``None`` when it can."""
+        return None
 
     # -- what the kernel is -------------------------------------------------------------------
     def label(self, platform: str) -> str:
@@ -146,20 +92,22 @@ class AttentionImpl(abc.ABC):
     def designed_for_text(self) -> str:
         return "/".join(sorted(self.designed_for)) if self.designed_for else "portable"
 
-    # -- where it can run -----------------------------------------------------------------------
-    def framework_missing(self) -> str | None:
-        if importlib.util.find_spec(self.module) is None:
-            where = " (it lives in .venv-xla: make test-xla)" if self.framework == "torch_xla" else ""
-            return f"{self.module} is not installed in this environment{where}"
-        return None
+    # -- where it can run (answered by the framework's backend) ---------------------------------
+    def backend(self):
+        from attnbench import backends
 
-    @abc.abstractmethod
+        return backends.get(self.framework)
+
+    def framework_missing(self) -> str | None:
+        return self.backend().missing()
+
     def platform(self) -> str:
         """The platform (cpu/gpu/tpu) of this framework's current default device."""
+        return self.backend().platform()
 
-    def shape_reason(self, workload: Workload, platform: str) -> str | None:
-        """Why this kernel cannot run ``workload`` (shapes, dtype, masking); ``None`` when it can."""
-        return None
+    def execution(self, platform: str) -> str:
+        """How this kernel executes on ``platform``: ``compiled``, ``eager`` or ``interpret``."""
+        return self.backend().execution(self, platform)
 
     def check(self, workload: Workload) -> str | None:
         """Why this implementation cannot run ``workload`` here, or ``None`` when it can."""
@@ -179,45 +127,32 @@ class AttentionImpl(abc.ABC):
             raise Unsupported(self.name, reason)
         return self.platform()
 
-    def execution(self, platform: str) -> str:
-        return "interpret" if self.platform_support[platform].status == "interpret-only" else "compiled"
-
     # -- the conformance entry point ------------------------------------------------------------
-    @abc.abstractmethod
     def run_numpy(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool,
                   scale: float | None = None) -> np.ndarray:
         """Run the real kernel on ``[B, S, H, D]`` numpy inputs in their dtype.
 
         Returns the output as float64 ``[B, Sq, Hq, D]``; raises ``Unsupported`` with the reason.
         """
+        self.require(workload_of(q, k, v, causal=causal))
+        return self.backend().run_numpy(self, q, k, v, causal=causal,
+                                        scale=default_scale(q.shape[3], scale))
 
-    @abc.abstractmethod
     def grad_numpy(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, *, causal: bool,
                    scale: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Gradients (dq, dk, dv) of ``sum(out * do)``, as float64 arrays shaped like q, k, v."""
+        self.require(workload_of(q, k, v, causal=causal, mode="fwd_bwd"))
+        return self.backend().grad_numpy(self, q, k, v, do, causal=causal,
+                                         scale=default_scale(q.shape[3], scale))
 
-    @abc.abstractmethod
-    def make_step(self, workload: Workload, seed: int = 0) -> Step:
-        """Inputs placed on the device and a ``Step`` that runs ``workload.mode`` once, blocking."""
+    # -- measurement (the backend's; kept here so one object is all a caller needs) -------------
+    def make_step(self, workload: Workload, seed: int = 0):
+        """Inputs placed on the device and an ``attnbench.backends.Step`` running ``workload.mode``."""
+        return self.backend().make_step(self, workload, seed)
 
-    def make_runner(self, template: Workload, seed: int = 0) -> Runner:
-        """A ``Runner`` that runs ``template.mode`` at any sequence length, reusing its compiled code.
-
-        Frameworks override this (``_jax.py``, ``_torch.py``, ``_torch_xla.py``). This default has
-        nothing to reuse: ``prepare`` builds a fresh ``make_step`` per distinct length (untimed, so
-        any compile there is invisible) and ``step`` runs it; compiles are 0 for an eager
-        implementation and unknown (``None``) otherwise.
-        """
-        platform = self.require(template)
-        execution = self.execution(platform)
-        eager = execution == "eager"
-
-        def place(workload: Workload) -> Step:
-            return self.make_step(workload, seed)
-
-        return Runner(template, execution, place=place, call=lambda step: step.run(),
-                      count_compiles=(lambda: 0) if eager else (lambda: None),
-                      count_compile_seconds=(lambda: 0.0) if eager else (lambda: None))
+    def make_runner(self, template: Workload, seed: int = 0):
+        """An ``attnbench.backends.Runner``: ``template.mode`` at any length, one compiled function."""
+        return self.backend().make_runner(self, template, seed)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

@@ -8,8 +8,7 @@ reasons so that a refused case is skipped with its cause instead of crashing mid
 
 from __future__ import annotations
 
-from attention_impls._jax import JaxImpl
-from attention_impls.base import RUNS, unsupported
+from attention_impls.base import RUNS, AttentionImpl, unsupported
 from attention_impls.registry import register
 
 CUDNN_DTYPES = ("float16", "bfloat16")  # check_layout: fp16/bf16 (and fp8, not benchmarked here)
@@ -40,8 +39,9 @@ def head_dim_limit(capability: tuple[int, int] | None) -> int:
 
 
 @register
-class JaxCudnn(JaxImpl):
+class JaxCudnn(AttentionImpl):
     name = "jax-cudnn"
+    framework = "jax"
     designed_for = frozenset({"gpu"})
     is_flash = True
     summary = "jax.nn.dot_product_attention(implementation='cudnn'): cuDNN fused flash attention"

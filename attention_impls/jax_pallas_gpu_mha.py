@@ -11,8 +11,7 @@ Triton's block rules; the kernel is called as-is, so what it cannot do is refuse
 
 from __future__ import annotations
 
-from attention_impls._jax import JaxImpl, jax_platform
-from attention_impls.base import RUNS, interpret_only
+from attention_impls.base import RUNS, AttentionImpl, interpret_only
 from attention_impls.registry import register
 
 BLOCK_FWD = 128  # BlockSizes.get_default(): block_q = block_k = 128
@@ -50,8 +49,9 @@ def gpu_mha_shape_reason(workload) -> str | None:
 
 
 @register
-class JaxPallasGpuMha(JaxImpl):
+class JaxPallasGpuMha(AttentionImpl):
     name = "jax-pallas-gpu-mha"
+    framework = "jax"
     designed_for = frozenset({"gpu"})
     is_flash = True
     summary = ("Pallas GPU flash attention (jax.experimental.pallas.ops.gpu.attention.mha, Triton), "
@@ -70,4 +70,4 @@ class JaxPallasGpuMha(JaxImpl):
         from jax.experimental.pallas.ops.gpu.attention import BlockSizes, mha
 
         return mha(q, k, v, segment_ids=None, sm_scale=scale, causal=causal,
-                   block_sizes=BlockSizes.get_default(), interpret=jax_platform() != "gpu")
+                   block_sizes=BlockSizes.get_default(), interpret=self.platform() != "gpu")

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import contextlib
 
-from attention_impls._jax import JaxImpl
-from attention_impls.base import RUNS, interpret_only, unsupported
+from attention_impls.base import RUNS, AttentionImpl, interpret_only, unsupported
 from attention_impls.registry import register
 
 BLOCK = 128  # the smallest tile, BlockSizes.get_default()'s: every length must be a multiple of it
@@ -61,8 +60,9 @@ def tpu_flash_shape_reason(workload) -> str | None:
 
 
 @register
-class JaxPallasTpuFlash(JaxImpl):
+class JaxPallasTpuFlash(AttentionImpl):
     name = "jax-pallas-tpu-flash"
+    framework = "jax"
     designed_for = frozenset({"tpu"})
     is_flash = True
     summary = ("Pallas TPU flash_attention (jax.experimental.pallas.ops.tpu), 512/256/128 tiles; "
@@ -79,7 +79,7 @@ class JaxPallasTpuFlash(JaxImpl):
     def shape_reason(self, workload, platform):
         return tpu_flash_shape_reason(workload)
 
-    def context(self, platform):
+    def trace_context(self, platform):
         if platform == "cpu":
             from jax.experimental.pallas import tpu as pltpu
 

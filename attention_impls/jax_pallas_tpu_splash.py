@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import functools
 
-from attention_impls._jax import JaxImpl, jax_platform
-from attention_impls.base import RUNS, interpret_only
+from attention_impls.base import RUNS, AttentionImpl, interpret_only
 from attention_impls.jax_pallas_tpu_flash import tile
 from attention_impls.registry import register
 
@@ -72,8 +71,9 @@ def block_sizes(seq_q: int, seq_k: int):
 
 
 @register
-class JaxPallasTpuSplash(JaxImpl):
+class JaxPallasTpuSplash(AttentionImpl):
     name = "jax-pallas-tpu-splash"
+    framework = "jax"
     designed_for = frozenset({"tpu"})
     is_flash = True
     summary = ("Pallas TPU splash attention (make_splash_mha_single_device, 512/256/128 tiles, "
@@ -93,7 +93,7 @@ class JaxPallasTpuSplash(JaxImpl):
         import jax.numpy as jnp
 
         seq_q, q_heads = q.shape[1], q.shape[2]
-        kernel = _kernel(seq_q, k.shape[1], q_heads, causal, jax_platform() != "tpu")
+        kernel = _kernel(seq_q, k.shape[1], q_heads, causal, self.platform() != "tpu")
         # Splash takes [H, S, D] per example and has no scale argument: scale q (in float32).
         qs = (q.astype(jnp.float32) * scale).astype(q.dtype).transpose(0, 2, 1, 3)
         out = jax.vmap(kernel)(qs, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3))

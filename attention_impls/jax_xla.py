@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attention_impls._jax import JaxImpl
+from attention_impls.base import AttentionImpl
 from attention_impls.registry import register
 
 
@@ -14,8 +14,9 @@ def bottom_right_mask(seq_q: int, seq_k: int):
 
 
 @register
-class JaxXla(JaxImpl):
+class JaxXla(AttentionImpl):
     name = "jax-xla"
+    framework = "jax"
     summary = "jax.nn.dot_product_attention(implementation='xla'): XLA fuses a materialized softmax"
 
     def attention(self, q, k, v, *, causal, scale):

@@ -24,8 +24,7 @@ was reproduced by tracing the torch_xla wrapper with the kernel lowered for TPU 
 
 from __future__ import annotations
 
-from attention_impls._torch_xla import TorchXlaImpl
-from attention_impls.base import RUNS, unsupported
+from attention_impls.base import RUNS, AttentionImpl, unsupported
 from attention_impls.registry import register
 
 # torch_xla's FlashAttention.DEFAULT_BLOCK_SIZES (maxtext's), which the wrapper clips to the shape.
@@ -45,8 +44,9 @@ def _divides(block_cap: int, n: int) -> bool:
 
 
 @register
-class TorchXlaPallasFlash(TorchXlaImpl):
+class TorchXlaPallasFlash(AttentionImpl):
     name = "torch-xla-pallas-flash"
+    framework = "torch_xla"
     designed_for = frozenset({"tpu"})
     is_flash = True
     summary = "torch_xla.experimental.custom_kernel.flash_attention: jax's Pallas TPU flash kernel"

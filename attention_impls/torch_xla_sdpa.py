@@ -8,14 +8,15 @@ causal bias (``causal_lower_right``, materialized as a boolean mask off CUDA) bo
 
 from __future__ import annotations
 
-from attention_impls._torch_xla import TorchXlaImpl
+from attention_impls._sdpa import sdpa
+from attention_impls.base import AttentionImpl
 from attention_impls.registry import register
-from attention_impls.torch_sdpa import sdpa
 
 
 @register
-class TorchXlaSdpa(TorchXlaImpl):
+class TorchXlaSdpa(AttentionImpl):
     name = "torch-xla-sdpa"
+    framework = "torch_xla"
     summary = "torch SDPA traced by torch_xla: XLA-compiled materialized softmax, native everywhere"
 
     def attention(self, q, k, v, *, causal, scale):

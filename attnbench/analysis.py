@@ -3,9 +3,13 @@
 * ``find_regressions``: per series (machine x environment x benchmark x parameters, ordered by git
   history), asv's own step detection (``asv.step_detect``) with each metric's direction honoured:
   a higher-is-better metric is analysed as its reciprocal, so a drop in throughput is an upward step.
-* ``find_cost_spikes``: the regressions of the cost metrics, each attributed to the companion
-  metrics that moved across the same commits (throughput, memory, compiles, padding, price) and to
-  the library versions that changed there.
+* ``find_cost_spikes``: the regressions of the cost metrics (the metric table's ``cost`` group),
+  each attributed to the companion metrics (its rows marked ``companion``: time, throughput,
+  memory, compiles, padding) that moved across the same commits, to the hourly price, and to the
+  library versions that changed there.
+
+Which metrics are costs and companions, and each metric's direction, come from
+``attnbench/metrics.py`` (read at each call).
 * ``find_trace_spikes``: steps inside one run's per-step trace that took far longer than the run's
   steady step, with whether that step compiled and how much of it was padding.
 """
@@ -15,13 +19,10 @@ from __future__ import annotations
 import glob
 import os
 
+from attnbench import metrics
+
 PARAMS = ["implementation", "seq_len", "regime", "dtype"]
 SERIES = ["machine", "env_name", "benchmark", *PARAMS]
-COST_METRICS = ("usd_per_step", "usd_per_step_with_compiles", "usd_per_million_tokens")
-# What to look at when cost moves: each companion metric, and how to read its change.
-COMPANIONS = ("seconds_per_step", "tokens_per_s", "compiles", "compile_seconds", "first_call_seconds",
-              "padding_waste", "device_peak_bytes", "compiler_temp_bytes", "compiler_peak_bytes",
-              "host_profiler_peak_bytes", "host_rss_growth_bytes")
 DEFAULT_THRESHOLD = 0.05
 # Steps smaller than this in absolute terms are noise whatever their relative size: the process's
 # resident high-water mark moves in 4 KiB pages, so 0 -> 8 KiB would read as an infinite regression.
@@ -94,6 +95,8 @@ def find_regressions(frame, thresholds: dict | None = None, *, min_size: int = 1
         key = group_keys[codes[order[start]]]
         key = key if isinstance(key, tuple) else (key,)
         direction = direction_all[start]
+        if direction not in ("lower", "higher"):  # neither way is better: nothing can regress
+            continue
         values = value_all[start:end].tolist()
         if direction == "higher":
             values = [1.0 / v if v else None for v in values]
@@ -143,7 +146,7 @@ def find_cost_spikes(frame, thresholds: dict | None = None):
     """Cost regressions, each with the companion metrics' change across the same two commits."""
     import pandas as pd
 
-    regressions = find_regressions(frame[frame["metric"].isin(COST_METRICS)], thresholds)
+    regressions = find_regressions(frame[frame["metric"].isin(metrics.names("cost"))], thresholds)
     if regressions.empty:
         return regressions
     ok = frame[frame["status"] == "ok"]
@@ -155,7 +158,7 @@ def find_cost_spikes(frame, thresholds: dict | None = None):
                 same = same[same[param] == spike[param]]
         same = same[same["benchmark"].str.rpartition(".")[0] == spike["benchmark"].rpartition(".")[0]]
         moved = {}
-        for metric in COMPANIONS:
+        for metric in metrics.companions():
             before = same[(same["metric"] == metric) & (same["commit_hash"] == spike["commit_before"])]
             after = same[(same["metric"] == metric) & (same["commit_hash"] == spike["commit_after"])]
             if before.empty or after.empty:

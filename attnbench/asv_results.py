@@ -2,11 +2,23 @@
 
 One row per machine x environment x commit x benchmark x parameter combination. Columns:
 
-    machine, platform, env_name, commit_hash, commit_position, commit_date, started_at,
-    suite (benchmark class), metric, benchmark, unit, direction, <one column per parameter>,
-    label (forced-flash / native), value, ci_low, ci_high, status (ok / skipped / failed),
-    version_<library> (from asv's requirements and the suite's versions sidecar),
-    setting_<name> (measurement settings from the sidecar, e.g. setting_compile_cache), file
+    machine, machine_platform, platform, env_name, commit_hash, commit_position, commit_date,
+    started_at, suite (benchmark class), metric, benchmark, unit, direction,
+    <one column per parameter>, label (forced-flash / native), execution (compiled / eager /
+    interpret), category (native / forced-flash / interpreted), device, labels_source (recorded /
+    recomputed), value, ci_low, ci_high, status (ok / skipped / failed),
+    version_<library> (from asv's requirements and the suite's sidecar),
+    setting_<name> (the suite and its settings from the sidecar: setting_suite,
+    setting_compile_cache, setting_min_seconds, ...), file
+
+What a case *was* comes from the sidecar the suite wrote when it measured it
+(``attnbench/sidecar.py``): ``label``, ``execution``, ``platform`` (the platform the framework ran
+on: a torch_xla case on a GPU machine that ran on PJRT CPU says ``cpu``) and ``device``, with
+``labels_source`` "recorded". Results with no such record (committed before the suite wrote one)
+get today's answer for the machine's platform (``machine_platform``, from its name), with
+``labels_source`` "recomputed" and no device. ``category`` is ``interpreted`` for every case that
+ran in an interpreter (``execution == "interpret"``), else its label: an interpreted kernel is
+its own category.
 
 ``commit_position`` orders commits by git history (``git rev-list --topo-order``), not by date;
 commits git does not know get NaN. A damaged file, one from an older suite version, or one whose
@@ -29,9 +41,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
-SCHEMA = ["machine", "platform", "env_name", "commit_hash", "commit_position", "commit_date",
-          "started_at", "suite", "metric", "benchmark", "unit", "direction", "implementation", "label",
-          "seq_len", "regime", "dtype", "value", "ci_low", "ci_high", "status", "file"]
+SCHEMA = ["machine", "machine_platform", "platform", "env_name", "commit_hash", "commit_position",
+          "commit_date", "started_at", "suite", "metric", "benchmark", "unit", "direction", "implementation",
+          "label", "execution", "category", "device", "labels_source", "seq_len", "regime", "dtype", "value",
+          "ci_low", "ci_high", "status", "file"]
+RECORDED, RECOMPUTED = "recorded", "recomputed"
+INTERPRETED = "interpreted"
 COLUMNS = ("result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
            "stats_q_25", "stats_q_75", "stats_number", "stats_repeat", "samples", "profile")
 
@@ -58,17 +73,41 @@ def history_positions(repo: str = ".") -> dict[str, int]:
     return {sha: i for i, sha in enumerate(out)}
 
 
-def _directions() -> dict[str, str]:
-    from attnbench.asv_suite import METRICS
+def _directions() -> dict[str, str | None]:
+    from attnbench import metrics
 
-    return {m.name: m.direction for m in METRICS}
+    return metrics.directions()
 
 
 def _labels() -> dict:
+    """Today's (label, execution) of every implementation on each platform: the fallback for results
+    whose sidecar recorded none. ``execution`` asks the backend, which imports no framework for it."""
     import attention_impls
 
-    return {(n, p): attention_impls.get(n).label(p) for n in attention_impls.names()
-            for p in ("cpu", "gpu", "tpu")}
+    out = {}
+    for name in attention_impls.names():
+        impl = attention_impls.get(name)
+        for platform in ("cpu", "gpu", "tpu"):
+            out[(name, platform)] = (impl.label(platform), impl.execution(platform))
+    return out
+
+
+def category(label, execution) -> str | None:
+    """``interpreted`` for a kernel that ran in an interpreter, else its label."""
+    return INTERPRETED if execution == "interpret" else label
+
+
+def _case_index(cases) -> tuple[dict, dict]:
+    """Sidecar cases by full id, and by id without dtype (``sidecar.case_head``, for Training, which
+    has no dtype parameter: only where one dtype was measured)."""
+    full, partial = {}, {}
+    for cid, entry in (cases or {}).items():
+        if not isinstance(entry, dict):
+            continue
+        full[cid] = entry
+        head, _, dtype = cid.rpartition("|")
+        partial[head] = None if head in partial else (entry, dtype)
+    return full, partial
 
 
 def _literal(text):
@@ -89,15 +128,21 @@ def _read_json(path: str):
         return json.load(f)  # accepts bare NaN, as asv writes it
 
 
-def _versions_sidecar(results_dir, machine, commit, env) -> dict:
-    """``version_<library>`` and ``setting_<name>`` columns from the suite's sidecar, if any."""
-    path = os.path.join(results_dir, machine, "versions", f"{commit[:8]}-{env}.json")
-    try:
-        data = _read_json(path)
-    except (OSError, ValueError):
-        return {}
-    return {**{f"version_{k}": v for k, v in data.get("versions", {}).items()},
-            **{f"setting_{k}": v for k, v in data.get("settings", {}).items()}}
+def _setting(value):
+    """A setting as one scalar cell (lists joined), so that the analysis can compare it."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return value
+
+
+def _sidecar(results_dir, machine, commit, env) -> tuple[dict, dict]:
+    """(``version_<library>`` and ``setting_<name>`` columns, case index) from the suite's sidecar."""
+    from attnbench import sidecar
+
+    data = sidecar.read(results_dir, machine, commit, env)
+    columns = {**{f"version_{k}": v for k, v in (data.get("versions") or {}).items()},
+               **{f"setting_{k}": _setting(v) for k, v in (data.get("settings") or {}).items()}}
+    return columns, _case_index(data.get("cases"))
 
 
 def load_results(results_dir: str = "results", repo: str = ".") -> pd.DataFrame:
@@ -125,8 +170,9 @@ def load_results(results_dir: str = "results", repo: str = ".") -> pd.DataFrame:
             continue
         machine = os.path.basename(os.path.dirname(path))
         versions = {f"version_{k.removeprefix('pip+')}": v for k, v in data.get("requirements", {}).items()}
-        versions.update(_versions_sidecar(results_dir, machine, commit, env))
-        base = {"machine": machine, "platform": platform_of_machine(machine), "env_name": env,
+        recorded, cases = _sidecar(results_dir, machine, commit, env)
+        versions.update(recorded)
+        base = {"machine": machine, "machine_platform": platform_of_machine(machine), "env_name": env,
                 "commit_hash": commit, "commit_position": positions.get(commit, float("nan")),
                 "commit_date": pd.to_datetime(data.get("date"), unit="ms", utc=True),
                 "file": path, **versions}
@@ -136,7 +182,7 @@ def load_results(results_dir: str = "results", repo: str = ".") -> pd.DataFrame:
             if spec is None or str(fields.get("version")) != str(spec.get("version")):
                 warnings.warn(f"{path}: {name} is from another suite version; skipped", stacklevel=2)
                 continue
-            rows.extend(_expand(base, name, spec, fields, directions, labels))
+            rows.extend(_expand(base, name, spec, fields, directions, labels, cases))
     if not rows:
         raise ResultsError(f"no loadable benchmark results under {results_dir!r}")
     frame = pd.DataFrame(rows)
@@ -147,8 +193,11 @@ def load_results(results_dir: str = "results", repo: str = ".") -> pd.DataFrame:
     return frame[SCHEMA + extra]
 
 
-def _expand(base, name, spec, fields, directions, labels):
+def _expand(base, name, spec, fields, directions, labels, cases=({}, {})):
+    from attnbench import sidecar
+
     suite, _, bench = name.rpartition(".")
+    suite = suite.rpartition(".")[2]
     metric = bench.removeprefix("track_")
     params = fields.get("params") or []
     # Parameter values are parsed once per benchmark, not once per row (literal_eval is the cost).
@@ -161,9 +210,10 @@ def _expand(base, name, spec, fields, directions, labels):
     ci_b = fields.get("stats_ci_99_b") or [None] * len(combos)
     started = fields.get("started_at")
     param_names = spec.get("param_names", [])
-    common = {**base, "suite": suite.rpartition(".")[2], "metric": metric, "benchmark": name,
+    common = {**base, "suite": suite, "metric": metric, "benchmark": name,
               "unit": spec.get("unit"), "direction": directions.get(metric, "lower")}
-    platform = base["platform"]
+    machine_platform = base["machine_platform"]
+    full, partial = cases
     n_values = len(values) if values is not None else 0
     for i, combo in enumerate(combos):
         value = values[i] if i < n_values else None
@@ -174,32 +224,22 @@ def _expand(base, name, spec, fields, directions, labels):
         for pname, pvalue in zip(param_names, combo, strict=False):
             row[pname] = pvalue
         impl = row.get("implementation")
-        row["label"] = labels.get((impl, platform)) if impl else None
+        if not impl:
+            row["label"] = None
+            yield row
+            continue
+        entry = None
+        if full and isinstance(row.get("seq_len"), int):
+            if row.get("dtype") is not None:
+                entry = full.get(sidecar.case_id(suite, impl, row["seq_len"], row.get("regime"), row["dtype"]))
+            else:
+                found = partial.get(sidecar.case_head(suite, impl, row["seq_len"], row.get("regime")))
+                entry = found[0] if found is not None else None
+        if entry is not None:
+            row.update(label=entry.get("label"), execution=entry.get("execution"),
+                       platform=entry.get("platform"), device=entry.get("device"), labels_source=RECORDED)
+        else:
+            label, execution = labels.get((impl, machine_platform), (None, None))
+            row.update(label=label, execution=execution, platform=machine_platform, labels_source=RECOMPUTED)
+        row["category"] = category(row["label"], row["execution"])
         yield row
-
-
-def summary_native_vs_forced(frame) -> pd.DataFrame:
-    """Best native vs best forced-flash implementation per machine and sequence length (Forward,
-    static shapes), by seconds per step, with their cost per step, at the newest commit."""
-    import pandas as pd
-
-    ok = frame[(frame["status"] == "ok") & (frame["suite"] == "Forward") & (frame["regime"] == "static")]
-    if ok.empty:
-        return pd.DataFrame()
-    newest = ok[ok["commit_position"] == ok["commit_position"].max()]
-    wide = newest.pivot_table(index=["machine", "seq_len", "dtype", "implementation", "label"],
-                              columns="metric", values="value", aggfunc="first").reset_index()
-    out = []
-    for (machine, seq, dtype), group in wide.groupby(["machine", "seq_len", "dtype"]):
-        row = {"machine": machine, "seq_len": seq, "dtype": dtype}
-        for label in ("native", "forced-flash"):
-            part = group[group["label"] == label].dropna(subset=["seconds_per_step"])
-            if part.empty:
-                continue
-            best = part.loc[part["seconds_per_step"].idxmin()]
-            prefix = "native" if label == "native" else "forced"
-            row.update({f"best_{prefix}": best["implementation"],
-                        f"{prefix}_ms_per_step": best["seconds_per_step"] * 1e3,
-                        f"{prefix}_usd_per_step": best.get("usd_per_step")})
-        out.append(row)
-    return pd.DataFrame(out)

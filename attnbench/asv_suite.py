@@ -1,29 +1,41 @@
-"""What the asv suite measures and how it reads it: profiles, cases, metrics, provenance.
+"""What the asv suite measures and how it reads it: suite sizes, cases, metrics, provenance.
 
 The classes in ``benchmarks/`` stay thin: each ``setup_cache`` calls ``measure_cases`` once per
 environment and commit (every case in its own worker process, through ``attnbench.engine``), and
-every ``track_*`` benchmark reads one column of that one measurement. Nothing here imports a
-framework at import time: asv imports the suite in every benchmark process.
+every ``track_*`` benchmark reads one metric (``attnbench/metrics.py``, one row each) of that one
+measurement. Nothing here imports a framework at import time: asv imports the suite in every
+benchmark process.
 
-Profiles (``ATTNBENCH_PROFILE``): ``default`` fits this project's 2-core CPU machine in 10 minutes;
-``full`` adds lengths up to 8192 and bfloat16. ``ATTNBENCH_IMPLS`` (comma-separated names) and
-asv's own ``-b REGEX`` narrow a run.
+Suite sizes (``ATTNBENCH_SUITE``; ``ATTNBENCH_PROFILE`` is its deprecated old name): ``default``
+fits this project's 2-core CPU machine in 10 minutes; ``full`` adds lengths up to 8192 and
+bfloat16. On a GPU every size runs float32 and bfloat16 (FlashAttention-2 and cuDNN refuse float32),
+on a TPU bfloat16 only (``suite_dtypes``). ``ATTNBENCH_IMPLS`` (comma-separated names) and asv's own
+``-b REGEX`` narrow a run.
+
+The asv process itself initialises no device: on a GPU, jax would preallocate 75% of its memory
+there, and a TPU admits one process. Which cases an implementation supports here is asked of a
+short-lived spawned process (``plan_cases``) that exits before the measuring workers start; the
+machine's name comes from ``ATTNBENCH_MACHINE`` (``make bench`` sets it), from device files, or from
+``python -m attnbench machine-name`` run as its own process (``machine_name``); the dtypes from
+``ACCEL`` or device files (``accelerator_kind``).
+
+Beside the results it writes a sidecar per machine x commit x environment (``attnbench/sidecar.py``):
+library versions, the suite and its settings, and per case what the engine recorded at measurement
+time (label, execution, platform, device), which the reports read instead of recomputing them.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import sys
-from dataclasses import dataclass
 
-from attnbench import records
+from attnbench import metrics, records
+from attnbench.metrics import METRIC_VERSION, Metric  # noqa: F401  (the suite's names for them)
 from attnbench.workload import Workload
 
-PROFILES = {
+SUITES = {
     # max_interpret_seq: Pallas kernels that only run here through an interpreter (100x slower than
-    # native) are skipped above it, with that reason; it keeps the default profile within 10 minutes.
+    # native) are skipped above it, with that reason; it keeps the default suite within 10 minutes.
     # regime_seqs: lengths at which the dynamic and bucketed regimes run (None: every length); each
     # such case compiles once per length or bucket, cold. max_extra_seconds: how long timing may go
     # on past min_seconds while the IQR exceeds 5% (the record keeps the IQR it reached).
@@ -40,10 +52,34 @@ PROFILES = {
 FORWARD = Workload(batch=1, q_heads=8, head_dim=64, seq_q=1024, causal=True, mode="fwd")
 TRAINING = FORWARD.replace(mode="fwd_bwd")
 CASE_TIMEOUT_S = 600.0
+CHECK_TIMEOUT_S = 600.0  # the spawned support check imports every framework and initialises its device
+# The dtypes a suite runs on an accelerator, whatever its size. GPU: float32 and bfloat16 (the
+# FlashAttention-2 and cuDNN kernels refuse float32). TPU: bfloat16 only: XLA computes a float32
+# matmul on a TPU in bfloat16 passes by default (JAX "Matmul precision": "bfloat16 on TPU"), so a
+# "float32" case would not be what its name says, and no TPU has a published float32 peak.
+ACCELERATOR_DTYPES = {"gpu": ("float32", "bfloat16"), "tpu": ("bfloat16",)}
+ACCEL_ENV = ("ATTNBENCH_ACCEL", "ACCEL")  # make exports ACCEL (cpu | cuda | tpu)
+_ACCEL_PLATFORM = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu", "tpu": "tpu"}
 
 
-def profile_name() -> str:
-    return os.environ.get("ATTNBENCH_PROFILE", "default")
+SUITE_ENV = "ATTNBENCH_SUITE"
+DEPRECATED_SUITE_ENV = "ATTNBENCH_PROFILE"  # its old name; still read, with a note on stderr
+_warned_deprecated = False
+
+
+def suite_name() -> str:
+    """``ATTNBENCH_SUITE`` (default ``default``); else the deprecated ``ATTNBENCH_PROFILE``."""
+    global _warned_deprecated
+    name = os.environ.get(SUITE_ENV)
+    if name:
+        return name
+    old = os.environ.get(DEPRECATED_SUITE_ENV)
+    if old:
+        if not _warned_deprecated:  # once per process: asv imports the suite in every benchmark process
+            print(f"attnbench: {DEPRECATED_SUITE_ENV} is deprecated, use {SUITE_ENV}={old}", file=sys.stderr)
+            _warned_deprecated = True
+        return old
+    return "default"
 
 
 def compile_cache() -> str:
@@ -51,11 +87,58 @@ def compile_cache() -> str:
     return os.environ.get("ATTNBENCH_COMPILE_CACHE", "cold")
 
 
-def profile() -> dict:
-    name = profile_name()
-    if name not in PROFILES:
-        raise ValueError(f"ATTNBENCH_PROFILE must be one of {sorted(PROFILES)}, got {name!r}")
-    return PROFILES[name]
+def suite_settings() -> dict:
+    """The chosen suite size's settings (``SUITES[suite_name()]``)."""
+    name = suite_name()
+    if name not in SUITES:
+        raise ValueError(f"{SUITE_ENV} must be one of {sorted(SUITES)}, got {name!r}")
+    return SUITES[name]
+
+
+def accelerator_kind() -> str:
+    """``cpu``, ``gpu`` or ``tpu``: the accelerator this machine's suite is sized for, decided
+    without initialising any device (asv imports the suite in every benchmark process).
+
+    ``ATTNBENCH_ACCEL`` or ``ACCEL`` (``make`` exports the latter: ``cpu``, ``cuda``, ``tpu``: what
+    the venvs were built for), else the device files of ``hardware.accelerator_present``. Both asv
+    environments see the same answer, so their parameters agree.
+    """
+    for var in ACCEL_ENV:
+        value = os.environ.get(var, "").strip().lower()
+        if value:
+            if value not in _ACCEL_PLATFORM:
+                raise ValueError(f"{var} must be one of {sorted(_ACCEL_PLATFORM)}, got {value!r}")
+            return _ACCEL_PLATFORM[value]
+    from attnbench.hardware.detection import accelerator_present
+
+    attached = accelerator_present()
+    return attached.platform if attached else "cpu"
+
+
+def suite_dtypes(settings: dict | None = None, accelerator: str | None = None) -> tuple[str, ...]:
+    """The dtypes the suite runs here: the size's own on a CPU, ``ACCELERATOR_DTYPES`` on a GPU/TPU."""
+    settings = suite_settings() if settings is None else settings
+    accelerator = accelerator_kind() if accelerator is None else accelerator
+    return tuple(ACCELERATOR_DTYPES.get(accelerator, settings["dtypes"]))
+
+
+def provenance_settings(settings: dict | None = None) -> dict:
+    """What the sidecar records as the run's settings: the suite and everything that changes what a
+    number means. Flat and scalar, so that each becomes one ``setting_<name>`` column of the tidy
+    table and a change across a regression is named like a library version."""
+    settings = suite_settings() if settings is None else settings
+
+    def seqs(values):
+        return ",".join(map(str, values))
+
+    return {"suite": suite_name(), "accelerator": accelerator_kind(), "compile_cache": compile_cache(),
+            "dtypes": seqs(suite_dtypes(settings)), "forward_seqs": seqs(settings["forward_seqs"]),
+            "training_seqs": seqs(settings["training_seqs"]), "regime_steps": settings["regime_steps"],
+            "regime_seqs": seqs(settings["regime_seqs"]) if settings["regime_seqs"] else "every length",
+            "min_seconds": settings["min_seconds"], "max_extra_seconds": settings["max_extra_seconds"],
+            "max_interpret_seq": settings["max_interpret_seq"] or "no limit",
+            "case_timeout_s": CASE_TIMEOUT_S, "impls": os.environ.get("ATTNBENCH_IMPLS") or "all",
+            "threads": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()}
 
 
 def impl_names() -> list[str]:
@@ -81,34 +164,22 @@ def this_env_frameworks() -> tuple[str, ...]:
     return ("numpy", "jax", "torch")
 
 
-def measure_cases(cases: list[tuple[str, Workload, str]]) -> dict:
+def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = None) -> dict:
     """Measure each (impl, workload, regime) once; returns {case key: record}.
 
-    Cases of another environment's frameworks and cases the implementation refuses are recorded
-    without starting a worker.
+    ``suite``: the benchmark class (``Forward``, ``Training``) the cases belong to, as the sidecar
+    names them. Cases of another environment's frameworks, cases the implementation refuses and
+    cases outside the suite size are recorded without starting a worker (``plan_cases``: asked of a
+    spawned process, never of this one). Writes the sidecar (inside asv).
     """
-    import attention_impls
     from attnbench.engine import Options
-    from attnbench.isolation import pin_threads
+    from attnbench.process_env import pin_threads
     from attnbench.sweep import run_sweep
 
     threads = len(os.sched_getaffinity(0))
     pin_threads(threads)
-    settings = profile()
-    out, to_run = {}, []
-    for name, workload, regime in cases:
-        impl = attention_impls.get(name)
-        key = case_key(name, workload, regime)
-        if impl.framework not in this_env_frameworks():
-            out[key] = {"status": records.UNSUPPORTED,
-                        "reason": f"{impl.framework} is measured in the other asv environment"}
-            continue
-        reason = impl.check(workload) or outside_profile(impl, workload, regime, settings)
-        if reason:
-            out[key] = {"status": records.UNSUPPORTED, "reason": reason}
-            continue
-        to_run.append((name, workload, regime))
-
+    settings = suite_settings()
+    out, to_run = plan_cases(cases, settings)
     traces = trace_dir()
 
     def options_for(regime):
@@ -120,19 +191,129 @@ def measure_cases(cases: list[tuple[str, Workload, str]]) -> dict:
     rows = run_sweep(to_run, options_for, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False)
     for (name, workload, regime), row in zip(to_run, rows, strict=True):
         out[case_key(name, workload, regime)] = row
-    write_versions_sidecar()
+    write_sidecar(cases, out, suite, settings)
     return out
 
 
-def outside_profile(impl, workload: Workload, regime: str, settings: dict) -> str | None:
-    """Why the profile leaves out a case the implementation could run (n/a with this reason)."""
+def plan_cases(cases: list[tuple[str, Workload, str]], settings: dict | None = None,
+               check=None) -> tuple[dict, list]:
+    """``({case key: record} of the cases that need no worker, [cases to measure])``.
+
+    Whether an implementation runs a workload here (``impl.check``: the framework's platform) and
+    how (``impl.execution``: interpreted kernels stop at the suite's length limit) is answered by
+    ``check`` (default: ``check_in_subprocess``, one spawned process for all cases, gone before any
+    measuring worker starts), so that this process initialises no device. A check that fails makes
+    its cases ``error`` records.
+    """
+    import attention_impls
+
+    settings = suite_settings() if settings is None else settings
+    check = check_in_subprocess if check is None else check
+    out, pending = {}, []
+    for name, workload, regime in cases:
+        impl = attention_impls.get(name)
+        if impl.framework not in this_env_frameworks():
+            out[case_key(name, workload, regime)] = _record(
+                name, workload, regime, records.UNSUPPORTED,
+                f"{impl.framework} is measured in the other asv environment")
+            continue
+        pending.append((name, workload, regime))
+    answers = check(pending, settings) if pending else []
+    if isinstance(answers, BaseException):
+        answers = [{"error": f"the support check failed: {type(answers).__name__}: {answers}"}] * len(pending)
+    to_run = []
+    for (name, workload, regime), answer in zip(pending, answers, strict=True):
+        key = case_key(name, workload, regime)
+        if answer.get("error"):
+            out[key] = _record(name, workload, regime, records.ERROR, answer["error"])
+        elif answer.get("reason"):
+            out[key] = _record(name, workload, regime, records.UNSUPPORTED, answer["reason"],
+                               platform=answer.get("platform"))
+        else:
+            to_run.append((name, workload, regime))
+    return out, to_run
+
+
+def _record(name, workload, regime, status, reason, **fields) -> dict:
+    record = records.empty_record()
+    record.update(impl=name, regime=regime, seq_q=workload.seq_q, dtype=workload.dtype, mode=workload.mode,
+                  status=status, reason=reason, **fields)
+    return record
+
+
+def check_cases(cases: list[tuple[str, Workload, str]], settings: dict) -> list[dict]:
+    """Per case: ``reason`` it is not measured here (the implementation's, or the suite size's),
+    and the ``platform``, ``label`` and ``execution`` it would run with. Initialises the frameworks'
+    devices: run it in a process of its own (``check_in_subprocess``)."""
+    import attention_impls
+
+    answers = []
+    for name, workload, regime in cases:
+        impl = attention_impls.get(name)
+        try:
+            reason = impl.check(workload)
+            answer = {"reason": reason}
+            if not impl.framework_missing():
+                platform = impl.platform()
+                answer.update(platform=platform, label=impl.label(platform),
+                              execution=impl.execution(platform))
+            if not reason:
+                answer["reason"] = outside_suite(impl, workload, regime, settings)
+        except Exception as exc:  # a framework that cannot even say where it runs
+            answer = {"error": f"support check of {name} failed: {type(exc).__name__}: {exc}"[:2000]}
+        answers.append(answer)
+    return answers
+
+
+def _check_main(conn, cases, settings) -> None:
+    try:
+        answer = check_cases(cases, settings)
+    except Exception as exc:
+        answer = RuntimeError(f"{type(exc).__name__}: {exc}")
+    conn.send(answer)
+    conn.close()
+
+
+def check_in_subprocess(cases, settings, timeout_s: float = CHECK_TIMEOUT_S):
+    """``check_cases`` in one spawned process, which exits (releasing any device it initialised)
+    before this returns; an exception (returned, not raised) when it gave no answer."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    reader, writer = ctx.Pipe(duplex=False)
+    process = ctx.Process(target=_check_main, args=(writer, cases, settings), daemon=True)
+    process.start()
+    writer.close()
+    try:
+        if reader.poll(timeout_s):
+            answer = reader.recv()
+        else:
+            answer = TimeoutError(f"no answer within {timeout_s:g} s")
+    except (EOFError, ConnectionError):
+        process.join(5)
+        answer = RuntimeError(f"the check process died (exit code {process.exitcode})")
+    finally:
+        reader.close()
+        process.join(60)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
+    return answer
+
+
+def outside_suite(impl, workload: Workload, regime: str, settings: dict) -> str | None:
+    """Why the suite size leaves out a case the implementation could run (n/a with this reason).
+
+    Asks ``impl`` how it executes on its framework's platform: call it where a device may be
+    initialised (``check_cases``), never in the asv process.
+    """
     limit, regime_seqs = settings["max_interpret_seq"], settings["regime_seqs"]
     if limit and workload.seq_q > limit and impl.execution(impl.platform()) == "interpret":
-        return (f"runs only in an interpreter here; the {profile_name()} profile stops interpreted "
-                f"kernels at {limit} tokens (ATTNBENCH_PROFILE=full runs it)")
+        return (f"runs only in an interpreter here; the {suite_name()} suite stops interpreted "
+                f"kernels at {limit} tokens ({SUITE_ENV}=full runs it)")
     if regime != "static" and regime_seqs and workload.seq_q not in regime_seqs:
-        return (f"the {profile_name()} profile runs the {regime} regime at "
-                f"{', '.join(map(str, regime_seqs))} tokens only (ATTNBENCH_PROFILE=full runs every length)")
+        return (f"the {suite_name()} suite runs the {regime} regime at "
+                f"{', '.join(map(str, regime_seqs))} tokens only ({SUITE_ENV}=full runs every length)")
     return None
 
 
@@ -141,78 +322,79 @@ def case_key(name: str, workload: Workload, regime: str) -> str:
 
 
 # -- metrics --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Metric:
-    name: str  # the track_<name> benchmark
-    unit: str
-    column: str | None  # record column read directly; None: derived by ``value``
-    direction: str = "lower"  # what is better; asv itself only knows lower-is-better
-
-    def value(self, record: dict) -> float:
-        if self.name == "status":
-            return float(STATUS_CODES[record["status"]])
-        if self.name == "mfu_shortfall":
-            return _num(1.0 - record["mfu"]) if record.get("mfu") is not None else math.nan
-        if self.name == "seconds_per_pflop":
-            return 1e-3 / record["tflops"] if record.get("tflops") else math.nan
-        if self.name == "seconds_per_million_useful_tokens":
-            rate = record.get("useful_tokens_per_s")
-            return 1e6 / rate if rate else math.nan
-        return _num(record.get(self.column))
+# One track_<name> benchmark per row of the metric table (attnbench/metrics.py); their unit and
+# ``METRIC_VERSION`` come from there too.
+STATUS_CODES = records.STATUS_CODES
 
 
-# 0 = ok; the rest in rising order of trouble. Unsupported never reaches a metric (asv shows n/a).
-STATUS_CODES = {records.OK: 0, records.NUMERICS_FAILED: 1, records.OOM: 2, records.TIMEOUT: 3,
-                records.ERROR: 4}
-
-METRICS = [
-    Metric("seconds_per_step", "seconds", "seconds_per_step"),
-    Metric("tokens_per_s", "tokens/s", "tokens_per_s", "higher"),
-    Metric("seconds_per_million_tokens", "seconds", "seconds_per_million_tokens"),
-    Metric("tflops", "TFLOP/s", "tflops", "higher"),
-    Metric("seconds_per_pflop", "seconds", None),
-    Metric("mfu", "fraction", "mfu", "higher"),
-    Metric("mfu_shortfall", "fraction", None),
-    Metric("first_call_seconds", "seconds", "first_call_s"),
-    Metric("compile_seconds", "seconds", "compile_seconds_total"),
-    Metric("compiles", "count", "compiles"),
-    Metric("padding_waste", "fraction", "padding_waste"),
-    Metric("useful_tokens_per_s", "tokens/s", "useful_tokens_per_s", "higher"),
-    Metric("seconds_per_million_useful_tokens", "seconds", None),
-    Metric("device_peak_bytes", "bytes", "device_peak_bytes"),
-    Metric("compiler_temp_bytes", "bytes", "compiler_temp_bytes"),
-    Metric("compiler_peak_bytes", "bytes", "compiler_peak_bytes"),
-    Metric("host_profiler_peak_bytes", "bytes", "host_profiler_peak_bytes"),
-    Metric("host_rss_growth_bytes", "bytes", "host_rss_growth_bytes"),
-    Metric("usd_per_step", "USD", "usd_per_step_on_demand"),
-    Metric("usd_per_step_with_compiles", "USD", "usd_per_step_with_compiles_on_demand"),
-    Metric("usd_per_million_tokens", "USD", "usd_per_million_tokens_on_demand"),
-    Metric("max_abs_error", "abs error", "max_abs_err"),
-    Metric("status", "code", None),
-]
-METRIC_VERSION = "1"  # bump only when a metric's meaning changes (asv drops older history then)
+def tracked_metrics() -> list[Metric]:
+    """The metrics ``benchmarks/attention.py`` gives every class a ``track_<name>`` for (read when
+    called: the metric table is the one place a metric is declared)."""
+    return list(metrics.METRICS)
 
 
-def _num(value) -> float:
-    return math.nan if value is None else float(value)
+METRICS = tracked_metrics()
 
 
 def record_for(cache: dict, key: str) -> dict:
     """The case's record, or ``NotImplementedError`` (asv: n/a) when it could not run here."""
     record = cache.get(key)
     if record is None:
-        raise NotImplementedError(f"{key} is not in this profile's measurements")
+        raise NotImplementedError(f"{key} is not in this suite's measurements")
     if record["status"] == records.UNSUPPORTED:
         raise NotImplementedError(record["reason"])
     return record
 
 
 # -- provenance -----------------------------------------------------------------------------------
+_machine: str | None = None  # this process's answer, once found
+
+
 def machine_name() -> str:
-    """The name results are filed under: states the accelerator (cpu-2core, h200, tpu-v5e-1)."""
+    """The name results are filed under: states the accelerator (cpu-2core, h200, tpu-v5-lite-4).
+
+    Initialises no device in this process: ``ATTNBENCH_MACHINE`` (``make bench`` sets it from
+    ``python -m attnbench machine-name``), else ``cpu-<cores>core`` when no GPU/TPU device file is
+    there (``hardware.accelerator_present``), else ``python -m attnbench machine-name`` run as a
+    process of its own (``detect_machine_name``: the frameworks say which device they use).
+    """
+    global _machine
     override = os.environ.get("ATTNBENCH_MACHINE")
     if override:
         return override
+    if _machine is None:
+        from attnbench.hardware.detection import accelerator_present, detect_host
+
+        attached = accelerator_present()
+        if attached is None:
+            _machine = f"cpu-{detect_host().usable_cores}core"
+        else:
+            _machine = _machine_name_in_subprocess(attached)
+    return _machine
+
+
+def _machine_name_in_subprocess(attached) -> str:
+    import subprocess
+
+    try:
+        out = subprocess.run([sys.executable, "-m", "attnbench", "machine-name"], capture_output=True,
+                             text=True, check=True, timeout=CHECK_TIMEOUT_S,
+                             env={k: v for k, v in os.environ.items() if k != "ATTNBENCH_MACHINE"})
+        name = out.stdout.strip().splitlines()[-1]
+        if name:
+            return name
+    except (OSError, subprocess.SubprocessError, IndexError) as exc:
+        print(f"attnbench: machine-name failed ({exc}); naming the machine from its device files",
+              file=sys.stderr)
+    if attached.platform == "tpu":
+        return f"tpu-{attached.version or 'unknown'}-{attached.count}"
+    return f"gpu-{attached.count}" if attached.count else "gpu"
+
+
+def detect_machine_name() -> str:
+    """The machine's name as the frameworks see it: the first of jax, torch and torch_xla whose
+    default device is an accelerator names it; else ``cpu-<usable cores>core``. Initialises every
+    framework's device: ``python -m attnbench machine-name`` runs it in its own process."""
     from attnbench import hardware
 
     for framework in ("jax", "torch", "torch_xla"):
@@ -264,23 +446,23 @@ def trace_dir() -> str | None:
     return os.path.join(ctx["results_dir"], ctx["machine"], "traces", f"{ctx['commit'][:8]}-{ctx['env']}")
 
 
-def write_versions_sidecar() -> str | None:
-    """Library versions of this asv environment, and the measurement settings, beside its results
-    (asv's existing mode records no versions).
-
-    Written to ``results/<machine>/versions/<commit8>-<env>.json``; ``None`` outside asv.
-    """
-    from attnbench.atomic import atomic_write_text
+def write_sidecar(cases: list[tuple[str, Workload, str]], measured: dict, suite: str | None,
+                  settings: dict | None = None) -> str | None:
+    """The sidecar of this asv environment and commit (``attnbench/sidecar.py``): library versions,
+    the suite and its settings, and per case what was recorded when it was measured. Merged into
+    what this commit and environment already hold; ``None`` outside asv."""
+    from attnbench import sidecar
     from attnbench.sweep import library_versions
 
     ctx = asv_context()
     if ctx is None:
         return None
-    name = f"{ctx['commit'][:8]}-{ctx['env']}.json"
-    path = os.path.join(ctx["results_dir"], ctx["machine"], "versions", name)
-    payload = {"commit_hash": ctx["commit"], "env_name": ctx["env"], "machine": ctx["machine"],
-               "versions": {k.removeprefix("version_"): v for k, v in library_versions().items() if v},
-               # measurement settings that change what a number means, attributed like versions
-               "settings": {"compile_cache": compile_cache()}}
-    atomic_write_text(path, json.dumps(payload, indent=1, sort_keys=True) + "\n")
-    return path
+    entries = {}
+    for name, workload, regime in cases:
+        record = measured.get(case_key(name, workload, regime))
+        if record is not None:
+            entries[sidecar.case_id(suite, name, workload.seq_q, regime, workload.dtype)] = \
+                sidecar.case_entry(record)
+    versions = {k.removeprefix("version_"): v for k, v in library_versions().items() if v}
+    return sidecar.write(ctx["results_dir"], ctx["machine"], ctx["commit"], ctx["env"], versions=versions,
+                         settings=provenance_settings(settings), cases=entries)

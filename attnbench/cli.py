@@ -92,7 +92,7 @@ def cmd_run(args) -> int:
 
     from attnbench import sweep
     from attnbench.engine import Options
-    from attnbench.isolation import pin_threads
+    from attnbench.process_env import pin_threads
 
     threads = args.threads or len(os.sched_getaffinity(0))
     pin_threads(threads)  # this process too, for the no-isolation path
@@ -108,7 +108,8 @@ def cmd_run(args) -> int:
 
     def options_for(regime):
         return Options(regime=regime, bucket_policy=args.bucket_policy, regime_steps=args.steps,
-                       min_seconds=args.min_seconds, numerics=not args.no_numerics, profile=args.profile,
+                       min_seconds=args.min_seconds, numerics=not args.no_numerics,
+                       hardware_profile=args.hardware_profile,
                        price_per_hour=args.price_per_hour, spot_price_per_hour=args.spot_price_per_hour,
                        trace_dir=trace_dir, compile_cache=args.compile_cache)
 
@@ -132,18 +133,22 @@ def cmd_run(args) -> int:
 
 
 def cmd_machine_name(args) -> int:
-    from attnbench.asv_suite import machine_name
+    """``ATTNBENCH_MACHINE``, else the name the frameworks' devices give (this process initialises
+    them; ``make bench`` runs it before asv and hands its answer to asv as ``ATTNBENCH_MACHINE``)."""
+    from attnbench.asv_suite import detect_machine_name
 
-    print(machine_name())
+    print(os.environ.get("ATTNBENCH_MACHINE") or detect_machine_name())
     return 0
 
 
 def cmd_summary(args) -> int:
-    """Best native vs best forced-flash per sequence length, from the asv results (read only)."""
-    from attnbench.asv_results import load_results, summary_native_vs_forced
+    """Best native vs best forced-flash per sequence length, from the asv results (read only): the
+    report's table (``report.best_native_vs_forced``), at each machine's newest commit."""
+    from attnbench.asv_results import load_results
+    from attnbench.report.select import best_native_vs_forced
 
     frame = load_results(args.results)
-    table = summary_native_vs_forced(frame)
+    table = best_native_vs_forced(frame)
     if table.empty:
         print("no Forward/static results to summarise")
         return 0
@@ -151,7 +156,8 @@ def cmd_summary(args) -> int:
                            "native_usd_per_step", "best_forced", "forced_ms_per_step", "forced_usd_per_step"]
                if c in table]
     rows = [{c: _fmt(v) for c, v in row.items()} for row in table[columns].to_dict("records")]
-    print("# best native vs best forced-flash, causal fwd B1 H8 D64, static shapes, newest commit")
+    print("# best native vs best forced-flash, causal fwd B1 H8 D64, static shapes, each machine's newest "
+          "commit")
     print(_render(rows, columns, args))
     return 0
 
@@ -273,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per case before it is killed")
     p.add_argument("--memory-cap", help="address-space cap per worker, e.g. 8G (hits become status oom)")
     p.add_argument("--max-seq", type=int, nargs="*", help="also find the largest feasible length among these")
-    p.add_argument("--profile", help="hardware profile name (see attnbench/profiles.toml)")
+    p.add_argument("--hardware-profile", help="hardware profile name (see attnbench/hardware_profiles.toml)")
+    p.add_argument("--profile", dest="hardware_profile", help=argparse.SUPPRESS)  # deprecated alias
     p.add_argument("--price-per-hour", type=float, help="USD per hour for the device, overriding the profile")
     p.add_argument("--spot-price-per-hour", type=float)
     p.add_argument("--no-numerics", action="store_true", help="skip the float64 reference check")

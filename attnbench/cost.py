@@ -2,15 +2,15 @@
 
 A :class:`Pricing` is USD per hour for *everything the run is charged for*:
 
-* an accelerator profile is priced per chip-hour, times ``chips`` (default 1: the harness runs each
-  step on one device; pass ``chips=device.count`` to charge the whole visible slice or host);
-* a CPU profile is priced per vCPU-hour, times ``cores``: the run's pinned thread count when it pins
-  one (pass it), else the host's usable cores (``device.host_cores``).
+* an accelerator hardware profile is priced per chip-hour, times ``chips`` (default 1: the harness
+  runs each step on one device; pass ``chips=device.count`` to charge the whole visible slice or host);
+* a CPU hardware profile is priced per vCPU-hour, times ``cores``: the run's pinned thread count
+  when it pins one (pass it), else the host's usable cores (``device.host_cores``).
 
 User overrides (``price_per_hour``, ``spot_price_per_hour``) are USD per hour for that whole
 charged device, used as given (not multiplied by chips or cores). Each override replaces only its
-own price; the other one still comes from the profile (named with ``profile_name`` or matched).
-Hardware with no known price gets ``None`` costs and a ``cost_note``: never a made-up price.
+own price; the other one still comes from the hardware profile (named with ``hardware_profile``
+or matched). Hardware with no known price gets ``None`` costs and a ``cost_note``: never a made-up price.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from attnbench.hardware import Device, Profile, get_profile, match_profile
+from attnbench.hardware import Device, HardwareProfile, get_hardware_profile, match_hardware_profile
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -31,7 +31,7 @@ class Pricing:
     spot_usd_per_hour: float | None
     units: float | None  # chips or vCPUs the profile's unit price is multiplied by (None: no profile)
     unit: str | None  # "chip-hour" | "vcpu-hour" | None
-    profile: str | None  # the profile used, if any
+    hardware_profile: str | None  # the hardware profile used, if any
     source: str  # where each price comes from
     note: str | None = None  # why a price is missing, if one is
 
@@ -56,23 +56,25 @@ def _check_count(name: str, value) -> int:
 
 
 def unknown_price_note(device_name: str) -> str:
-    return f"unknown: no price for {device_name}; pass --profile or --price-per-hour"
+    return f"unknown: no price for {device_name}; pass --hardware-profile or --price-per-hour"
 
 
-def pricing_for(device: Device, profile_name: str | None = None, price_per_hour: float | None = None,
+def pricing_for(device: Device, hardware_profile: str | None = None, price_per_hour: float | None = None,
                 spot_price_per_hour: float | None = None, *, cores: int | None = None, chips: int = 1,
-                profiles: Mapping[str, Profile] | None = None) -> Pricing:
-    """Prices for ``device``: the named profile, else the matched one, with the user's overrides.
+                hardware_profiles: Mapping[str, HardwareProfile] | None = None) -> Pricing:
+    """Prices for ``device``: the hardware profile named ``hardware_profile``, else the matched one
+    (from ``hardware_profiles``, default the packaged file), with the user's overrides.
 
     ``cores`` (CPU profiles): vCPUs charged, default ``device.host_cores``; pass the run's pinned
     thread count when it pins one. ``chips`` (accelerator profiles): chips charged, default 1.
-    ``profile_name`` unknown raises ``KeyError`` listing the known names.
+    ``hardware_profile`` unknown raises ``KeyError`` listing the known names.
     """
     price_per_hour = _check_price("price_per_hour", price_per_hour)
     spot_price_per_hour = _check_price("spot_price_per_hour", spot_price_per_hour)
     chips = _check_count("chips", chips)
     cores = _check_count("cores", device.host_cores if cores is None else cores)
-    profile = get_profile(profile_name, profiles) if profile_name else match_profile(device, profiles)
+    profile = (get_hardware_profile(hardware_profile, hardware_profiles) if hardware_profile
+               else match_hardware_profile(device, hardware_profiles))
 
     units = unit = None
     if profile is not None:
@@ -99,12 +101,12 @@ def pricing_for(device: Device, profile_name: str | None = None, price_per_hour:
         where = f" in profile {profile.name}" if profile is not None and price_per_hour is None else ""
         note = f"no spot price for {device.name}{where}; pass --spot-price-per-hour"
     return Pricing(device_name=device.name, on_demand_usd_per_hour=on_demand, spot_usd_per_hour=spot,
-                   units=units, unit=unit, profile=profile.name if profile else None,
+                   units=units, unit=unit, hardware_profile=profile.name if profile else None,
                    source=f"{src_od}; {src_spot}", note=note)
 
 
 def cost_per_step(seconds_per_step: float | None, pricing: Pricing,
-                  tokens_per_step: int | None = None) -> dict:
+                  tokens_per_step: float | None = None) -> dict:
     """USD per step and per million tokens, on demand and spot.
 
     ``usd_per_step = usd_per_hour / 3600 * seconds_per_step``;
@@ -119,8 +121,10 @@ def cost_per_step(seconds_per_step: float | None, pricing: Pricing,
         seconds = None
     if seconds is None:
         notes.append(f"no time per step ({seconds_per_step!r})")
-    if tokens_per_step is not None:
-        tokens_per_step = _check_count("tokens_per_step", tokens_per_step)
+    if tokens_per_step is not None:  # a mean over a stream's steps need not be whole
+        if (isinstance(tokens_per_step, bool) or not isinstance(tokens_per_step, (int, float))
+                or not math.isfinite(tokens_per_step) or tokens_per_step <= 0):
+            raise ValueError(f"tokens_per_step must be a positive number, got {tokens_per_step!r}")
 
     def per_step(usd_per_hour: float | None) -> float | None:
         if usd_per_hour is None or seconds is None:

@@ -47,7 +47,7 @@ class Options:
     min_seconds: float = 0.3  # steady-state timing budget
     max_extra_seconds: float = 3.0  # beyond it, sampling on while the IQR exceeds 5% of the median
     numerics: bool = True
-    profile: str | None = None  # hardware profile name overriding detection
+    hardware_profile: str | None = None  # hardware profile name overriding detection
     price_per_hour: float | None = None
     spot_price_per_hour: float | None = None
     trace_dir: str | None = None  # where per-step regime traces are written
@@ -116,47 +116,57 @@ def _measure(impl, workload: Workload, options: Options, record: dict) -> None:
 
     device = hardware.detect_accelerator(impl.framework)
     record["device"] = device.name
+    # 1. The shape-regime stream first, on a fresh runner: nothing in this process has run any
+    #    of its shapes yet, so each of its compiles (and its first call) is cold.
+    regime_result = _run_regime(impl, workload, options, record)
+    # 2. The timed step at the case's own shape (jax also lowers and compiles it ahead of time).
     step = impl.make_step(workload, seed=options.seed)
     record["execution"] = step.execution
     for key, value in (step.compile_info or {}).items():
         if key in record:
             record[key] = value
-
     if options.regime == "static":
         timing = time_step(step.run, min_seconds=options.min_seconds, target_rel_iqr=0.05,
                            max_seconds=options.min_seconds + options.max_extra_seconds)
-        record.update(first_call_s=timing.first_call_s, seconds_per_step=timing.median_s,
-                      iqr_s=timing.iqr_s, samples=timing.samples, steps_per_sample=timing.steps_per_sample)
-    record.update(measure_memory(impl, step))
-    evidence = step.evidence()  # after timing: a profiled evidence run must not be the first call
+        record.update(seconds_per_step=timing.median_s, iqr_s=timing.iqr_s, samples=timing.samples,
+                      steps_per_sample=timing.steps_per_sample)
+    else:
+        step.run()  # warm: the memory probes below measure a steady step, never a compiling one
+    # 3. Memory of one more, warm, step; 4. which kernel ran (a profiled evidence run comes after
+    #    every timing, so it warms nothing that is timed).
+    record.update(impl.backend().measure_memory(step))
+    evidence = step.evidence()
     record.update(kernel_evidence=evidence, kernel_verified=not evidence.startswith("not verified"))
-    regime_result = _run_regime(impl, workload, options, record)
     seconds = record["seconds_per_step"]
-    pricing = _throughput_and_cost(device, workload, seconds, options, record) if seconds else None
+    pricing = _throughput_and_cost(device, workload, options, record, regime_result) if seconds else None
     if options.trace_dir:
         record["trace_file"] = write_trace(regime_result, record, options.trace_dir, pricing)
     record["status"] = records.OK
+    # 5. Numerics of the very step that was timed, against the float64 reference.
     if options.numerics:
-        record.update(check_numerics(impl, workload))
+        record.update(check_numerics(impl, workload, step, options.seed))
         if record["numerics_ok"] is False:
             record["status"] = records.NUMERICS_FAILED
             record["reason"] = (f"output differs from the float64 reference: "
                                 f"max abs err {record['max_abs_err']}")
 
 
-def _run_regime(impl, workload, options, record) -> None:
+def _run_regime(impl, workload, options, record):
+    """The regime's stream; its first step is the case's first call (trace + compile + run)."""
     from attnbench import regimes
 
     lengths = regimes.length_stream(workload.seq_q, options.regime_steps, options.seed)
     template = workload.replace(seq_k=workload.seq_q) if workload.seq_k == workload.seq_q else workload
     result = regimes.run_regime(impl, template, options.regime, lengths, options.bucket_policy)
+    first = result.trace[0] if result.trace else None
     record.update(regime_steps=len(lengths), compiles=result.compiles,
                   compile_seconds_total=result.compile_seconds_total,
+                  compile_cache_hits=result.compile_cache_hits, first_call_s=first.seconds if first else None,
+                  first_call_compile_s=first.compile_seconds if first else None,
                   padding_waste=result.padding_waste, useful_tokens_per_s=result.useful_tokens_per_s,
                   seconds_per_step_with_compiles=result.total_seconds / max(1, len(result.trace)))
     if options.regime != "static":
         record["seconds_per_step"] = result.steady_seconds_per_step
-        record["first_call_s"] = result.trace[0].seconds if result.trace else None
     return result
 
 
@@ -186,99 +196,50 @@ def write_trace(result, record: dict, trace_dir: str, pricing=None) -> str | Non
     return path
 
 
-def _throughput_and_cost(device, workload, seconds, options, record):
+def throughput(workload: Workload, regime: str, seconds_per_step: float,
+               regime_result) -> tuple[float | None, float | None]:
+    """(tokens/s, FLOP/s) the timed steps really computed, padding included.
+
+    static: every step is ``workload`` at its full length. dynamic/bucketed: the stream's steady
+    steps, each at its own (padded) length, over their summed time; dividing the full length's
+    tokens by the median step would credit every step with tokens it never ran.
+    """
+    if regime == "static":
+        return workload.tokens / seconds_per_step, workload.flops / seconds_per_step
+    return regime_result.steady_tokens_per_s, regime_result.steady_flops_per_s
+
+
+def _throughput_and_cost(device, workload, options, record, regime_result):
     """Throughput, MFU and cost columns of ``record``; returns the ``Pricing`` used."""
     from attnbench import cost, hardware
 
-    record.update(tokens_per_s=workload.tokens / seconds, tflops=workload.flops / seconds / 1e12,
-                  seconds_per_million_tokens=seconds / workload.tokens * 1e6)
-    profile = hardware.get_profile(options.profile) if options.profile else hardware.match_profile(device)
-    peak = hardware.peak_tflops(device, profile, workload.dtype, framework=record["framework"])
+    seconds = record["seconds_per_step"]
+    tokens_per_s, flops_per_s = throughput(workload, options.regime, seconds, regime_result)
+    record.update(tokens_per_s=tokens_per_s, tflops=flops_per_s / 1e12 if flops_per_s else None,
+                  seconds_per_million_tokens=1e6 / tokens_per_s if tokens_per_s else None)
+    profile = (hardware.get_hardware_profile(options.hardware_profile) if options.hardware_profile
+               else hardware.match_hardware_profile(device))
+    peak = hardware.peak_tflops(device, profile, workload.dtype)
     record.update(peak_tflops=peak.tflops, peak_source=peak.source)
-    if peak.tflops:
+    if peak.tflops and record["tflops"]:
         record["mfu"] = record["tflops"] / peak.tflops
-    pricing = cost.pricing_for(device, profile_name=options.profile, price_per_hour=options.price_per_hour,
+    pricing = cost.pricing_for(device, hardware_profile=options.hardware_profile,
+                               price_per_hour=options.price_per_hour,
                                spot_price_per_hour=options.spot_price_per_hour, cores=record["threads"])
-    costs = cost.cost_per_step(seconds, pricing, tokens_per_step=workload.tokens)
+    tokens_per_step = tokens_per_s * seconds if tokens_per_s else None
+    costs = cost.cost_per_step(seconds, pricing, tokens_per_step=tokens_per_step)
     record.update({k: v for k, v in costs.items() if k in record})
-    # What a step of the regime's stream costs, compile stalls included.
+    # What a step of the regime's stream costs, compile stalls included, and what a useful
+    # (unpadded) token costs over the whole stream: the figure to compare across regimes.
     stream = cost.cost_per_step(record["seconds_per_step_with_compiles"], pricing)
+    useful_per_step = record["useful_tokens_per_s"] * record["seconds_per_step_with_compiles"]
+    useful = cost.cost_per_step(record["seconds_per_step_with_compiles"], pricing,
+                                tokens_per_step=useful_per_step or None)
     for market in ("on_demand", "spot"):
         record[f"usd_per_step_with_compiles_{market}"] = stream[f"usd_per_step_{market}"]
+        record[f"usd_per_million_useful_tokens_with_compiles_{market}"] = \
+            useful[f"usd_per_million_tokens_{market}"]
     return pricing
-
-
-def measure_memory(impl, step) -> dict:
-    """Peak memory of one more step, by source; a source this device lacks stays None."""
-    out = {}
-    if impl.framework == "jax":
-        import jax
-
-        stats = jax.devices()[0].memory_stats()  # None on CPU
-        if stats and "peak_bytes_in_use" in stats:
-            step.run()
-            out["device_peak_bytes"] = jax.devices()[0].memory_stats()["peak_bytes_in_use"]
-    elif impl.framework == "torch":
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.reset_peak_memory_stats()
-            step.run()
-            out["device_peak_bytes"] = torch.cuda.max_memory_allocated()
-        else:
-            out["host_profiler_peak_bytes"] = torch_profiler_peak_bytes(step.run)
-    elif impl.framework == "torch_xla":
-        out["device_peak_bytes"] = _xla_peak_bytes(impl)
-    out["host_rss_growth_bytes"] = rss_growth_bytes(step.run)
-    return out
-
-
-def torch_profiler_peak_bytes(run) -> int:
-    """Peak of live host allocations that torch's profiler saw during ``run()``."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        run()
-    events = sorted((e for e in prof.events() if e.cpu_memory_usage), key=lambda e: e.time_range.start)
-    live = peak = 0
-    for event in events:
-        live += event.cpu_memory_usage
-        peak = max(peak, live)
-    return peak
-
-
-def _xla_peak_bytes(impl):
-    try:
-        import torch_xla.core.xla_model as xm
-
-        info = xm.get_memory_info(impl.device())
-        return info.get("peak_bytes_used") or info.get("bytes_used")
-    except Exception:  # the CPU PJRT client reports no memory info
-        return None
-
-
-def rss_growth_bytes(run) -> int | None:
-    """How far this process's resident high-water mark rises above its current RSS during ``run()``.
-
-    Linux only: writing 5 to /proc/self/clear_refs resets VmHWM, so the figure is per step even in
-    a long-lived worker. Host memory, so on a GPU/TPU it is the host side of the step only.
-    """
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        before = _proc_status_kib("VmRSS")
-        run()
-        return (_proc_status_kib("VmHWM") - before) * 1024
-    except OSError:
-        return None
-
-
-def _proc_status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise OSError(f"{field} not in /proc/self/status")
 
 
 def numerics_workload(workload: Workload) -> Workload:
@@ -289,18 +250,43 @@ def numerics_workload(workload: Workload) -> Workload:
     return fwd.replace(batch=1, seq_q=PROXY_SEQ, seq_k=PROXY_SEQ)
 
 
-def check_numerics(impl, workload: Workload) -> dict:
-    from attention_impls.reference import attention_fwd
-    from attnbench.inputs import make_inputs
+def check_numerics(impl, workload: Workload, step, seed: int) -> dict:
+    """Errors of the timed step's own output against the float64 reference.
 
-    proxy = numerics_workload(workload)
-    out = {"numerics_workload": proxy.describe()}
-    if impl.check(proxy):
-        return {**out, "numerics_ok": None}
-    x = make_inputs(proxy, seed=7)
-    result = compare(impl.run_numpy(x.q, x.k, x.v, causal=proxy.causal),
-                     attention_fwd(x.q, x.k, x.v, causal=proxy.causal), proxy.dtype)
-    return {**out, "max_abs_err": result.max_abs, "max_rel_err": result.max_rel, "numerics_ok": result.ok}
+    The step runs once more (same inputs, same compiled function as the timing) and its output,
+    and for ``fwd_bwd`` its gradients, are compared with the reference on the same seeded inputs.
+    Where the reference's score matrix would not fit (``numerics_workload``), the kernel is checked
+    on a smaller proxy workload through its conformance entry point instead, and the record says so.
+    """
+    from attention_impls.reference_float64 import attention_fwd, attention_grads
+    from attnbench.inputs import make_inputs
+    from attnbench.numerics import GRAD_SLACK
+
+    checked = numerics_workload(workload)
+    if checked.replace(mode=workload.mode) == workload:
+        x = make_inputs(workload, seed)
+        actual = impl.backend().host_arrays(step.run())
+        expected = [attention_fwd(x.q, x.k, x.v, causal=workload.causal)]
+        if workload.mode == "fwd_bwd":
+            expected += attention_grads(x.q, x.k, x.v, x.do, causal=workload.causal)
+        if len(actual) != len(expected):
+            raise ValueError(f"the timed step returned {len(actual)} arrays; expected {len(expected)} "
+                             f"(output{', dq, dk, dv' if workload.mode == 'fwd_bwd' else ''})")
+        results = [compare(a, e, workload.dtype, slack=1.0 if i == 0 else GRAD_SLACK)
+                   for i, (a, e) in enumerate(zip(actual, expected, strict=True))]
+        label = f"the timed step ({'output and gradients' if len(results) > 1 else 'output'})"
+    else:
+        if impl.check(checked):
+            return {"numerics_workload": f"proxy {checked.describe()}", "numerics_ok": None}
+        x = make_inputs(checked, seed=7)
+        results = [compare(impl.run_numpy(x.q, x.k, x.v, causal=checked.causal),
+                           attention_fwd(x.q, x.k, x.v, causal=checked.causal), checked.dtype)]
+        label = (f"proxy {checked.describe()} (the reference at {workload.describe()} would exceed "
+                 f"{REFERENCE_MAX_SCORE_ELEMENTS} score elements)")
+    broken = [r for r in results if not r.finite]  # NaN/inf: reported as such, never as a small error
+    worst = broken[0] if broken else max(results, key=lambda r: r.max_abs)
+    return {"numerics_workload": label, "max_abs_err": worst.max_abs, "max_rel_err": worst.max_rel,
+            "numerics_ok": all(r.ok for r in results)}
 
 
 def _workload_columns(w: Workload) -> dict:

@@ -7,48 +7,13 @@ waits at most ``timeout_s``. A worker that times out or dies is replaced; the sw
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
-import os
 import resource
 import signal
 
 from attnbench import records
-
-THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
-@contextlib.contextmanager
-def scoped_environ(**values: str):
-    """Set environment variables (seen by workers spawned meanwhile); restore them afterwards."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def pin_threads(threads: int) -> None:
-    """Pin CPU thread pools before jax/torch load (timings on 2 cores jump up to 50x otherwise)."""
-    os.environ["ATTNBENCH_THREADS"] = str(threads)
-    for var in THREAD_ENV:
-        os.environ[var] = str(threads)
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "intra_op_parallelism_threads" not in flags:
-        eigen = "true" if threads > 1 else "false"
-        os.environ["XLA_FLAGS"] = (f"{flags} --xla_cpu_multi_thread_eigen={eigen} "
-                                   f"intra_op_parallelism_threads={threads}").strip()
-    import sys
-
-    if "torch" in sys.modules:
-        import torch
-
-        torch.set_num_threads(threads)
+from attnbench.engine import measure_case, new_record
+from attnbench.process_env import pin_threads
 
 
 def _worker_main(conn, threads: int | None, memory_cap_bytes: int | None) -> None:
@@ -56,8 +21,6 @@ def _worker_main(conn, threads: int | None, memory_cap_bytes: int | None) -> Non
         pin_threads(threads)
     if memory_cap_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (memory_cap_bytes, memory_cap_bytes))
-    from attnbench.engine import measure_case
-
     while True:
         try:
             task = conn.recv()
@@ -84,8 +47,6 @@ class Worker:
         self._conn = parent
 
     def measure(self, impl, workload, options, timeout_s: float) -> dict:
-        from attnbench.engine import new_record
-
         if self._process is None or not self._process.is_alive():
             self._start()
         failure = None

@@ -3,9 +3,15 @@
 One record is one implementation x workload x shape regime x device. Every metric column is named
 with its unit or its source, so that nothing is mixed (e.g. ``compiler_temp_bytes`` is XLA's
 estimate, ``host_rss_growth_bytes`` how far the process's resident high-water mark rose).
+
+The unit of every column a metric reads comes from the metric table (``attnbench/metrics.py``);
+the columns below say where such a column sits in a written table (``METRIC``). A metric whose
+column is not placed here is appended after these columns.
 """
 
 from __future__ import annotations
+
+from attnbench import metrics
 
 OK = "ok"
 UNSUPPORTED = "unsupported"
@@ -14,9 +20,13 @@ TIMEOUT = "timeout"
 NUMERICS_FAILED = "numerics-failed"
 ERROR = "error"
 STATUSES = (OK, UNSUPPORTED, OOM, TIMEOUT, NUMERICS_FAILED, ERROR)
+# The ``status`` metric: 0 = ok; the rest in rising order of trouble. Unsupported never reaches a
+# metric (asv shows n/a).
+STATUS_CODES = {OK: 0, NUMERICS_FAILED: 1, OOM: 2, TIMEOUT: 3, ERROR: 4}
 
+METRIC = None  # a column a metric reads: its unit is the metric table's
 # column -> unit ("" for labels). Order here is the column order of written tables.
-UNITS = {
+LAYOUT = {
     # what ran
     "impl": "", "framework": "", "label": "", "execution": "", "platform": "", "device": "",
     "kernel_evidence": "", "kernel_verified": "bool", "status": "", "reason": "",
@@ -25,29 +35,56 @@ UNITS = {
     "dtype": "", "causal": "bool", "mode": "", "flops": "FLOP", "min_bytes": "bytes",
     "tokens": "tokens",
     # shape regime
-    "regime": "", "bucket_policy": "", "regime_steps": "steps", "compile_cache": "", "compiles": "count",
-    "compile_seconds_total": "s", "padding_waste": "fraction", "useful_tokens_per_s": "tokens/s",
+    "regime": "", "bucket_policy": "", "regime_steps": "steps", "compile_cache": "", "compiles": METRIC,
+    "compile_seconds_total": METRIC, "compile_cache_hits": "count", "padding_waste": METRIC,
+    "useful_tokens_per_s": METRIC,
     "seconds_per_step_with_compiles": "s",
     "trace_file": "",
     # timing
-    "threads": "count", "first_call_s": "s", "lower_s": "s", "compile_s": "s",
-    "seconds_per_step": "s", "iqr_s": "s", "samples": "count", "steps_per_sample": "count",
+    "threads": "count", "first_call_s": METRIC, "first_call_compile_s": METRIC, "lower_s": "s",
+    "compile_s": "s",
+    "seconds_per_step": METRIC, "iqr_s": "s", "samples": "count", "steps_per_sample": "count",
     # throughput
-    "tokens_per_s": "tokens/s", "tflops": "TFLOP/s", "peak_tflops": "TFLOP/s", "peak_source": "",
-    "mfu": "fraction", "seconds_per_million_tokens": "s",
+    "tokens_per_s": METRIC, "tflops": METRIC, "peak_tflops": "TFLOP/s", "peak_source": "",
+    "mfu": METRIC, "seconds_per_million_tokens": METRIC,
     # memory, by source
-    "device_peak_bytes": "bytes", "compiler_temp_bytes": "bytes", "compiler_argument_bytes": "bytes",
-    "compiler_output_bytes": "bytes", "compiler_peak_bytes": "bytes",
-    "host_profiler_peak_bytes": "bytes", "host_rss_growth_bytes": "bytes",
+    "device_peak_bytes": METRIC, "compiler_temp_bytes": METRIC, "compiler_argument_bytes": "bytes",
+    "compiler_output_bytes": "bytes", "compiler_peak_bytes": METRIC,
+    "host_profiler_peak_bytes": METRIC, "host_rss_growth_bytes": METRIC,
     # numerics against the float64 reference
-    "max_abs_err": "", "max_rel_err": "", "numerics_ok": "bool", "numerics_workload": "",
+    "max_abs_err": METRIC, "max_rel_err": "", "numerics_ok": "bool", "numerics_workload": "",
     # cost
     "usd_per_hour_on_demand": "USD/h", "usd_per_hour_spot": "USD/h",
-    "usd_per_step_on_demand": "USD", "usd_per_step_spot": "USD",
-    "usd_per_million_tokens_on_demand": "USD", "usd_per_million_tokens_spot": "USD",
-    "usd_per_step_with_compiles_on_demand": "USD", "usd_per_step_with_compiles_spot": "USD",
+    "usd_per_step_on_demand": METRIC, "usd_per_step_spot": "USD",
+    "usd_per_million_tokens_on_demand": METRIC, "usd_per_million_tokens_spot": "USD",
+    "usd_per_step_with_compiles_on_demand": METRIC, "usd_per_step_with_compiles_spot": "USD",
+    "usd_per_million_useful_tokens_with_compiles_on_demand": METRIC,
+    "usd_per_million_useful_tokens_with_compiles_spot": "USD",
     "price_source": "", "cost_note": "",
 }
+
+
+def units(table: list[metrics.Metric] | None = None) -> dict[str, str]:
+    """Column -> unit of a record: ``LAYOUT`` with the metric table's units, then any metric column
+    ``LAYOUT`` does not place (``table``: the metric rows, default ``metrics.METRICS``)."""
+    from_metrics = metrics.column_units(table)
+    out = {}
+    for column, unit in LAYOUT.items():
+        if unit is METRIC:
+            if column not in from_metrics:
+                raise ValueError(f"records.LAYOUT places {column!r} as a metric column, but no metric "
+                                 "reads it as is (attnbench/metrics.py)")
+            unit = from_metrics[column]
+        elif column in from_metrics:
+            raise ValueError(f"{column!r} is a metric column (attnbench/metrics.py gives its unit): mark it "
+                             "METRIC in records.LAYOUT")
+        out[column] = unit
+    for column, unit in from_metrics.items():
+        out.setdefault(column, unit)
+    return out
+
+
+UNITS = units()
 COLUMNS = list(UNITS)
 
 

@@ -116,6 +116,7 @@ class StepTrace:
     padded_length: int  # what ran
     compiled: bool | None  # the runner's compile count rose in this step (None: not reported)
     seconds: float  # wall time of the step, blocking, compile included
+    compile_seconds: float | None = None  # what the framework says this step spent compiling
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,12 @@ class RegimeResult:
     execution: str
     compiles: int | None  # compiles during the stream (None: the framework does not say)
     compile_seconds_total: float | None  # as the framework reports it (see the Runner)
+    compile_cache_hits: int | None  # compiles a compiler cache served: 0 means every compile was cold
     steady_seconds_per_step: float | None  # median of the steps that did not compile
+    # Over the same steady steps: the tokens and FLOPs they really computed (padding included),
+    # per second of their summed wall time. None when no step was steady.
+    steady_tokens_per_s: float | None
+    steady_flops_per_s: float | None
     total_seconds: float  # sum of every step's wall time, compiles included
     useful_tokens_per_s: float  # sum(batch * length) / total_seconds: padding and stalls cost
     padding_waste: float  # 1 - sum(length) / sum(padded_length): share of query tokens that pad
@@ -175,14 +181,15 @@ def run_regime(impl, template: Workload, regime: str, lengths: Sequence[int],
     trace: list[StepTrace] = []
     for i, (length, run_len) in enumerate(zip(lengths, padded, strict=True)):
         runner.prepare(run_len)
-        before = runner.compiles()
+        before, compile_before = runner.compiles(), runner.compile_seconds()
         start = clock()
         runner.step(run_len)
         seconds = clock() - start
-        after = runner.compiles()
+        after, compile_after = runner.compiles(), runner.compile_seconds()
         compiled = None if before is None or after is None else after > before
+        spent = None if compile_before is None or compile_after is None else compile_after - compile_before
         trace.append(StepTrace(step=i, length=int(length), padded_length=run_len, compiled=compiled,
-                               seconds=seconds))
+                               seconds=seconds, compile_seconds=spent))
 
     # When every step of the stream compiled (dynamic shapes, all lengths new), replay each shape
     # once more, warm, so the steady step time is still measured; the replay is not in the trace.
@@ -191,21 +198,23 @@ def run_regime(impl, template: Workload, regime: str, lengths: Sequence[int],
         for run_len in dict.fromkeys(padded):
             start = clock()
             runner.step(run_len)
-            replay.append(clock() - start)
+            replay.append((run_len, clock() - start))
     return _summarize(impl.name, regime, policy, template, runner, trace, replay)
 
 
 def _summarize(name: str, regime: str, policy: str, template: Workload, runner,
-               trace: list[StepTrace], replay: Sequence[float] = ()) -> RegimeResult:
+               trace: list[StepTrace], replay: Sequence[tuple[int, float]] = ()) -> RegimeResult:
+    """The stream's figures. ``replay``: (padded length, seconds) of warm re-runs, used as the
+    steady steps when every step of the stream compiled."""
     if any(t.compiled is None for t in trace):
         seen: set[int] = set()
         steady = []
         for t in trace:
             if t.padded_length in seen:
-                steady.append(t.seconds)
+                steady.append((t.padded_length, t.seconds))
             seen.add(t.padded_length)
     else:
-        steady = [t.seconds for t in trace if not t.compiled]
+        steady = [(t.padded_length, t.seconds) for t in trace if not t.compiled]
     steady = steady or list(replay)
     total = sum(t.seconds for t in trace)
     real = sum(t.length for t in trace)
@@ -214,6 +223,9 @@ def _summarize(name: str, regime: str, policy: str, template: Workload, runner,
     def flops(length: int) -> float:
         return template.replace(seq_q=length, seq_k=length).flops
 
+    steady_seconds = sum(seconds for _, seconds in steady)
+    steady_rate = steady_seconds > 0
+
     real_flops = sum(flops(t.length) for t in trace)
     computed_flops = sum(flops(t.padded_length) for t in trace)
     return RegimeResult(
@@ -221,7 +233,11 @@ def _summarize(name: str, regime: str, policy: str, template: Workload, runner,
         max_len=template.seq_q, workload=template.describe(), batch=template.batch,
         execution=runner.execution, compiles=runner.compiles(),
         compile_seconds_total=runner.compile_seconds(),
-        steady_seconds_per_step=statistics.median(steady) if steady else None,
+        compile_cache_hits=runner.cache_hits(),
+        steady_seconds_per_step=statistics.median(s for _, s in steady) if steady else None,
+        steady_tokens_per_s=(template.batch * sum(n for n, _ in steady) / steady_seconds
+                             if steady_rate else None),
+        steady_flops_per_s=sum(flops(n) for n, _ in steady) / steady_seconds if steady_rate else None,
         total_seconds=total,
         useful_tokens_per_s=template.batch * real / total if total > 0 else float("nan"),
         padding_waste=1.0 - real / computed if computed else 0.0,
@@ -238,5 +254,5 @@ def trace_to_rows(result: RegimeResult) -> list[dict]:
         "impl": result.impl, "regime": result.regime, "policy": result.policy,
         "workload": result.workload, "step": t.step, "length": t.length,
         "padded_length": t.padded_length, "tokens": result.batch * t.length,
-        "compiled": t.compiled, "seconds": t.seconds, "usd": None,
+        "compiled": t.compiled, "compile_seconds": t.compile_seconds, "seconds": t.seconds, "usd": None,
     } for t in result.trace]

@@ -73,7 +73,7 @@ def torch_timer_median() -> float:
 def main() -> int:
     import os
 
-    from attnbench.isolation import pin_threads
+    from attnbench.process_env import pin_threads
 
     pin_threads(len(os.sched_getaffinity(0)))
     results = []

@@ -155,7 +155,7 @@ def write_synthetic_results(results_dir: str, commits: list[str], *, machines=("
     commit with ``traces="last"``, every commit with ``"all"``) per-step traces. Returns the number
     of tidy rows ``load_results`` will make of them."""
     import attention_impls
-    from attnbench.asv_suite import METRIC_VERSION, METRICS
+    from attnbench.metrics import METRIC_VERSION, METRICS
 
     names = attention_impls.names()
     suites = {"Forward": (["implementation", "seq_len", "regime", "dtype"],
@@ -243,7 +243,7 @@ def _write_trace(results_dir, machine, commit, env, impl, regime, seq_len, trace
 
 def rows_per_commit(envs=(ENV_MAIN, ENV_XLA), forward_seqs=(256, 1024), training_seqs=(512,)) -> int:
     import attention_impls
-    from attnbench.asv_suite import METRICS
+    from attnbench.metrics import METRICS
 
     n = len(attention_impls.names())
     return len(METRICS) * n * (len(forward_seqs) * 3 + len(training_seqs)) * len(envs)

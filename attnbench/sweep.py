@@ -61,7 +61,7 @@ def run_sweep(cases, options_for, *, isolate: bool = True, timeout_s: float = 30
     import tempfile
 
     from attnbench.hardware import PROBE_DIR_ENV
-    from attnbench.isolation import scoped_environ
+    from attnbench.process_env import scoped_environ
 
     with contextlib.ExitStack() as stack:
         if not os.environ.get(PROBE_DIR_ENV):  # one CPU GEMM probe per run, shared by its workers

@@ -9,7 +9,9 @@ skipped (``NotImplementedError`` in ``setup``: asv shows n/a) with the implement
 from attnbench import asv_suite as suite
 from attnbench.regimes import REGIMES
 
-PROFILE = suite.profile()
+SUITE = suite.suite_settings()  # ATTNBENCH_SUITE=default|full: the lengths measured
+DTYPES = suite.suite_dtypes(SUITE)  # the size's on a CPU; float32+bfloat16 on a GPU, bfloat16 on a TPU
+TRAINING_DTYPE = "float32" if "float32" in DTYPES else DTYPES[0]  # Training has no dtype parameter
 
 
 def _track(metric):
@@ -23,8 +25,8 @@ def _track(metric):
 
 
 def with_metrics(cls):
-    """Give a benchmark class one ``track_<metric>`` per metric of ``attnbench.asv_suite.METRICS``."""
-    for metric in suite.METRICS:
+    """Give a class one ``track_<metric>`` per row of the metric table (``attnbench/metrics.py``)."""
+    for metric in suite.tracked_metrics():
         setattr(cls, f"track_{metric.name}", _track(metric))
     return cls
 
@@ -33,7 +35,7 @@ def with_metrics(cls):
 class Forward:
     """Causal forward pass, B1 H8 D64: implementation x sequence length x shape regime x dtype."""
 
-    params = (suite.impl_names(), list(PROFILE["forward_seqs"]), list(REGIMES), list(PROFILE["dtypes"]))
+    params = (suite.impl_names(), list(SUITE["forward_seqs"]), list(REGIMES), list(DTYPES))
     param_names = ["implementation", "seq_len", "regime", "dtype"]
     timeout = 3600  # setup_cache measures the whole class
 
@@ -44,7 +46,8 @@ class Forward:
     def setup_cache(self):
         impls, seqs, regimes, dtypes = self.params
         return suite.measure_cases([(i, self.workload(s, d), r)
-                                    for i in impls for s in seqs for r in regimes for d in dtypes])
+                                    for i in impls for s in seqs for r in regimes for d in dtypes],
+                                   suite="Forward")
 
     def setup(self, cache, implementation, seq_len, regime, dtype):
         key = suite.case_key(implementation, self.workload(seq_len, dtype), regime)
@@ -53,19 +56,21 @@ class Forward:
 
 @with_metrics
 class Training:
-    """Causal forward + backward, B1 H8 D64, static shapes: implementation x sequence length."""
+    """Causal forward + backward, B1 H8 D64, static shapes: implementation x sequence length
+    (float32; bfloat16 on a TPU, where the suite runs no float32)."""
 
-    params = (suite.impl_names(), list(PROFILE["training_seqs"]))
+    params = (suite.impl_names(), list(SUITE["training_seqs"]))
     param_names = ["implementation", "seq_len"]
     timeout = 3600
 
     @staticmethod
     def workload(seq_len):
-        return suite.TRAINING.replace(seq_q=seq_len, seq_k=seq_len)
+        return suite.TRAINING.replace(seq_q=seq_len, seq_k=seq_len, dtype=TRAINING_DTYPE)
 
     def setup_cache(self):
         impls, seqs = self.params
-        return suite.measure_cases([(i, self.workload(s), "static") for i in impls for s in seqs])
+        return suite.measure_cases([(i, self.workload(s), "static") for i in impls for s in seqs],
+                                   suite="Training")
 
     def setup(self, cache, implementation, seq_len):
         key = suite.case_key(implementation, self.workload(seq_len), "static")

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from attention_impls.reference import Float64Reference
+from attention_impls.reference_float64 import Float64Reference
 from attnbench.workload import Workload
 
 
@@ -26,8 +26,8 @@ class NanKernel(_Stub):
 
     name = "stub-nan"
 
-    def run_numpy(self, q, k, v, *, causal, scale=None):
-        return np.full(super().run_numpy(q, k, v, causal=causal).shape, np.nan)
+    def attention(self, q, k, v, *, causal, scale):
+        return np.full(super().attention(q, k, v, causal=causal, scale=scale).shape, np.nan)
 
 
 class SlowKernel(_Stub):
@@ -67,3 +67,28 @@ class CrashingKernel(_Stub):
         import os
 
         os._exit(3)
+
+
+class LinearTimeKernel(_Stub):
+    """Takes 20 ms per 256 query tokens, whatever else it does: its real throughput is a constant
+    12,800 tokens/s per sequence at every length, which a regime's tokens/s must report."""
+
+    name = "stub-linear-time"
+    SECONDS_PER_TOKEN = 0.020 / 256
+
+    def attention(self, q, k, v, *, causal, scale):
+        time.sleep(q.shape[1] * self.SECONDS_PER_TOKEN)
+        return super().attention(q, k, v, causal=causal, scale=scale)
+
+
+class WrongOnTheTimedPath(_Stub):
+    """Right through the conformance entry point, wrong in the step that is timed (zeros): the
+    numerics beside a timing must come from the timed step, so this ends numerics-failed."""
+
+    name = "stub-wrong-timed-path"
+
+    def make_step(self, workload: Workload, seed: int = 0):
+        step = super().make_step(workload, seed)
+        run = step.run
+        step.run = lambda: np.zeros_like(run())
+        return step

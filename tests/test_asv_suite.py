@@ -38,11 +38,11 @@ def _conf(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def asv_run(tmp_path_factory):
-    """One real `asv run` of the suite (smoke profile, a subset), in existing-environment mode."""
+    """One real `asv run` of the suite (smoke suite size, a subset), in existing-environment mode."""
     tmp = tmp_path_factory.mktemp("asv")
     conf = _conf(tmp)
     env = {**os.environ, "ATTNBENCH_IMPLS": SUBSET, "ATTNBENCH_MACHINE": "test-cpu",
-           "ATTNBENCH_PROFILE": "smoke", "ATTNBENCH_RESULTS_DIR": str(tmp / "results")}
+           "ATTNBENCH_SUITE": "smoke", "ATTNBENCH_RESULTS_DIR": str(tmp / "results")}
     subprocess.run([*ASV, "machine", "--yes", "--machine", "test-cpu", "--config", str(conf)],
                    check=True, capture_output=True, env=env, cwd=tmp)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
@@ -95,12 +95,12 @@ def test_unsupported_is_skipped_with_reason_and_other_env_is_not_started():
 
 
 @pytest.mark.skipif("jax" not in FRAMEWORKS, reason="jax-xla runs in the main venv")
-def test_default_profile_runs_dynamic_regimes_at_its_regime_lengths_only(monkeypatch):
+def test_default_suite_runs_dynamic_regimes_at_its_regime_lengths_only(monkeypatch):
     """Also: measuring outside asv (here, pytest with asv imported) writes nothing under results/."""
     import asv  # noqa: F401  (imported asv once made the suite think it ran inside asv)
 
     assert asv_suite.asv_context() is None
-    monkeypatch.setenv("ATTNBENCH_PROFILE", "default")
+    monkeypatch.setenv("ATTNBENCH_SUITE", "default")
     short = asv_suite.FORWARD.replace(seq_q=256, seq_k=256)
     cache = asv_suite.measure_cases([("jax-xla", short, "dynamic")])
     with pytest.raises(NotImplementedError, match="runs the dynamic regime at 1024 tokens only"):
@@ -125,7 +125,8 @@ def test_asv_run_records_ok_and_skipped_not_failed(asv_run):
 
 
 def test_loader_reads_real_asv_output(asv_run):
-    from attnbench.asv_results import load_results, summary_native_vs_forced
+    from attnbench.asv_results import load_results
+    from attnbench.report import best_native_vs_forced
 
     tmp, _, head = asv_run
     frame = load_results(str(tmp / "results"), repo=str(ROOT))
@@ -137,7 +138,7 @@ def test_loader_reads_real_asv_output(asv_run):
     assert frame.loc[frame.metric == "tokens_per_s", "direction"].eq("higher").all()
     assert frame["version_jax"].notna().all()
     assert set(frame["label"].dropna()) <= {"native", "forced-flash"}
-    summary = summary_native_vs_forced(frame)
+    summary = best_native_vs_forced(frame)
     assert list(summary["seq_len"]) == [128, 256]
     assert set(summary["best_native"]) <= {"jax-xla", "torch-sdpa-flash"}
     assert "best_forced" not in summary  # no forced-flash kernel in this subset

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import attention_impls
-from attention_impls.reference import attention_fwd, attention_grads
+from attention_impls.reference_float64 import attention_fwd, attention_grads
 from attnbench.inputs import make_inputs
 from attnbench.numerics import GRAD_SLACK, compare
 from attnbench.workload import Workload

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from attnbench import hardware as hw
-from attnbench.hardware import Device
+from attnbench.hardware import Device, peak_probe
 
 REQUIRED = ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "a100-40gb", "a100-80gb", "h100-sxm", "h200-sxm",
             "l4", "b200", "cpu", "cpu-n2d-highcpu"]
@@ -17,7 +17,7 @@ REQUIRED = ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "a100-40gb", "a100-80gb",
 
 @pytest.fixture(scope="module")
 def profiles():
-    return hw.load_profiles()
+    return hw.load_hardware_profiles()
 
 
 def gpu(name: str) -> Device:
@@ -80,13 +80,13 @@ price.on_demand = { value = 1.5, source = "catalog", date = 2026-11-29 }
 
 
 def write(tmp_path, text):
-    path = tmp_path / "profiles.toml"
+    path = tmp_path / "hardware_profiles.toml"
     path.write_text(text)
     return path
 
 
 def test_user_file_loads(tmp_path):
-    profiles = hw.load_profiles(write(tmp_path, GOOD))
+    profiles = hw.load_hardware_profiles(write(tmp_path, GOOD))
     assert list(profiles) == ["mychip"]
     assert profiles["mychip"].peak("bf16").value == 100.0
 
@@ -108,28 +108,28 @@ def test_user_file_loads(tmp_path):
 def test_damaged_file_names_profile_and_field(tmp_path, old, new, field):
     assert old in GOOD
     with pytest.raises(ValueError) as err:
-        hw.load_profiles(write(tmp_path, GOOD.replace(old, new, 1)))
+        hw.load_hardware_profiles(write(tmp_path, GOOD.replace(old, new, 1)))
     assert "'mychip'" in str(err.value) and f"'{field}'" in str(err.value)
 
 
 def test_cpu_profile_with_a_peak_is_rejected(tmp_path):
     text = GOOD.replace('kind = "gpu"', 'kind = "cpu"').replace("chip-hour", "vcpu-hour")
     with pytest.raises(ValueError, match="'peak_tflops'"):
-        hw.load_profiles(write(tmp_path, text))
+        hw.load_hardware_profiles(write(tmp_path, text))
 
 
 def test_not_toml_is_a_value_error_naming_the_file(tmp_path):
     path = write(tmp_path, "[mychip\nkind = ")
     with pytest.raises(ValueError, match="not valid TOML") as err:
-        hw.load_profiles(path)
+        hw.load_hardware_profiles(path)
     assert str(path) in str(err.value)
 
 
-def test_get_profile(profiles):
-    assert hw.get_profile("h200-sxm").name == "h200-sxm"
-    assert hw.get_profile("H200-SXM", profiles).name == "h200-sxm"
+def test_get_hardware_profile(profiles):
+    assert hw.get_hardware_profile("h200-sxm").name == "h200-sxm"
+    assert hw.get_hardware_profile("H200-SXM", profiles).name == "h200-sxm"
     with pytest.raises(KeyError) as err:
-        hw.get_profile("h300", profiles)
+        hw.get_hardware_profile("h300", profiles)
     assert "h300" in str(err.value) and "tpu-v5e" in str(err.value) and "cpu-n2d-highcpu" in str(err.value)
 
 
@@ -150,8 +150,8 @@ def test_get_profile(profiles):
     (tpu("TPU v6e"), "tpu-v6e"),
     (Device("cpu", "AMD EPYC", 1, "AMD EPYC", 2), "cpu"),
 ])
-def test_match_profile(profiles, device, expected):
-    assert hw.match_profile(device, profiles).name == expected
+def test_match_hardware_profile(profiles, device, expected):
+    assert hw.match_hardware_profile(device, profiles).name == expected
 
 
 @pytest.mark.parametrize("device", [
@@ -160,7 +160,7 @@ def test_match_profile(profiles, device, expected):
     Device("tpu", "NVIDIA H200", 1, "h", 1),  # a name only matches profiles of its own kind
 ])
 def test_unknown_devices_match_nothing(profiles, device):
-    assert hw.match_profile(device, profiles) is None
+    assert hw.match_hardware_profile(device, profiles) is None
 
 
 def test_named_only_profiles_never_auto_match(profiles):
@@ -212,13 +212,13 @@ def test_cpu_probe_measures_a_positive_rate(fresh_probe_cache, framework, dtype)
 
 def test_cpu_probe_is_memoised(fresh_probe_cache, monkeypatch):
     calls = []
-    real = hw.time_step
+    real = peak_probe.time_step
 
     def counting(run, **kwargs):
         calls.append(1)
         return real(run, **kwargs)
 
-    monkeypatch.setattr(hw, "time_step", counting)
+    monkeypatch.setattr(peak_probe, "time_step", counting)
     first = hw.cpu_peak_tflops("float32", "numpy", size=64, rounds=2)
     assert len(calls) == 2
     second = hw.cpu_peak_tflops("fp32", "numpy", size=64, rounds=2)
@@ -231,8 +231,8 @@ def test_cpu_probe_is_memoised(fresh_probe_cache, monkeypatch):
 def test_cpu_probe_is_shared_through_the_run_directory(fresh_probe_cache, monkeypatch, tmp_path):
     """A sweep's workers are fresh processes: the first one's probe serves the others."""
     calls = []
-    real = hw.time_step
-    monkeypatch.setattr(hw, "time_step", lambda run, **kw: calls.append(1) or real(run, **kw))
+    real = peak_probe.time_step
+    monkeypatch.setattr(peak_probe, "time_step", lambda run, **kw: calls.append(1) or real(run, **kw))
     monkeypatch.setenv(hw.PROBE_DIR_ENV, str(tmp_path))
     first = hw.cpu_peak_tflops("float32", "numpy", size=64, rounds=2)
     [shared] = tmp_path.iterdir()
@@ -256,17 +256,18 @@ def test_peak_from_profile_for_accelerators(profiles):
     missing = hw.peak_tflops(gpu("NVIDIA H200"), profiles["h200-sxm"], "float16")
     assert missing.tflops is None and "float16" in missing.source and "bf16" in missing.source
     unknown = hw.peak_tflops(gpu("NVIDIA L40S"), None, "bf16")
-    assert unknown.tflops is None and "NVIDIA L40S" in unknown.source and "--profile" in unknown.source
+    assert unknown.tflops is None and "NVIDIA L40S" in unknown.source \
+        and "--hardware-profile" in unknown.source
 
 
 def test_peak_on_cpu_comes_from_the_probe(fresh_probe_cache, monkeypatch, profiles):
     fake = hw.GemmProbe("torch", "fp32", 1024, 2, best_tflops=0.123, median_tflops=0.1, rounds=3)
     seen = []
-    monkeypatch.setattr(hw, "cpu_peak_tflops", lambda dtype, fw: seen.append((dtype, fw)) or fake)
+    monkeypatch.setattr(peak_probe, "cpu_peak_tflops", lambda dtype, fw: seen.append((dtype, fw)) or fake)
     cpu = Device("cpu", "AMD EPYC", 1, "AMD EPYC", 2)
-    peak = hw.peak_tflops(cpu, profiles["cpu"], "float32", framework="torch_xla")
+    peak = hw.peak_tflops(cpu, profiles["cpu"], "float32")
     assert peak.tflops == 0.123 and peak.probe is fake and "probe" in peak.source
-    assert seen == [("fp32", "torch")]
+    assert seen == [("fp32", "torch")]  # torch's matmul for every framework's run: one peak per run
 
 
 def test_canonical_dtype():

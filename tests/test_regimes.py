@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from attention_impls.base import Runner, Unsupported
+from attention_impls.base import Unsupported
+from attnbench.backends.base import Runner
 from attnbench.regimes import (
     REGIMES,
     bucket,

@@ -218,3 +218,42 @@ def test_a_step_up_from_zero_is_an_infinite_regression_not_a_crash():
             for i, value in enumerate([0.0, 0.0, 0.0, 2.0, 2.0, 2.0])]
     found = find_regressions(pd.DataFrame(rows))
     assert len(found) == 1 and found.iloc[0]["relative_change"] == float("inf")
+
+
+def test_summary_and_report_pick_each_machines_newest_commit(tmp_path, monkeypatch, capsys):
+    """One summary of native vs forced-flash: `attnbench summary` prints the report's table, taken at
+    each machine's own newest commit (h200 here stops three commits before cpu-2core)."""
+    from attnbench import report
+    from attnbench.asv_results import load_results
+
+    repo = tmp_path / "repo"
+    commits = make_git_repo(str(repo), 6)
+    results = repo / "results"
+    write_synthetic_results(str(results), commits, machines=("cpu-2core",), envs=(ENV_MAIN,),
+                            forward_seqs=(256,), traces=None, seed=1)
+    write_synthetic_results(str(results), commits[:3], machines=("h200",), envs=(ENV_MAIN,),
+                            forward_seqs=(256,), traces=None, seed=2)
+
+    for where in (repo, tmp_path):  # commits in git order, then (outside the repo) by date
+        monkeypatch.chdir(where)
+        frame = load_results(str(results), repo=".")
+        best = report.best_native_vs_forced(frame)
+        assert list(best["machine"]) == ["cpu-2core", "h200"]
+        for machine, newest in (("cpu-2core", commits[5]), ("h200", commits[2])):
+            rows = frame[(frame["machine"] == machine) & (frame["commit_hash"] == newest)
+                         & (frame["metric"] == "seconds_per_step") & (frame["suite"] == "Forward")
+                         & (frame["regime"] == "static") & (frame["label"] == "native")
+                         & (frame["status"] == "ok")]
+            fastest = rows.loc[rows["value"].idxmin()]
+            row = best[best["machine"] == machine].iloc[0]
+            assert row["best_native"] == fastest["implementation"]
+            assert row["native_ms_per_step"] == pytest.approx(fastest["value"] * 1e3)
+
+        assert main(["summary", "--results", str(results), "--markdown"]) == 0
+        printed = capsys.readouterr().out
+        assert "each machine's newest commit" in printed
+        lines = [line for line in printed.splitlines() if line.startswith("| cpu-2core") or
+                 line.startswith("| h200")]
+        assert len(lines) == 2
+        for line, (_, row) in zip(lines, best.iterrows(), strict=True):
+            assert row["best_native"] in line and f"{row['native_ms_per_step']:.4g}" in line

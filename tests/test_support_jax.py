@@ -190,7 +190,7 @@ def test_tpu_flash_runs_only_inside_the_tpu_interpreter_here():
     x = jnp.zeros((1, 1, 128, 64), jnp.float32)
     with pytest.raises(ValueError, match="Only interpret mode is supported on CPU"):
         jax.jit(flash_attention)(x, x, x)
-    with impl(TPU_FLASH).context("cpu"):
+    with impl(TPU_FLASH).trace_context("cpu"):
         assert jax.jit(flash_attention)(x, x, x).shape == x.shape
 
 
@@ -199,11 +199,11 @@ def test_tpu_flash_top_left_causal_is_not_ours():
     import jax.numpy as jnp
     from jax.experimental.pallas.ops.tpu.flash_attention import flash_attention
 
-    from attention_impls.reference import attention_fwd
+    from attention_impls.reference_float64 import attention_fwd
 
     w = Workload(batch=1, q_heads=1, seq_q=128, seq_k=256, head_dim=64, causal=True)
     x = make_inputs(w, 0)
-    with impl(TPU_FLASH).context("cpu"):
+    with impl(TPU_FLASH).trace_context("cpu"):
         out = flash_attention(*(jnp.asarray(a).transpose(0, 2, 1, 3) for a in (x.q, x.k, x.v)),
                               causal=True, sm_scale=0.125)
     err = np.abs(np.asarray(out).transpose(0, 2, 1, 3) - attention_fwd(x.q, x.k, x.v, causal=True)).max()
@@ -234,7 +234,7 @@ def test_splash_accepts(change):
 @pytest.mark.parametrize("seq_q, seq_k", [(128, 128), (128, 384), (256, 512)])
 def test_splash_causal_mask_is_bottom_right(seq_q, seq_k):
     from attention_impls.jax_pallas_tpu_splash import head_mask
-    from attention_impls.reference import causal_mask
+    from attention_impls.reference_float64 import causal_mask
 
     np.testing.assert_array_equal(np.asarray(head_mask(seq_q, seq_k, True)[:, :]),
                                   causal_mask(seq_q, seq_k))
@@ -271,7 +271,7 @@ def test_gpu_mha_gqa_would_be_silently_wrong():
     import jax.numpy as jnp
     from jax.experimental.pallas.ops.gpu.attention import mha
 
-    from attention_impls.reference import attention_fwd
+    from attention_impls.reference_float64 import attention_fwd
 
     w = Workload(batch=1, q_heads=4, kv_heads=2, seq_q=128, head_dim=64)
     x = make_inputs(w, 0)
@@ -306,8 +306,8 @@ def test_blockwise_uses_gpu_tiles_and_never_holds_the_score_matrix():
     import jax
     import jax.numpy as jnp
 
-    from attention_impls import torch_blockwise
-    from attention_impls.jax_blockwise import BLOCK_K, BLOCK_Q, blockwise_attention
+    from attention_impls import torch_blockwise_flash as torch_blockwise
+    from attention_impls.jax_blockwise_flash import BLOCK_K, BLOCK_Q, blockwise_attention
 
     # FlashAttention-2's hdim-64 forward tiles, the same as torch-blockwise-flash
     assert (BLOCK_Q, BLOCK_K) == (128, 128) == (torch_blockwise.BLOCK_Q, torch_blockwise.BLOCK_K)

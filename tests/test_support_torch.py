@@ -12,7 +12,7 @@ import pytest
 
 import attention_impls
 from attention_impls.base import FORCED_FLASH, NATIVE, Unsupported
-from attention_impls.reference import causal_mask
+from attention_impls.reference_float64 import causal_mask
 from attnbench.inputs import make_inputs
 from attnbench.workload import Workload
 from tests.conftest import FRAMEWORKS
@@ -96,7 +96,7 @@ def test_torch_itself_refuses_cuda_only_backends_on_cpu(name):
     import torch
     from torch.nn.attention import SDPBackend
 
-    from attention_impls.torch_sdpa import sdpa
+    from attention_impls._sdpa import sdpa
 
     q = torch.randn(1, 128, 2, 64)
     with pytest.raises(RuntimeError, match=TORCH_REFUSAL):
@@ -107,7 +107,7 @@ def test_torch_itself_refuses_cuda_only_backends_on_cpu(name):
 def test_the_dispatcher_probe_sees_the_same_refusal(name):
     import torch
 
-    from attention_impls.torch_sdpa import dispatch_refusal
+    from attention_impls._sdpa import dispatch_refusal
 
     reason = dispatch_refusal(CUDA_ONLY[name], BASE, torch.device("cpu"))
     assert reason == f"torch's SDPA dispatcher refuses {CUDA_ONLY[name]} here: {TORCH_REFUSAL}." \
@@ -119,13 +119,13 @@ def test_the_dispatcher_probe_accepts_cpu_flash_for_every_variant(w):
     """CPU flash takes fp32/bf16/fp16, GQA and a materialized causal mask (use_flash_attention_cpp)."""
     import torch
 
-    from attention_impls.torch_sdpa import dispatch_refusal
+    from attention_impls._sdpa import dispatch_refusal
 
     assert dispatch_refusal("FLASH_ATTENTION", w, torch.device("cpu")) is None
 
 
 def test_dispatcher_reason_picks_the_forced_backends_lines():
-    from attention_impls.torch_sdpa import dispatcher_reason
+    from attention_impls._sdpa import dispatcher_reason
 
     cuda_warnings = [  # what select_sdp_backend (sdp_utils.cpp) warns on CUDA, abridged
         "Memory efficient kernel not used because: (Triggered internally at sdp_utils.cpp:1.)",
@@ -163,7 +163,7 @@ def test_blockwise_evidence_counts_its_tile_matmuls():
 
 
 def test_blockwise_evidence_refuses_a_run_that_reached_an_attention_kernel():
-    from attention_impls.torch_blockwise import blockwise_evidence
+    from attention_impls.torch_blockwise_flash import blockwise_evidence
 
     ops = {"aten::bmm": 2, "aten::_scaled_dot_product_flash_attention_for_cpu": 1}
     assert blockwise_evidence(ops).startswith("not verified")
@@ -180,7 +180,7 @@ def test_flex_evidence_sees_only_the_compiled_region():
                                  {"aten::_scaled_dot_product_attention_math": 1},  # eager, no compile
                                  {"aten::transpose": 4}])
 def test_flex_evidence_refuses_anything_but_one_opaque_region(ops):
-    from attention_impls.torch_flex import flex_evidence
+    from attention_impls.torch_flex_attention import flex_evidence
 
     assert flex_evidence(ops).startswith("not verified")
 
@@ -259,7 +259,7 @@ def test_torch_itself_refuses_flex_backward_on_cpu():
 def test_flex_block_mask_is_bottom_right_causal():
     import torch
 
-    from attention_impls.torch_flex import causal_block_mask
+    from attention_impls.torch_flex_attention import causal_block_mask
 
     mask = causal_block_mask(128, 320, "cpu")
     q_idx, kv_idx = torch.arange(128)[:, None], torch.arange(320)[None, :]

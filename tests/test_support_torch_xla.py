@@ -39,8 +39,8 @@ def test_this_machine_is_the_xla_cpu_device():
     for name in XLA_IMPLS:
         i = impl(name)
         assert i.framework == "torch_xla" and i.framework_missing() is None
-        assert i.device().type == "xla"
-        assert xm.xla_device_hw(i.device()) == "CPU"
+        assert i.backend().device().type == "xla"
+        assert xm.xla_device_hw(i.backend().device()) == "CPU"
         assert i.platform() == "cpu"
 
 

@@ -151,7 +151,7 @@ def test_serve_is_loopback_only(published):
 
 def test_fetch_vendor_is_idempotent_and_names_npm(monkeypatch, tmp_path):
     cache = oh.fetch_vendor()  # filled already by make_offline; must not need npm now
-    monkeypatch.setattr(oh.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     assert oh.fetch_vendor(cache) == cache
     with pytest.raises(oh.OfflineHtmlError, match="npm is not installed"):
         oh.fetch_vendor(tmp_path / "empty-cache")

@@ -8,9 +8,9 @@ The same function is traced through XLA by ``torch_xla_blockwise``.
 
 from __future__ import annotations
 
-from attention_impls._torch import TorchImpl, attention_ops
-from attention_impls.base import RUNS, unsupported
+from attention_impls.base import RUNS, AttentionImpl, unsupported
 from attention_impls.registry import register
+from attnbench.backends.torch_backend import attention_ops
 
 BLOCK_Q = 128
 BLOCK_K = 128
@@ -68,8 +68,9 @@ def blockwise_evidence(ops: dict[str, int]) -> str:
 
 
 @register
-class TorchBlockwise(TorchImpl):
+class TorchBlockwise(AttentionImpl):
     name = "torch-blockwise-flash"
+    framework = "torch"
     designed_for = frozenset({"gpu"})
     is_flash = True
     platform_support = {"cpu": RUNS, "gpu": RUNS,

@@ -1,4 +1,4 @@
-"""``torch.nn.functional.scaled_dot_product_attention`` with one backend forced per name.
+"""Shared by the ``torch_sdpa_*`` kernels: SDPA with one backend forced per kernel, and its rules.
 
 Each name runs SDPA under ``sdpa_kernel([that backend])``: if the backend cannot take the inputs
 torch raises instead of silently falling back, so the name is the kernel that ran.
@@ -18,9 +18,8 @@ import contextlib
 import itertools
 import warnings
 
-from attention_impls._torch import TorchImpl, attention_ops
-from attention_impls.base import RUNS, unsupported
-from attention_impls.registry import register
+from attention_impls.base import RUNS, AttentionImpl, unsupported
+from attnbench.backends.torch_backend import attention_ops
 from attnbench.workload import Workload
 
 NO_TPU = unsupported("torch SDPA on a TPU goes through torch_xla: see torch-xla-sdpa")
@@ -116,15 +115,18 @@ def sdpa_evidence(ops: dict[str, int]) -> str:
     return f"profiler saw {', '.join(seen)}" if seen else "profiler saw no fused or math attention op"
 
 
-class _SdpaBackend(TorchImpl):
-    backend: str  # name of the torch.nn.attention.SDPBackend member
+class SdpaBackendKernel(AttentionImpl):
+    """One SDPA backend forced; the four ``torch_sdpa_*.py`` kernels subclass this."""
+
+    framework = "torch"
+    sdpa_backend: str  # name of the torch.nn.attention.SDPBackend member
     evidence_from_ops = staticmethod(sdpa_evidence)
     platform_support = {"cpu": RUNS, "gpu": RUNS, "tpu": NO_TPU}
 
     def attention(self, q, k, v, *, causal, scale):
         from torch.nn.attention import SDPBackend
 
-        return sdpa(q, k, v, causal=causal, scale=scale, backend=getattr(SDPBackend, self.backend))
+        return sdpa(q, k, v, causal=causal, scale=scale, backend=getattr(SDPBackend, self.sdpa_backend))
 
     def rules(self, w: Workload, platform: str, sm: tuple[int, int] | None) -> str | None:
         """This backend's own constraints, written out from torch's checks; ``None`` when met."""
@@ -135,103 +137,6 @@ class _SdpaBackend(TorchImpl):
         reason = self.rules(workload, platform, sm)
         if reason or platform != self.platform():  # the dispatcher can only be asked about this host
             return reason
-        return dispatch_refusal(self.backend, workload, self.device())
+        return dispatch_refusal(self.sdpa_backend, workload, self.backend().device())
 
 
-@register
-class TorchSdpaMath(_SdpaBackend):
-    name = "torch-sdpa-math"
-    backend = "MATH"
-    summary = "SDPA forced to the MATH backend: materialized softmax in ATen ops"
-
-
-@register
-class TorchSdpaFlash(_SdpaBackend):
-    name = "torch-sdpa-flash"
-    backend = "FLASH_ATTENTION"
-    designed_for = frozenset({"cpu", "gpu"})  # FA2 on CUDA; ATen's own CPU FlashAttentionKernel.cpp
-    is_flash = True
-    summary = "SDPA forced to FLASH_ATTENTION: FlashAttention-2 on CUDA, ATen's tiled CPU flash kernel"
-
-    def rules(self, w, platform, sm):
-        if platform != "gpu":  # CPU kernel: fp32/fp64/bf16/fp16, any head_dim, masks, GQA
-            return None
-        if w.dtype not in HALF:  # check_dtypes_flash_attention
-            return f"FLASH_ATTENTION on CUDA takes float16/bfloat16 only, not {w.dtype}"
-        if sm and not (8, 0) <= sm <= (12, 1):  # check_flash_attention_hardware_support
-            return f"FlashAttention-2 needs a GPU in sm80..sm121; this one is sm{sm[0]}{sm[1]}"
-        if w.head_dim > 256:  # check_head_dim_size_flash
-            return f"FLASH_ATTENTION on CUDA needs head_dim <= 256, got {w.head_dim}"
-        consumer = sm and ((8, 6) <= sm <= (8, 9) or (12, 0) <= sm <= (12, 1))
-        if w.mode == "fwd_bwd" and consumer and 192 < w.head_dim <= 224:
-            # check_requires_grad_and_head_dim_gt192_constraints_on_sm86_89_or_120
-            return f"FlashAttention-2 has no backward for head_dim in (192, 224] on sm{sm[0]}{sm[1]}"
-        return None
-
-
-@register
-class TorchSdpaEfficient(_SdpaBackend):
-    name = "torch-sdpa-efficient"
-    backend = "EFFICIENT_ATTENTION"
-    designed_for = frozenset({"gpu"})
-    is_flash = True
-    summary = "SDPA forced to EFFICIENT_ATTENTION: xformers' CUTLASS memory-efficient kernel (CUDA)"
-    platform_support = {"cpu": unsupported(CUDA_ONLY.format(kernel="EFFICIENT_ATTENTION (xformers/CUTLASS)",
-                                                            backend="EFFICIENT_ATTENTION")),
-                        "gpu": RUNS, "tpu": NO_TPU}
-
-    def rules(self, w, platform, sm):
-        if platform != "gpu":
-            return None
-        if sm and sm < (5, 0):  # check_mem_efficient_hardware_support
-            return f"EFFICIENT_ATTENTION needs sm50 or newer; this GPU is sm{sm[0]}{sm[1]}"
-        if w.dtype == "bfloat16" and sm and sm < (8, 0):  # dtype list below sm80: half, float
-            return f"EFFICIENT_ATTENTION takes bfloat16 only on sm80+; this GPU is sm{sm[0]}{sm[1]}"
-        # check_head_dim_size_mem_efficient with minimum_gemm_alignment: 128-bit tensor-core rows.
-        if sm and sm < (8, 0):
-            align = 8 if w.dtype in HALF and sm >= (7, 0) else 1
-        else:
-            align = 8 if w.dtype in HALF else 4
-        if w.head_dim % align:
-            return f"EFFICIENT_ATTENTION needs head_dim divisible by {align} for {w.dtype}, got {w.head_dim}"
-        return None  # GQA depends on the torch version: the dispatcher is asked (shape_reason)
-
-
-@register
-class TorchSdpaCudnn(_SdpaBackend):
-    name = "torch-sdpa-cudnn"
-    backend = "CUDNN_ATTENTION"
-    designed_for = frozenset({"gpu"})
-    is_flash = True
-    summary = "SDPA forced to CUDNN_ATTENTION: cuDNN's fused flash attention (CUDA)"
-    platform_support = {"cpu": unsupported(CUDA_ONLY.format(kernel="CUDNN_ATTENTION (cuDNN fused attention)",
-                                                            backend="CUDNN_ATTENTION")),
-                        "gpu": RUNS, "tpu": NO_TPU}
-
-    @staticmethod
-    def head_dim_limit(sm) -> int:
-        """check_cudnn_tensor_shapes: 256 on sm90/sm10x with cuDNN > 9.22, else 128."""
-        import torch
-
-        new_cudnn = (torch.backends.cudnn.version() or 0) > 92200
-        return 256 if sm and (sm == (9, 0) or sm[0] == 10) and new_cudnn else 128
-
-    def rules(self, w, platform, sm):
-        if platform != "gpu":
-            return None
-        if w.dtype not in HALF:  # check_dtypes_low_precision
-            return f"CUDNN_ATTENTION takes float16/bfloat16 only, not {w.dtype}"
-        if sm and not (8, 0) <= sm <= (12, 1):  # check_cudnn_hardware_support
-            return f"cuDNN attention needs a GPU in sm80..sm121; this one is sm{sm[0]}{sm[1]}"
-        if w.head_dim % 8:  # check_cudnn_tensor_shapes
-            return f"CUDNN_ATTENTION needs head_dim divisible by 8, got {w.head_dim}"
-        limit = self.head_dim_limit(sm)
-        if w.head_dim > limit:
-            return f"CUDNN_ATTENTION needs head_dim <= {limit} on this GPU and cuDNN, got {w.head_dim}"
-        if w.mode == "fwd_bwd" and 128 < w.head_dim < 256:  # check_cudnn_d256_bprop_head_dim
-            return f"cuDNN attention has a backward only for head_dim <= 128 or 256, got {w.head_dim}"
-        if w.seq_k == 1:
-            return "cuDNN attention does not take a key/value sequence of length 1"
-        if max(w.batch, w.q_heads) > 65535:
-            return "cuDNN attention takes at most 65535 batch entries and heads"
-        return None

@@ -6,14 +6,15 @@ the GPU-shaped flash algorithm as XLA schedules it, not a hand-written kernel.
 
 from __future__ import annotations
 
-from attention_impls._torch_xla import TorchXlaImpl
+from attention_impls.base import AttentionImpl
 from attention_impls.registry import register
-from attention_impls.torch_blockwise import blockwise_attention
+from attention_impls.torch_blockwise_flash import blockwise_attention
 
 
 @register
-class TorchXlaBlockwise(TorchXlaImpl):
+class TorchXlaBlockwise(AttentionImpl):
     name = "torch-xla-blockwise-flash"
+    framework = "torch_xla"
     designed_for = frozenset({"gpu"})
     is_flash = True
     summary = "FlashAttention-2 online softmax in torch ops with GPU tile sizes (128x128), XLA-compiled"

@@ -1,4 +1,4 @@
-"""torch_xla side of the shared entry point: the torch code of ``TorchImpl`` on an XLA device.
+"""torch_xla: the torch backend on an XLA device.
 
 torch_xla records torch ops into a lazy graph; nothing runs until the graph is cut. Here the cut is
 ``torch_xla.sync()`` (compile, or fetch from the compile cache, and launch the pending graph) followed
@@ -15,23 +15,12 @@ from __future__ import annotations
 
 import re
 
-from attention_impls._torch import TorchImpl, to_tensor
-from attention_impls.base import AttentionImpl, Step, default_scale
+from attnbench.backends.base import Backend, Step
+from attnbench.backends.torch_backend import TorchBackend, to_tensor
 from attnbench.workload import Workload
 
 # PJRT device type (``torch_xla.runtime.device_type()``) -> our platform names.
 PLATFORM_OF = {"CPU": "cpu", "TPU": "tpu", "CUDA": "gpu", "GPU": "gpu"}
-
-
-def xla_platform() -> str:
-    import torch_xla.runtime as xr
-
-    device_type = xr.device_type()
-    try:
-        return PLATFORM_OF[device_type]
-    except KeyError:
-        raise RuntimeError(f"torch_xla runs on PJRT device {device_type!r}, which this harness does "
-                           f"not map to cpu/gpu/tpu") from None
 
 
 def custom_calls(tensors) -> list[str]:
@@ -42,7 +31,7 @@ def custom_calls(tensors) -> list[str]:
     return sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo)))
 
 
-class TorchXlaImpl(TorchImpl):
+class TorchXlaBackend(TorchBackend):
     framework = "torch_xla"
     module = "torch_xla"
 
@@ -52,7 +41,14 @@ class TorchXlaImpl(TorchImpl):
         return torch_xla.device()
 
     def platform(self) -> str:
-        return xla_platform()
+        import torch_xla.runtime as xr
+
+        device_type = xr.device_type()
+        try:
+            return PLATFORM_OF[device_type]
+        except KeyError:
+            raise RuntimeError(f"torch_xla runs on PJRT device {device_type!r}, which this harness "
+                               f"does not map to cpu/gpu/tpu") from None
 
     def synchronize(self) -> None:
         import torch_xla
@@ -61,32 +57,71 @@ class TorchXlaImpl(TorchImpl):
         torch_xla.sync()
         xm.wait_device_ops()
 
-    def compile_meter(self):
+    def execution(self, impl, platform: str) -> str:
+        return Backend.execution(self, impl, platform)  # "compiled" by XLA, or "interpret"
+
+    def compile_meter(self, impl):
         """A runner step compiles a new graph per new shape; ``XlaCompileMeter`` counts them."""
         return XlaCompileMeter()
 
-    def execution(self, platform: str) -> str:
-        return AttentionImpl.execution(self, platform)  # "compiled" by XLA, or "interpret"
+    def detect_device(self, host):
+        import torch_xla
+        import torch_xla.core.xla_model as xm
 
-    def make_step(self, workload: Workload, seed: int = 0) -> Step:
-        """``TorchImpl``'s step (run() ends in sync + wait), plus the HLO's custom calls as evidence."""
+        from attnbench.hardware import Device, cpu_device
+
+        dev = torch_xla.device()
+        platform = PLATFORM_OF.get(str(xm.xla_device_hw(dev)).upper(), str(xm.xla_device_hw(dev)).lower())
+        if platform == "cpu":
+            return cpu_device(host)
+        kind = None
+        try:
+            kind = xm.xla_device_kind(dev)
+        except Exception:  # older runtimes: fall back to the hardware type
+            kind = None
+        try:
+            import torch_xla.runtime as xr
+
+            count = int(xr.global_runtime_device_count())
+        except Exception:
+            count = len(xm.get_xla_supported_devices() or [dev])
+        return Device(platform, str(kind or platform.upper()), max(1, count), host.cpu_model,
+                      host.usable_cores)
+
+    def gemm_runner(self, dtype: str):
+        return TorchBackend.gemm_runner(self, dtype)  # the venv's eager CPU matmul
+
+    def make_step(self, impl, workload: Workload, seed: int = 0) -> Step:
+        """The torch step (run() ends in sync + wait), plus the forward HLO's custom calls as evidence."""
         import torch
 
+        from attention_impls.base import default_scale
         from attnbench.inputs import make_inputs
 
-        step = super().make_step(workload, seed)
+        step = super().make_step(impl, workload, seed)
         x = make_inputs(workload, seed)
-        dev = self.device()
-        inputs = [to_tensor(a, dev) for a in (x.q, x.k, x.v)]
+        inputs = [to_tensor(a, self.device()) for a in (x.q, x.k, x.v)]
         self.synchronize()  # inputs on the device: the traced (never executed) graph reads device data
         with torch.no_grad():
-            out = self.attention(*inputs, causal=workload.causal,
+            out = impl.attention(*inputs, causal=workload.causal,
                                  scale=default_scale(workload.head_dim, None))
         targets = custom_calls([out])
         del out  # traced only: the graph is dropped unexecuted
         step.kernel_evidence = (f"forward HLO custom-calls: {', '.join(targets)}" if targets
                                 else "forward HLO has no custom-call: XLA's own ops")
+        step.find_evidence = None
         return step
+
+    def measure_memory(self, step: Step) -> dict:
+        out = {}
+        try:
+            import torch_xla.core.xla_model as xm
+
+            info = xm.get_memory_info(self.device())
+            out["device_peak_bytes"] = info.get("peak_bytes_used") or info.get("bytes_used")
+        except Exception:  # the CPU PJRT client reports no memory info
+            out["device_peak_bytes"] = None
+        return {**out, **Backend.measure_memory(self, step)}
 
 
 class XlaCompileMeter:
@@ -101,25 +136,31 @@ class XlaCompileMeter:
 
     def __init__(self):
         self.compiles = 0
+        self.cache_hits = 0  # graphs served by the process's compile cache (``CachedCompile``)
         self._ns = 0.0
 
     @staticmethod
-    def _read() -> tuple[int, float]:
+    def _read() -> tuple[int, float, int]:
         import torch_xla.debug.metrics as met
 
         data = met.metric_data("CompileTime")  # None until the first compile of the process
-        return (0, 0.0) if data is None else (int(data[0]), float(data[1]))
+        count, ns = (0, 0.0) if data is None else (int(data[0]), float(data[1]))
+        return count, ns, int(met.counter_value("CachedCompile") or 0)
 
     def __enter__(self):
         self._start = self._read()
         return self
 
     def __exit__(self, *exc) -> None:
-        count, ns = self._read()
+        count, ns, cached = self._read()
         if count >= self._start[0]:
             self.compiles += count - self._start[0]
             self._ns += ns - self._start[1]
+        self.cache_hits += max(0, cached - self._start[2])
 
     @property
     def seconds(self) -> float:
         return self._ns / 1e9
+
+
+BACKEND = TorchXlaBackend()

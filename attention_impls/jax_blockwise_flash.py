@@ -15,7 +15,7 @@ pass keeps per-tile residuals like ``torch_blockwise`` does under autograd.
 
 from __future__ import annotations
 
-from attention_impls._jax import JaxImpl
+from attention_impls.base import AttentionImpl
 from attention_impls.registry import register
 
 BLOCK_Q = 128
@@ -104,8 +104,9 @@ def blockwise_attention(q, k, v, *, causal: bool, scale: float, block_q: int = B
 
 
 @register
-class JaxBlockwise(JaxImpl):
+class JaxBlockwise(AttentionImpl):
     name = "jax-blockwise-flash"
+    framework = "jax"
     designed_for = frozenset({"gpu"})
     is_flash = True
     summary = ("FlashAttention-2 online softmax in jax (lax.map over 128-row query tiles, lax.scan "

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attention_impls.base import RUNS, AttentionImpl, Step, default_scale, workload_of
+from attention_impls.base import RUNS, AttentionImpl, default_scale
 from attention_impls.registry import register
-from attnbench.workload import Workload
 
 
 def causal_mask(seq_q: int, seq_k: int) -> np.ndarray:
@@ -63,32 +62,11 @@ def attention_grads(q, k, v, do, *, causal: bool, scale: float | None = None):
 class Float64Reference(AttentionImpl):
     name = "reference-float64"
     framework = "numpy"
-    module = "numpy"
     summary = "naive materialized softmax in float64 numpy on the host CPU (correctness yardstick)"
     platform_support = {"cpu": RUNS, "gpu": RUNS, "tpu": RUNS}  # always the host CPU
 
-    def platform(self) -> str:
-        return "cpu"
-
-    def execution(self, platform: str) -> str:
-        return "eager"
-
-    def run_numpy(self, q, k, v, *, causal, scale=None):
-        self.require(workload_of(q, k, v, causal=causal))
+    def attention(self, q, k, v, *, causal, scale):
         return attention_fwd(q, k, v, causal=causal, scale=scale)
 
-    def grad_numpy(self, q, k, v, do, *, causal, scale=None):
-        self.require(workload_of(q, k, v, causal=causal, mode="fwd_bwd"))
+    def attention_grads(self, q, k, v, do, *, causal, scale):
         return attention_grads(q, k, v, do, causal=causal, scale=scale)
-
-    def make_step(self, workload: Workload, seed: int = 0) -> Step:
-        from attnbench.inputs import make_inputs
-
-        self.require(workload)
-        x = make_inputs(workload, seed)
-        q, k, v, do = (a.astype(np.float64) for a in (x.q, x.k, x.v, x.do))
-        if workload.mode == "fwd":
-            run = lambda: attention_fwd(q, k, v, causal=workload.causal)  # noqa: E731
-        else:
-            run = lambda: attention_grads(q, k, v, do, causal=workload.causal)  # noqa: E731
-        return Step(run=run, execution="eager", kernel_evidence="numpy einsum (host, float64)")

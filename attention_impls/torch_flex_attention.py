@@ -12,15 +12,14 @@ timed call.
 
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 import sys
 import types
 
-from attention_impls._torch import DynamoCompileMeter, TorchImpl, attention_ops
-from attention_impls.base import RUNS, unsupported
+from attention_impls.base import RUNS, AttentionImpl, unsupported
 from attention_impls.registry import register
+from attnbench.backends.torch_backend import attention_ops
 
 
 def _flex_call(q, k, v, block_mask, scale, enable_gqa):
@@ -77,8 +76,12 @@ def flex_evidence(ops: dict[str, int]) -> str:
 
 
 @register
-class TorchFlexAttention(TorchImpl):
+class TorchFlexAttention(AttentionImpl):
     name = "torch-flex-attention"
+    framework = "torch"
+    # Compiles: the torch backend meters dynamo and gives each runner a fresh instance (no
+    # compiled functions yet, as a new serving loop).
+    compiled_by = "torch.compile"
     designed_for = frozenset({"cpu", "gpu"})
     is_flash = True
     summary = "torch.compile(flex_attention) + block mask: Inductor flash-style kernel (Triton / C++)"
@@ -91,9 +94,6 @@ class TorchFlexAttention(TorchImpl):
 
     def __init__(self):
         self._compiled = {}  # key -> (compiled function, block mask or None)
-
-    def execution(self, platform: str) -> str:
-        return "compiled"
 
     def shape_reason(self, workload, platform):
         if platform == "cpu":
@@ -127,18 +127,3 @@ class TorchFlexAttention(TorchImpl):
         fn, mask = self._entry(q, k, causal, scale)
         out = fn(q, k, v, mask)
         return out.transpose(1, 2)
-
-    def compile_meter(self):
-        return DynamoCompileMeter()
-
-    def make_runner(self, template, seed: int = 0):
-        """The torch runner on a copy of this implementation with an empty compiled-function table.
-
-        Each runner thus starts as a fresh serving loop does, whatever other runners or
-        ``make_step`` compiled before in this process: every new (shape, grad mode) it meets is a
-        new ``torch.compile(..., dynamic=False)`` function, i.e. one dynamo compile (Inductor's
-        on-disk FX-graph cache may make it a fast one), plus its block mask built on that step.
-        """
-        fresh = copy.copy(self)
-        fresh._compiled = {}
-        return TorchImpl.make_runner(fresh, template, seed)

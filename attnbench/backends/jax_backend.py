@@ -1,0 +1,254 @@
+"""jax: numpy <-> jax arrays, ``jax.jit`` ahead-of-time lowering and compile, vjp, blocking steps.
+
+A kernel's optional ``trace_context(platform)`` is entered around every trace and call (Pallas'
+TPU interpreter is switched on that way). Compiles are metered through ``jax.monitoring``.
+The compiled-for tier will add ``compile_for`` (another target's compiler) here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from functools import partial
+
+import numpy as np
+
+from attnbench.backends.base import Backend, Runner, Step
+from attnbench.workload import Workload
+
+
+def _context(impl, platform: str):
+    hook = getattr(impl, "trace_context", None)
+    return hook(platform) if hook else contextlib.nullcontext()
+
+
+def to_float64(x) -> np.ndarray:
+    return np.asarray(x).astype(np.float64)
+
+
+class JaxBackend(Backend):
+    framework = "jax"
+    module = "jax"
+
+    def platform(self) -> str:
+        import jax
+
+        backend = jax.default_backend()
+        return {"cuda": "gpu", "rocm": "gpu"}.get(backend, backend)
+
+    def to_float64(self, array) -> np.ndarray:
+        return to_float64(array)
+
+    def detect_device(self, host):
+        import jax
+
+        from attnbench.hardware import Device, cpu_device
+
+        first = jax.devices()[0]
+        platform = {"cuda": "gpu", "rocm": "gpu"}.get(first.platform, first.platform)
+        if platform == "cpu":
+            return cpu_device(host)
+        count = sum(1 for d in jax.local_devices() if d.platform == first.platform)
+        return Device(platform, str(first.device_kind), count, host.cpu_model, host.usable_cores)
+
+    def gemm_runner(self, dtype: str):
+        import jax
+        import jax.numpy as jnp
+
+        jdtype = {"bf16": jnp.bfloat16, "fp16": jnp.float16, "fp32": jnp.float32}[dtype]
+        cpu = jax.devices("cpu")[0]
+        matmul = jax.jit(jnp.matmul)
+
+        def make(n):
+            ka, kb = jax.random.split(jax.random.PRNGKey(0))
+            a = jax.device_put(jax.random.normal(ka, (n, n), jnp.float32).astype(jdtype), cpu)
+            b = jax.device_put(jax.random.normal(kb, (n, n), jnp.float32).astype(jdtype), cpu)
+            return lambda: matmul(a, b).block_until_ready()
+
+        return make, xla_cpu_threads()
+
+    # -- jitted functions of a kernel -----------------------------------------------------------
+    @staticmethod
+    def forward(impl, causal: bool, scale: float):
+        import jax
+
+        return jax.jit(partial(impl.attention, causal=causal, scale=scale))
+
+    @staticmethod
+    def forward_backward(impl, causal: bool, scale: float):
+        import jax
+
+        f = partial(impl.attention, causal=causal, scale=scale)
+
+        def fwd_bwd(q, k, v, do):
+            out, vjp = jax.vjp(f, q, k, v)
+            return out, vjp(do)
+
+        return jax.jit(fwd_bwd)
+
+    def run_numpy(self, impl, q, k, v, *, causal, scale):
+        import jax.numpy as jnp
+
+        platform = self.platform()
+        with _context(impl, platform):
+            out = self.forward(impl, causal, scale)(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v))
+        return to_float64(out)
+
+    def grad_numpy(self, impl, q, k, v, do, *, causal, scale):
+        import jax.numpy as jnp
+
+        with _context(impl, self.platform()):
+            _, grads = self.forward_backward(impl, causal, scale)(*(jnp.asarray(x) for x in (q, k, v, do)))
+        return tuple(to_float64(g) for g in grads)
+
+    def make_step(self, impl, workload: Workload, seed: int = 0) -> Step:
+        import jax
+
+        from attention_impls.base import default_scale
+        from attnbench.inputs import make_inputs
+
+        platform = impl.require(workload)
+        x = make_inputs(workload, seed)
+        scale = default_scale(workload.head_dim, None)
+        if workload.mode == "fwd":
+            fn, args = self.forward(impl, workload.causal, scale), (x.q, x.k, x.v)
+        else:
+            fn, args = self.forward_backward(impl, workload.causal, scale), (x.q, x.k, x.v, x.do)
+        args = tuple(jax.device_put(a) for a in args)
+
+        def run():
+            with _context(impl, platform):
+                return jax.block_until_ready(fn(*args))
+
+        with _context(impl, platform):
+            info = compile_analysis(fn, args)
+        step = Step(run=run, execution=self.execution(impl, platform), compile_info=info,
+                    framework=self.framework)
+        calls = info["custom_calls"]
+        step.kernel_evidence = (f"compiled HLO custom-calls: {', '.join(calls)}" if calls
+                                else "compiled HLO has no custom-call: XLA's own ops")
+        if step.execution == "interpret":
+            step.kernel_evidence += " (Pallas interpreter: the kernel body runs as plain XLA ops)"
+        return step
+
+    def make_runner(self, impl, template: Workload, seed: int = 0) -> Runner:
+        """One ``jax.jit`` object for the runner's life: each new length is a new trace + compile.
+
+        ``compiles()`` is that function's ``_cache_size()`` (one entry per compiled shape; it was
+        empty when the runner was made). ``compile_seconds()`` sums jax.monitoring's
+        ``backend_compile_duration`` (XLA's compile only; tracing and lowering are in the step's
+        wall time but not here) reported while this runner's step runs; see ``CompileMeter``.
+        Inputs are ``device_put`` and ready before a step is timed.
+        """
+        import jax
+
+        from attention_impls.base import default_scale
+        from attnbench.inputs import make_inputs
+
+        platform = impl.require(template)
+        scale = default_scale(template.head_dim, None)
+        fwd = template.mode == "fwd"
+        fn = (self.forward if fwd else self.forward_backward)(impl, template.causal, scale)
+        meter = CompileMeter()
+
+        def place(workload: Workload):
+            impl.require(workload)
+            x = make_inputs(workload, seed)
+            args = (x.q, x.k, x.v) if fwd else (x.q, x.k, x.v, x.do)
+            return jax.block_until_ready(tuple(jax.device_put(a) for a in args))
+
+        def call(args):
+            with _context(impl, platform), meter:
+                return jax.block_until_ready(fn(*args))
+
+        return Runner(template, self.execution(impl, platform), place=place, call=call,
+                      count_compiles=fn._cache_size, count_compile_seconds=lambda: meter.seconds,
+                      count_cache_hits=lambda: meter.cache_hits)
+
+    def measure_memory(self, step: Step) -> dict:
+        import jax
+
+        out = {}
+        stats = jax.devices()[0].memory_stats()  # None on CPU
+        if stats and "peak_bytes_in_use" in stats:
+            step.run()
+            out["device_peak_bytes"] = jax.devices()[0].memory_stats()["peak_bytes_in_use"]
+        return {**out, **super().measure_memory(step)}
+
+
+class CompileMeter:
+    """Sums jax.monitoring's ``/jax/core/compile/backend_compile_duration`` while it is entered.
+
+    jax's listeners are process-wide and the event also fires for helper jits (e.g. ops a Pallas
+    interpreter or ``ensure_compile_time_eval`` compiles while the step is traced) and for
+    persistent-cache hits. So the listener is registered only for the duration of a ``with`` block
+    (one runner step) and everything reported meanwhile, from any thread, is charged to it: exact
+    for a benchmark that compiles nothing else concurrently, which is what the harness runs.
+    """
+
+    EVENT = "/jax/core/compile/backend_compile_duration"
+    CACHE_HIT = "/jax/compilation_cache/cache_hits"  # the persistent cache served an executable
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.events = 0
+        self.cache_hits = 0
+
+    def _listen(self, event: str, duration: float, **_kwargs) -> None:
+        if event == self.EVENT:
+            self.seconds += duration
+            self.events += 1
+
+    def _count(self, event: str, **_kwargs) -> None:
+        if event == self.CACHE_HIT:
+            self.cache_hits += 1
+
+    def __enter__(self):
+        import jax.monitoring
+
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+        jax.monitoring.register_event_listener(self._count)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import jax.monitoring
+
+        # Someone may have cleared jax's listeners meanwhile (jax asserts membership).
+        with contextlib.suppress(AssertionError, ValueError):
+            jax.monitoring.unregister_event_duration_listener(self._listen)
+        with contextlib.suppress(AssertionError, ValueError):
+            jax.monitoring.unregister_event_listener(self._count)
+
+
+def compile_analysis(jitted, args) -> dict:
+    """Lower and compile ``jitted(*args)`` ahead of time: times, XLA's memory estimate, custom calls."""
+    start = time.perf_counter()
+    lowered = jitted.lower(*args)
+    lower_s = time.perf_counter() - start
+    start = time.perf_counter()
+    compiled = lowered.compile()
+    compile_s = time.perf_counter() - start
+    result = {"lower_s": lower_s, "compile_s": compile_s}
+    memory = compiled.memory_analysis()  # None where the backend gives no estimate
+    for field in ("temp", "argument", "output"):
+        result[f"compiler_{field}_bytes"] = getattr(memory, f"{field}_size_in_bytes", None)
+    result["compiler_peak_bytes"] = getattr(memory, "peak_memory_in_bytes", None)
+    hlo = compiled.as_text() or ""
+    result["custom_calls"] = sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo)))
+    return result
+
+
+def xla_cpu_threads() -> int | None:
+    """Threads XLA:CPU's matmuls use, from ``XLA_FLAGS`` (one per usable core by default)."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if re.search(r"--xla_cpu_multi_thread_eigen=(false|0)\b", flags):
+        return 1
+    found = re.search(r"intra_op_parallelism_threads=(\d+)", flags)
+    if found:
+        return int(found.group(1))
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+BACKEND = JaxBackend()

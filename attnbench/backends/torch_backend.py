@@ -1,0 +1,329 @@
+"""torch: numpy <-> tensors, autograd, device sync, profiler evidence, dynamo compile metering.
+
+Runs on CUDA when torch sees a GPU and on the CPU otherwise; the torch_xla backend subclasses it
+and swaps the device and the synchronisation. A kernel declares ``compiled_by = "torch.compile"``
+when it compiles (its compiles are then metered, and each runner gets a fresh kernel instance, as
+a new serving loop has no compiled functions yet), and ``evidence_from_ops`` to say what one
+profiled step's ops prove about the kernel that ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+
+import numpy as np
+
+from attnbench.backends.base import Backend, Runner, Step
+from attnbench.workload import Workload
+
+
+def to_tensor(x: np.ndarray, device):
+    import torch
+
+    if x.dtype.name == "bfloat16":  # torch cannot wrap ml_dtypes' bfloat16; the float32 detour is exact
+        return torch.from_numpy(x.astype(np.float32)).to(device=device, dtype=torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(x)).to(device)
+
+
+def to_float64(t) -> np.ndarray:
+    """Copy to the host first, then widen: on a lazy device (XLA) ``.float()`` would run another graph."""
+    return t.detach().cpu().double().numpy()
+
+
+KINETO_LOG = re.compile(rb"^(USDT|STAGE):\S+ \S+ \d+:\d+ \S+\.cpp:\d+\] ")
+
+
+@contextlib.contextmanager
+def kineto_quiet():
+    """Drop the lines torch's profiler library (kineto) writes to stderr on every start and stop.
+
+    They come from C++ (``USDT:... profiler_start``), past ``sys.stderr`` and ``KINETO_LOG_LEVEL``,
+    and a sweep profiles every torch case, so they flooded the console. File descriptor 2 goes to
+    a temporary file meanwhile; every other line is written back unchanged.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = [line for line in captured.read().splitlines(keepends=True) if not KINETO_LOG.match(line)]
+            if kept:
+                os.write(2, b"".join(kept))
+
+
+def profiled_ops(run) -> dict[str, int]:
+    """Run ``run`` once under torch's CPU-side profiler; how often each op name was recorded.
+
+    This is what an op-level profiler can see of a step: ATen ops by name, but a compiled region
+    (Inductor, XLA) only as one opaque entry.
+    """
+    from collections import Counter
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with kineto_quiet(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    return dict(Counter(e.name for e in prof.events()))
+
+
+def attention_ops(ops: dict[str, int]) -> list[str]:
+    """The ATen attention kernels among ``ops`` (the dispatching wrapper itself is not one)."""
+    wrapper = "aten::scaled_dot_product_attention"
+    return sorted(name for name in ops if "attention" in name and name != wrapper)
+
+
+def torch_profiler_peak_bytes(run) -> int:
+    """Peak of live host bytes allocated during ``run()``, from torch's allocation records.
+
+    The profiler's op events carry ``cpu_memory_usage`` summed over every op nested inside them,
+    so adding those up counts an allocation once per nesting level (234 MB reported here for a
+    step whose score matrix is 32 MiB). The allocation records themselves are instants with a
+    signed size: their running sum in time order is the live bytes, and its maximum the peak
+    above what was live when ``run`` started.
+    """
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with kineto_quiet(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        run()
+    records, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
+            records.append((node.start_time_ns, node.extra_fields.alloc_size))
+        stack.extend(node.children)
+    live = peak = 0
+    for _, size in sorted(records):
+        live += size
+        peak = max(peak, live)
+    return peak
+
+
+def grads(impl, q, k, v, do, causal, scale):
+    """``impl``'s output and the gradients of ``sum(out * do)`` by autograd."""
+    q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+    out = impl.attention(q, k, v, causal=causal, scale=scale)
+    out.backward(do)
+    return out, (q.grad, k.grad, v.grad)
+
+
+class TorchBackend(Backend):
+    framework = "torch"
+    module = "torch"
+
+    def device(self):
+        import torch
+
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    def platform(self) -> str:
+        import torch
+
+        return "gpu" if torch.cuda.is_available() else "cpu"
+
+    def synchronize(self) -> None:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    def to_float64(self, array) -> np.ndarray:
+        return to_float64(array)
+
+    def execution(self, impl, platform: str) -> str:
+        if impl.platform_support[platform].status == "interpret-only":
+            return "interpret"
+        return "compiled" if getattr(impl, "compiled_by", None) else "eager"
+
+    def detect_device(self, host):
+        import torch
+
+        from attnbench.hardware import Device, cpu_device
+
+        if torch.cuda.is_available():
+            return Device("gpu", torch.cuda.get_device_name(0), torch.cuda.device_count(),
+                          host.cpu_model, host.usable_cores)
+        return cpu_device(host)
+
+    def gemm_runner(self, dtype: str):
+        import torch
+
+        tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+
+        def make(n):
+            gen = torch.Generator().manual_seed(0)
+            a = torch.randn(n, n, generator=gen).to(tdtype)
+            b = torch.randn(n, n, generator=gen).to(tdtype)
+            out = torch.empty(n, n, dtype=tdtype)
+            return lambda: torch.matmul(a, b, out=out)
+
+        return make, torch.get_num_threads()
+
+    # The conformance path synchronizes once before reading anything back: on a lazy device (XLA)
+    # ``.cpu()`` on each unsynced result would compile and run a graph per tensor.
+    def run_numpy(self, impl, q, k, v, *, causal, scale):
+        import torch
+
+        dev = self.device()
+        with torch.no_grad():
+            out = impl.attention(to_tensor(q, dev), to_tensor(k, dev), to_tensor(v, dev),
+                                 causal=causal, scale=scale)
+        self.synchronize()
+        return to_float64(out)
+
+    def grad_numpy(self, impl, q, k, v, do, *, causal, scale):
+        dev = self.device()
+        _, result = grads(impl, *(to_tensor(x, dev) for x in (q, k, v, do)), causal, scale)
+        self.synchronize()
+        return tuple(to_float64(g) for g in result)
+
+    def _call(self, impl, workload: Workload):
+        """``call(tensors)``: one blocking step of ``workload.mode`` on placed tensors."""
+        import torch
+
+        from attention_impls.base import default_scale
+
+        scale, causal = default_scale(workload.head_dim, None), workload.causal
+        if workload.mode == "fwd":
+            def call(tensors):
+                with torch.no_grad():
+                    out = impl.attention(*tensors[:3], causal=causal, scale=scale)
+                self.synchronize()
+                return out
+        else:
+            def call(tensors):
+                result = grads(impl, *tensors, causal, scale)
+                self.synchronize()
+                return result
+        return call
+
+    def _place(self, workload: Workload, seed: int):
+        from attnbench.inputs import make_inputs
+
+        x = make_inputs(workload, seed)
+        arrays = (x.q, x.k, x.v) if workload.mode == "fwd" else (x.q, x.k, x.v, x.do)
+        tensors = tuple(to_tensor(a, self.device()) for a in arrays)
+        self.synchronize()  # inputs really on the device (XLA transfers lazily) before any timing
+        return tensors
+
+    def make_step(self, impl, workload: Workload, seed: int = 0) -> Step:
+        platform = impl.require(workload)
+        tensors, call = self._place(workload, seed), self._call(impl, workload)
+
+        def run():
+            return call(tensors)
+
+        find = getattr(impl, "evidence_from_ops", None)
+        return Step(run=run, execution=self.execution(impl, platform), framework=self.framework,
+                    find_evidence=(lambda: find(profiled_ops(run))) if find else None)
+
+    def compile_meter(self, impl):
+        """What counts ``impl``'s compiles inside a runner step (eager: none happen)."""
+        return DynamoCompileMeter() if getattr(impl, "compiled_by", None) else NoCompiles()
+
+    def make_runner(self, impl, template: Workload, seed: int = 0) -> Runner:
+        """The same ``attention`` call at every length; ``compile_meter`` counts what compiles.
+
+        A compiling kernel runs as a fresh instance (``type(impl)()``): whatever other runners or
+        ``make_step`` compiled before in this process, the runner starts as a new serving loop
+        does, so each new (shape, grad mode) it meets is a real compile.
+        """
+        if getattr(impl, "compiled_by", None):
+            impl = type(impl)()
+        platform = impl.require(template)
+        meter = self.compile_meter(impl)
+        call = self._call(impl, template)
+
+        def place(workload: Workload):
+            impl.require(workload)
+            return self._place(workload, seed)
+
+        def metered_call(tensors):
+            with meter:
+                return call(tensors)
+
+        return Runner(template, self.execution(impl, platform), place=place, call=metered_call,
+                      count_compiles=lambda: meter.compiles, count_compile_seconds=lambda: meter.seconds,
+                      count_cache_hits=lambda: meter.cache_hits)
+
+    def measure_memory(self, step: Step) -> dict:
+        import torch
+
+        out = {}
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+            step.run()
+            out["device_peak_bytes"] = torch.cuda.max_memory_allocated()
+        else:
+            out["host_profiler_peak_bytes"] = torch_profiler_peak_bytes(step.run)
+        return {**out, **super().measure_memory(step)}
+
+
+class NoCompiles:
+    """Compile meter of eager code: nothing compiles."""
+
+    compiles = 0
+    seconds = 0.0
+    cache_hits = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+class DynamoCompileMeter:
+    """Counts ``torch.compile`` work done while entered: dynamo's ``unique_graphs`` counter (one per
+    graph dynamo compiles, recompiles included) and the wall time of its ``_compile.compile_inner``
+    (dynamo tracing + AOTAutograd + Inductor codegen and C++/Triton build, all of a compile).
+
+    Both are process-wide, so only deltas taken across a ``with`` block (one runner step) are kept.
+    A compile whose Inductor output comes from its FX-graph cache (warm, on disk across processes)
+    still counts as a compile here, just a fast one.
+    """
+
+    def __init__(self):
+        self.compiles = 0
+        self.cache_hits = 0  # compiles whose Inductor output came from its FX-graph cache
+        self._seconds = 0.0
+        self._timed = True
+
+    @staticmethod
+    def _read() -> tuple[int, float | None, int]:
+        from torch._dynamo import utils
+
+        times = getattr(utils, "compilation_time_metrics", {}).get("_compile.compile_inner")
+        return (utils.counters["stats"]["unique_graphs"], (sum(times) if times is not None else None),
+                utils.counters["inductor"]["fxgraph_cache_hit"])
+
+    def __enter__(self):
+        self._start = self._read()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        graphs, seconds, hits = self._read()
+        self.compiles += max(0, graphs - self._start[0])
+        self.cache_hits += max(0, hits - self._start[2])
+        if graphs > self._start[0]:
+            if seconds is None:
+                self._timed = False  # torch no longer keeps this metric: say "unknown", not 0
+            else:
+                self._seconds += max(0.0, seconds - (self._start[1] or 0.0))
+
+    @property
+    def seconds(self) -> float | None:
+        return self._seconds if self._timed else None
+
+
+BACKEND = TorchBackend()

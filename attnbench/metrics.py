@@ -1,0 +1,204 @@
+"""Every metric, once: one row per metric, read by the records, the asv suite, the analysis and the report.
+
+A row says what the metric is called (its asv benchmark is ``track_<name>``, its tidy-table
+``metric`` is ``<name>``), which record column it reads (``attnbench/records.py``), its unit, which
+way is better, its lower-is-better twin, and its group. Everything else derives from this table:
+
+* ``records.UNITS``/``COLUMNS``: the unit of every record column a metric reads directly (a new
+  column is appended to the record);
+* ``asv_suite.METRICS`` → ``benchmarks/attention.py``: one ``track_<name>`` per row, with ``unit``
+  and ``version = METRIC_VERSION``;
+* ``asv_results``: each tidy row's ``direction``;
+* ``analysis``: the cost metrics (group ``cost``) whose regressions are cost spikes, and the
+  companions (``companion=True``) each spike is attributed to;
+* ``report``: the memory plot (group ``memory``), throughput/MFU and the cost tables.
+
+Adding a metric is one row here (and the engine filling its record column). Renaming a row, or
+changing its unit, renames or re-units an asv benchmark: asv then starts a new history for it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# Bump only when a metric's meaning changes: asv drops the older history of every benchmark then.
+METRIC_VERSION = "1"
+
+DIRECTIONS = ("lower", "higher", None)  # what is better; None: neither (not analysed for regressions)
+# What a metric is about. Reports and the cost-spike attribution select rows by group.
+GROUPS = {
+    "timing": "steady-state seconds per step",
+    "throughput": "tokens per second and its twins",
+    "compute": "FLOP rate and utilisation against the device's peak",
+    "compile": "first call, compiles and compile seconds",
+    "shapes": "what the shape regime costs: padding, useful tokens per second",
+    "memory": "bytes, one metric per memory source",
+    "cost": "USD at the on-demand price",
+    "numerics": "error against the float64 reference",
+    "status": "how the case ended",
+}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric: one asv ``track_<name>`` benchmark and one ``metric`` value of the tidy table."""
+
+    name: str  # the asv benchmark is track_<name>; the tidy table's ``metric`` column
+    column: str  # the record column it reads
+    unit: str  # the asv unit
+    direction: str | None  # "lower" / "higher" is better (asv itself only knows lower-is-better)
+    group: str  # a key of GROUPS
+    twin: str | None = None  # higher-is-better only: the row of the same quantity, lower-is-better
+    # Reads ``column`` as is when None; else computes the value from the whole record.
+    derive: Callable[[dict], float] | None = None
+    record_unit: str | None = None  # the record column's unit, where it differs from ``unit``
+    companion: bool = False  # listed beside a cost spike when it moved across the same commits
+
+    def value(self, record: dict) -> float:
+        """The metric of one engine record (NaN where the record has no value for it)."""
+        if self.derive is not None:
+            return self.derive(record)
+        return _num(record.get(self.column))
+
+    @property
+    def column_unit(self) -> str | None:
+        """The unit of the record column, for a row that reads its column as is; None otherwise."""
+        if self.derive is not None:
+            return None
+        return self.unit if self.record_unit is None else self.record_unit
+
+
+def _num(value) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _status_code(record: dict) -> float:
+    from attnbench.records import STATUS_CODES
+
+    return float(STATUS_CODES[record["status"]])
+
+
+def _mfu_shortfall(record: dict) -> float:
+    return _num(1.0 - record["mfu"]) if record.get("mfu") is not None else math.nan
+
+
+def _seconds_per_pflop(record: dict) -> float:
+    return 1e-3 / record["tflops"] if record.get("tflops") else math.nan
+
+
+def _seconds_per_million_useful_tokens(record: dict) -> float:
+    rate = record.get("useful_tokens_per_s")
+    return 1e6 / rate if rate else math.nan
+
+
+L, H = "lower", "higher"
+# Row order is the order of the asv benchmarks' definition and of every table derived from this one.
+METRICS: list[Metric] = [
+    Metric("seconds_per_step", "seconds_per_step", "seconds", L, "timing", record_unit="s", companion=True),
+    Metric("tokens_per_s", "tokens_per_s", "tokens/s", H, "throughput", twin="seconds_per_million_tokens",
+           companion=True),
+    Metric("seconds_per_million_tokens", "seconds_per_million_tokens", "seconds", L, "throughput",
+           record_unit="s"),
+    Metric("tflops", "tflops", "TFLOP/s", H, "compute", twin="seconds_per_pflop"),
+    Metric("seconds_per_pflop", "tflops", "seconds", L, "compute", derive=_seconds_per_pflop),
+    Metric("mfu", "mfu", "fraction", H, "compute", twin="mfu_shortfall"),
+    Metric("mfu_shortfall", "mfu", "fraction", L, "compute", derive=_mfu_shortfall),
+    Metric("first_call_seconds", "first_call_s", "seconds", L, "compile", record_unit="s", companion=True),
+    Metric("compile_seconds", "compile_seconds_total", "seconds", L, "compile", record_unit="s",
+           companion=True),
+    Metric("first_call_compile_seconds", "first_call_compile_s", "seconds", L, "compile", record_unit="s"),
+    Metric("compiles", "compiles", "count", L, "compile", companion=True),
+    Metric("padding_waste", "padding_waste", "fraction", L, "shapes", companion=True),
+    Metric("useful_tokens_per_s", "useful_tokens_per_s", "tokens/s", H, "shapes",
+           twin="seconds_per_million_useful_tokens"),
+    Metric("seconds_per_million_useful_tokens", "useful_tokens_per_s", "seconds", L, "shapes",
+           derive=_seconds_per_million_useful_tokens),
+    Metric("device_peak_bytes", "device_peak_bytes", "bytes", L, "memory", companion=True),
+    Metric("compiler_temp_bytes", "compiler_temp_bytes", "bytes", L, "memory", companion=True),
+    Metric("compiler_peak_bytes", "compiler_peak_bytes", "bytes", L, "memory", companion=True),
+    Metric("host_profiler_peak_bytes", "host_profiler_peak_bytes", "bytes", L, "memory", companion=True),
+    Metric("host_rss_growth_bytes", "host_rss_growth_bytes", "bytes", L, "memory", companion=True),
+    Metric("usd_per_step", "usd_per_step_on_demand", "USD", L, "cost"),
+    Metric("usd_per_step_with_compiles", "usd_per_step_with_compiles_on_demand", "USD", L, "cost"),
+    Metric("usd_per_million_tokens", "usd_per_million_tokens_on_demand", "USD", L, "cost"),
+    # The figure to compare across shape regimes: padding and compile stalls both cost here.
+    Metric("usd_per_million_useful_tokens_with_compiles",
+           "usd_per_million_useful_tokens_with_compiles_on_demand", "USD", L, "cost"),
+    Metric("max_abs_error", "max_abs_err", "abs error", L, "numerics", record_unit=""),
+    # 0 ok, then rising trouble (records.STATUS_CODES): lower is better, and a rise is a regression.
+    Metric("status", "status", "code", L, "status", derive=_status_code),
+]
+del L, H
+
+
+# -- views of the table (each reads METRICS when called) -----------------------------------------
+def by_name(table: list[Metric] | None = None) -> dict[str, Metric]:
+    return {m.name: m for m in (METRICS if table is None else table)}
+
+
+def get(name: str) -> Metric:
+    try:
+        return by_name()[name]
+    except KeyError:
+        raise KeyError(f"unknown metric {name!r} (known: {', '.join(m.name for m in METRICS)})") from None
+
+
+def names(group: str | None = None) -> tuple[str, ...]:
+    """Every metric's name in table order, or those of one group."""
+    if group is not None and group not in GROUPS:
+        raise KeyError(f"unknown metric group {group!r} (known: {', '.join(GROUPS)})")
+    return tuple(m.name for m in METRICS if group is None or m.group == group)
+
+
+def directions() -> dict[str, str | None]:
+    return {m.name: m.direction for m in METRICS}
+
+
+def companions() -> tuple[str, ...]:
+    """The metrics a cost spike is attributed to, in table order."""
+    return tuple(m.name for m in METRICS if m.companion)
+
+
+def column_units(table: list[Metric] | None = None) -> dict[str, str]:
+    """Record column -> unit, for every column a metric reads as is (table order)."""
+    out: dict[str, str] = {}
+    for metric in METRICS if table is None else table:
+        unit = metric.column_unit
+        if unit is None:
+            continue
+        if out.get(metric.column, unit) != unit:
+            raise ValueError(f"metric {metric.name!r} gives column {metric.column!r} the unit {unit!r}, "
+                             f"another row gives it {out[metric.column]!r}")
+        out[metric.column] = unit
+    return out
+
+
+def check(table: list[Metric] | None = None) -> None:
+    """Raise ``ValueError`` on a malformed table (run at import and by the tests)."""
+    table = METRICS if table is None else table
+    seen = set()
+    for metric in table:
+        if metric.name in seen:
+            raise ValueError(f"metric {metric.name!r} appears twice")
+        seen.add(metric.name)
+        if not metric.unit:
+            raise ValueError(f"metric {metric.name!r} has no unit (asv shows it beside every value)")
+        if metric.direction not in DIRECTIONS:
+            raise ValueError(f"metric {metric.name!r}: direction must be one of {DIRECTIONS}")
+        if metric.group not in GROUPS:
+            raise ValueError(f"metric {metric.name!r}: group {metric.group!r} is not one of {list(GROUPS)}")
+    rows = by_name(table)
+    for metric in table:
+        if metric.direction == "higher":
+            twin = rows.get(metric.twin) if metric.twin else None
+            if twin is None or twin.direction != "lower":
+                raise ValueError(f"metric {metric.name!r} is higher-is-better: it needs a lower-is-better "
+                                 f"twin row for asv (twin={metric.twin!r})")
+        elif metric.twin is not None:
+            raise ValueError(f"metric {metric.name!r}: only a higher-is-better metric has a twin")
+    column_units(table)
+
+
+check()

@@ -1,0 +1,152 @@
+"""The pandas report over everything asv wrote under ``results/``: reads, never writes there.
+
+``write_report(results_dir, out_dir)`` loads the tidy table (``asv_results.load_results``) and the
+per-step traces (``analysis.load_traces``), runs the analysis (regressions, cost spikes with their
+attribution, per-step trace spikes) and writes, each file atomically, into ``out_dir``
+(default ``html/report/``, git-ignored beside asv's HTML; note that ``asv publish`` deletes
+``html/``, so write the report after publishing):
+
+* ``report.md``: machines, environments and commits covered; best native vs best forced-flash per
+  length with cost per step and per million tokens; static vs dynamic vs bucketed cost per step;
+  regressions; cost spikes with attribution; per-step trace spikes; the plots below;
+* ``report.html``: the same content in one self-contained page (PNGs as base64 data URIs, no
+  external reference);
+* ``throughput.png``, ``memory.png``, ``regime_cost.png``, ``cost_over_commits.png``,
+  ``trace_dynamic.png`` (matplotlib, Agg, no pyplot state);
+* ``tidy.csv`` and ``tidy.parquet`` (the tidy table), ``regressions.csv``, ``cost_spikes.csv``,
+  ``trace_spikes.csv`` (the full tables the Markdown may shorten).
+
+The parts: ``select`` picks the data (newest commit per machine, coverage, best native vs
+forced-flash, regime costs, traces), ``plots`` draws it, ``render`` writes Markdown and HTML from
+one Jinja2 template (tables by pandas). This module puts them together and keeps their public
+names, which the CLI (``report``, ``summary``) and ``notebooks/cost_spikes.ipynb`` use.
+
+CLI: ``python -m attnbench report [--results results] [--out html/report] [--threshold 0.05]
+[--threshold-metric usd_per_step=0.1 ...]``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from attnbench.atomic import atomic_write_bytes, atomic_write_text
+from attnbench.report.plots import (
+    plot_cost_over_commits,
+    plot_memory,
+    plot_regime_cost,
+    plot_throughput,
+    plot_trace,
+)
+from attnbench.report.render import (
+    MAX_TABLE_ROWS,
+    context,
+    render_html,
+    render_markdown,
+    spike_sentences,
+    threshold_text,
+)
+from attnbench.report.select import (
+    REGIMES,
+    best_native_vs_forced,
+    commits_table,
+    coverage,
+    newest_commit,
+    newest_traces,
+    regime_costs,
+    series_name,
+    short_env,
+    trace_seq,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DEFAULT_OUT = os.path.join("html", "report")
+PLOTS = ("throughput.png", "memory.png", "regime_cost.png", "cost_over_commits.png", "trace_dynamic.png")
+
+__all__ = [
+    "DEFAULT_OUT", "MAX_TABLE_ROWS", "PLOTS", "REGIMES", "Report", "best_native_vs_forced",
+    "commits_table", "coverage", "newest_commit", "newest_traces", "plot_cost_over_commits", "plot_memory",
+    "plot_regime_cost", "plot_throughput", "plot_trace", "regime_costs", "series_name", "short_env",
+    "spike_sentences", "threshold_text", "trace_seq", "write_report",
+]
+
+
+@dataclass
+class Report:
+    """What ``write_report`` wrote (paths) and the analysis tables it wrote them from."""
+
+    out_dir: str
+    markdown: str
+    html: str
+    tidy_csv: str
+    tidy_parquet: str
+    plots: dict[str, str]
+    tables: dict[str, str]
+    regressions: pd.DataFrame
+    cost_spikes: pd.DataFrame
+    trace_spikes: pd.DataFrame
+    frame: pd.DataFrame = field(repr=False)
+
+    @property
+    def paths(self) -> list[str]:
+        return [self.markdown, self.html, self.tidy_csv, self.tidy_parquet, *self.plots.values(),
+                *self.tables.values()]
+
+
+def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, repo: str | None = None,
+                 thresholds: dict | None = None, trace_factor: float = 2.0) -> Report:
+    """Load ``results_dir`` (read only), analyse it and write the report into ``out_dir``.
+
+    ``repo`` orders commits (``git rev-list``); default: the folder that holds ``results_dir``.
+    ``thresholds``: relative step per metric that counts as a regression (default 5%).
+    Raises ``asv_results.ResultsError`` when nothing loadable is there.
+    """
+    from attnbench.analysis import find_cost_spikes, find_regressions, find_trace_spikes, load_traces
+    from attnbench.asv_results import load_results
+
+    repo = repo or os.path.dirname(os.path.abspath(results_dir))
+    frame = load_results(results_dir, repo=repo)
+    traces = load_traces(results_dir)
+    regressions = find_regressions(frame, thresholds)
+    spikes = find_cost_spikes(frame, thresholds)
+    trace_spikes = find_trace_spikes(traces, factor=trace_factor)
+    best = best_native_vs_forced(frame)
+    costs = regime_costs(frame)
+
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {name: os.path.join(out_dir, name) for name in ("report.md", "report.html", "tidy.csv",
+                                                             "tidy.parquet")}
+    makers = {"throughput.png": lambda: plot_throughput(frame),
+              "memory.png": lambda: plot_memory(frame),
+              "regime_cost.png": lambda: plot_regime_cost(costs),
+              "cost_over_commits.png": lambda: plot_cost_over_commits(frame, spikes),
+              "trace_dynamic.png": lambda: plot_trace(traces, frame, trace_factor)}
+    plots, pngs = {}, {}
+    for name in PLOTS:
+        png = makers[name]()
+        if png is not None:
+            plots[name] = os.path.join(out_dir, name)
+            pngs[name] = png
+            atomic_write_bytes(plots[name], png)
+
+    atomic_write_text(paths["tidy.csv"], frame.to_csv(index=False))
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    atomic_write_bytes(paths["tidy.parquet"], buffer.getvalue())
+    tables = {}
+    for name, table in (("regressions.csv", regressions), ("cost_spikes.csv", spikes),
+                        ("trace_spikes.csv", trace_spikes)):
+        tables[name] = os.path.join(out_dir, name)
+        atomic_write_text(tables[name], table.to_csv(index=False))
+
+    ctx = context(frame, results_dir, regressions, spikes, traces, trace_spikes, best, costs, pngs,
+                  thresholds, trace_factor)
+    atomic_write_text(paths["report.md"], render_markdown(ctx))
+    atomic_write_text(paths["report.html"], render_html(ctx, "attnbench report"))
+    return Report(out_dir=out_dir, markdown=paths["report.md"], html=paths["report.html"],
+                  tidy_csv=paths["tidy.csv"], tidy_parquet=paths["tidy.parquet"], plots=plots, tables=tables,
+                  regressions=regressions, cost_spikes=spikes, trace_spikes=trace_spikes, frame=frame)

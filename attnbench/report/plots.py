@@ -1,0 +1,231 @@
+"""The report's five plots, as PNG bytes: matplotlib ``Figure`` objects only (Agg, no pyplot state),
+so nothing global changes in a notebook. Each takes the tidy table (or a selection of it) and
+returns ``None`` when it has nothing to draw.
+
+* ``plot_throughput``: tokens/s and MFU vs length, forced-flash dashed, native solid;
+* ``plot_memory``: one panel per memory source (the metric table's ``memory`` group);
+* ``plot_regime_cost``: USD per step with compile stalls, static vs dynamic vs bucketed;
+* ``plot_cost_over_commits``: every cost series over commits, detected spikes in colour;
+* ``plot_trace``: the dynamic regime's per-step time, compile stalls marked.
+"""
+
+from __future__ import annotations
+
+import io
+
+from attnbench import metrics
+from attnbench.report.select import REGIMES, newest_commit, newest_traces, series_name
+
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def _figure(rows: int, cols: int, width: float = 6.0, height: float = 3.6):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    return fig, axes
+
+
+def _colors(names):
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab20"]
+    return {name: cmap(i % 20) for i, name in enumerate(sorted(set(names)))}
+
+
+def _style(label) -> str:
+    return "--" if label == "forced-flash" else "-"
+
+
+def _impl_legend(fig, axes, title="solid: native, dashed: forced-flash"):
+    handles, labels = [], []
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    if handles:
+        fig.legend(handles, labels, loc="outside right center", fontsize=8, title=title, title_fontsize=8)
+
+
+def plot_throughput(frame) -> bytes | None:
+    latest = newest_commit(frame)
+    latest = latest[(latest["suite"] == "Forward") & (latest["regime"] == "static")
+                    & latest["metric"].isin(["tokens_per_s", "mfu"])]
+    if latest.empty:
+        return None
+    machines = sorted(latest["machine"].unique())
+    colors = _colors(latest["implementation"])
+    fig, axes = _figure(len(machines), 2)
+    for i, machine in enumerate(machines):
+        for j, (metric, ylabel) in enumerate((("tokens_per_s", "tokens/s"), ("mfu", "MFU"))):
+            ax = axes[i][j]
+            part = latest[(latest["machine"] == machine) & (latest["metric"] == metric)]
+            for (impl, label), series in part.groupby(["implementation", "label"], sort=True):
+                series = series.sort_values("seq_len")
+                ax.plot(series["seq_len"], series["value"], _style(label), marker="o", color=colors[impl],
+                        label=impl)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("sequence length")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{machine}: {ylabel} (Forward, static shapes)", fontsize=10)
+            ax.grid(True, which="both", alpha=0.3)
+    _impl_legend(fig, axes)
+    return _png(fig)
+
+
+def plot_memory(frame) -> bytes | None:
+    memory = metrics.names("memory")
+    latest = newest_commit(frame)
+    latest = latest[(latest["suite"] == "Forward") & (latest["regime"] == "static")
+                    & latest["metric"].isin(memory)]
+    latest = latest[latest["value"] > 0]
+    if latest.empty:
+        return None
+    machines = sorted(latest["machine"].unique())
+    shown = [m for m in memory if m in set(latest["metric"])]
+    colors = _colors(latest["implementation"])
+    fig, axes = _figure(len(machines), len(shown), width=5.0)
+    for i, machine in enumerate(machines):
+        for j, metric in enumerate(shown):
+            ax = axes[i][j]
+            part = latest[(latest["machine"] == machine) & (latest["metric"] == metric)]
+            for (impl, label), series in part.groupby(["implementation", "label"], sort=True):
+                series = series.sort_values("seq_len")
+                ax.plot(series["seq_len"], series["value"] / 2**20, _style(label), marker="o",
+                        color=colors[impl], label=impl)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("sequence length")
+            ax.set_ylabel("MiB")
+            ax.set_title(f"{machine}: {metric}" + ("" if not part.empty else " (none)"), fontsize=10)
+            ax.grid(True, which="both", alpha=0.3)
+    _impl_legend(fig, axes)
+    return _png(fig)
+
+
+def plot_regime_cost(costs) -> bytes | None:
+    if costs.empty:
+        return None
+    panels = list(costs.groupby(["machine", "seq_len"], sort=True))
+    fig, axes = _figure(len(panels), 1, width=max(6.0, 0.7 * costs["implementation"].nunique() + 2))
+    width = 0.27
+    regime_colors = {"static": "#4c72b0", "dynamic": "#dd8452", "bucketed": "#55a868"}
+    for ax, ((machine, seq), part) in zip(axes.flat, panels, strict=True):
+        part = part.sort_values("implementation").reset_index(drop=True)
+        for k, regime in enumerate(REGIMES):
+            ax.bar([i + (k - 1) * width for i in range(len(part))], part[f"{regime} usd/step"], width,
+                   label=regime, color=regime_colors[regime])
+        ax.set_xticks(range(len(part)))
+        ax.set_xticklabels([f"{r.implementation}{' (ff)' if r.label == 'forced-flash' else ''}"
+                            for r in part.itertuples()], rotation=30, ha="right", fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("USD per step incl. compile stalls")
+        ax.set_title(f"{machine}, S{int(seq)}: static vs dynamic vs bucketed (ff = forced-flash)",
+                     fontsize=10)
+        ax.legend(fontsize=8)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+    return _png(fig)
+
+
+def _commit_axis(frame):
+    """x position and tick label per commit: git order, else commit date order."""
+    commits = frame.groupby("commit_hash", sort=False).agg(position=("commit_position", "first"),
+                                                           date=("commit_date", "first"))
+    if commits["position"].notna().all():
+        x = commits["position"]
+    else:
+        x = commits["date"].rank(method="dense") - 1
+    return x.to_dict()
+
+
+def plot_cost_over_commits(frame, spikes, metric: str = "usd_per_step", highlight: int = 8) -> bytes | None:
+    """Every ``metric`` series over commits, relative to its median; series with a detected spike in
+    colour (the ``highlight`` largest by name, the rest in one colour), a red line where cost rose."""
+    ok = frame[(frame["status"] == "ok") & (frame["metric"] == metric)]
+    if ok.empty:
+        return None
+    xs = _commit_axis(frame)
+    machines = sorted(ok["machine"].unique())
+    fig, axes = _figure(len(machines), 1, width=9.0, height=4.0)
+    keys = ["env_name", "benchmark", "implementation", "seq_len", "regime", "dtype"]
+    mine = spikes[spikes["metric"] == metric] if not spikes.empty else spikes
+    rank = {}
+    if not mine.empty:
+        for _, s in mine.reindex(mine["relative_change"].abs().sort_values(ascending=False).index).iterrows():
+            rank.setdefault((s["machine"], *(s.get(k) for k in keys)), len(rank))
+    for ax, machine in zip(axes.flat, machines, strict=True):
+        part = ok[ok["machine"] == machine].copy()
+        part["x"] = part["commit_hash"].map(xs)
+        other_labelled = False
+        for key, series in part.groupby(keys, dropna=False, sort=True):
+            series = series.sort_values("x")
+            relative = series["value"] / series["value"].median()
+            place = rank.get((machine, *key))
+            if place is None:
+                ax.plot(series["x"], relative, "-", color="0.6", alpha=0.35, linewidth=0.8)
+            elif place < highlight:
+                name = series_name(dict(zip(keys, key, strict=True)))
+                ax.plot(series["x"], relative, "-o", linewidth=2, label=name, zorder=3)
+            else:
+                ax.plot(series["x"], relative, "-", color="salmon", linewidth=1, zorder=2,
+                        label=None if other_labelled else "other series with a detected spike")
+                other_labelled = True
+        if not mine.empty:
+            here = mine[mine["machine"] == machine]
+            for commit, at in here.groupby("commit_after"):
+                after = xs.get(commit)
+                ax.axvline(after, color="red", linestyle=":", linewidth=1)
+                ax.annotate(f"{len(at)} spike{'s' if len(at) != 1 else ''}, up to "
+                            f"{at['relative_change'].max():+.0%}", (after, 1.0), xytext=(-4, 40),
+                            textcoords="offset points", color="red", fontsize=8, ha="right")
+        ticks = sorted(set(part["x"]))
+        labels = {x: h[:8] for h, x in xs.items()}
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([labels[t] for t in ticks], rotation=45, ha="right", fontsize=7)
+        ax.set_ylabel(f"{metric} / series median")
+        count = len(ticks)
+        ax.set_title(f"{machine}: {metric} over {count} commit{'s' if count != 1 else ''}, each series "
+                     "relative to its median; detected spikes in colour", fontsize=10)
+        ax.grid(True, alpha=0.3)
+    _impl_legend(fig, axes, title=f"largest {metric} spikes")
+    return _png(fig)
+
+
+def plot_trace(traces, frame, factor: float = 2.0) -> bytes | None:
+    dynamic = newest_traces(traces, frame)
+    if dynamic.empty:
+        return None
+    panels = list(dynamic.groupby(["machine", "seq_len"], sort=True))
+    colors = _colors(dynamic["impl"])
+    fig, axes = _figure(len(panels), 1, width=8.0)
+    for ax, ((machine, seq), part) in zip(axes.flat, panels, strict=True):
+        labelled = set()
+        for (impl, _), run in part.groupby(["impl", "file"], sort=True):
+            run = run.sort_values("step")
+            ax.plot(run["step"], run["seconds"], "-", marker=".", color=colors[impl], label=impl)
+            compiled = run[run["compiled"].astype(str) == "True"]
+            stalls = run[run["seconds"] >= factor * run["seconds"].median()]
+            circle = {"marker": "o", "markersize": 9, "markerfacecolor": "none", "markeredgecolor": "red",
+                      "linestyle": "none"}
+            cross = {"marker": "x", "color": "black", "markersize": 6, "linestyle": "none"}
+            for marks, name, style in ((compiled, "step compiled a new shape", circle),
+                                       (stalls, f">= {factor:g}x the run's median step", cross)):
+                if not marks.empty:
+                    label = None if name in labelled else name
+                    ax.plot(marks["step"], marks["seconds"], label=label, **style)
+                    labelled.add(name)
+        ax.set_yscale("log")
+        ax.set_xlabel("step of the dynamic-shape stream")
+        ax.set_ylabel("seconds")
+        commit = part["commit8"].iloc[0]
+        ax.set_title(f"{machine}, max S{seq}, commit {commit}: per-step time, dynamic shapes", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+    _impl_legend(fig, axes, title="dynamic-shape traces")
+    return _png(fig)

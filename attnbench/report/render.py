@@ -1,0 +1,196 @@
+"""The report as Markdown and as one self-contained HTML page, from one Jinja2 template.
+
+``templates/report.j2`` holds the report's content once; ``templates/markdown.j2`` and
+``templates/html.j2`` say how its headings, paragraphs, lists, tables and figures are written in
+each format (``page.html.j2`` is the HTML page around it). Tables are pandas DataFrames written by
+pandas: ``DataFrame.to_markdown`` (tabulate) and ``DataFrame.to_html``. The HTML embeds every
+plot as a base64 ``data:`` URI and references nothing outside itself.
+
+Also here: the sentences and rows the CLI prints (``spike_sentences``, ``threshold_text``).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import os
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from attnbench import metrics
+from attnbench.report import select
+from attnbench.report.select import series_name, short_env
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+MAX_TABLE_ROWS = 40  # longer tables are cut in report.md/html; the CSVs hold every row
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+
+
+def fmt(value, digits: int = 3) -> str:
+    """A table cell: floats to ``digits`` significant digits, missing values as ``-``."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+@dataclass
+class Table:
+    """A table of the report: at most ``MAX_TABLE_ROWS`` of its ``total`` rows, every cell a string."""
+
+    cells: pd.DataFrame
+    total: int
+
+    @classmethod
+    def of(cls, frame, columns: list[str] | None = None, total: int | None = None) -> Table:
+        import pandas as pd
+
+        if frame is None:
+            frame = pd.DataFrame()
+        elif not isinstance(frame, pd.DataFrame):  # rows as dicts
+            frame = pd.DataFrame(list(frame))
+        if columns is not None and not frame.empty:
+            frame = frame[columns]
+        cut = frame.head(MAX_TABLE_ROWS)
+        cells = cut.astype(object).map(fmt) if not cut.empty else cut
+        return cls(cells=cells, total=len(frame) if total is None else total)
+
+    @property
+    def note(self) -> str | None:
+        if self.total > len(self.cells):
+            return (f"({len(self.cells)} of {self.total} rows shown; every row is in the CSV beside this "
+                    "report.)")
+        return None
+
+    def markdown(self) -> str:
+        if self.cells.empty:
+            return "_(none)_"
+        cells = self.cells.map(lambda text: text.replace("|", "\\|"))
+        return cells.to_markdown(index=False, disable_numparse=True)
+
+    def html(self):
+        from markupsafe import Markup
+
+        if self.cells.empty:
+            return Markup("<p><em>(none)</em></p>")
+        return Markup(self.cells.to_html(index=False, border=0, escape=True))
+
+
+# -- text -----------------------------------------------------------------------------------------
+def threshold_text(thresholds: dict | None) -> str:
+    from collections import Counter
+
+    from attnbench.analysis import DEFAULT_THRESHOLD
+
+    thresholds = thresholds or {}
+    common = Counter(thresholds.values()).most_common(1)
+    default = common[0][0] if common and len(thresholds) > 1 else DEFAULT_THRESHOLD
+    others = ", ".join(f"{k} {v:.3g}" for k, v in sorted(thresholds.items()) if v != default)
+    return f"{default:.3g} (relative step) for every metric" + (f" but {others}" if others else "")
+
+
+def regression_rows(table, *, attribution: bool) -> list[dict]:
+    """Regressions (or cost spikes, with what moved with them) as display rows."""
+    rows = []
+    for _, r in table.iterrows():
+        row = {"machine": r["machine"], "env": short_env(r["env_name"]),
+               "benchmark": r["benchmark"].removeprefix("attention."), "case": series_name(r),
+               "commits": f"{str(r['commit_before'])[:8]} -> {str(r['commit_after'])[:8]}",
+               "before": fmt(r["value_before"]), "after": fmt(r["value_after"]),
+               "change": f"{r['relative_change']:+.1%}", "versions changed": r["versions_changed"] or "-"}
+        if attribution:
+            row["moved with"] = r["attribution"]
+        rows.append(row)
+    return rows
+
+
+def spike_sentences(spikes) -> list[str]:
+    """One sentence per cost spike: what rose, where, by how much, and what moved with it."""
+    out = []
+    for _, s in spikes.iterrows():
+        versions = s["versions_changed"] or "no library version changed"
+        out.append(f"`{s['metric']}` of {series_name(s)} ({s['benchmark'].removeprefix('attention.')}) "
+                   f"on {s['machine']} / {short_env(s['env_name'])} rose {s['relative_change']:+.1%} "
+                   f"({fmt(s['value_before'])} -> {fmt(s['value_after'])} {s['unit'] or ''}) between "
+                   f"{str(s['commit_before'])[:8]} and {str(s['commit_after'])[:8]}: moved with "
+                   f"{s['attribution']}; {versions}.")
+    return out
+
+
+# -- the document ---------------------------------------------------------------------------------
+def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best, costs, pngs: dict,
+            thresholds, trace_factor) -> dict:
+    """What ``templates/report.j2`` shows: tables, sentences and the plots (PNG bytes by file name)."""
+    status = frame["status"]
+    spike_part = None
+    if not spikes.empty:
+        largest = select.largest_first(spikes)
+        spike_part = {"sentences": spike_sentences(largest.head(MAX_TABLE_ROWS)),
+                      "table": Table.of(regression_rows(largest, attribution=True), total=len(spikes))}
+    regression_part = None
+    if not regressions.empty:
+        regression_part = Table.of(regression_rows(select.largest_first(regressions), attribution=False),
+                                   total=len(regressions))
+    trace_part = None
+    if not trace_spikes.empty:
+        trace_part = {"summary": Table.of(select.trace_spike_summary(trace_spikes)),
+                      "worst": Table.of(select.worst_trace_steps(trace_spikes))}
+    return {
+        "stamp": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "results_dir": results_dir,
+        "counts": {"rows": f"{len(frame):,}", "ok": f"{int((status == 'ok').sum()):,}",
+                   "skipped": f"{int((status == 'skipped').sum()):,}",
+                   "failed": f"{int((status == 'failed').sum()):,}"},
+        "thresholds": threshold_text(thresholds),
+        "coverage": Table.of(select.coverage(frame)),
+        "commits": Table.of(select.commits_table(frame)),
+        "best": Table.of(best),
+        "regime_costs": Table.of(costs),
+        "cost_metrics": metrics.names("cost"),
+        "single_commit": frame["commit_hash"].nunique() < 2,
+        "spikes": spike_part,
+        "regressions": regression_part,
+        "trace_spikes": trace_part,
+        "has_traces": not traces.empty,
+        "trace_factor": f"{trace_factor:g}",
+        "images": {name: base64.b64encode(png).decode("ascii") for name, png in pngs.items()},
+    }
+
+
+def _environment(html: bool):
+    import jinja2
+    from markupsafe import Markup, escape
+
+    def inline(text) -> Markup:  # `code` and **bold**, the only Markdown the report's text uses
+        text = str(escape(text))
+        text = re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+        return Markup(re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", text))
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=html,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    env.filters["inline"] = inline
+    return env
+
+
+def _tidy(text: str) -> str:
+    """One blank line between blocks, whatever the template's conditionals left."""
+    return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
+
+
+def render_markdown(ctx: dict) -> str:
+    """``report.md``: figures by file name (the PNGs lie beside it)."""
+    return _tidy(_environment(html=False).get_template("report.j2").render(ctx, fmt="markdown.j2"))
+
+
+def render_html(ctx: dict, title: str = "attnbench report") -> str:
+    """``report.html``: one self-contained page, plots embedded as data: URIs."""
+    from markupsafe import Markup
+
+    env = _environment(html=True)
+    body = _tidy(env.get_template("report.j2").render(ctx, fmt="html.j2"))
+    return env.get_template("page.html.j2").render(title=title, body=Markup(body))

@@ -1,0 +1,179 @@
+"""What the report shows, selected from the tidy table (``asv_results.load_results``) and the traces.
+
+Plain pandas in, plain pandas out: no formatting (``render``) and no drawing (``plots``). "Newest"
+is always per machine: the newest commit (git order, else commit date) that machine has results
+for, since machines are benchmarked at different commits.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+REGIMES = ("static", "dynamic", "bucketed")
+
+
+# -- names of series ------------------------------------------------------------------------------
+def short_env(env) -> str:
+    return str(env).removeprefix("virtualenv-").removeprefix("existing-")
+
+
+def series_name(row) -> str:
+    parts = [str(row.get("implementation") or "")]
+    if row.get("seq_len") == row.get("seq_len") and row.get("seq_len") is not None:
+        parts.append(f"S{int(row['seq_len'])}")
+    for key in ("regime", "dtype"):
+        value = row.get(key)
+        if isinstance(value, str) and value:
+            parts.append(value)
+    return " ".join(p for p in parts if p)
+
+
+def trace_seq(path: str) -> int | None:
+    match = re.search(r"__S(\d+)__", os.path.basename(str(path)))
+    return int(match.group(1)) if match else None
+
+
+# -- selections -----------------------------------------------------------------------------------
+def newest_commit(frame) -> pd.DataFrame:
+    """The ok rows of each machine's newest commit (git order; commit date where git knows none)."""
+    import pandas as pd
+
+    ok = frame[frame["status"] == "ok"]
+    parts = []
+    for _, part in ok.groupby("machine", sort=True):
+        order = "commit_position" if part["commit_position"].notna().any() else "commit_date"
+        parts.append(part[part["commit_hash"] == part.loc[part[order].idxmax(), "commit_hash"]])
+    return pd.concat(parts) if parts else ok.iloc[0:0]
+
+
+def coverage(frame) -> pd.DataFrame:
+    """Machines x environments: commits, newest commit, rows by status, library versions."""
+    import pandas as pd
+
+    rows = []
+    versions = [c for c in frame.columns if c.startswith("version_")]
+    for (machine, env), part in frame.groupby(["machine", "env_name"], sort=True):
+        order = part.sort_values(["commit_position", "commit_date"])
+        newest = order.iloc[-1]
+        counts = part["status"].value_counts()
+        libs = ", ".join(f"{c.removeprefix('version_')} {newest[c]}" for c in versions
+                         if isinstance(newest[c], str) and newest[c])
+        rows.append({"machine": machine, "env": short_env(env), "commits": part["commit_hash"].nunique(),
+                     "newest": str(newest["commit_hash"])[:8], "ok": int(counts.get("ok", 0)),
+                     "skipped": int(counts.get("skipped", 0)), "failed": int(counts.get("failed", 0)),
+                     "libraries": libs})
+    return pd.DataFrame(rows)
+
+
+def commits_table(frame) -> pd.DataFrame:
+    table = (frame.groupby("commit_hash", sort=False)
+             .agg(position=("commit_position", "first"), date=("commit_date", "first"),
+                  machines=("machine", lambda s: ", ".join(sorted(set(s)))))
+             .reset_index().sort_values(["position", "date"]))
+    table["commit"] = table["commit_hash"].str[:8]
+    table["date"] = table["date"].dt.strftime("%Y-%m-%d %H:%M")
+    return table[["position", "commit", "date", "machines"]]
+
+
+def best_native_vs_forced(frame) -> pd.DataFrame:
+    """Per machine, length and dtype (Forward, static shapes, that machine's newest commit): the
+    fastest native and the fastest forced-flash implementation by seconds per step, with cost per
+    step and per million tokens at on-demand prices.
+
+    Columns: machine, seq_len, dtype, then per side (``native``, ``forced``) ``best_<side>``,
+    ``<side>_ms_per_step``, ``<side>_usd_per_step``, ``<side>_usd_per_mtok``, and
+    ``forced/native cost`` (forced over native USD per million tokens). A side with no
+    implementation measured has no columns. The one summary: ``attnbench summary`` prints it and the
+    report shows it.
+    """
+    import pandas as pd
+
+    latest = newest_commit(frame)
+    latest = latest[(latest["suite"] == "Forward") & (latest["regime"] == "static")]
+    if latest.empty:
+        return pd.DataFrame()
+    wide = latest.pivot_table(index=["machine", "seq_len", "dtype", "implementation", "label"],
+                              columns="metric", values="value", aggfunc="first").reset_index()
+    rows = []
+    for (machine, seq, dtype), group in wide.groupby(["machine", "seq_len", "dtype"], sort=True):
+        row = {"machine": machine, "seq_len": seq, "dtype": dtype}
+        for label, side in (("native", "native"), ("forced-flash", "forced")):
+            part = group[group["label"] == label]
+            if "seconds_per_step" not in part:
+                continue
+            part = part.dropna(subset=["seconds_per_step"])
+            if part.empty:
+                continue
+            best = part.loc[part["seconds_per_step"].idxmin()]
+            row.update({f"best_{side}": best["implementation"],
+                        f"{side}_ms_per_step": best["seconds_per_step"] * 1e3,
+                        f"{side}_usd_per_step": best.get("usd_per_step"),
+                        f"{side}_usd_per_mtok": best.get("usd_per_million_tokens")})
+        if "native_usd_per_mtok" in row and "forced_usd_per_mtok" in row:
+            row["forced/native cost"] = row["forced_usd_per_mtok"] / row["native_usd_per_mtok"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def regime_costs(frame) -> pd.DataFrame:
+    """Forward at the newest commit: USD per step (compile stalls included) and compiles per regime."""
+    import pandas as pd
+
+    latest = newest_commit(frame)
+    latest = latest[(latest["suite"] == "Forward")
+                    & latest["metric"].isin(["usd_per_step_with_compiles", "usd_per_step", "compiles"])]
+    if latest.empty:
+        return pd.DataFrame()
+    wide = latest.pivot_table(index=["machine", "implementation", "label", "seq_len", "dtype"],
+                              columns=["metric", "regime"], values="value", aggfunc="first")
+    out = pd.DataFrame(index=wide.index)
+    for regime in REGIMES:
+        for metric, name in (("usd_per_step_with_compiles", f"{regime} usd/step"),
+                             ("usd_per_step", f"{regime} steady usd/step"),
+                             ("compiles", f"{regime} compiles")):
+            out[name] = wide[(metric, regime)] if (metric, regime) in wide else float("nan")
+    out = out.reset_index().dropna(subset=[f"{r} usd/step" for r in REGIMES], how="all")
+    return out.sort_values(["machine", "seq_len", "implementation"]).reset_index(drop=True)
+
+
+def newest_traces(traces, frame, regime: str = "dynamic") -> pd.DataFrame:
+    """The ``regime`` traces of each machine's newest traced commit."""
+    import pandas as pd
+
+    if traces.empty or "regime" not in traces:
+        return traces.iloc[0:0] if not traces.empty else traces
+    part = traces[traces["regime"] == regime]
+    positions = {str(h)[:8]: p for h, p in zip(frame["commit_hash"], frame["commit_position"], strict=True)}
+    out = []
+    for _, runs in part.groupby("machine", sort=True):
+        commits = sorted(set(runs["commit8"]), key=lambda c: (positions.get(c, float("-inf")), c))
+        newest = runs[runs["commit8"] == commits[-1]].copy()
+        newest["seq_len"] = newest["file"].map(trace_seq)
+        out.append(newest)
+    return pd.concat(out, ignore_index=True) if out else part
+
+
+def trace_spike_summary(trace_spikes) -> pd.DataFrame:
+    """Trace spikes by machine, regime and cause: how many, the worst, and the seconds they took."""
+    return (trace_spikes.groupby(["machine", "regime", "cause"], sort=True)
+            .agg(steps=("step", "size"), worst_times_median=("times_median", "max"),
+                 stall_seconds=("seconds", "sum")).reset_index())
+
+
+def worst_trace_steps(trace_spikes) -> pd.DataFrame:
+    """Every trace spike, worst first, with the length of the run it belongs to."""
+    worst = trace_spikes.sort_values("times_median", ascending=False)
+    worst = worst.assign(seq_len=worst["file"].map(trace_seq))
+    columns = [c for c in ["machine", "commit8", "impl", "regime", "seq_len", "step", "length",
+                           "padded_length", "compiled", "seconds", "times_median", "cause"] if c in worst]
+    return worst[columns]
+
+
+def largest_first(table) -> pd.DataFrame:
+    """Regressions or spikes ordered by the size of their step, largest first."""
+    return table.reindex(table["relative_change"].abs().sort_values(ascending=False).index)

@@ -1,0 +1,105 @@
+"""The suite's sidecar: what an asv result file cannot hold, written beside it at measurement time.
+
+asv result files hold numbers only. For every machine x commit x asv environment the suite writes
+one sidecar, ``results/<machine>/sidecars/<commit8>-<env>.sidecar`` (JSON):
+
+* ``versions``: every library version the suite imported (asv's existing-environment mode records
+  none);
+* ``settings``: the suite size (``suite``: default/full/...) and its settings (lengths, dtypes,
+  timing budget and grace, regime lengths and steps, interpreter length limit), the compile-cache
+  policy, the case timeout, the implementation subset and the pinned threads: everything that
+  changes what a number means;
+* ``cases``: per case (``case_id``), what the engine recorded when it measured it: ``label``
+  (forced-flash/native), ``execution`` (compiled/eager/interpret), ``platform`` (cpu/gpu/tpu, the
+  platform the framework really ran on), ``device``, ``status`` and ``reason``.
+
+The loader (``asv_results.load_results``) joins these to the tidy rows, so reports show what was
+measured, never what today's code would say about it.
+
+Why ``.sidecar`` and not ``.json``: ``asv publish`` walks every folder under ``results/``
+(``asv.results.iter_results_paths``) and, in each folder holding a ``*.json`` other than
+``machine.json``/``benchmarks.json``, wants a ``machine.json`` and loads every ``*.json`` as a
+result file. The old sidecars, ``results/<machine>/versions/<commit8>-<env>.json``, made it warn
+``could not load results/<machine>/versions/machine.json`` on every publish. They are still read
+(``read``), never written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+FOLDER = "sidecars"
+SUFFIX = ".sidecar"
+LEGACY_FOLDER = "versions"  # up to this change: results/<machine>/versions/<commit8>-<env>.json
+CASE_FIELDS = ("label", "execution", "platform", "device", "status", "reason")
+MAX_REASON = 500
+
+
+def name(commit: str, env: str) -> str:
+    return f"{commit[:8]}-{env}"
+
+
+def path(results_dir: str, machine: str, commit: str, env: str) -> str:
+    """Where the sidecar of ``machine`` x ``commit`` x ``env`` is written."""
+    return os.path.join(results_dir, machine, FOLDER, name(commit, env) + SUFFIX)
+
+
+def legacy_path(results_dir: str, machine: str, commit: str, env: str) -> str:
+    return os.path.join(results_dir, machine, LEGACY_FOLDER, name(commit, env) + ".json")
+
+
+def case_head(suite: str | None, implementation: str, seq_len, regime: str | None) -> str:
+    """``case_id`` without its dtype: ``Training|jax-xla|512|static``."""
+    return f"{suite}|{implementation}|{int(seq_len)}|{regime or 'static'}"
+
+
+def case_id(suite: str | None, implementation: str, seq_len, regime: str | None, dtype: str | None) -> str:
+    """One case of one benchmark class: ``Forward|jax-xla|1024|static|float32``."""
+    return f"{case_head(suite, implementation, seq_len, regime)}|{dtype}"
+
+
+def _load(file: str) -> dict | None:
+    try:
+        with open(file, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read(results_dir: str, machine: str, commit: str, env: str) -> dict:
+    """The sidecar (new location, else the legacy ``versions/`` one), ``{}`` when there is none.
+
+    A legacy sidecar holds ``versions`` and (from 14c0909 on) ``settings.compile_cache``, no cases.
+    """
+    for file in (path(results_dir, machine, commit, env), legacy_path(results_dir, machine, commit, env)):
+        data = _load(file)
+        if data is not None:
+            return data
+    return {}
+
+
+def case_entry(record: dict) -> dict:
+    """What a sidecar keeps of one engine record."""
+    entry = {k: record.get(k) for k in CASE_FIELDS}
+    if isinstance(entry["reason"], str) and len(entry["reason"]) > MAX_REASON:
+        entry["reason"] = entry["reason"][:MAX_REASON] + "..."
+    return entry
+
+
+def write(results_dir: str, machine: str, commit: str, env: str, *, versions: dict, settings: dict,
+          cases: dict[str, dict]) -> str:
+    """Write (atomically) the sidecar, merging ``cases`` into those already recorded for this commit
+    and environment (asv measures each benchmark class in its own process, and keeps earlier results
+    of benchmarks a run skipped); ``versions`` and ``settings`` are this run's."""
+    from attnbench.atomic import atomic_write_text
+
+    file = path(results_dir, machine, commit, env)
+    old = _load(file) or {}
+    merged = dict(old.get("cases") or {})
+    merged.update(cases)
+    payload = {"commit_hash": commit, "env_name": env, "machine": machine, "versions": versions,
+               "settings": settings, "cases": merged}
+    atomic_write_text(file, json.dumps(payload, indent=1, sort_keys=True) + "\n")
+    return file

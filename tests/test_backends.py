@@ -1,0 +1,76 @@
+"""The framework backends: one protocol, and the figures they measure against hand-counted values."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnbench import backends
+from tests.conftest import FRAMEWORKS
+
+needs_torch = pytest.mark.skipif("torch" not in FRAMEWORKS, reason="torch runs in the main venv")
+MiB = 2**20
+
+
+def test_unknown_framework_names_the_known_ones():
+    with pytest.raises(ValueError, match=r"unknown framework 'mxnet'; expected one of \['numpy', 'jax'"):
+        backends.get("mxnet")
+
+
+@pytest.mark.parametrize("framework", backends.FRAMEWORKS)
+def test_every_backend_implements_the_protocol(framework):
+    backend = backends.get(framework)
+    assert isinstance(backend, backends.Backend) and backend.framework == framework
+    assert backends.get(framework) is backend  # one shared instance
+
+
+@needs_torch
+def test_host_profiler_peak_is_the_peak_of_live_allocations_not_a_sum_over_nesting():
+    import torch
+
+    from attnbench.backends.torch_backend import torch_profiler_peak_bytes
+
+    def run():
+        a = torch.empty(10 * MiB, dtype=torch.uint8)
+        b = torch.empty(20 * MiB, dtype=torch.uint8)
+        del a  # live: 20 MiB, after a peak of 30 MiB
+        c = torch.empty(5 * MiB, dtype=torch.uint8)
+        del b, c
+
+    assert torch_profiler_peak_bytes(run) == 30 * MiB
+
+
+@needs_torch
+def test_host_profiler_peak_of_a_nested_op_counts_each_allocation_once():
+    import torch
+
+    from attnbench.backends.torch_backend import torch_profiler_peak_bytes
+
+    x = torch.ones(1024, 1024)  # 4 MiB, allocated before the probe: not counted
+
+    def run():
+        # softmax(x @ x) allocates the 4 MiB product, then the 4 MiB softmax while the product is
+        # still referenced: 8 MiB live at most, whatever the ops' nesting.
+        y = x @ x
+        z = torch.softmax(y, dim=-1)
+        del y, z
+
+    assert torch_profiler_peak_bytes(run) == 8 * MiB
+
+
+@needs_torch
+def test_the_profiler_keeps_its_start_stop_lines_off_the_console(capfd):
+    import sys
+
+    import torch
+
+    from attnbench.backends.torch_backend import profiled_ops
+
+    def run():
+        torch.ones(3) + 1
+        print("a line of the step's own", file=sys.stderr)
+
+    ops = profiled_ops(run)
+    err = capfd.readouterr().err
+    assert "aten::add" in ops
+    assert "profiler_start" not in err and "USDT" not in err
+    assert "a line of the step's own" in err

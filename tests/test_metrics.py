@@ -1,0 +1,275 @@
+"""The metric table (attnbench/metrics.py) is the one place a metric is declared.
+
+Pinned here, with the expected values written out independently of the table: the asv benchmark
+names, units and version (so that the committed history under results/ continues), the record's
+columns and units, the cost metrics and the companions of cost-spike attribution. Then one row
+added to the table (monkeypatched) must show up in the record, the asv suite, the loader's
+directions, the analysis and the report, and a malformed row must be refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from attnbench import asv_suite, metrics, records
+from attnbench.metrics import Metric
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# track_<name> -> asv unit, as the asv history under results/ recorded them (METRIC_VERSION "1")
+ASV_UNITS = {
+    "seconds_per_step": "seconds", "tokens_per_s": "tokens/s", "seconds_per_million_tokens": "seconds",
+    "tflops": "TFLOP/s", "seconds_per_pflop": "seconds", "mfu": "fraction", "mfu_shortfall": "fraction",
+    "first_call_seconds": "seconds", "compile_seconds": "seconds", "compiles": "count",
+    "padding_waste": "fraction", "useful_tokens_per_s": "tokens/s",
+    "seconds_per_million_useful_tokens": "seconds", "device_peak_bytes": "bytes",
+    "compiler_temp_bytes": "bytes", "compiler_peak_bytes": "bytes", "host_profiler_peak_bytes": "bytes",
+    "host_rss_growth_bytes": "bytes", "usd_per_step": "USD", "usd_per_step_with_compiles": "USD",
+    "usd_per_million_tokens": "USD", "max_abs_error": "abs error", "status": "code",
+}
+HIGHER = {"tokens_per_s": "seconds_per_million_tokens", "tflops": "seconds_per_pflop",
+          "mfu": "mfu_shortfall", "useful_tokens_per_s": "seconds_per_million_useful_tokens"}
+# The record's columns, in the order written tables have them, with their units.
+RECORD_UNITS = {
+    "impl": "", "framework": "", "label": "", "execution": "", "platform": "", "device": "",
+    "kernel_evidence": "", "kernel_verified": "bool", "status": "", "reason": "",
+    "batch": "", "q_heads": "", "kv_heads": "", "seq_q": "tokens", "seq_k": "tokens", "head_dim": "",
+    "dtype": "", "causal": "bool", "mode": "", "flops": "FLOP", "min_bytes": "bytes", "tokens": "tokens",
+    "regime": "", "bucket_policy": "", "regime_steps": "steps", "compile_cache": "", "compiles": "count",
+    "compile_seconds_total": "s", "padding_waste": "fraction", "useful_tokens_per_s": "tokens/s",
+    "seconds_per_step_with_compiles": "s", "trace_file": "",
+    "threads": "count", "first_call_s": "s", "lower_s": "s", "compile_s": "s",
+    "seconds_per_step": "s", "iqr_s": "s", "samples": "count", "steps_per_sample": "count",
+    "tokens_per_s": "tokens/s", "tflops": "TFLOP/s", "peak_tflops": "TFLOP/s", "peak_source": "",
+    "mfu": "fraction", "seconds_per_million_tokens": "s",
+    "device_peak_bytes": "bytes", "compiler_temp_bytes": "bytes", "compiler_argument_bytes": "bytes",
+    "compiler_output_bytes": "bytes", "compiler_peak_bytes": "bytes",
+    "host_profiler_peak_bytes": "bytes", "host_rss_growth_bytes": "bytes",
+    "max_abs_err": "", "max_rel_err": "", "numerics_ok": "bool", "numerics_workload": "",
+    "usd_per_hour_on_demand": "USD/h", "usd_per_hour_spot": "USD/h",
+    "usd_per_step_on_demand": "USD", "usd_per_step_spot": "USD",
+    "usd_per_million_tokens_on_demand": "USD", "usd_per_million_tokens_spot": "USD",
+    "usd_per_step_with_compiles_on_demand": "USD", "usd_per_step_with_compiles_spot": "USD",
+    "price_source": "", "cost_note": "",
+}
+COST = ("usd_per_step", "usd_per_step_with_compiles", "usd_per_million_tokens")
+COMPANIONS = {"seconds_per_step", "tokens_per_s", "compiles", "compile_seconds", "first_call_seconds",
+              "padding_waste", "device_peak_bytes", "compiler_temp_bytes", "compiler_peak_bytes",
+              "host_profiler_peak_bytes", "host_rss_growth_bytes"}
+MEMORY = ("device_peak_bytes", "compiler_temp_bytes", "compiler_peak_bytes", "host_profiler_peak_bytes",
+          "host_rss_growth_bytes")
+
+
+def _tracks(cls) -> dict[str, tuple[str, str]]:
+    return {name.removeprefix("track_"): (getattr(cls, name).unit, getattr(cls, name).version)
+            for name in dir(cls) if name.startswith("track_")}
+
+
+# -- what the table gives today --------------------------------------------------------------------
+def test_asv_benchmarks_keep_their_names_units_and_version():
+    from benchmarks.attention import Forward, Training
+
+    expected = {name: (unit, "1") for name, unit in ASV_UNITS.items()}
+    assert metrics.METRIC_VERSION == asv_suite.METRIC_VERSION == "1"
+    assert _tracks(Forward) == expected
+    assert _tracks(Training) == expected
+    for higher, twin in HIGHER.items():
+        assert metrics.get(higher).twin == twin and metrics.get(twin).direction == "lower"
+    assert {m.name for m in metrics.METRICS if m.direction == "higher"} == set(HIGHER)
+
+
+def test_committed_asv_history_matches_the_suite():
+    """results/benchmarks.json (what asv recorded) has exactly these benchmarks, units and versions:
+    a renamed or re-unit-ed metric would start a new history there."""
+    from benchmarks.attention import Forward, Training
+
+    path = ROOT / "results" / "benchmarks.json"
+    if not path.is_file():
+        pytest.fail("results/benchmarks.json is missing: the committed asv history is part of the project")
+    recorded = {name: (spec["unit"], str(spec["version"]))
+                for name, spec in json.loads(path.read_text()).items() if name != "version"}
+    ours = {f"attention.{cls.__name__}.track_{metric}": value
+            for cls in (Forward, Training) for metric, value in _tracks(cls).items()}
+    assert ours == recorded
+
+
+def test_record_columns_and_units_are_unchanged():
+    assert list(records.UNITS.items()) == list(RECORD_UNITS.items())  # order is the written tables' order
+    assert records.COLUMNS == list(RECORD_UNITS)
+    assert records.empty_record() == dict.fromkeys(RECORD_UNITS)
+
+
+def test_analysis_and_report_read_their_metric_sets_from_the_table():
+    from attnbench.asv_results import _directions
+
+    assert metrics.names("cost") == COST
+    assert set(metrics.companions()) == COMPANIONS
+    assert metrics.names("memory") == MEMORY
+    directions = _directions()
+    assert set(directions) == set(ASV_UNITS)
+    assert {m for m, d in directions.items() if d == "higher"} == set(HIGHER)
+    assert directions["status"] == "lower"  # 0 ok, then rising trouble: a rise is a regression
+
+
+def test_derived_metrics_read_the_record():
+    record = {"tflops": 0.5, "mfu": 0.25, "useful_tokens_per_s": 2e5, "status": records.OOM,
+              "usd_per_step_on_demand": 3e-7, "max_abs_err": 1e-6}
+    value = {m.name: m.value(record) for m in metrics.METRICS}
+    assert value["seconds_per_pflop"] == pytest.approx(2e-3)
+    assert value["mfu_shortfall"] == pytest.approx(0.75)
+    assert value["seconds_per_million_useful_tokens"] == pytest.approx(5.0)
+    assert value["status"] == 2.0
+    assert value["usd_per_step"] == 3e-7 and value["max_abs_error"] == 1e-6
+    assert math.isnan(value["seconds_per_step"]) and math.isnan(value["tokens_per_s"])
+
+
+# -- one new row shows up everywhere ---------------------------------------------------------------
+SCRATCH = Metric("scratch_bytes", "scratch_bytes", "bytes", "lower", "memory", companion=True)
+FEE = Metric("usd_per_request", "usd_per_request_on_demand", "USD", "lower", "cost")
+
+
+@pytest.fixture
+def extra_rows(monkeypatch):
+    monkeypatch.setattr(metrics, "METRICS", [*metrics.METRICS, SCRATCH, FEE])
+    return SCRATCH, FEE
+
+
+def test_a_new_row_adds_a_record_column_and_an_asv_benchmark(extra_rows):
+    from benchmarks.attention import with_metrics
+
+    units = records.units()
+    assert list(units)[:len(RECORD_UNITS)] == list(RECORD_UNITS)  # the others keep their place
+    assert list(units)[len(RECORD_UNITS):] == ["scratch_bytes", "usd_per_request_on_demand"]
+    assert units["scratch_bytes"] == "bytes" and units["usd_per_request_on_demand"] == "USD"
+
+    assert [m.name for m in asv_suite.tracked_metrics()][-2:] == ["scratch_bytes", "usd_per_request"]
+
+    @with_metrics
+    class Probe:
+        pass
+
+    track = Probe.track_scratch_bytes
+    assert (track.unit, track.version) == ("bytes", "1")
+    probe = Probe()
+    probe.record = {"scratch_bytes": 4096}
+    assert track(probe, None) == 4096.0
+    assert Probe.track_usd_per_request.unit == "USD"
+
+
+def test_a_new_row_reaches_the_loader_analysis_and_report(extra_rows):
+    import pandas as pd
+
+    from attnbench.analysis import find_cost_spikes
+    from attnbench.asv_results import _directions
+    from attnbench.report import plots
+
+    assert _directions()["scratch_bytes"] == "lower"
+    assert "scratch_bytes" in metrics.companions() and "usd_per_request" in metrics.names("cost")
+
+    def rows(metric, values):
+        return [{"machine": "cpu-2core", "env_name": "env", "benchmark": f"attention.Forward.track_{metric}",
+                 "suite": "Forward", "implementation": "jax-xla", "label": "native", "seq_len": 1024,
+                 "regime": "static", "dtype": "float32", "metric": metric, "unit": "", "status": "ok",
+                 "direction": "lower", "commit_hash": f"{i:040x}", "commit_position": i,
+                 "commit_date": pd.Timestamp("2026-01-01", tz="UTC") + pd.Timedelta(hours=i), "value": v}
+                for i, v in enumerate(values)]
+
+    frame = pd.DataFrame(rows("usd_per_request", [1.0, 1.0, 1.0, 2.0, 2.0, 2.0])
+                         + rows("scratch_bytes", [1e6, 1e6, 1e6, 3e6, 3e6, 3e6]))
+    [spike] = find_cost_spikes(frame).to_dict("records")  # a regression of the new cost metric...
+    assert spike["metric"] == "usd_per_request"
+    assert spike["attribution"] == "scratch_bytes +200%"  # ...attributed to the new companion
+
+    memory = frame[frame["metric"] == "scratch_bytes"]
+    assert plots.plot_memory(memory) is not None  # a memory panel for the new source
+
+
+def test_without_the_row_the_report_and_analysis_ignore_that_metric():
+    import pandas as pd
+
+    from attnbench.analysis import find_cost_spikes
+    from attnbench.report import plots
+
+    frame = pd.DataFrame([{"machine": "m", "env_name": "e", "benchmark": "attention.Forward.track_x",
+                           "suite": "Forward", "implementation": "jax-xla", "label": "native",
+                           "seq_len": 1024, "regime": "static", "dtype": "float32", "metric": metric,
+                           "unit": "", "status": "ok", "direction": "lower", "commit_hash": f"{i:040x}",
+                           "commit_position": i, "commit_date": pd.Timestamp("2026-01-01", tz="UTC"),
+                           "value": v}
+                          for metric in ("usd_per_request", "scratch_bytes")
+                          for i, v in enumerate([1.0, 1.0, 1.0, 2.0, 2.0, 2.0])])
+    assert find_cost_spikes(frame).empty
+    assert plots.plot_memory(frame) is None
+
+
+# -- a malformed table is refused ------------------------------------------------------------------
+@pytest.mark.parametrize("row, message", [
+    (Metric("speed", "speed", "tokens/s", "higher", "throughput"), "needs a lower-is-better twin"),
+    (Metric("speed", "speed", "tokens/s", "higher", "throughput", twin="seconds_per_step_x"),
+     "needs a lower-is-better twin"),
+    (Metric("slowness", "slowness", "seconds", "lower", "timing", twin="seconds_per_step"),
+     "only a higher-is-better metric has a twin"),
+    (Metric("odd", "odd", "seconds", "sideways", "timing"), "direction must be one of"),
+    (Metric("odd", "odd", "seconds", "lower", "vibes"), "group 'vibes'"),
+    (Metric("odd", "odd", "", "lower", "timing"), "has no unit"),
+    (Metric("seconds_per_step", "other", "seconds", "lower", "timing"), "appears twice"),
+    (Metric("odd", "seconds_per_step", "fraction", "lower", "timing"), "gives column 'seconds_per_step'"),
+])
+def test_malformed_rows_are_refused(row, message):
+    with pytest.raises(ValueError, match=message):
+        metrics.check([*metrics.METRICS, row])
+
+
+def test_a_record_column_placed_as_a_metric_needs_its_row(monkeypatch):
+    table = list(metrics.METRICS)
+    monkeypatch.setattr(metrics, "METRICS", [m for m in table if m.name != "compiles"])
+    with pytest.raises(ValueError, match="places 'compiles' as a metric column"):
+        records.units()
+    clash = Metric("price", "usd_per_hour_spot", "USD/h", "lower", "cost")
+    monkeypatch.setattr(metrics, "METRICS", [*table, clash])
+    with pytest.raises(ValueError, match="mark it METRIC"):
+        records.units()
+
+
+def test_a_direction_of_none_is_never_a_regression():
+    import pandas as pd
+
+    from attnbench.analysis import find_regressions
+
+    rows = [{"machine": "m", "env_name": "e", "benchmark": "attention.Forward.track_x", "metric": "x",
+             "unit": "", "status": "ok", "direction": direction, "commit_hash": f"{i:040x}",
+             "commit_position": i, "value": v}
+            for direction in ("lower", None) for i, v in enumerate([1.0, 1.0, 1.0, 3.0, 3.0, 3.0])]
+    frame = pd.DataFrame(rows)
+    assert len(find_regressions(frame[frame["direction"] == "lower"])) == 1
+    assert find_regressions(frame[frame["direction"].isna()]).empty
+
+
+# -- the suite size: ATTNBENCH_SUITE, with ATTNBENCH_PROFILE as a deprecated alias ------------------
+def test_suite_size_is_read_from_attnbench_suite(monkeypatch, capsys):
+    monkeypatch.delenv("ATTNBENCH_PROFILE", raising=False)
+    monkeypatch.delenv("ATTNBENCH_SUITE", raising=False)
+    assert asv_suite.suite_name() == "default"
+    assert asv_suite.suite_settings() is asv_suite.SUITES["default"]
+    monkeypatch.setenv("ATTNBENCH_SUITE", "full")
+    assert asv_suite.suite_settings()["forward_seqs"][-1] == 8192
+    monkeypatch.setenv("ATTNBENCH_PROFILE", "smoke")  # the new name wins, silently
+    assert asv_suite.suite_name() == "full"
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("ATTNBENCH_SUITE", "huge")
+    with pytest.raises(ValueError, match=r"ATTNBENCH_SUITE must be one of \['default', 'full', 'smoke'\]"):
+        asv_suite.suite_settings()
+
+
+def test_attnbench_profile_still_works_with_one_deprecation_line(monkeypatch, capsys):
+    monkeypatch.delenv("ATTNBENCH_SUITE", raising=False)
+    monkeypatch.setenv("ATTNBENCH_PROFILE", "smoke")
+    monkeypatch.setattr(asv_suite, "_warned_deprecated", False)
+    assert asv_suite.suite_settings() is asv_suite.SUITES["smoke"]
+    assert asv_suite.suite_name() == "smoke"
+    err = capsys.readouterr().err
+    assert err == "attnbench: ATTNBENCH_PROFILE is deprecated, use ATTNBENCH_SUITE=smoke\n"
