@@ -19,14 +19,20 @@ XLA_TESTS := tests/test_correctness.py tests/test_conformance.py tests/test_work
              tests/test_support_torch_xla.py
 
 export PJRT_DEVICE
+# The asv suite reads ACCEL to choose its dtypes without initialising a device (GPU: float32 and
+# bfloat16, TPU: bfloat16, CPU: the suite size's own).
+export ACCEL
 
 .PHONY: setup bench html serve-html sweep browser-deps test lint test-main test-xla list matrix system-check clean
 
 setup: $(MAIN_STAMP) $(XLA_STAMP)
 
 # The main job: the asv suite (default size) for the current commit on this machine, in both asv
-# environments (main and torch_xla), then offline HTML and a summary. ATTNBENCH_SUITE=full for the
-# long suite; ASV_ARGS="-b Training" (asv's own selection) or ATTNBENCH_IMPLS=a,b for a subset.
+# environments (main and torch_xla), then offline HTML and a summary. The machine's name comes from
+# `attnbench machine-name` run as its own process (it initialises the frameworks' devices) and is
+# handed to asv as ATTNBENCH_MACHINE, so that the asv process itself never touches a device.
+# ATTNBENCH_SUITE=full for the long suite; ASV_ARGS="-b Training" (asv's own selection) or
+# ATTNBENCH_IMPLS=a,b for a subset.
 ASV := $(VENV)/bin/asv
 ASV_ARGS ?=
 # Steps smaller than this are not reported; on this shared 2-core CPU, run-to-run noise on timing
@@ -36,7 +42,7 @@ bench: setup browser-deps
 	@machine=$$($(VENV)/bin/python -m attnbench machine-name) && \
 	$(ASV) machine --yes --machine $$machine >/dev/null && \
 	echo "asv run: machine $$machine, suite $${ATTNBENCH_SUITE:-$${ATTNBENCH_PROFILE:-default}}" && \
-	( $(ASV) run --machine $$machine $(ASV_ARGS) HEAD^! || \
+	( ATTNBENCH_MACHINE=$$machine $(ASV) run --machine $$machine $(ASV_ARGS) HEAD^! || \
 	  echo "asv run reported failed benchmarks (status failed in the results); publishing anyway" )
 	$(MAKE) --no-print-directory html
 	$(VENV)/bin/python -m attnbench report $(REPORT_ARGS)

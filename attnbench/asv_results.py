@@ -229,11 +229,13 @@ def _expand(base, name, spec, fields, directions, labels, cases=({}, {})):
             yield row
             continue
         entry = None
-        if full and isinstance(row.get("seq_len"), int):
+        seq_len = row.get("seq_len")
+        if full and isinstance(seq_len, int):
+            head = sidecar.case_head(suite, impl, seq_len, row.get("regime"))
             if row.get("dtype") is not None:
-                entry = full.get(sidecar.case_id(suite, impl, row["seq_len"], row.get("regime"), row["dtype"]))
+                entry = full.get(f"{head}|{row['dtype']}")
             else:
-                found = partial.get(sidecar.case_head(suite, impl, row["seq_len"], row.get("regime")))
+                found = partial.get(head)
                 entry = found[0] if found is not None else None
         if entry is not None:
             row.update(label=entry.get("label"), execution=entry.get("execution"),

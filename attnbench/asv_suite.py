@@ -164,7 +164,7 @@ def this_env_frameworks() -> tuple[str, ...]:
     return ("numpy", "jax", "torch")
 
 
-def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = None) -> dict:
+def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = None, on_record=None) -> dict:
     """Measure each (impl, workload, regime) once; returns {case key: record}.
 
     ``suite``: the benchmark class (``Forward``, ``Training``) the cases belong to, as the sidecar
@@ -188,7 +188,11 @@ def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = No
                        max_extra_seconds=settings["max_extra_seconds"], trace_dir=traces,
                        compile_cache=compile_cache())
 
-    rows = run_sweep(to_run, options_for, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False)
+    def measured(rows):  # ``on_record(key, record)`` as each case ends (attnbench/fleet/case_cache.py)
+        on_record(case_key(*to_run[len(rows) - 1]), rows[-1])
+
+    rows = run_sweep(to_run, options_for, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False,
+                     on_record=measured if on_record else None)
     for (name, workload, regime), row in zip(to_run, rows, strict=True):
         out[case_key(name, workload, regime)] = row
     write_sidecar(cases, out, suite, settings)

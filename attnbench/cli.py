@@ -111,7 +111,7 @@ def cmd_run(args) -> int:
                        min_seconds=args.min_seconds, numerics=not args.no_numerics,
                        hardware_profile=args.hardware_profile,
                        price_per_hour=args.price_per_hour, spot_price_per_hour=args.spot_price_per_hour,
-                       trace_dir=trace_dir, compile_cache=args.compile_cache)
+                       trace_dir=trace_dir, compile_cache=args.compile_cache, timer=args.timer)
 
     cases = [(name, template.replace(seq_q=seq, seq_k=seq), regime)
              for name in impls for seq in args.seq for regime in args.regime]
@@ -157,7 +157,7 @@ def cmd_summary(args) -> int:
                if c in table]
     rows = [{c: _fmt(v) for c, v in row.items()} for row in table[columns].to_dict("records")]
     print("# best native vs best forced-flash, causal fwd B1 H8 D64, static shapes, each machine's newest "
-          "commit")
+          "commit (interpreted kernels are their own category, in neither column)")
     print(_render(rows, columns, args))
     return 0
 
@@ -211,6 +211,24 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    """``attnbench compare REV_A REV_B``: see ``attnbench/compare.py``."""
+    from attnbench.compare import compare
+
+    template = Workload(batch=1, q_heads=8, head_dim=64, seq_q=args.seq[0], causal=True, dtype=args.dtype)
+    print(f"attnbench compare: B={args.rev_b} against A={args.rev_a}, {args.rounds} interleaved rounds, "
+          f"threshold {args.threshold:.0%}")
+    verdicts = compare(args.rev_a, args.rev_b, args.impl, args.seq, template=template, rounds=args.rounds,
+                       threshold=args.threshold, min_seconds=args.min_seconds, threads=args.threads)
+    slower = [v for v in verdicts if v.verdict == "slower"]
+    errors = [v for v in verdicts if v.verdict == "error"]
+    if slower:
+        cases = ", ".join(f"{v.impl} S={v.seq}" for v in slower)
+        print(f"significant slowdown in {len(slower)} case(s): {cases}")
+        return 1
+    return 3 if errors else 0
+
+
 def _render(rows, columns, args) -> str:
     from attnbench.table import render
 
@@ -250,6 +268,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="per-metric threshold, e.g. usd_per_step=0.1 (repeatable)")
     p.set_defaults(func=cmd_report)
 
+    p = sub.add_parser("compare", help="two revisions measured interleaved here: B/A per case, 95%% "
+                                       "interval, verdict; exit 1 on a significant slowdown")
+    p.add_argument("rev_a")
+    p.add_argument("rev_b")
+    p.add_argument("--impl", nargs="+", default=["torch-sdpa-flash", "jax-xla"])
+    p.add_argument("--seq", nargs="+", type=int, default=[1024])
+    p.add_argument("--rounds", type=int, default=10, help="interleaved A/B rounds per case (default 10)")
+    p.add_argument("--threshold", type=float, default=0.05,
+                   help="smallest slowdown that fails the gate, as a fraction (default 0.05)")
+    p.add_argument("--min-seconds", type=float, default=0.2, help="timing budget per measurement")
+    p.add_argument("--threads", type=int, help="CPU threads to pin (default: the cores this process may use)")
+    p.add_argument("--dtype", default="float32")
+    p.set_defaults(func=cmd_compare)
+
     p = sub.add_parser("selfcheck-report", help="benchmark the results loader and analysis on 100k rows")
     p.set_defaults(func=lambda args: __import__("attnbench.selfcheck_report").selfcheck_report.main())
 
@@ -272,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="fwd", choices=["fwd", "fwd_bwd"])
     p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--min-seconds", type=float, default=0.3, help="steady-state timing budget per case")
+    p.add_argument("--timer", choices=("wall", "cuda-events"), default="wall",
+                   help="static timing: wall clock around blocking calls (every backend), or CUDA events "
+                        "around each call with L2 flushed first (torch on a CUDA GPU, as do_bench)")
     p.add_argument("--compile-cache", choices=("cold", "warm"), default="cold",
                    help="cold (default): each case compiles with empty on-disk compiler caches; "
                         "warm: with whatever torch Inductor's / jax's caches already hold")

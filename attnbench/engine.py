@@ -6,18 +6,25 @@ record's status, anything else ``error`` with the message. Timeouts and hard cra
 separate process: ``attnbench.isolation`` runs this function in a worker it can kill.
 
 Order of work for one case, so that each number has one source:
-  1. ``make_step`` places inputs on the device (and, for jax, lowers + compiles ahead of time).
-  2. ``time_step``: first call timed alone, then a warmed, blocked autorange (median, IQR).
-  3. one more step under the memory probes (device peak, torch profiler, process RSS).
-  4. the shape-regime stream through a Runner (compiles, stalls, padding waste, per-step trace).
-  5. numerics against the float64 reference at this workload (or a smaller proxy).
+  1. the shape-regime stream through a fresh Runner, first, so that nothing in the process has run
+     its shapes: its first step is the case's first call (trace + compile + run) and every compile
+     in it is cold (``compile_cache_hits`` says when a compiler cache served one anyway);
+  2. ``make_step`` places inputs (jax also lowers + compiles ahead of time: ``lower_s``,
+     ``compile_s``, XLA's memory estimate) and the backend times it (static: a warmed, blocked
+     autorange, median and IQR; other regimes: the stream's steady steps);
+  3. one more, warm, step under the memory probes (device peak, allocation records, process RSS);
+  4. kernel evidence (a profiled run, after every timing);
+  5. throughput from the tokens and FLOPs the timed steps ran, MFU against the run's one peak, cost;
+  6. numerics of the timed step's own output (and gradients) against the float64 reference.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import os
+import statistics
 import traceback
 
 from attention_impls.base import Unsupported
@@ -25,7 +32,6 @@ from attnbench import records
 from attnbench.compiler_caches import check_mode as check_compile_cache
 from attnbench.compiler_caches import compiler_caches
 from attnbench.numerics import compare
-from attnbench.timing import time_step
 from attnbench.workload import Workload
 
 # The float64 reference materialises B*H*Sq*Sk doubles; above this it runs on a proxy workload.
@@ -52,6 +58,9 @@ class Options:
     spot_price_per_hour: float | None = None
     trace_dir: str | None = None  # where per-step regime traces are written
     compile_cache: str = "cold"  # cold | warm: see attnbench/compiler_caches.py
+    timer: str = "wall"  # wall | cuda-events (torch on CUDA: events around each call, L2 flushed)
+    contention_retries: int = 2  # re-time a window other processes shared, at most this often
+    timing_only: bool = False  # a later timing round of a static case (``pool_rounds``)
 
     def __post_init__(self):
         check_compile_cache(self.compile_cache)
@@ -102,7 +111,7 @@ def measure_case(impl_spec, workload: Workload, options: Options = Options()) ->
     record.update(platform=platform, label=impl.label(platform), execution=impl.execution(platform))
     try:
         with compiler_caches(options.compile_cache):
-            _measure(impl, workload, options, record)
+            (_time_only if options.timing_only else _measure)(impl, workload, options, record)
     except Unsupported as exc:  # e.g. a length of the dynamic stream the kernel cannot take
         record.update(status=records.UNSUPPORTED, reason=exc.reason)
     except Exception as exc:
@@ -126,10 +135,7 @@ def _measure(impl, workload: Workload, options: Options, record: dict) -> None:
         if key in record:
             record[key] = value
     if options.regime == "static":
-        timing = time_step(step.run, min_seconds=options.min_seconds, target_rel_iqr=0.05,
-                           max_seconds=options.min_seconds + options.max_extra_seconds)
-        record.update(seconds_per_step=timing.median_s, iqr_s=timing.iqr_s, samples=timing.samples,
-                      steps_per_sample=timing.steps_per_sample)
+        time_static(impl, step, options, record)
     else:
         step.run()  # warm: the memory probes below measure a steady step, never a compiling one
     # 3. Memory of one more, warm, step; 4. which kernel ran (a profiled evidence run comes after
@@ -149,6 +155,41 @@ def _measure(impl, workload: Workload, options: Options, record: dict) -> None:
             record["status"] = records.NUMERICS_FAILED
             record["reason"] = (f"output differs from the float64 reference: "
                                 f"max abs err {record['max_abs_err']}")
+
+
+def time_static(impl, step, options: Options, record: dict) -> None:
+    """The static step's samples, median and 95% interval, with what the machine did meanwhile.
+
+    A window another process shared (``attnbench.contention``) is timed again, at most
+    ``options.contention_retries`` times; the last window is recorded, flagged if still contended.
+    """
+    from attnbench import stats
+    from attnbench.contention import ContentionMonitor
+
+    retries = 0
+    while True:
+        with ContentionMonitor() as monitor:
+            timing = impl.backend().time(step, timer=options.timer, min_seconds=options.min_seconds,
+                                         target_rel_iqr=0.05,
+                                         max_seconds=options.min_seconds + options.max_extra_seconds)
+        if not monitor.result.contended or retries >= options.contention_retries:
+            break
+        retries += 1
+    pooled = stats.estimate([timing.samples_s])
+    record.update(seconds_per_step=timing.median_s, iqr_s=timing.iqr_s, samples=timing.samples,
+                  steps_per_sample=timing.steps_per_sample, timer=timing.timer,
+                  ci_low_s=pooled.ci_low, ci_high_s=pooled.ci_high, rounds=1, rounds_dropped=0,
+                  timing_samples_s=json.dumps(list(timing.samples_s)),
+                  round_medians_s=json.dumps([timing.median_s]), contention_retries=retries,
+                  **monitor.result.columns())
+
+
+def _time_only(impl, workload: Workload, options: Options, record: dict) -> None:
+    """A later timing round of a static case: its step timed, nothing else (see ``pool_rounds``)."""
+    step = impl.make_step(workload, seed=options.seed)
+    record["execution"] = step.execution
+    time_static(impl, step, options, record)
+    record["status"] = records.OK
 
 
 def _run_regime(impl, workload, options, record):
@@ -213,33 +254,81 @@ def _throughput_and_cost(device, workload, options, record, regime_result):
     """Throughput, MFU and cost columns of ``record``; returns the ``Pricing`` used."""
     from attnbench import cost, hardware
 
-    seconds = record["seconds_per_step"]
-    tokens_per_s, flops_per_s = throughput(workload, options.regime, seconds, regime_result)
-    record.update(tokens_per_s=tokens_per_s, tflops=flops_per_s / 1e12 if flops_per_s else None,
-                  seconds_per_million_tokens=1e6 / tokens_per_s if tokens_per_s else None)
     profile = (hardware.get_hardware_profile(options.hardware_profile) if options.hardware_profile
                else hardware.match_hardware_profile(device))
     peak = hardware.peak_tflops(device, profile, workload.dtype)
-    record.update(peak_tflops=peak.tflops, peak_source=peak.source)
-    if peak.tflops and record["tflops"]:
-        record["mfu"] = record["tflops"] / peak.tflops
     pricing = cost.pricing_for(device, hardware_profile=options.hardware_profile,
                                price_per_hour=options.price_per_hour,
                                spot_price_per_hour=options.spot_price_per_hour, cores=record["threads"])
+    record.update(peak_tflops=peak.tflops, peak_source=peak.source)
+    tokens_per_s, flops_per_s = throughput(workload, options.regime, record["seconds_per_step"],
+                                           regime_result)
+    derive_figures(record, pricing, tokens_per_s, flops_per_s)
+    return pricing
+
+
+def derive_figures(record: dict, pricing, tokens_per_s: float | None, flops_per_s: float | None) -> None:
+    """Every figure that follows from the step time: throughput, MFU (against ``peak_tflops``), and
+    cost at ``pricing``. One formula for the worker's first figure and for rounds pooled later."""
+    from attnbench import cost
+
+    seconds = record["seconds_per_step"]
+    record.update(tokens_per_s=tokens_per_s, tflops=flops_per_s / 1e12 if flops_per_s else None,
+                  seconds_per_million_tokens=1e6 / tokens_per_s if tokens_per_s else None)
+    if record.get("peak_tflops") and record["tflops"]:
+        record["mfu"] = record["tflops"] / record["peak_tflops"]
     tokens_per_step = tokens_per_s * seconds if tokens_per_s else None
     costs = cost.cost_per_step(seconds, pricing, tokens_per_step=tokens_per_step)
     record.update({k: v for k, v in costs.items() if k in record})
     # What a step of the regime's stream costs, compile stalls included, and what a useful
     # (unpadded) token costs over the whole stream: the figure to compare across regimes.
     stream = cost.cost_per_step(record["seconds_per_step_with_compiles"], pricing)
-    useful_per_step = record["useful_tokens_per_s"] * record["seconds_per_step_with_compiles"]
+    useful_per_step = (record["useful_tokens_per_s"] or 0) * (record["seconds_per_step_with_compiles"] or 0)
     useful = cost.cost_per_step(record["seconds_per_step_with_compiles"], pricing,
                                 tokens_per_step=useful_per_step or None)
     for market in ("on_demand", "spot"):
         record[f"usd_per_step_with_compiles_{market}"] = stream[f"usd_per_step_{market}"]
         record[f"usd_per_million_useful_tokens_with_compiles_{market}"] = \
             useful[f"usd_per_million_tokens_{market}"]
-    return pricing
+
+
+def pricing_of(record: dict):
+    """The ``Pricing`` a record was costed at (its hourly prices and their source)."""
+    from attnbench import cost
+
+    return cost.Pricing(device_name=record.get("device") or "", hardware_profile=None, units=None, unit=None,
+                        on_demand_usd_per_hour=record.get("usd_per_hour_on_demand"),
+                        spot_usd_per_hour=record.get("usd_per_hour_spot"),
+                        source=record.get("price_source") or "", note=record.get("cost_note"))
+
+
+def pool_rounds(first: dict, later: list[dict]) -> dict:
+    """``first`` (a static case's full record) with its step time pooled over every timing round.
+
+    Rounds measured under contention are dropped while an uncontended one exists; if every round
+    was contended the figure keeps them all and says so (``contended``). The pooled median and its
+    95% interval replace the first round's; every figure that follows from the step time is
+    derived again from it (``derive_figures``), the compile and memory figures stay the first's.
+    """
+    from attnbench import stats
+
+    rounds = [first] + [r for r in later if r.get("status") == records.OK and r.get("timing_samples_s")]
+    clean = [r for r in rounds if not r.get("contended")]
+    used = clean or rounds
+    pooled = stats.estimate([json.loads(r["timing_samples_s"]) for r in used])
+    record = dict(first)
+    record.update(seconds_per_step=pooled.median, ci_low_s=pooled.ci_low, ci_high_s=pooled.ci_high,
+                  iqr_s=pooled.q75 - pooled.q25, samples=len(pooled.samples), rounds=pooled.rounds,
+                  rounds_dropped=len(rounds) - len(used),
+                  round_medians_s=json.dumps([statistics.median(json.loads(r["timing_samples_s"]))
+                                              for r in used]),
+                  timing_samples_s=json.dumps(list(pooled.samples)), contended=not clean,
+                  contention_reason="; ".join(sorted({r["contention_reason"] for r in rounds
+                                                      if r.get("contention_reason")})) if not clean else None)
+    if record.get("tokens") and record.get("flops"):
+        derive_figures(record, pricing_of(record), record["tokens"] / pooled.median,
+                       record["flops"] / pooled.median)
+    return record
 
 
 def numerics_workload(workload: Workload) -> Workload:

@@ -19,6 +19,7 @@ changing its unit, renames or re-units an asv benchmark: asv then starts a new h
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,12 +56,30 @@ class Metric:
     derive: Callable[[dict], float] | None = None
     record_unit: str | None = None  # the record column's unit, where it differs from ``unit``
     companion: bool = False  # listed beside a cost spike when it moved across the same commits
+    # How the metric follows the timed step: +1 proportional to its seconds, -1 inversely, 0 not
+    # at all. A metric that follows it is given to asv with the step's samples, scaled.
+    time_exponent: int = 0
 
     def value(self, record: dict) -> float:
         """The metric of one engine record (NaN where the record has no value for it)."""
         if self.derive is not None:
             return self.derive(record)
         return _num(record.get(self.column))
+
+    def asv_value(self, record: dict):
+        """What the asv ``track_`` benchmark returns: the value, or, for a metric that follows the
+        timed step of a record that has samples, ``{"samples": [...], "number": 1}``. asv then
+        computes the median, its 99% interval and quartiles itself (``asv_runner.statistics``),
+        stores them beside the result and weighs steps by them."""
+        value = self.value(record)
+        raw = record.get("timing_samples_s")
+        if (not self.time_exponent or not raw or not math.isfinite(value)
+                or not record.get("seconds_per_step")):
+            return value
+        median = record["seconds_per_step"]
+        samples = json.loads(raw) if isinstance(raw, str) else list(raw)
+        return {"samples": [value * (s / median) ** self.time_exponent for s in samples if s > 0],
+                "number": 1}
 
     @property
     def column_unit(self) -> str | None:
@@ -96,14 +115,16 @@ def _seconds_per_million_useful_tokens(record: dict) -> float:
 L, H = "lower", "higher"
 # Row order is the order of the asv benchmarks' definition and of every table derived from this one.
 METRICS: list[Metric] = [
-    Metric("seconds_per_step", "seconds_per_step", "seconds", L, "timing", record_unit="s", companion=True),
+    Metric("seconds_per_step", "seconds_per_step", "seconds", L, "timing", record_unit="s", companion=True,
+           time_exponent=1),
     Metric("tokens_per_s", "tokens_per_s", "tokens/s", H, "throughput", twin="seconds_per_million_tokens",
-           companion=True),
+           companion=True, time_exponent=-1),
     Metric("seconds_per_million_tokens", "seconds_per_million_tokens", "seconds", L, "throughput",
-           record_unit="s"),
-    Metric("tflops", "tflops", "TFLOP/s", H, "compute", twin="seconds_per_pflop"),
-    Metric("seconds_per_pflop", "tflops", "seconds", L, "compute", derive=_seconds_per_pflop),
-    Metric("mfu", "mfu", "fraction", H, "compute", twin="mfu_shortfall"),
+           record_unit="s", time_exponent=1),
+    Metric("tflops", "tflops", "TFLOP/s", H, "compute", twin="seconds_per_pflop", time_exponent=-1),
+    Metric("seconds_per_pflop", "tflops", "seconds", L, "compute", derive=_seconds_per_pflop,
+           time_exponent=1),
+    Metric("mfu", "mfu", "fraction", H, "compute", twin="mfu_shortfall", time_exponent=-1),
     Metric("mfu_shortfall", "mfu", "fraction", L, "compute", derive=_mfu_shortfall),
     Metric("first_call_seconds", "first_call_s", "seconds", L, "compile", record_unit="s", companion=True),
     Metric("compile_seconds", "compile_seconds_total", "seconds", L, "compile", record_unit="s",
@@ -120,9 +141,9 @@ METRICS: list[Metric] = [
     Metric("compiler_peak_bytes", "compiler_peak_bytes", "bytes", L, "memory", companion=True),
     Metric("host_profiler_peak_bytes", "host_profiler_peak_bytes", "bytes", L, "memory", companion=True),
     Metric("host_rss_growth_bytes", "host_rss_growth_bytes", "bytes", L, "memory", companion=True),
-    Metric("usd_per_step", "usd_per_step_on_demand", "USD", L, "cost"),
+    Metric("usd_per_step", "usd_per_step_on_demand", "USD", L, "cost", time_exponent=1),
     Metric("usd_per_step_with_compiles", "usd_per_step_with_compiles_on_demand", "USD", L, "cost"),
-    Metric("usd_per_million_tokens", "usd_per_million_tokens_on_demand", "USD", L, "cost"),
+    Metric("usd_per_million_tokens", "usd_per_million_tokens_on_demand", "USD", L, "cost", time_exponent=1),
     # The figure to compare across shape regimes: padding and compile stalls both cost here.
     Metric("usd_per_million_useful_tokens_with_compiles",
            "usd_per_million_useful_tokens_with_compiles_on_demand", "USD", L, "cost"),

@@ -41,16 +41,21 @@ LAYOUT = {
     "seconds_per_step_with_compiles": "s",
     "trace_file": "",
     # timing
-    "threads": "count", "first_call_s": METRIC, "first_call_compile_s": METRIC, "lower_s": "s",
+    "threads": "count", "timer": "", "first_call_s": METRIC, "first_call_compile_s": METRIC, "lower_s": "s",
     "compile_s": "s",
-    "seconds_per_step": METRIC, "iqr_s": "s", "samples": "count", "steps_per_sample": "count",
+    "seconds_per_step": METRIC, "ci_low_s": "s", "ci_high_s": "s", "iqr_s": "s", "samples": "count",
+    "steps_per_sample": "count", "rounds": "count", "rounds_dropped": "count", "round_medians_s": "s",
+    "timing_samples_s": "s",
+    # what the rest of the machine did while the step was timed (attnbench/contention.py)
+    "contended": "bool", "contention_reason": "", "contention_retries": "count", "other_cpu_share": "cores",
+    "steal_share": "cores", "cpu_pressure_share": "fraction", "load_1min": "",
     # throughput
     "tokens_per_s": METRIC, "tflops": METRIC, "peak_tflops": "TFLOP/s", "peak_source": "",
     "mfu": METRIC, "seconds_per_million_tokens": METRIC,
     # memory, by source
     "device_peak_bytes": METRIC, "compiler_temp_bytes": METRIC, "compiler_argument_bytes": "bytes",
     "compiler_output_bytes": "bytes", "compiler_peak_bytes": METRIC,
-    "host_profiler_peak_bytes": METRIC, "host_rss_growth_bytes": METRIC,
+    "host_profiler_peak_bytes": METRIC, "host_rss_growth_bytes": METRIC, "memory_note": "",
     # numerics against the float64 reference
     "max_abs_err": METRIC, "max_rel_err": "", "numerics_ok": "bool", "numerics_workload": "",
     # cost

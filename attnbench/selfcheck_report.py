@@ -155,6 +155,7 @@ def write_synthetic_results(results_dir: str, commits: list[str], *, machines=("
     commit with ``traces="last"``, every commit with ``"all"``) per-step traces. Returns the number
     of tidy rows ``load_results`` will make of them."""
     import attention_impls
+    from attnbench import sidecar
     from attnbench.metrics import METRIC_VERSION, METRICS
 
     names = attention_impls.names()
@@ -217,9 +218,8 @@ def write_synthetic_results(results_dir: str, commits: list[str], *, machines=("
                                                   for k, v in ENV_REQUIREMENTS[env].items() if v}}
                 if spike and index >= spike.commit and machine == spike.machine and spike.library in versions:
                     versions[spike.library] = spike.version
-                sidecar = {"commit_hash": commit, "env_name": env, "machine": machine, "versions": versions}
-                folder = os.path.join(results_dir, machine, "versions")
-                _write_json(os.path.join(folder, f"{commit[:8]}-{env}.json"), sidecar)
+                payload = {"commit_hash": commit, "env_name": env, "machine": machine, "versions": versions}
+                _write_json(sidecar.path(results_dir, machine, commit, env), payload)
     return rows
 
 

@@ -20,6 +20,8 @@ class Timing:
     iqr_s: float  # interquartile range of per-step times across blocks
     samples: int  # blocks measured
     steps_per_sample: int
+    samples_s: tuple[float, ...] = ()  # every sample's seconds per step, in measurement order
+    timer: str = "wall"  # "wall": perf_counter around blocking calls; "cuda-events": device events
 
     @property
     def relative_iqr(self) -> float:
@@ -68,7 +70,35 @@ def time_step(run, *, warmup: int = 1, block_seconds: float = 0.02, min_seconds:
 
     quartiles = _quartiles(samples)
     return Timing(first_call_s=first_call, median_s=statistics.median(samples),
-                  iqr_s=quartiles[2] - quartiles[0], samples=len(samples), steps_per_sample=number)
+                  iqr_s=quartiles[2] - quartiles[0], samples=len(samples), steps_per_sample=number,
+                  samples_s=tuple(samples))
+
+
+def time_calls(timed_call, *, timer: str, warmup: int = 1, min_seconds: float = 0.3, min_samples: int = 5,
+               max_samples: int = 1000, max_seconds: float = 30.0,
+               target_rel_iqr: float | None = None) -> Timing:
+    """Time one call per sample with a timer that measures the call itself (device events).
+
+    ``timed_call()`` runs the step once and returns its seconds by that timer (for CUDA events:
+    L2 flushed first, then events recorded around the call, as ``triton.testing.do_bench``).
+    Stops as ``time_step`` does.
+    """
+    clock = time.perf_counter
+    first_call = timed_call()
+    for _ in range(warmup):
+        timed_call()
+    samples, begin = [], clock()
+    while len(samples) < max_samples:
+        spent = clock() - begin
+        if len(samples) >= min_samples and spent >= min_seconds and _settled(samples, target_rel_iqr):
+            break
+        if spent >= max_seconds:
+            break
+        samples.append(timed_call())
+    quartiles = _quartiles(samples)
+    return Timing(first_call_s=first_call, median_s=statistics.median(samples),
+                  iqr_s=quartiles[2] - quartiles[0], samples=len(samples), steps_per_sample=1,
+                  samples_s=tuple(samples), timer=timer)
 
 
 def _quartiles(samples: list[float]) -> list[float]:

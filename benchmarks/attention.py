@@ -2,11 +2,15 @@
 
 Thin classes over ``attnbench.asv_suite``: ``setup_cache`` measures every case once per
 environment and commit (each in a fresh worker, through the engine) and every ``track_*``
-benchmark reads one metric of that one measurement. Cases an implementation cannot run here are
+benchmark reads one metric of that one measurement. With ``ATTNBENCH_CASE_CACHE`` set (a fleet
+run), that measurement is kept one file per case and shared by every later ``asv run`` of the
+same commit, so a run split into benchmark groups or restarted after a preemption measures each
+case once (``attnbench/fleet/case_cache.py``). Cases an implementation cannot run here are
 skipped (``NotImplementedError`` in ``setup``: asv shows n/a) with the implementation's reason.
 """
 
 from attnbench import asv_suite as suite
+from attnbench.fleet import case_cache
 from attnbench.regimes import REGIMES
 
 SUITE = suite.suite_settings()  # ATTNBENCH_SUITE=default|full: the lengths measured
@@ -16,7 +20,7 @@ TRAINING_DTYPE = "float32" if "float32" in DTYPES else DTYPES[0]  # Training has
 
 def _track(metric):
     def track(self, cache, *params):
-        return metric.value(self.record)
+        return metric.asv_value(self.record)
 
     track.__name__ = f"track_{metric.name}"
     track.unit = metric.unit
@@ -45,9 +49,9 @@ class Forward:
 
     def setup_cache(self):
         impls, seqs, regimes, dtypes = self.params
-        return suite.measure_cases([(i, self.workload(s, d), r)
-                                    for i in impls for s in seqs for r in regimes for d in dtypes],
-                                   suite="Forward")
+        return case_cache.measure_cases([(i, self.workload(s, d), r)
+                                         for i in impls for s in seqs for r in regimes for d in dtypes],
+                                        suite="Forward")
 
     def setup(self, cache, implementation, seq_len, regime, dtype):
         key = suite.case_key(implementation, self.workload(seq_len, dtype), regime)
@@ -69,8 +73,8 @@ class Training:
 
     def setup_cache(self):
         impls, seqs = self.params
-        return suite.measure_cases([(i, self.workload(s), "static") for i in impls for s in seqs],
-                                   suite="Training")
+        return case_cache.measure_cases([(i, self.workload(s), "static") for i in impls for s in seqs],
+                                        suite="Training")
 
     def setup(self, cache, implementation, seq_len):
         key = suite.case_key(implementation, self.workload(seq_len), "static")

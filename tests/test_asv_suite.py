@@ -118,10 +118,22 @@ def test_asv_run_records_ok_and_skipped_not_failed(asv_run):
     by_impl = dict(zip(names, entry["result"], strict=True))
     assert by_impl["jax-xla"] > 0 and by_impl["torch-sdpa-flash"] > 0
     assert math.isnan(by_impl["jax-cudnn"]) and math.isnan(by_impl["torch-xla-sdpa"])  # n/a, not null
-    sidecar = tmp / "results" / "test-cpu" / "versions" / f"{head[:8]}-{data['env_name']}.json"
+    sidecar = tmp / "results" / "test-cpu" / "sidecars" / f"{head[:8]}-{data['env_name']}.sidecar"
     sidecar = json.loads(sidecar.read_text())
     assert sidecar["versions"]["jax"] and sidecar["versions"]["torch"]
-    assert sidecar["settings"] == {"compile_cache": "cold"}
+    assert sidecar["settings"]["compile_cache"] == "cold"
+    assert sidecar["settings"]["suite"] == "smoke" and sidecar["settings"]["forward_seqs"] == "128,256"
+    assert sidecar["settings"]["min_seconds"] == 0.05 and sidecar["settings"]["impls"] == SUBSET
+    # what each case was, recorded when it was measured (both benchmark classes, merged)
+    cases = sidecar["cases"]
+    jax_xla = cases["Training|jax-xla|128|static|float32"]
+    assert (jax_xla["label"], jax_xla["execution"], jax_xla["platform"], jax_xla["status"]) == \
+        ("native", "compiled", "cpu", "ok")
+    sdpa = cases["Forward|torch-sdpa-flash|256|static|float32"]
+    assert (sdpa["label"], sdpa["execution"], sdpa["platform"]) == ("native", "eager", "cpu")
+    assert sdpa["device"]
+    assert cases["Forward|jax-cudnn|128|static|float32"]["status"] == "unsupported"
+    assert not list((tmp / "results").rglob("versions"))
 
 
 def test_loader_reads_real_asv_output(asv_run):
@@ -138,6 +150,9 @@ def test_loader_reads_real_asv_output(asv_run):
     assert frame.loc[frame.metric == "tokens_per_s", "direction"].eq("higher").all()
     assert frame["version_jax"].notna().all()
     assert set(frame["label"].dropna()) <= {"native", "forced-flash"}
+    ran = frame[frame.status == "ok"]
+    assert (ran["labels_source"] == "recorded").all() and ran["device"].notna().all()
+    assert set(ran["platform"]) == {"cpu"} and set(ran["execution"]) == {"compiled", "eager"}
     summary = best_native_vs_forced(frame)
     assert list(summary["seq_len"]) == [128, 256]
     assert set(summary["best_native"]) <= {"jax-xla", "torch-sdpa-flash"}
@@ -177,6 +192,7 @@ def test_published_site_renders_our_graphs_offline(asv_run):
     proc = subprocess.run([*ASV, "publish", "--config", str(conf)], capture_output=True, text=True, cwd=tmp,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "could not load" not in proc.stdout + proc.stderr  # no sidecar taken for a result file
     make_offline(tmp / "html")
     artifacts = ROOT / "artifacts"
     artifacts.mkdir(exist_ok=True)

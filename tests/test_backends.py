@@ -74,3 +74,26 @@ def test_the_profiler_keeps_its_start_stop_lines_off_the_console(capfd):
     assert "aten::add" in ops
     assert "profiler_start" not in err and "USDT" not in err
     assert "a line of the step's own" in err
+
+
+def test_a_device_timer_the_backend_lacks_is_refused_by_name():
+    from attnbench.backends.base import Step
+
+    step = Step(run=lambda: None, execution="eager")
+    with pytest.raises(ValueError, match="timer 'cuda-events' is not available for numpy here"):
+        backends.get("numpy").time(step, timer="cuda-events", min_seconds=0.01)
+    assert backends.get("numpy").time(step, min_seconds=0.01).timer == "wall"
+
+
+@needs_torch
+def test_cuda_events_are_refused_without_a_gpu():
+    import torch
+
+    from attnbench.backends.base import Step
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU: the events path runs instead")
+    with pytest.raises(ValueError, match="'cuda-events' needs torch on a CUDA device"):
+        backends.get("torch").time(Step(run=lambda: None, execution="eager"), timer="cuda-events")
+    timing = backends.get("torch").time(Step(run=lambda: None, execution="eager"), min_seconds=0.01)
+    assert timing.timer == "wall" and timing.samples >= 5 and len(timing.samples_s) == timing.samples

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
+import json
 import os
 
 import pytest
 
 from attnbench import records
-from attnbench.engine import Options, measure_case, numerics_workload
+from attnbench.engine import Options, measure_case, numerics_workload, pool_rounds
 from attnbench.isolation import Worker
 from attnbench.sweep import run_sweep, write_table
 from attnbench.workload import Workload
@@ -218,3 +220,48 @@ def test_every_compile_of_a_regime_is_cold(regime):
     assert r["status"] == records.OK, r["reason"]
     assert r["compiles"] >= 1 and r["compile_cache_hits"] == 0
     assert r["first_call_compile_s"] > 0 and r["first_call_s"] >= r["first_call_compile_s"]
+
+
+def test_a_static_record_carries_its_samples_interval_and_machine_state():
+    r = measure_case("reference-float64", SMALL, FAST)
+    assert r["status"] == records.OK, r["reason"]
+    samples = json.loads(r["timing_samples_s"])
+    assert len(samples) == r["samples"] >= 5 and r["rounds"] == 1
+    assert min(samples) <= r["ci_low_s"] <= r["seconds_per_step"] <= r["ci_high_s"] <= max(samples)
+    assert r["contended"] in (True, False) and r["other_cpu_share"] >= 0 and r["load_1min"] >= 0
+
+
+def test_rounds_pool_their_samples_and_drop_a_contended_round():
+    first = {**records.empty_record(), "status": records.OK, "seconds_per_step": 0.010, "tokens": 1000,
+             "flops": 2e9,
+             "peak_tflops": 1.0, "threads": 2, "usd_per_hour_on_demand": 3.6, "usd_per_hour_spot": 1.8,
+             "price_source": "test", "cost_note": None, "device": "cpu",
+             "seconds_per_step_with_compiles": 0.02, "useful_tokens_per_s": 25_000.0,
+             "timing_samples_s": json.dumps([0.010] * 5), "contended": False, "contention_reason": None}
+    fields = {k: v for k, v in first.items() if k not in ("timing_samples_s", "contended")}
+    fields["status"] = records.OK
+    quiet = {**fields, "timing_samples_s": json.dumps([0.012] * 5), "contended": False}
+    loaded = {**fields, "timing_samples_s": json.dumps([0.050] * 5), "contended": True,
+              "contention_reason": "other processes used 1.00 cores (limit 0.1)"}
+    pooled = pool_rounds(first, [quiet, loaded])
+    assert pooled["rounds"] == 2 and pooled["rounds_dropped"] == 1 and pooled["contended"] is False
+    assert pooled["samples"] == 10 and 0.010 <= pooled["seconds_per_step"] <= 0.012
+    # Figures derived from the pooled step time, by hand: 1000 tokens per step, 2 GFLOP per step,
+    # $3.60/h = $0.001/s.
+    seconds = pooled["seconds_per_step"]
+    assert pooled["tokens_per_s"] == pytest.approx(1000 / seconds)
+    assert pooled["usd_per_step_on_demand"] == pytest.approx(0.001 * seconds)
+    assert pooled["mfu"] == pytest.approx(2e9 / seconds / 1e12)
+    every_round_loaded = pool_rounds({**first, "contended": True, "contention_reason": "x"}, [loaded])
+    assert every_round_loaded["contended"] is True and every_round_loaded["rounds"] == 2
+    assert every_round_loaded["contention_reason"]
+
+
+def test_a_sweep_with_rounds_times_static_cases_again_and_pools_them():
+    options = Options(min_seconds=0.05, regime_steps=2, numerics=False)
+    rows = run_sweep([("reference-float64", SMALL, "static"), ("reference-float64", SMALL, "dynamic")],
+                     lambda regime: dataclasses.replace(options, regime=regime), rounds=3, progress=False)
+    static, dynamic = rows
+    assert static["rounds"] + static["rounds_dropped"] >= 3 and len(json.loads(static["round_medians_s"])) \
+        == static["rounds"]
+    assert dynamic["rounds"] is None  # the regime's figures come from its one stream

@@ -53,7 +53,11 @@ def test_reference_figures(profiles):
     assert h200.peak("float16") is None  # fp16 dense peak not recorded: absent, not guessed
     assert profiles["h100-sxm"].peak("fp32").value == 67
     assert profiles["a100-40gb"].peak("float32").value == 19.5
-    assert profiles["a100-80gb"].peak("float32") is None
+    # The suite runs float32 on GPUs: each GPU's fp32 (non-tensor) peak, from its datasheet
+    assert profiles["a100-80gb"].peak("float32").value == 19.5  # the A100 datasheet: 40GB and 80GB alike
+    assert h200.peak("float32").value == 67 and profiles["l4"].peak("fp32").value == 30.3
+    assert profiles["b200"].peak("fp32").value == 75
+    assert profiles["tpu-v5e"].peak("float32") is None  # no TPU publishes one: absent, not guessed
     v5e = profiles["tpu-v5e"]
     assert (v5e.peak("bf16").value, v5e.price_on_demand.value, v5e.price_spot.value) == (197, 1.20, 0.213)
     assert profiles["tpu-v4"].price_on_demand.value == pytest.approx(12.88 / 4)
@@ -149,6 +153,8 @@ def test_get_hardware_profile(profiles):
     (tpu("TPU v6 lite"), "tpu-v6e"),
     (tpu("TPU v6e"), "tpu-v6e"),
     (Device("cpu", "AMD EPYC", 1, "AMD EPYC", 2), "cpu"),
+    (Device("cpu", "AMD EPYC 7B13", 1, "AMD EPYC 7B13", 2), "cpu"),
+    (Device("cpu", "Intel(R) Xeon(R) CPU @ 2.20GHz", 1, "x", 2), "cpu"),
 ])
 def test_match_hardware_profile(profiles, device, expected):
     assert hw.match_hardware_profile(device, profiles).name == expected
@@ -158,6 +164,8 @@ def test_match_hardware_profile(profiles, device, expected):
     gpu("NVIDIA H200 NVL"), gpu("NVIDIA H100 PCIe"), gpu("NVIDIA A100 80GB PCIe"), gpu("NVIDIA L40S"),
     gpu("NVIDIA GB200"), gpu("NVIDIA GeForce RTX 4090"), tpu("TPU v4 lite"), tpu("TPU7x"),
     Device("tpu", "NVIDIA H200", 1, "h", 1),  # a name only matches profiles of its own kind
+    Device("cpu", "Frobnitz Q9000 Made-Up CPU", 1, "f", 2),  # no CPU row's price by default
+    Device("cpu", "Apple M2", 1, "a", 8),
 ])
 def test_unknown_devices_match_nothing(profiles, device):
     assert hw.match_hardware_profile(device, profiles) is None

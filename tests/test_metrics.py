@@ -24,12 +24,14 @@ ROOT = Path(__file__).resolve().parents[1]
 ASV_UNITS = {
     "seconds_per_step": "seconds", "tokens_per_s": "tokens/s", "seconds_per_million_tokens": "seconds",
     "tflops": "TFLOP/s", "seconds_per_pflop": "seconds", "mfu": "fraction", "mfu_shortfall": "fraction",
-    "first_call_seconds": "seconds", "compile_seconds": "seconds", "compiles": "count",
+    "first_call_seconds": "seconds", "compile_seconds": "seconds", "first_call_compile_seconds": "seconds",
+    "compiles": "count",
     "padding_waste": "fraction", "useful_tokens_per_s": "tokens/s",
     "seconds_per_million_useful_tokens": "seconds", "device_peak_bytes": "bytes",
     "compiler_temp_bytes": "bytes", "compiler_peak_bytes": "bytes", "host_profiler_peak_bytes": "bytes",
     "host_rss_growth_bytes": "bytes", "usd_per_step": "USD", "usd_per_step_with_compiles": "USD",
-    "usd_per_million_tokens": "USD", "max_abs_error": "abs error", "status": "code",
+    "usd_per_million_tokens": "USD", "usd_per_million_useful_tokens_with_compiles": "USD",
+    "max_abs_error": "abs error", "status": "code",
 }
 HIGHER = {"tokens_per_s": "seconds_per_million_tokens", "tflops": "seconds_per_pflop",
           "mfu": "mfu_shortfall", "useful_tokens_per_s": "seconds_per_million_useful_tokens"}
@@ -40,23 +42,30 @@ RECORD_UNITS = {
     "batch": "", "q_heads": "", "kv_heads": "", "seq_q": "tokens", "seq_k": "tokens", "head_dim": "",
     "dtype": "", "causal": "bool", "mode": "", "flops": "FLOP", "min_bytes": "bytes", "tokens": "tokens",
     "regime": "", "bucket_policy": "", "regime_steps": "steps", "compile_cache": "", "compiles": "count",
-    "compile_seconds_total": "s", "padding_waste": "fraction", "useful_tokens_per_s": "tokens/s",
-    "seconds_per_step_with_compiles": "s", "trace_file": "",
-    "threads": "count", "first_call_s": "s", "lower_s": "s", "compile_s": "s",
-    "seconds_per_step": "s", "iqr_s": "s", "samples": "count", "steps_per_sample": "count",
+    "compile_seconds_total": "s", "compile_cache_hits": "count", "padding_waste": "fraction",
+    "useful_tokens_per_s": "tokens/s", "seconds_per_step_with_compiles": "s", "trace_file": "",
+    "threads": "count", "timer": "", "first_call_s": "s", "first_call_compile_s": "s", "lower_s": "s",
+    "compile_s": "s", "seconds_per_step": "s", "ci_low_s": "s", "ci_high_s": "s", "iqr_s": "s",
+    "samples": "count", "steps_per_sample": "count", "rounds": "count", "rounds_dropped": "count",
+    "round_medians_s": "s", "timing_samples_s": "s", "contended": "bool", "contention_reason": "",
+    "contention_retries": "count", "other_cpu_share": "cores", "steal_share": "cores",
+    "cpu_pressure_share": "fraction", "load_1min": "",
     "tokens_per_s": "tokens/s", "tflops": "TFLOP/s", "peak_tflops": "TFLOP/s", "peak_source": "",
     "mfu": "fraction", "seconds_per_million_tokens": "s",
     "device_peak_bytes": "bytes", "compiler_temp_bytes": "bytes", "compiler_argument_bytes": "bytes",
     "compiler_output_bytes": "bytes", "compiler_peak_bytes": "bytes",
-    "host_profiler_peak_bytes": "bytes", "host_rss_growth_bytes": "bytes",
+    "host_profiler_peak_bytes": "bytes", "host_rss_growth_bytes": "bytes", "memory_note": "",
     "max_abs_err": "", "max_rel_err": "", "numerics_ok": "bool", "numerics_workload": "",
     "usd_per_hour_on_demand": "USD/h", "usd_per_hour_spot": "USD/h",
     "usd_per_step_on_demand": "USD", "usd_per_step_spot": "USD",
     "usd_per_million_tokens_on_demand": "USD", "usd_per_million_tokens_spot": "USD",
     "usd_per_step_with_compiles_on_demand": "USD", "usd_per_step_with_compiles_spot": "USD",
+    "usd_per_million_useful_tokens_with_compiles_on_demand": "USD",
+    "usd_per_million_useful_tokens_with_compiles_spot": "USD",
     "price_source": "", "cost_note": "",
 }
-COST = ("usd_per_step", "usd_per_step_with_compiles", "usd_per_million_tokens")
+COST = ("usd_per_step", "usd_per_step_with_compiles", "usd_per_million_tokens",
+        "usd_per_million_useful_tokens_with_compiles")
 COMPANIONS = {"seconds_per_step", "tokens_per_s", "compiles", "compile_seconds", "first_call_seconds",
               "padding_waste", "device_peak_bytes", "compiler_temp_bytes", "compiler_peak_bytes",
               "host_profiler_peak_bytes", "host_rss_growth_bytes"}
@@ -273,3 +282,17 @@ def test_attnbench_profile_still_works_with_one_deprecation_line(monkeypatch, ca
     assert asv_suite.suite_name() == "smoke"
     err = capsys.readouterr().err
     assert err == "attnbench: ATTNBENCH_PROFILE is deprecated, use ATTNBENCH_SUITE=smoke\n"
+
+
+def test_a_metric_that_follows_the_step_time_gives_asv_its_samples():
+    from attnbench import metrics
+
+    record = {"seconds_per_step": 0.01, "tokens_per_s": 1000.0, "status": "ok",
+              "timing_samples_s": json.dumps([0.008, 0.01, 0.0125])}
+    seconds = metrics.get("seconds_per_step").asv_value(record)
+    tokens = metrics.get("tokens_per_s").asv_value(record)
+    assert seconds == {"samples": [0.008, 0.01, 0.0125], "number": 1}
+    # 1000 tokens/s at the median step: 10 tokens per step, so 1250 and 800 tokens/s at the others
+    assert tokens["number"] == 1 and tokens["samples"] == pytest.approx([1250.0, 1000.0, 800.0])
+    assert metrics.get("status").asv_value(record) == 0.0  # a metric that does not follow the time
+    assert metrics.get("seconds_per_step").asv_value({**record, "timing_samples_s": None}) == 0.01

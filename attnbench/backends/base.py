@@ -182,6 +182,16 @@ class Backend(abc.ABC):
 
         return {"host_rss_growth_bytes": rss_growth_bytes(step.run)}
 
+    def time(self, step: Step, *, timer: str = "wall", **budget):
+        """``attnbench.timing.Timing`` of ``step`` by ``timer``; ``budget``: ``time_step``'s stopping
+        arguments. "wall" is the blocked autorange every backend has; a device timer is a backend's."""
+        from attnbench.timing import time_step
+
+        if timer != "wall":
+            raise ValueError(f"timer {timer!r} is not available for {self.framework} here (only 'wall'; "
+                             "'cuda-events' needs torch on a CUDA device)")
+        return time_step(step.run, **budget)
+
     def compile_for(self, impl, workload: Workload, target: str):
         """Compile ``impl`` for a hardware ``target`` this host does not have (ahead of time)."""
         raise NotImplementedError(f"the {self.framework} backend cannot compile for another target")

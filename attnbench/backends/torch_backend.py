@@ -20,6 +20,8 @@ import numpy as np
 from attnbench.backends.base import Backend, Runner, Step
 from attnbench.workload import Workload
 
+L2_FLUSH_BYTES = 256 * 2**20  # larger than any GPU's L2 (H100/H200: 50 MB), as do_bench uses
+
 
 def to_tensor(x: np.ndarray, device):
     import torch
@@ -255,6 +257,29 @@ class TorchBackend(Backend):
         return Runner(template, self.execution(impl, platform), place=place, call=metered_call,
                       count_compiles=lambda: meter.compiles, count_compile_seconds=lambda: meter.seconds,
                       count_cache_hits=lambda: meter.cache_hits)
+
+    def time(self, step: Step, *, timer: str = "wall", **budget):
+        """``"cuda-events"`` on a CUDA device: one call per sample between CUDA events, with L2
+        flushed before each (``triton.testing.do_bench``'s method); refused anywhere else."""
+        import torch
+
+        if timer != "cuda-events" or self.framework != "torch" or not torch.cuda.is_available():
+            return super().time(step, timer=timer, **budget)
+        from attnbench.timing import time_calls
+
+        l2_flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+
+        def timed_call() -> float:
+            l2_flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step.run()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+
+        budget = {k: v for k, v in budget.items() if k != "block_seconds"}
+        return time_calls(timed_call, timer="cuda-events", **budget)
 
     def measure_memory(self, step: Step) -> dict:
         import torch

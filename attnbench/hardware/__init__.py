@@ -44,7 +44,7 @@ from attnbench.hardware.peak_probe import (
 __all__ = [
     "KINDS", "PEAK_DTYPES", "PRICE_UNITS", "PROBE_DIR_ENV",
     "Attached", "Device", "GemmProbe", "HardwareProfile", "Host", "Peak", "Prices", "Sourced",
-    "accelerator_present", "canonical_dtype", "clear_cpu_peak_cache", "cpu_device", "cpu_peak_tflops", "detect_accelerator",
-    "detect_host", "get_hardware_profile", "load_hardware_profiles", "match_hardware_profile",
-    "peak_tflops",
+    "accelerator_present", "canonical_dtype", "clear_cpu_peak_cache", "cpu_device", "cpu_peak_tflops",
+    "detect_accelerator", "detect_host", "get_hardware_profile", "load_hardware_profiles",
+    "match_hardware_profile", "peak_tflops",
 ]

@@ -38,11 +38,16 @@ def _colors(names):
     return {name: cmap(i % 20) for i, name in enumerate(sorted(set(names)))}
 
 
-def _style(label) -> str:
-    return "--" if label == "forced-flash" else "-"
+def _style(category) -> str:
+    return {"forced-flash": "--", "interpreted": ":"}.get(category, "-")
 
 
-def _impl_legend(fig, axes, title="solid: native, dashed: forced-flash"):
+def _kind(part) -> str:
+    """The column a line's style follows: ``category`` (interpreted kernels dotted), else ``label``."""
+    return "category" if "category" in part else "label"
+
+
+def _impl_legend(fig, axes, title="solid: native, dashed: forced-flash, dotted: interpreted"):
     handles, labels = [], []
     for ax in axes.flat:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -66,9 +71,9 @@ def plot_throughput(frame) -> bytes | None:
         for j, (metric, ylabel) in enumerate((("tokens_per_s", "tokens/s"), ("mfu", "MFU"))):
             ax = axes[i][j]
             part = latest[(latest["machine"] == machine) & (latest["metric"] == metric)]
-            for (impl, label), series in part.groupby(["implementation", "label"], sort=True):
+            for (impl, kind), series in part.groupby(["implementation", _kind(part)], sort=True):
                 series = series.sort_values("seq_len")
-                ax.plot(series["seq_len"], series["value"], _style(label), marker="o", color=colors[impl],
+                ax.plot(series["seq_len"], series["value"], _style(kind), marker="o", color=colors[impl],
                         label=impl)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
@@ -96,9 +101,9 @@ def plot_memory(frame) -> bytes | None:
         for j, metric in enumerate(shown):
             ax = axes[i][j]
             part = latest[(latest["machine"] == machine) & (latest["metric"] == metric)]
-            for (impl, label), series in part.groupby(["implementation", "label"], sort=True):
+            for (impl, kind), series in part.groupby(["implementation", _kind(part)], sort=True):
                 series = series.sort_values("seq_len")
-                ax.plot(series["seq_len"], series["value"] / 2**20, _style(label), marker="o",
+                ax.plot(series["seq_len"], series["value"] / 2**20, _style(kind), marker="o",
                         color=colors[impl], label=impl)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")

@@ -147,6 +147,9 @@ def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best,
                    "failed": f"{int((status == 'failed').sum()):,}"},
         "thresholds": threshold_text(thresholds),
         "coverage": Table.of(select.coverage(frame)),
+        "provenance": Table.of(select.provenance(frame)),
+        "recomputed": _recomputed_commits(frame),
+        "interpreted": Table.of(select.interpreted_runs(frame)),
         "commits": Table.of(select.commits_table(frame)),
         "best": Table.of(best),
         "regime_costs": Table.of(costs),
@@ -159,6 +162,14 @@ def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best,
         "trace_factor": f"{trace_factor:g}",
         "images": {name: base64.b64encode(png).decode("ascii") for name, png in pngs.items()},
     }
+
+
+def _recomputed_commits(frame) -> list[str]:
+    """Commits (8 hex) with rows whose labels were recomputed from today's code, not recorded."""
+    if "labels_source" not in frame:
+        return []
+    part = frame[frame["labels_source"] == "recomputed"]
+    return sorted({str(c)[:8] for c in part["commit_hash"]})
 
 
 def _environment(html: bool):

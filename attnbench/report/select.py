@@ -80,10 +80,19 @@ def commits_table(frame) -> pd.DataFrame:
     return table[["position", "commit", "date", "machines"]]
 
 
+def not_interpreted(frame) -> pd.DataFrame:
+    """The rows of kernels that did not run in an interpreter (``execution`` != ``interpret``)."""
+    if "execution" not in frame:
+        return frame
+    return frame[frame["execution"] != "interpret"]
+
+
 def best_native_vs_forced(frame) -> pd.DataFrame:
     """Per machine, length and dtype (Forward, static shapes, that machine's newest commit): the
     fastest native and the fastest forced-flash implementation by seconds per step, with cost per
-    step and per million tokens at on-demand prices.
+    step and per million tokens at on-demand prices. Labels are the ones recorded when each case
+    was measured (``asv_results``). A kernel that ran in an interpreter (``execution`` interpret)
+    is its own category and competes on neither side (``interpreted_runs`` lists those).
 
     Columns: machine, seq_len, dtype, then per side (``native``, ``forced``) ``best_<side>``,
     ``<side>_ms_per_step``, ``<side>_usd_per_step``, ``<side>_usd_per_mtok``, and
@@ -93,7 +102,7 @@ def best_native_vs_forced(frame) -> pd.DataFrame:
     """
     import pandas as pd
 
-    latest = newest_commit(frame)
+    latest = not_interpreted(newest_commit(frame))
     latest = latest[(latest["suite"] == "Forward") & (latest["regime"] == "static")]
     if latest.empty:
         return pd.DataFrame()
@@ -114,10 +123,55 @@ def best_native_vs_forced(frame) -> pd.DataFrame:
                         f"{side}_ms_per_step": best["seconds_per_step"] * 1e3,
                         f"{side}_usd_per_step": best.get("usd_per_step"),
                         f"{side}_usd_per_mtok": best.get("usd_per_million_tokens")})
-        if "native_usd_per_mtok" in row and "forced_usd_per_mtok" in row:
+        if row.get("native_usd_per_mtok") is not None and row.get("forced_usd_per_mtok") is not None:
             row["forced/native cost"] = row["forced_usd_per_mtok"] / row["native_usd_per_mtok"]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def interpreted_runs(frame) -> pd.DataFrame:
+    """Forward, static shapes, each machine's newest commit: the kernels that ran in an interpreter
+    (their own category: the numbers are real for the interpreter and say nothing about the kernel
+    on its own hardware), with ms per step and the platform they ran on."""
+    import pandas as pd
+
+    latest = newest_commit(frame)
+    if "execution" not in latest:
+        return pd.DataFrame()
+    latest = latest[(latest["suite"] == "Forward") & (latest["regime"] == "static")
+                    & (latest["execution"] == "interpret") & (latest["metric"] == "seconds_per_step")]
+    if latest.empty:
+        return pd.DataFrame()
+    table = latest.assign(ms_per_step=latest["value"] * 1e3)
+    columns = ["machine", "seq_len", "dtype", "implementation", "label", "platform", "ms_per_step"]
+    table = table[columns].sort_values(["machine", "seq_len", "dtype", "implementation"])
+    return table.reset_index(drop=True)
+
+
+def provenance(frame) -> pd.DataFrame:
+    """Machines x environments x commits (git order): the suite and its settings recorded beside the
+    results (``setting_*`` from the sidecar; ``-`` where nothing was recorded) and whether the rows'
+    labels were recorded at measurement time or recomputed from today's code."""
+    import pandas as pd
+
+    settings = [c for c in frame.columns if c.startswith("setting_")]
+    first = ["setting_suite", "setting_compile_cache"]
+    settings = [c for c in first if c in settings] + sorted(c for c in settings if c not in first)
+    rows = []
+    keys = ["machine", "env_name", "commit_hash"]
+    for (machine, env, commit), part in frame.groupby(keys, sort=False):
+        sources = sorted(set(part["labels_source"].dropna())) if "labels_source" in part else []
+        row = {"machine": machine, "env": short_env(env), "commit": str(commit)[:8],
+               "position": part["commit_position"].iloc[0], "date": part["commit_date"].iloc[0],
+               "labels": "/".join(sources) or "-"}
+        for column in settings:
+            values = part[column].dropna()
+            row[column.removeprefix("setting_")] = values.iloc[0] if len(values) else None
+        rows.append(row)
+    if not rows:
+        return pd.DataFrame()
+    table = pd.DataFrame(rows).sort_values(["machine", "env", "position", "date"])
+    return table.drop(columns=["position", "date"]).reset_index(drop=True)
 
 
 def regime_costs(frame) -> pd.DataFrame:

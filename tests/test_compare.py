@@ -1,0 +1,70 @@
+"""``attnbench compare``: the verdict arithmetic, and a real interleaved comparison of two commits."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from attnbench.compare import compare, judge
+from attnbench.workload import Workload
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_judge_by_hand():
+    a = [1.0] * 10
+    # B is 1.2x A in every round: the interval is [1.2, 1.2], far above 1 and above 1 + 5%.
+    assert judge(a, [1.2] * 10, 0.05) == pytest.approx((1.2, 1.2, 1.2, "slower"))
+    # B/A ratios 0.9 .. 1.1 around 1: ranks 2 and 9 of 10 bound the interval, which holds 1.
+    ratios = [0.90, 0.92, 0.95, 0.98, 0.99, 1.01, 1.02, 1.05, 1.08, 1.10]
+    ratio, low, high, verdict = judge(a, ratios, 0.05)
+    assert (low, high) == pytest.approx((0.92, 1.08)) and verdict == "no change"
+    assert ratio == pytest.approx((0.99 * 1.01) ** 0.5)
+    # A 3% slowdown seen in every round is real but below the gate's 5% threshold.
+    assert judge(a, [1.03] * 10, 0.05)[3] == "no change"
+    assert judge(a, [0.8] * 10, 0.05)[3] == "faster"
+    with pytest.raises(ValueError, match="as many B rounds as A rounds"):
+        judge(a, [1.0], 0.05)
+
+
+@pytest.fixture
+def clone_with_a_slower_commit(tmp_path):
+    """A clone of this repository's HEAD plus one commit that makes the reference kernel sleep
+    30 ms per call (its step takes well under 5 ms at this size)."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs a git checkout of this project")
+    clone = tmp_path / "repo"
+    subprocess.run(["git", "clone", "--quiet", "--shared", str(ROOT), str(clone)], check=True)
+    kernel = clone / "attention_impls" / "reference_float64.py"
+    text = kernel.read_text().replace(
+        "    def attention(self, q, k, v, *, causal, scale):\n        return attention_fwd(",
+        "    def attention(self, q, k, v, *, causal, scale):\n        __import__('time').sleep(0.03)\n"
+        "        return attention_fwd(")
+    assert "sleep(0.03)" in text
+    kernel.write_text(text)
+    git = ["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "commit", "--quiet", "-am", "slower reference"], check=True)
+    return clone
+
+
+def test_compare_flags_a_deliberate_slowdown_and_cleans_up(clone_with_a_slower_commit):
+    clone = clone_with_a_slower_commit
+    template = Workload(batch=1, q_heads=1, seq_q=64, head_dim=16, causal=True)
+    lines = []
+    verdicts = compare("HEAD~1", "HEAD", ["reference-float64"], [64], template=template, rounds=4,
+                       min_seconds=0.05, repo=str(clone), progress=lines.append)
+    (verdict,) = verdicts
+    assert verdict.verdict == "slower" and verdict.ratio > 2 and verdict.ci_low > 1, lines
+    assert "slower" in lines[0] and "95% [" in lines[0]
+    worktrees = subprocess.run(["git", "-C", str(clone), "worktree", "list"], capture_output=True,
+                               text=True, check=True).stdout.strip().splitlines()
+    assert len(worktrees) == 1  # only the clone itself: both revision worktrees were removed
+
+
+def test_compare_refuses_an_unknown_revision():
+    with pytest.raises(ValueError, match="unknown revision 'no-such-rev'"):
+        compare("HEAD", "no-such-rev", ["reference-float64"], [64], template=Workload(seq_q=64),
+                rounds=2, repo=str(ROOT))

@@ -1,0 +1,385 @@
+"""Every figure means what its name says: labels recorded at measurement time (not recomputed), an
+asv process that initialises no device, the suite's dtypes and their peaks, provenance beside each
+result, unknown CPU prices, and sidecars that asv never mistakes for results.
+
+Expected values here are written out by hand (a hand-made asv result tree, a hand-written sidecar),
+never computed by the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnbench import asv_suite, sidecar
+from attnbench.hardware import Attached, Device, accelerator_present, load_hardware_profiles
+from tests.conftest import FRAMEWORKS
+
+ROOT = Path(__file__).resolve().parents[1]
+MAIN_ENV = pytest.mark.skipif("jax" not in FRAMEWORKS or "torch" not in FRAMEWORKS,
+                              reason="the asv suite's tests run in the main venv")
+ENV = "virtualenv-py3.11-test"
+COLUMNS = ["result", "params", "version", "started_at", "duration"]
+FORWARD_PARAMS = ["implementation", "seq_len", "regime", "dtype"]
+
+
+# -- a hand-made asv result tree ------------------------------------------------------------------
+def write_tree(results: Path, machine: str, commit: str, rows: dict[str, float], *, date_ms: int,
+               seq_len: int = 256) -> None:
+    """``results/benchmarks.json`` + ``<machine>/machine.json`` + one result file: Forward,
+    ``seconds_per_step`` only, static float32 at one length, one value per implementation."""
+    impls = list(rows)
+    params = [[repr(i) for i in impls], [repr(seq_len)], [repr("static")], [repr("float32")]]
+    name = "attention.Forward.track_seconds_per_step"
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "benchmarks.json").write_text(json.dumps(
+        {name: {"name": name, "param_names": FORWARD_PARAMS, "params": params, "type": "track",
+                "unit": "seconds", "version": "1"}, "version": 2}))
+    folder = results / machine
+    folder.mkdir(exist_ok=True)
+    (folder / "machine.json").write_text(json.dumps({"machine": machine, "version": 1}))
+    payload = {"commit_hash": commit, "env_name": ENV, "date": date_ms, "params": {"machine": machine},
+               "requirements": {}, "result_columns": COLUMNS, "version": 2,
+               "results": {name: [[rows[i] for i in impls], params, "1", date_ms, 1.0]}}
+    (folder / f"{commit[:8]}-{ENV}.json").write_text(json.dumps(payload))
+
+
+def entry(label, execution, platform, device, status="ok"):
+    return {"label": label, "execution": execution, "platform": platform, "device": device,
+            "status": status, "reason": None}
+
+
+def load(results: Path):
+    from attnbench.asv_results import load_results
+
+    frame = load_results(str(results), repo=str(results))  # no git there: commits by date
+    return frame[frame["metric"] == "seconds_per_step"].set_index("implementation")
+
+
+# -- 5. labels recorded, not recomputed ------------------------------------------------------------
+def test_labels_come_from_the_sidecar_and_old_results_say_recomputed(tmp_path):
+    pytest.importorskip("pandas")
+    results = tmp_path / "results"
+    old, new = "a" * 40, "b" * 40
+    write_tree(results, "h200", old, {"torch-xla-blockwise-flash": 0.004, "torch-xla-sdpa": 0.002},
+               date_ms=1_000)
+    frame = load(results)
+    # No sidecar: today's answer for the machine's platform (a GPU, from the name), said to be so.
+    assert frame.loc["torch-xla-blockwise-flash", "label"] == "native"
+    assert frame.loc["torch-xla-blockwise-flash", "platform"] == "gpu"
+    assert (frame["labels_source"] == "recomputed").all()
+
+    write_tree(results, "h200", new, {"torch-xla-blockwise-flash": 0.004, "torch-xla-sdpa": 0.002},
+               date_ms=2_000)
+    # What the engine saw: torch_xla has no GPU build on PyPI, so on the H200 it ran on PJRT CPU.
+    sidecar.write(str(results), "h200", new, ENV, versions={"torch_xla": "2.9.0"},
+                  settings={"suite": "default"},
+                  cases={"Forward|torch-xla-blockwise-flash|256|static|float32":
+                         entry("forced-flash", "compiled", "cpu", "AMD EPYC"),
+                         "Forward|torch-xla-sdpa|256|static|float32":
+                         entry("native", "compiled", "cpu", "AMD EPYC")})
+    frame = load(results)
+    newest = frame[frame["commit_hash"] == new]
+    assert newest.loc["torch-xla-blockwise-flash", "label"] == "forced-flash"
+    assert newest.loc["torch-xla-blockwise-flash", "platform"] == "cpu"
+    assert newest.loc["torch-xla-blockwise-flash", "machine_platform"] == "gpu"
+    assert newest.loc["torch-xla-blockwise-flash", "device"] == "AMD EPYC"
+    assert (newest["labels_source"] == "recorded").all()
+    assert (frame[frame["commit_hash"] == old]["labels_source"] == "recomputed").all()
+    assert newest.loc["torch-xla-sdpa", "version_torch_xla"] == "2.9.0"
+    assert newest.loc["torch-xla-sdpa", "setting_suite"] == "default"
+
+    from attnbench.report import best_native_vs_forced
+
+    best = best_native_vs_forced(frame.reset_index().assign(metric="seconds_per_step")).iloc[0]
+    assert (best["best_native"], best["best_forced"]) == ("torch-xla-sdpa", "torch-xla-blockwise-flash")
+    assert best["forced_ms_per_step"] == pytest.approx(4.0)
+
+
+def test_an_interpreted_kernel_is_never_the_best_forced_flash_or_native(tmp_path):
+    pytest.importorskip("pandas")
+    from attnbench.report import best_native_vs_forced
+    from attnbench.report.select import interpreted_runs
+
+    results = tmp_path / "results"
+    commit = "c" * 40
+    # The interpreted Pallas kernels are the fastest of their labels here, on purpose.
+    write_tree(results, "cpu-2core", commit,
+               {"torch-sdpa-flash": 0.002, "jax-pallas-gpu-mha": 0.001,
+                "torch-blockwise-flash": 0.003, "jax-pallas-tpu-flash": 0.0005}, date_ms=1_000)
+    sidecar.write(str(results), "cpu-2core", commit, ENV, versions={}, settings={}, cases={
+        "Forward|torch-sdpa-flash|256|static|float32": entry("native", "eager", "cpu", "AMD EPYC"),
+        "Forward|jax-pallas-gpu-mha|256|static|float32": entry("native", "interpret", "cpu", "AMD EPYC"),
+        "Forward|torch-blockwise-flash|256|static|float32": entry("forced-flash", "eager", "cpu", "AMD EPYC"),
+        "Forward|jax-pallas-tpu-flash|256|static|float32":
+            entry("forced-flash", "interpret", "cpu", "AMD EPYC")})
+    frame = load(results)
+    assert frame.loc["jax-pallas-tpu-flash", "category"] == "interpreted"
+    assert frame.loc["torch-blockwise-flash", "category"] == "forced-flash"
+    best = best_native_vs_forced(frame.reset_index()).iloc[0]
+    assert best["best_native"] == "torch-sdpa-flash" and best["native_ms_per_step"] == pytest.approx(2.0)
+    assert best["best_forced"] == "torch-blockwise-flash" and best["forced_ms_per_step"] == pytest.approx(3.0)
+    interpreted = interpreted_runs(frame.reset_index())
+    assert sorted(interpreted["implementation"]) == ["jax-pallas-gpu-mha", "jax-pallas-tpu-flash"]
+
+
+def test_without_a_sidecar_interpreted_kernels_are_still_their_own_category(tmp_path):
+    pytest.importorskip("pandas")
+    from attnbench.report import best_native_vs_forced
+
+    results = tmp_path / "results"
+    write_tree(results, "cpu-2core", "d" * 40,
+               {"torch-blockwise-flash": 0.003, "jax-pallas-tpu-flash": 0.0005}, date_ms=1_000)
+    frame = load(results)
+    # jax-pallas-tpu-flash runs on a CPU only in the TPU interpreter (the support matrix says so)
+    assert frame.loc["jax-pallas-tpu-flash", "execution"] == "interpret"
+    assert frame.loc["jax-pallas-tpu-flash", "labels_source"] == "recomputed"
+    assert best_native_vs_forced(frame.reset_index()).iloc[0]["best_forced"] == "torch-blockwise-flash"
+
+
+def test_the_legacy_versions_sidecar_is_still_read(tmp_path):
+    pytest.importorskip("pandas")
+    results = tmp_path / "results"
+    commit = "e" * 40
+    write_tree(results, "cpu-2core", commit, {"jax-xla": 0.05}, date_ms=1_000)
+    legacy = results / "cpu-2core" / "versions" / f"{commit[:8]}-{ENV}.json"
+    legacy.parent.mkdir()
+    legacy.write_text(json.dumps({"versions": {"jax": "9.9.9"}, "settings": {"compile_cache": "warm"}}))
+    frame = load(results)
+    assert frame.loc["jax-xla", "version_jax"] == "9.9.9"
+    assert frame.loc["jax-xla", "setting_compile_cache"] == "warm"
+
+
+def test_sidecar_writes_merge_the_cases_of_both_benchmark_classes(tmp_path):
+    first = sidecar.write(str(tmp_path), "m", "f" * 40, ENV, versions={"jax": "1"}, settings={"suite": "x"},
+                          cases={"Forward|a|256|static|float32": entry("native", "compiled", "cpu", "c")})
+    second = sidecar.write(str(tmp_path), "m", "f" * 40, ENV, versions={"jax": "2"}, settings={"suite": "y"},
+                           cases={"Training|a|512|static|float32": entry("native", "compiled", "cpu", "c")})
+    assert first == second == str(tmp_path / "m" / "sidecars" / f"ffffffff-{ENV}.sidecar")
+    data = json.loads(Path(second).read_text())
+    assert sorted(data["cases"]) == ["Forward|a|256|static|float32", "Training|a|512|static|float32"]
+    assert data["versions"] == {"jax": "2"} and data["settings"] == {"suite": "y"}
+
+
+# -- 8. sidecars where asv publish does not load them ----------------------------------------------
+def test_asv_never_iterates_a_sidecar(tmp_path, monkeypatch):
+    """On a copy of the committed results, plus a sidecar written by today's writer: asv's own
+    iteration of result files (what `asv publish` loads) yields result files only, with no
+    "could not load .../machine.json" warning (the old versions/*.json sidecars gave one)."""
+    pytest.importorskip("pandas")
+    import asv.results
+
+    from attnbench.asv_results import load_results
+
+    results = tmp_path / "results"
+    shutil.copytree(ROOT / "results", results, ignore=shutil.ignore_patterns("runs"))
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    sidecar.write(str(results), "cpu-2core", commit, ENV, versions={}, settings={}, cases={})
+    frame = load_results(str(results), repo=str(ROOT))
+    assert len(frame) > 0
+    assert not (results / "cpu-2core" / "versions").exists(), "sidecars still in versions/*.json"
+    warned = []
+    monkeypatch.setattr(asv.results.log, "warning", lambda message, *a, **k: warned.append(message))
+    yielded = list(asv.results.iter_results_paths(str(results)))
+    assert yielded and not warned, warned
+    files = sorted(os.path.join(root, name) for root, name, _ in yielded)
+    expected = sorted(str(p) for p in results.glob("*/*.json") if p.name != "machine.json")
+    assert files == expected
+    assert not [f for f in files if "sidecar" in f or os.sep + "versions" + os.sep in f]
+
+
+# -- 7. the asv process initialises no device -------------------------------------------------------
+PLAN = """
+import json, os, sys
+from attnbench import asv_suite
+F = asv_suite.FORWARD
+cases = [("jax-cudnn", F, "static"), ("torch-xla-sdpa", F, "static"), ("jax-pallas-tpu-flash", F, "static"),
+         ("reference-float64", F.replace(seq_q=128, seq_k=128), "static")]  # the one case measured
+out = asv_suite.measure_cases(cases, suite="Forward")
+print(json.dumps({"status": {k.split("|")[0]: v["status"] for k, v in out.items()},
+                  "reason": {k.split("|")[0]: v["reason"] for k, v in out.items()},
+                  "machine": asv_suite.machine_name(), "dtypes": list(asv_suite.suite_dtypes()),
+                  "loaded": sorted(m for m in ("jax", "jaxlib", "torch", "torch_xla") if m in sys.modules)}))
+"""
+
+
+@MAIN_ENV
+def test_the_asv_process_imports_no_framework_while_planning_and_measuring():
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ATTNBENCH_MACHINE", "ACCEL", "ATTNBENCH_ACCEL", "ATTNBENCH_IMPLS")}
+    env.update(ATTNBENCH_SUITE="default")
+    proc = subprocess.run([sys.executable, "-c", PLAN], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert answer["loaded"] == [], f"the asv process imported {answer['loaded']}"
+    assert answer["status"] == {"jax-cudnn": "unsupported", "torch-xla-sdpa": "unsupported",
+                                "jax-pallas-tpu-flash": "unsupported", "reference-float64": "ok"}
+    assert "cuDNN needs an NVIDIA GPU" in answer["reason"]["jax-cudnn"]
+    assert "runs only in an interpreter here" in answer["reason"]["jax-pallas-tpu-flash"]
+    assert answer["machine"] == f"cpu-{len(os.sched_getaffinity(0))}core"
+    assert answer["dtypes"] == ["float32"]
+
+
+@MAIN_ENV
+def test_planning_sends_only_this_environments_cases_to_the_check(monkeypatch):
+    asked = []
+
+    def check(cases, settings):
+        asked.extend(name for name, _, _ in cases)
+        return [{"reason": None}, {"reason": "not here"}]
+
+    out, to_run = asv_suite.plan_cases([("jax-xla", asv_suite.FORWARD, "static"),
+                                        ("torch-xla-sdpa", asv_suite.FORWARD, "static"),
+                                        ("jax-cudnn", asv_suite.FORWARD, "static")], check=check)
+    assert asked == ["jax-xla", "jax-cudnn"]
+    assert [name for name, _, _ in to_run] == ["jax-xla"]
+    assert {k.split("|")[0]: (v["status"], v["reason"]) for k, v in out.items()} == {
+        "torch-xla-sdpa": ("unsupported", "torch_xla is measured in the other asv environment"),
+        "jax-cudnn": ("unsupported", "not here")}
+    failed, to_run = asv_suite.plan_cases([("jax-xla", asv_suite.FORWARD, "static")],
+                                          check=lambda cases, settings: TimeoutError("no answer"))
+    assert to_run == [] and [r["status"] for r in failed.values()] == ["error"]
+    assert "no answer" in next(iter(failed.values()))["reason"]
+
+
+def test_device_files_say_which_accelerator_is_attached(tmp_path):
+    dev, pci = tmp_path / "dev", tmp_path / "pci"
+    dev.mkdir()
+    pci.mkdir()
+
+    def pci_device(slot, vendor, device):
+        (pci / slot).mkdir()
+        (pci / slot / "vendor").write_text(vendor + "\n")
+        (pci / slot / "device").write_text(device + "\n")
+
+    assert accelerator_present(str(dev), str(pci)) is None
+    pci_device("0000:00:04.0", "0x1ae0", "0x0042")  # Google's gVNIC: a NIC, not a TPU
+    pci_device("0000:00:05.0", "0x8086", "0x0063")
+    assert accelerator_present(str(dev), str(pci)) is None
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):
+        (dev / name).write_text("")
+    assert accelerator_present(str(dev), str(pci)) == Attached("gpu", 2)
+    for slot in ("0000:00:06.0", "0000:00:07.0", "0000:00:08.0", "0000:00:09.0"):
+        pci_device(slot, "0x1ae0", "0x0063")
+    assert accelerator_present(str(dev), str(pci)) == Attached("tpu", 4, "v5e")
+
+
+def test_the_suite_runs_bfloat16_on_accelerators(monkeypatch):
+    assert asv_suite.suite_dtypes(asv_suite.SUITES["default"], "cpu") == ("float32",)
+    assert asv_suite.suite_dtypes(asv_suite.SUITES["full"], "cpu") == ("float32", "bfloat16")
+    for size in asv_suite.SUITES.values():
+        assert asv_suite.suite_dtypes(size, "gpu") == ("float32", "bfloat16")
+        assert asv_suite.suite_dtypes(size, "tpu") == ("bfloat16",)
+    monkeypatch.delenv("ATTNBENCH_ACCEL", raising=False)
+    for accel, kind in (("cuda", "gpu"), ("tpu", "tpu"), ("cpu", "cpu")):
+        monkeypatch.setenv("ACCEL", accel)
+        assert asv_suite.accelerator_kind() == kind
+    monkeypatch.setenv("ACCEL", "rocm")
+    with pytest.raises(ValueError, match="ACCEL must be one of"):
+        asv_suite.accelerator_kind()
+
+
+@pytest.mark.parametrize("accel, forward, training", [("cuda", ["float32", "bfloat16"], "float32"),
+                                                      ("tpu", ["bfloat16"], "bfloat16")])
+def test_the_benchmarks_take_their_dtypes_from_accel_without_a_framework(accel, forward, training):
+    env = {**os.environ, "ACCEL": accel, "ATTNBENCH_SUITE": "default"}
+    env.pop("ATTNBENCH_ACCEL", None)
+    code = ("import json, sys; import benchmarks.attention as b; "
+            "print(json.dumps([b.Forward.params[3], b.Training.workload(512).dtype, "
+            "[m for m in ('jax', 'torch') if m in sys.modules]]))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [forward, training, []]
+
+
+def test_every_accelerator_profile_has_a_peak_for_each_dtype_the_suite_runs_on_it():
+    profiles = load_hardware_profiles()
+    missing = []
+    for profile in profiles.values():
+        if profile.kind == "cpu":
+            continue
+        for size, settings in asv_suite.SUITES.items():
+            for dtype in asv_suite.suite_dtypes(settings, profile.kind):
+                if profile.peak(dtype) is None:
+                    missing.append(f"{profile.name} {dtype} ({size} suite)")
+    assert not missing, f"no peak (so no MFU) for: {', '.join(sorted(set(missing)))}"
+    # and the suite runs on them what the TOML was filled for
+    assert {d for p in profiles.values() if p.kind == "gpu" for d in p.peak_tflops} >= {"bf16", "fp32"}
+
+
+# -- 8. provenance: the suite and its settings, beside each result and in the report ----------------
+def test_the_sidecar_records_the_suite_and_its_settings(monkeypatch):
+    monkeypatch.setenv("ATTNBENCH_SUITE", "full")
+    monkeypatch.setenv("ATTNBENCH_COMPILE_CACHE", "warm")
+    monkeypatch.setenv("ACCEL", "cpu")
+    settings = asv_suite.provenance_settings()
+    assert settings["suite"] == "full" and settings["compile_cache"] == "warm"
+    assert settings["forward_seqs"] == "256,512,1024,2048,4096,8192"
+    assert settings["dtypes"] == "float32,bfloat16"
+    assert (settings["min_seconds"], settings["max_extra_seconds"]) == (0.5, 3.0)
+    assert settings["regime_seqs"] == "every length" and settings["max_interpret_seq"] == "no limit"
+    assert settings["case_timeout_s"] == 600.0
+    for value in settings.values():  # one scalar cell each in the tidy table
+        assert isinstance(value, (str, int, float))
+
+
+def test_the_report_shows_the_recorded_suite_and_which_labels_were_recomputed(tmp_path):
+    pytest.importorskip("matplotlib")
+    from attnbench.report import write_report
+
+    results = tmp_path / "results"
+    old, new = "1" * 40, "2" * 40
+    write_tree(results, "cpu-2core", old, {"torch-sdpa-flash": 0.002}, date_ms=1_000)
+    write_tree(results, "cpu-2core", new, {"torch-sdpa-flash": 0.002}, date_ms=2_000)
+    sidecar.write(str(results), "cpu-2core", new, ENV, versions={},
+                  settings={"suite": "full", "compile_cache": "cold", "min_seconds": 0.5},
+                  cases={"Forward|torch-sdpa-flash|256|static|float32":
+                         entry("native", "eager", "cpu", "AMD EPYC")})
+    md = Path(write_report(str(results), str(tmp_path / "out"), repo=str(tmp_path)).markdown).read_text()
+    section = md.split("## Provenance", 1)[1].split("\n## ", 1)[0]
+    lines = [[cell.strip() for cell in line.strip("|").split("|")] for line in section.splitlines()
+             if line.startswith("|")]
+    header, rows = lines[0], [dict(zip(lines[0], cells, strict=True)) for cells in lines[2:]]
+    assert header[:4] == ["machine", "env", "commit", "labels"]
+    assert [(r["commit"], r["labels"], r["suite"], r["min_seconds"]) for r in rows] == [
+        ("11111111", "recomputed", "-", "-"), ("22222222", "recorded", "full", "0.5")]
+    assert "Labels recomputed, not recorded" in section
+    assert "11111111" in section.split("Labels recomputed")[1] and "22222222" not in section.split(
+        "Labels recomputed")[1]
+
+
+# -- 8. an unknown CPU is not priced as the first CPU row -----------------------------------------
+def test_a_made_up_cpu_gets_an_unknown_price():
+    from attnbench import cost
+
+    made_up = Device("cpu", "Frobnitz Q9000 Made-Up CPU", 1, "Frobnitz Q9000 Made-Up CPU", 4)
+    pricing = cost.pricing_for(made_up)
+    assert pricing.hardware_profile is None and pricing.on_demand_usd_per_hour is None
+    out = cost.cost_per_step(0.01, pricing, tokens_per_step=1024)
+    assert out["usd_per_step_on_demand"] is None
+    assert out["cost_note"].startswith("unknown: no price for Frobnitz Q9000 Made-Up CPU")
+    epyc = cost.pricing_for(Device("cpu", "AMD EPYC 7B13", 1, "AMD EPYC 7B13", 4))
+    assert epyc.hardware_profile == "cpu" and epyc.on_demand_usd_per_hour == pytest.approx(4 * 0.0474)
+
+
+@MAIN_ENV
+def test_with_an_accelerator_attached_the_frameworks_name_the_machine_in_another_process():
+    """A GPU/TPU device file and no ATTNBENCH_MACHINE: `attnbench machine-name` runs as a process of
+    its own (here, on a CPU host, it answers cpu-<cores>core) and this one imports no framework."""
+    code = ("import json, sys; from attnbench import asv_suite; from attnbench.hardware import detection; "
+            "detection.accelerator_present = lambda: detection.Attached('gpu', 1); "
+            "print(json.dumps([asv_suite.machine_name(), "
+            "[m for m in ('jax', 'torch', 'torch_xla') if m in sys.modules]]))")
+    env = {k: v for k, v in os.environ.items() if k != "ATTNBENCH_MACHINE"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [f"cpu-{len(os.sched_getaffinity(0))}core", []]
