@@ -30,7 +30,8 @@ setup: $(MAIN_STAMP) $(XLA_STAMP)
 # The main job: the asv suite (default size) for the current commit on this machine, in both asv
 # environments (main and torch_xla), then offline HTML and a summary. The machine's name comes from
 # `attnbench machine-name` run as its own process (it initialises the frameworks' devices) and is
-# handed to asv as ATTNBENCH_MACHINE, so that the asv process itself never touches a device.
+# handed to asv as ATTNBENCH_MACHINE, so that the asv process itself never touches a device. One
+# CPU GEMM probe directory for the whole run: both asv environments divide by the same CPU peak.
 # ATTNBENCH_SUITE=full for the long suite; ASV_ARGS="-b Training" (asv's own selection) or
 # ATTNBENCH_IMPLS=a,b for a subset.
 ASV := $(VENV)/bin/asv
@@ -42,8 +43,10 @@ bench: setup browser-deps
 	@machine=$$($(VENV)/bin/python -m attnbench machine-name) && \
 	$(ASV) machine --yes --machine $$machine >/dev/null && \
 	echo "asv run: machine $$machine, suite $${ATTNBENCH_SUITE:-$${ATTNBENCH_PROFILE:-default}}" && \
-	( ATTNBENCH_MACHINE=$$machine $(ASV) run --machine $$machine $(ASV_ARGS) HEAD^! || \
-	  echo "asv run reported failed benchmarks (status failed in the results); publishing anyway" )
+	probes=$$(mktemp -d /tmp/attnbench-probes-XXXXXX) && \
+	( ATTNBENCH_MACHINE=$$machine ATTNBENCH_PROBE_DIR=$$probes $(ASV) run --machine $$machine $(ASV_ARGS) HEAD^! || \
+	  echo "asv run reported failed benchmarks (status failed in the results); publishing anyway" ); \
+	rm -rf $$probes
 	$(MAKE) --no-print-directory html
 	$(VENV)/bin/python -m attnbench report $(REPORT_ARGS)
 	$(VENV)/bin/python -m attnbench summary

@@ -20,8 +20,9 @@ machine's name comes from ``ATTNBENCH_MACHINE`` (``make bench`` sets it), from d
 ``ACCEL`` or device files (``accelerator_kind``).
 
 Beside the results it writes a sidecar per machine x commit x environment (``attnbench/sidecar.py``):
-library versions, the suite and its settings, and per case what the engine recorded at measurement
-time (label, execution, platform, device), which the reports read instead of recomputing them.
+library versions, the suite and its settings (with the metrics' ``definitions`` version), and per
+case what the engine recorded at measurement time (label, execution, platform, device, contention,
+the timing interval and rounds), which the reports read instead of recomputing them.
 """
 
 from __future__ import annotations
@@ -39,15 +40,16 @@ SUITES = {
     # regime_seqs: lengths at which the dynamic and bucketed regimes run (None: every length); each
     # such case compiles once per length or bucket, cold. max_extra_seconds: how long timing may go
     # on past min_seconds while the IQR exceeds 5% (the record keeps the IQR it reached).
+    # rounds: timing rounds of every static case, spread over the run and pooled (sweep.run_sweep).
     "default": {"forward_seqs": (256, 1024), "training_seqs": (512,), "dtypes": ("float32",),
                 "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 1.0,
-                "max_interpret_seq": 512, "regime_seqs": (1024,)},
+                "max_interpret_seq": 512, "regime_seqs": (1024,), "rounds": 3},
     "smoke": {"forward_seqs": (128, 256), "training_seqs": (128,), "dtypes": ("float32",),
               "regime_steps": 3, "min_seconds": 0.05, "max_extra_seconds": 0.5,
-              "max_interpret_seq": 256, "regime_seqs": None},  # the tests' quick run
+              "max_interpret_seq": 256, "regime_seqs": None, "rounds": 2},  # the tests' quick run
     "full": {"forward_seqs": (256, 512, 1024, 2048, 4096, 8192), "training_seqs": (512, 1024, 2048),
              "dtypes": ("float32", "bfloat16"), "regime_steps": 12, "min_seconds": 0.5,
-             "max_extra_seconds": 3.0, "max_interpret_seq": None, "regime_seqs": None},
+             "max_extra_seconds": 3.0, "max_interpret_seq": None, "regime_seqs": None, "rounds": 5},
 }
 FORWARD = Workload(batch=1, q_heads=8, head_dim=64, seq_q=1024, causal=True, mode="fwd")
 TRAINING = FORWARD.replace(mode="fwd_bwd")
@@ -138,7 +140,9 @@ def provenance_settings(settings: dict | None = None) -> dict:
             "min_seconds": settings["min_seconds"], "max_extra_seconds": settings["max_extra_seconds"],
             "max_interpret_seq": settings["max_interpret_seq"] or "no limit",
             "case_timeout_s": CASE_TIMEOUT_S, "impls": os.environ.get("ATTNBENCH_IMPLS") or "all",
-            "threads": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()}
+            "threads": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            # what the metrics mean (metrics.DEFINITION_CHANGES): absent in older sidecars = "1"
+            "definitions": metrics.DEFINITIONS}
 
 
 def impl_names() -> list[str]:
@@ -188,11 +192,18 @@ def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = No
                        max_extra_seconds=settings["max_extra_seconds"], trace_dir=traces,
                        compile_cache=compile_cache())
 
-    def measured(rows):  # ``on_record(key, record)`` as each case ends (attnbench/fleet/case_cache.py)
-        on_record(case_key(*to_run[len(rows) - 1]), rows[-1])
+    handed = {}
+
+    def measured(rows):  # ``on_record(key, record)`` as each case ends (attnbench/fleet/case_cache.py),
+        # and again for a record the timing rounds pooled
+        for case, row in zip(to_run, rows, strict=False):
+            key = case_key(*case)
+            if handed.get(key) is not row:
+                handed[key] = row
+                on_record(key, row)
 
     rows = run_sweep(to_run, options_for, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False,
-                     on_record=measured if on_record else None)
+                     on_record=measured if on_record else None, rounds=settings.get("rounds", 1))
     for (name, workload, regime), row in zip(to_run, rows, strict=True):
         out[case_key(name, workload, regime)] = row
     write_sidecar(cases, out, suite, settings)

@@ -113,7 +113,7 @@ def _timing_rounds(cases, rows, options_for, rounds, *, on_record, progress, **s
     rows = list(rows)
     for i in timed:
         rows[i] = pool_rounds(rows[i], later[i])
-    if on_record:
+    if on_record:  # the pooled records replace the first round's
         on_record(rows)
     return rows
 
