@@ -12,6 +12,13 @@ XLA_FLAVOUR := $(if $(filter tpu,$(ACCEL)),xla-tpu,xla-cpu)
 PJRT_DEVICE ?= $(if $(filter tpu,$(ACCEL)),TPU,CPU)
 MAIN_STAMP := $(VENV)/.installed-$(ACCEL)
 XLA_STAMP := $(XLA_VENV)/.installed-$(XLA_FLAVOUR)
+# Third venv: the compiled-for tier (attnbench/compiled_for/): jax 0.10.2 with libtpu and the CUDA 12
+# plugin + ptxas + cuDNN wheels, compiling for TPUs and NVIDIA GPUs on any host (JAX_PLATFORMS=cpu).
+TARGETS_VENV := .venv-targets
+TARGETS_STAMP := $(TARGETS_VENV)/.installed-targets
+TARGETS_TESTS := tests/test_compiled_for.py tests/test_compiled_for_compile.py
+# SkyPilot (the extra `fleet`) in the main venv: see fleet-deps
+FLEET_STAMP := $(VENV)/.fleet-installed
 
 MAIN_FRAMEWORKS := numpy,jax,torch
 # The torch_xla venv has no pandas/asv: it runs the framework tests only.
@@ -23,9 +30,11 @@ export PJRT_DEVICE
 # bfloat16, TPU: bfloat16, CPU: the suite size's own).
 export ACCEL
 
-.PHONY: setup bench html serve-html sweep browser-deps test lint test-main test-xla list matrix system-check clean
+.PHONY: setup bench html serve-html sweep browser-deps test lint test-main test-xla list matrix system-check clean \
+        fleet-deps fleet-launch fleet-collect fleet-plan setup-targets test-targets
 
-setup: $(MAIN_STAMP) $(XLA_STAMP)
+setup: $(MAIN_STAMP) $(XLA_STAMP) $(TARGETS_STAMP)
+setup-targets: $(TARGETS_STAMP)
 
 # The main job: the asv suite (default size) for the current commit on this machine, in both asv
 # environments (main and torch_xla), then offline HTML and a summary. The machine's name comes from
@@ -36,6 +45,8 @@ setup: $(MAIN_STAMP) $(XLA_STAMP)
 # ATTNBENCH_IMPLS=a,b for a subset.
 ASV := $(VENV)/bin/asv
 ASV_ARGS ?=
+# Extra asv arguments for the compiled-for tier's run in .venv-targets (benchmarks/compiled_for.py).
+TARGETS_ASV_ARGS ?=
 # Steps smaller than this are not reported; on this shared 2-core CPU, run-to-run noise on timing
 # reaches tens of percent, so the default sits above it (per metric: --threshold-metric m=0.1).
 REPORT_ARGS ?= --threshold 0.25
@@ -47,6 +58,13 @@ bench: setup browser-deps
 	( ATTNBENCH_MACHINE=$$machine ATTNBENCH_PROBE_DIR=$$probes $(ASV) run --machine $$machine $(ASV_ARGS) HEAD^! || \
 	  echo "asv run reported failed benchmarks (status failed in the results); publishing anyway" ); \
 	rm -rf $$probes
+	@# The compiled-for tier (benchmarks/compiled_for.py) needs libtpu and the CUDA plugin, which only
+	@# .venv-targets has: asv runs that class there as an existing environment (n/a in the two above).
+	@machine=$$($(VENV)/bin/python -m attnbench machine-name) && \
+	( ATTNBENCH_MACHINE=$$machine $(ASV) run --machine $$machine \
+	    -E existing:$(CURDIR)/$(TARGETS_VENV)/bin/python --set-commit-hash $$(git rev-parse HEAD) \
+	    -b 'compiled_for\.CompiledFor' $(TARGETS_ASV_ARGS) || \
+	  echo "asv run (compiled-for tier) reported failed benchmarks; publishing anyway" )
 	$(MAKE) --no-print-directory html
 	$(VENV)/bin/python -m attnbench report $(REPORT_ARGS)
 	$(VENV)/bin/python -m attnbench summary
@@ -75,16 +93,52 @@ browser-deps: $(MAIN_STAMP)
 	  || { echo "missing system dependency: npm (Debian: apt-get install npm)"; exit 1; }
 	@$(VENV)/bin/python -c 'from attnbench.offline_html import fetch_vendor; fetch_vendor()'
 
-test: lint test-main test-xla
+test: lint test-main test-xla test-targets
 
 lint: $(MAIN_STAMP)
 	$(VENV)/bin/ruff check .
 
-test-main: $(MAIN_STAMP) browser-deps
+test-main: $(MAIN_STAMP) $(FLEET_STAMP) browser-deps
 	ATTNBENCH_TEST_FRAMEWORKS=$(MAIN_FRAMEWORKS) $(VENV)/bin/python -m pytest
+
+# The fleet (attnbench/fleet/, README "Running on a fleet"): the suite on TPU/GPU cloud machines through
+# SkyPilot, spot-safe and resumable, every machine's results merged into results/<machine>/.
+#   make fleet-launch KIND=tpu-v5e FLEET_BUCKET=my-bucket  (checks `sky check` credentials first)
+#   make fleet-collect FLEET_FROM=gs://my-bucket            (merge into results/, then publish)
+# SkyPilot is the extra `fleet` (~455 MB, no change to the pinned jax/torch); test-main installs it
+# into the main venv so the offline fleet tests run.
+KIND ?=
+FLEET_BUCKET ?=
+FLEET_COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+FLEET_FROM ?=
+FLEET_ARGS ?=
+fleet-deps: $(FLEET_STAMP)
+$(FLEET_STAMP): pyproject.toml $(MAIN_STAMP)
+	$(VENV)/bin/python -m pip install --quiet -e '.[fleet]'
+	touch $@
+
+fleet-launch: $(FLEET_STAMP)
+	@test -n "$(KIND)" || { echo "KIND is required: make fleet-launch KIND=<$$(ls attnbench/fleet/tasks | sed 's/.yaml$$//' | paste -sd'|')> FLEET_BUCKET=<name>"; exit 2; }
+	@test -n "$(FLEET_BUCKET)" || { echo "FLEET_BUCKET is required: the bucket the results go to (make fleet-launch KIND=$(KIND) FLEET_BUCKET=<name>)"; exit 2; }
+	$(VENV)/bin/python -m attnbench.fleet launch --kind $(KIND) --bucket $(FLEET_BUCKET) --commit $(FLEET_COMMIT) $(FLEET_ARGS)
+
+fleet-collect: $(MAIN_STAMP)
+	@test -n "$(FLEET_FROM)" || { echo "FLEET_FROM is required: gs://<bucket>, s3://<bucket> or a folder holding its copy"; exit 2; }
+	$(VENV)/bin/python -m attnbench.fleet collect --from $(FLEET_FROM)
+	$(MAKE) --no-print-directory html
+
+# Every kind's options and prices from SkyPilot's live catalog (FLEET_ARGS="--catalog DIR": a copy).
+fleet-plan: $(FLEET_STAMP)
+	$(VENV)/bin/python -m attnbench.fleet plan --online $(FLEET_ARGS)
 
 test-xla: $(XLA_STAMP)
 	ATTNBENCH_TEST_FRAMEWORKS=torch_xla $(XLA_VENV)/bin/python -m pytest $(XLA_TESTS)
+
+# The compiled-for tier's tests with the real TPU and GPU compilers (JAX_PLATFORMS=cpu: no device is
+# used); ATTNBENCH_TEST_TARGETS=1 makes a missing compiler a failure here, not a skip.
+test-targets: $(TARGETS_STAMP)
+	JAX_PLATFORMS=cpu ATTNBENCH_TEST_TARGETS=1 ATTNBENCH_TEST_FRAMEWORKS=jax \
+	  $(TARGETS_VENV)/bin/python -m pytest $(TARGETS_TESTS)
 
 list: setup
 	$(VENV)/bin/python -m attnbench list
@@ -108,6 +162,14 @@ $(MAIN_STAMP): pyproject.toml | system-check
 	$(VENV)/bin/python -m pip install --quiet -e '.[$(ACCEL)]'
 	rm -f $(VENV)/.installed-* && touch $@
 
+# .venv-targets: 4.1 GB installed (2.2 GB of it nvidia-* wheels, 0.7 GB libtpu) from 1.9 GB of wheels.
+$(TARGETS_STAMP): pyproject.toml | system-check
+	$(if $(wildcard $(TARGETS_VENV)/bin/python),,$(call need_disk,7,$(TARGETS_VENV)))
+	test -x $(TARGETS_VENV)/bin/python || $(PYTHON) -m venv $(TARGETS_VENV)
+	$(TARGETS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(TARGETS_VENV)/bin/python -m pip install --quiet -e '.[targets]'
+	rm -f $(TARGETS_VENV)/.installed-* && touch $@
+
 $(XLA_STAMP): pyproject.toml | system-check
 	$(if $(wildcard $(XLA_VENV)/bin/python),,$(call need_disk,11,$(XLA_VENV)))
 	test -x $(XLA_VENV)/bin/python || $(PYTHON) -m venv $(XLA_VENV)
@@ -123,4 +185,4 @@ system-check:
 	@command -v g++ >/dev/null 2>&1 || { echo "missing system dependency: g++ (torch.compile builds C++ kernels on the CPU; Debian: apt-get install g++)"; exit 1; }
 
 clean:
-	rm -rf $(VENV) $(XLA_VENV) .asv html
+	rm -rf $(VENV) $(XLA_VENV) $(TARGETS_VENV) .asv html

@@ -17,6 +17,7 @@ from typing import Literal
 
 import numpy as np
 
+from attention_impls._compile_target import compile_target
 from attnbench.workload import Workload
 
 PLATFORMS = ("cpu", "gpu", "tpu")
@@ -102,8 +103,11 @@ class AttentionImpl(abc.ABC):
         return self.backend().missing()
 
     def platform(self) -> str:
-        """The platform (cpu/gpu/tpu) of this framework's current default device."""
-        return self.backend().platform()
+        """The platform (cpu/gpu/tpu) of this framework's current default device; inside
+        ``attention_impls._compile_target.compiling_for(p)`` (the compiled-for tier compiling for
+        hardware this host lacks), the target's platform ``p``, so kernels trace as on it."""
+        target = compile_target()
+        return target.platform if target is not None else self.backend().platform()
 
     def execution(self, platform: str) -> str:
         """How this kernel executes on ``platform``: ``compiled``, ``eager`` or ``interpret``."""

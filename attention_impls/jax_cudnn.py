@@ -8,6 +8,7 @@ reasons so that a refused case is skipped with its cause instead of crashing mid
 
 from __future__ import annotations
 
+from attention_impls._compile_target import compile_target
 from attention_impls.base import RUNS, AttentionImpl, unsupported
 from attention_impls.registry import register
 
@@ -17,7 +18,11 @@ HEAD_DIM_MAX_HOPPER = 256
 
 
 def gpu_compute_capability() -> tuple[int, int] | None:
-    """(major, minor) of the first CUDA device jax sees, or ``None`` when there is none."""
+    """(major, minor) of the first CUDA device jax sees, or ``None`` when there is none; while
+    compiling for a GPU this host lacks (``compiling_for``), the target GPU's capability."""
+    target = compile_target()
+    if target is not None:
+        return target.compute_capability
     import jax
 
     try:

@@ -1,12 +1,34 @@
 """Regressions and cost spikes in the tidy results, and what moved with them. Reads, never writes.
 
-* ``find_regressions``: per series (machine x environment x benchmark x parameters, ordered by git
-  history), asv's own step detection (``asv.step_detect``) with each metric's direction honoured:
-  a higher-is-better metric is analysed as its reciprocal, so a drop in throughput is an upward step.
+* ``find_steps``: per series (machine x environment x benchmark x parameters, in commit order:
+  ``asv_results`` ``commit_order``, git history or else the commit dates asv recorded), asv's own
+  step detection (``asv.step_detect``, weighted as asv weighs it, by each figure's 99% interval),
+  with each metric's direction honoured: a higher-is-better metric is analysed as its reciprocal,
+  so a drop in throughput is an upward step. Every step beyond the threshold is judged
+  (``verdict``):
+
+  - ``within noise``: not larger than the two levels' combined uncertainty
+    (``sqrt(u_before**2 + u_after**2)``). A level's uncertainty is the half-width, on the side
+    facing the other level, of its figures' intervals (asv's ``stats_ci_99_a/b``, else its
+    quartiles ``stats_q_25/q_75``, else for seconds per step the engine's interval from the
+    sidecar); for figures without any (results older than the samples given to asv) it is
+    ``SCATTER_Z`` robust standard deviations of the series' own scatter (``1.4826 * MAD`` of the
+    relative residuals of the points on each side of the step around their side's median), and
+    where a series is too short for that, of the scatter of the machine's other series of the metric;
+  - ``definition changed``: the metric's definition changed between the two commits
+    (``metrics.DEFINITION_CHANGES``, by the sidecar's ``definitions`` setting);
+  - ``no measured code changed``: git says the two commits differ in no measured code
+    (``MEASURED_CODE`` minus ``NOT_MEASURED``): noise or the environment, not the code;
+  - ``regression``: the rest, the only ones ``find_regressions`` returns.
+
+  A contended figure (``contended`` from the sidecar: the machine was busy while it was timed) is
+  left out of every series: it is never a regression, a spike or a winner.
 * ``find_cost_spikes``: the regressions of the cost metrics (the metric table's ``cost`` group),
   each attributed to the companion metrics (its rows marked ``companion``: time, throughput,
   memory, compiles, padding) that moved across the same commits, to the hourly price, and to the
   library versions that changed there.
+* ``noise_floor``: per machine, how noisy its timings are (median relative half-width of the
+  intervals, and the series' scatter) and so the smallest step the analysis can call a regression.
 
 Which metrics are costs and companions, and each metric's direction, come from
 ``attnbench/metrics.py`` (read at each call).
@@ -16,25 +38,33 @@ Which metrics are costs and companions, and each metric's direction, come from
 
 from __future__ import annotations
 
+import functools
 import glob
+import math
 import os
+import subprocess
 
 from attnbench import metrics
 
-PARAMS = ["implementation", "seq_len", "regime", "dtype"]
+PARAMS = ["implementation", "seq_len", "regime", "dtype", "target", "mode"]  # target, mode: CompiledFor
 SERIES = ["machine", "env_name", "benchmark", *PARAMS]
 DEFAULT_THRESHOLD = 0.05
 # Steps smaller than this in absolute terms are noise whatever their relative size: the process's
 # resident high-water mark moves in 4 KiB pages, so 0 -> 8 KiB would read as an infinite regression.
 MIN_ABSOLUTE_STEP = {"bytes": 2**20}
-
-
-def _series_values(group):
-    group = group.sort_values("commit_position")
-    values = group["value"].astype(float).tolist()
-    if group["direction"].iloc[0] == "higher":
-        values = [1.0 / v if v else None for v in values]
-    return group, values
+# A figure without an interval: its uncertainty is SCATTER_Z robust standard deviations of the
+# series' scatter, the two-sided 99% band of one figure (asv's intervals are 99% too).
+SCATTER_Z = 2.576
+MAD_SIGMA = 1.4826  # MAD -> standard deviation of a normal distribution
+# What a step's two commits must differ in for the step to be the code's: the kernels, the
+# measurement code (the harness minus its reports) and the asv suite. Paths relative to the repo.
+MEASURED_CODE = ("attention_impls", "attnbench", "benchmarks")
+NOT_MEASURED = ("attnbench/report/", "attnbench/analysis.py", "attnbench/asv_results.py",
+                "attnbench/selfcheck_report.py", "attnbench/offline_html/")
+NOT_MEASURED_SUFFIXES = (".md", ".rst", ".txt", ".ipynb")
+REGRESSION, WITHIN_NOISE = "regression", "within noise"
+NO_CODE_CHANGE, DEFINITION_CHANGED = "no measured code changed", "definition changed"
+VERDICTS = (REGRESSION, DEFINITION_CHANGED, NO_CODE_CHANGE, WITHIN_NOISE)
 
 
 def _cannot_regress(values, threshold) -> bool:
@@ -54,12 +84,158 @@ def _cannot_regress(values, threshold) -> bool:
     return high <= low + max(0.0, threshold * low)
 
 
-def find_regressions(frame, thresholds: dict | None = None, *, min_size: int = 1,
-                     min_absolute_step: dict | None = None):
-    """One row per detected regression: series, commit range, values before/after, relative step.
+# -- what a figure's uncertainty is -----------------------------------------------------------------
+def _column(frame, name, dtype=float):
+    import numpy as np
+
+    if name not in frame:
+        return np.full(len(frame), np.nan) if dtype is float else np.full(len(frame), None, dtype=object)
+    if dtype is float:
+        import pandas as pd
+
+        return pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype=float)
+    return frame[name].to_numpy()
+
+
+def intervals(frame):
+    """``(low, high, source)`` arrays over ``frame``'s rows: the interval each figure comes with, in
+    the metric's own units (NaN where none). Source: asv's 99% interval (``ci``), asv's quartiles of
+    the samples (``quartiles``), or for seconds per step the engine's 95% interval from the sidecar
+    (``engine``)."""
+    import numpy as np
+
+    value = _column(frame, "value")
+    low, high = np.full(len(frame), np.nan), np.full(len(frame), np.nan)
+    source = np.full(len(frame), None, dtype=object)
+    metric = _column(frame, "metric", object)
+    candidates = [("ci", _column(frame, "ci_low"), _column(frame, "ci_high"), None),
+                  ("quartiles", _column(frame, "q_25"), _column(frame, "q_75"), None),
+                  ("engine", _column(frame, "case_ci_low_s"), _column(frame, "case_ci_high_s"),
+                   metric == "seconds_per_step")]
+    for name, lo, hi, only in candidates:
+        good = (np.isfinite(lo) & np.isfinite(hi) & (hi >= lo) & np.isnan(low)
+                & (lo <= value) & (value <= hi))
+        if only is not None:
+            good &= only
+        low[good], high[good], source[good] = lo[good], hi[good], name
+    return low, high, source
+
+
+def series_scatter(frame):
+    """Per series of ``frame`` (ok rows in commit order): the robust relative standard deviation of
+    successive figures, ``1.4826 * median(|v[i] / v[i-1] - 1|) / sqrt(2)`` (steps barely move it),
+    and the number of figures. Columns: the series keys, ``metric``, ``scatter``, ``figures``."""
+    import numpy as np
+    import pandas as pd
+
+    order_col = _order_column(frame)
+    ok = frame[(frame["status"] == "ok") & frame[order_col].notna()]
+    ok = ok[~is_contended(ok)]
+    keys = [c for c in SERIES if c in ok]
+    if ok.empty:
+        return pd.DataFrame(columns=[*keys, "metric", "scatter", "figures"])
+    ok = ok.sort_values([*keys, order_col])
+    codes = ok.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
+    value = pd.to_numeric(ok["value"], errors="coerce").to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        diff = np.abs(value[1:] / value[:-1] - 1.0)
+    same = (codes[1:] == codes[:-1]) & np.isfinite(diff) & (value[:-1] != 0)
+    diffs = pd.DataFrame({"code": codes[1:][same], "d": diff[same]})
+    spread = diffs.groupby("code")["d"].median() * MAD_SIGMA / math.sqrt(2.0)
+    first = ok.groupby(codes, sort=True).first()
+    table = first[keys + ["metric"]].copy()
+    table["figures"] = pd.Series(codes).value_counts().sort_index().to_numpy()
+    table["scatter"] = spread.reindex(table.index).to_numpy()
+    table.loc[table["figures"] < 3, "scatter"] = np.nan  # one difference says nothing about noise
+    return table.reset_index(drop=True)
+
+
+def _order_column(frame) -> str:
+    """``commit_order`` (git, else commit dates: ``asv_results``) where the frame has one, else the
+    git ``commit_position`` (hand-made frames)."""
+    if "commit_order" in frame and frame["commit_order"].notna().any():
+        return "commit_order"
+    return "commit_position"
+
+
+def is_contended(frame):
+    """Rows of figures measured while the machine was busy (sidecar ``contended`` true)."""
+    import pandas as pd
+
+    if "contended" not in frame:
+        return pd.Series(False, index=frame.index)
+    return frame["contended"].map(_true).astype(bool)
+
+
+def _true(value) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() == "true"
+    try:
+        return value == value and value is not None and bool(value)
+    except (TypeError, ValueError):
+        return False
+
+
+def _text(value):
+    """A text cell, None where it is missing (None or NaN)."""
+    return value if isinstance(value, str) and value else None
+
+
+# -- which code changed between two commits ----------------------------------------------------------
+@functools.lru_cache(maxsize=4096)
+def measured_code_changed(repo: str | None, before: str, after: str) -> tuple[str, ...] | None:
+    """The measured files (``MEASURED_CODE`` minus ``NOT_MEASURED``) that differ between two commits,
+    by ``git diff --name-only``; None where git cannot say (no repository, unknown commit)."""
+    if not repo:
+        return None
+    try:
+        out = subprocess.run(["git", "diff", "--name-only", before, after, "--", *MEASURED_CODE], cwd=repo,
+                             capture_output=True, text=True, check=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    files = [f for f in out.splitlines() if f.strip()]
+    return tuple(f for f in files if not f.startswith(NOT_MEASURED) and not f.endswith(NOT_MEASURED_SUFFIXES))
+
+
+# -- steps ----------------------------------------------------------------------------------------
+def _side_uncertainty(rel, points, level):
+    """A level's uncertainty from its figures' relative half-widths (facing the other level), or None."""
+    import numpy as np
+
+    known = rel[points]
+    known = known[np.isfinite(known)]
+    return float(np.median(known)) * abs(level) if len(known) else None
+
+
+def _step_scatter(values, segments):
+    """Robust relative standard deviation of the points on both sides of a step, around their side's
+    median; None when fewer than three points (or no side of two) say anything about it."""
+    import numpy as np
+
+    residuals, sizes = [], []
+    for left, right in segments:
+        side = np.asarray([v for v in values[left:right] if v == v], dtype=float)
+        if len(side) == 0:
+            continue
+        sizes.append(len(side))
+        middle = np.median(side)
+        if middle:
+            residuals.extend(side / middle - 1.0)
+    if sum(sizes) < 3 or max(sizes, default=0) < 2:
+        return None
+    return MAD_SIGMA * float(np.median(np.abs(residuals)))
+
+
+def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
+               min_absolute_step: dict | None = None, repo: str | None = None):
+    """One row per step beyond the threshold, each with its ``verdict`` (``VERDICTS``): series, commit
+    range, values before/after, relative step, the combined ``uncertainty`` of the two levels (in the
+    metric's units) with ``noise_relative`` (it over the level before) and ``noise_source``,
+    ``code_changed`` (measured files that differ, None where git cannot say), ``why``.
 
     ``thresholds`` (metric -> relative step) default to asv's 5%; ``min_absolute_step`` (unit ->
-    smallest step worth reporting) defaults to ``MIN_ABSOLUTE_STEP``.
+    smallest step worth reporting) defaults to ``MIN_ABSOLUTE_STEP``; ``repo``: the git checkout the
+    results were measured from (None: which code changed is not checked).
     """
     import numpy as np
     import pandas as pd
@@ -67,17 +243,20 @@ def find_regressions(frame, thresholds: dict | None = None, *, min_size: int = 1
 
     thresholds = thresholds or {}
     floors = MIN_ABSOLUTE_STEP if min_absolute_step is None else min_absolute_step
-    ok = frame[(frame["status"] == "ok") & frame["commit_position"].notna()]
+    order_col = _order_column(frame)
+    ok = frame[(frame["status"] == "ok") & frame[order_col].notna()]
+    ok = ok[~is_contended(ok)]
     keys = [c for c in SERIES if c in ok]
-    rows = []
+    rows, pending = [], []
     if ok.empty:
         return pd.DataFrame(rows)
-    # Series by group number (numbered in iteration order), sorted by git position within each:
+    repo = os.path.abspath(repo) if repo else None
+    # Series by group number (numbered in iteration order), sorted by commit order within each:
     # plain arrays per series instead of one DataFrame per series.
     grouped = ok.groupby(keys, dropna=False)
     group_keys = grouped.size().index
     codes = grouped.ngroup().to_numpy()
-    positions = ok["commit_position"].to_numpy()  # int64 when git knows every commit: kept as is
+    positions = ok[order_col].to_numpy()  # int64 when git knows every commit: kept as is
     order = np.lexsort((positions.astype(float), codes))
     bounds = np.flatnonzero(np.diff(codes[order])) + 1
     starts = np.concatenate(([0], bounds))
@@ -88,6 +267,16 @@ def find_regressions(frame, thresholds: dict | None = None, *, min_size: int = 1
     metric_all = ok["metric"].to_numpy()[order]
     direction_all = ok["direction"].to_numpy()[order]
     unit_all = ok["unit"].to_numpy()[order]
+    low_all, high_all, source_all = (a[order] for a in intervals(ok))
+    ci_low_all, ci_high_all = _column(ok, "ci_low")[order], _column(ok, "ci_high")[order]
+    definitions_all = _column(ok, "setting_definitions", object)[order]
+    platform_all = _column(ok, "platform", object)[order]
+    machine_platform_all = _column(ok, "machine_platform", object)[order]
+    regime_all = _column(ok, "regime", object)[order]
+    machine_all = ok["machine"].to_numpy()[order]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        up_all = (high_all - value_all) / np.abs(value_all)  # relative half-widths
+        down_all = (value_all - low_all) / np.abs(value_all)
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         commits = commit_all[start:end]
         if len(set(commits.tolist())) < 2:
@@ -97,35 +286,178 @@ def find_regressions(frame, thresholds: dict | None = None, *, min_size: int = 1
         direction = direction_all[start]
         if direction not in ("lower", "higher"):  # neither way is better: nothing can regress
             continue
-        values = value_all[start:end].tolist()
-        if direction == "higher":
+        higher = direction == "higher"
+        shown = value_all[start:end]
+        values = shown.tolist()
+        if higher:
             values = [1.0 / v if v else None for v in values]
         metric = metric_all[start]
         threshold = thresholds.get(metric, DEFAULT_THRESHOLD)
         if _cannot_regress(values, threshold):
             continue
-        steps = detect_steps(values)
+        weights = None  # asv's own weighting of a figure: 2 / width of its 99% interval
+        lo, hi = ci_low_all[start:end], ci_high_all[start:end]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            width = np.abs(1.0 / lo - 1.0 / hi) if higher else np.abs(hi - lo)
+        if np.isfinite(width).any() and (width > 0).any():
+            weights = [2.0 / w if np.isfinite(w) and w > 0 else None for w in width]
+        steps = detect_steps(values, weights)
         _, _, found = detect_regressions(steps, threshold=threshold, min_size=min_size)
         if not found:
             continue
         group = ok.iloc[order[start:end]]
+        segments = {(left, right) for left, right, *_ in steps}
         for before, after, value_before, value_after in found:
-            higher = direction == "higher"
             shown_before = 1.0 / value_before if higher else value_before
             shown_after = 1.0 / value_after if higher else value_after
             if abs(shown_after - shown_before) < floors.get(unit_all[start], 0.0):
                 continue
-            rows.append({**dict(zip(keys, key, strict=True)), "metric": metric,
-                         "direction": direction, "unit": unit_all[start],
-                         "commit_before": commits[before],
-                         "commit_after": commits[after],
-                         "position_before": position_all[start + before],
-                         "position_after": position_all[start + after],
-                         "value_before": shown_before, "value_after": shown_after,
-                         # a step up from 0 (compiles, padding, status code): an infinite relative step
-                         "relative_change": (shown_after / shown_before - 1.0) if shown_before
-                         else float("inf"),
-                         "versions_changed": _versions_changed(group, before, after)})
+            left = next(((a, b) for a, b in segments if b - 1 == before), (before, before + 1))
+            right = next(((a, b) for a, b in segments if a == after), (after, after + 1))
+            rising = shown_after > shown_before
+            facing_before = (up_all if rising else down_all)[start:end]
+            facing_after = (down_all if rising else up_all)[start:end]
+            u_before = _side_uncertainty(facing_before, slice(*left), shown_before)
+            u_after = _side_uncertainty(facing_after, slice(*right), shown_after)
+            sources = {str(s) for s in source_all[start:end][left[0]:left[1]].tolist()
+                       + source_all[start:end][right[0]:right[1]].tolist() if s is not None}
+            scatter = None
+            if u_before is None or u_after is None:
+                scatter = _step_scatter(shown, (left, right))
+            row = {**dict(zip(keys, key, strict=True)), "metric": metric,
+                   "direction": direction, "unit": unit_all[start],
+                   "commit_before": commits[before],
+                   "commit_after": commits[after],
+                   "position_before": position_all[start + before],
+                   "position_after": position_all[start + after],
+                   "value_before": shown_before, "value_after": shown_after,
+                   # a step up from 0 (compiles, padding, status code): an infinite relative step
+                   "relative_change": (shown_after / shown_before - 1.0) if shown_before
+                   else float("inf"),
+                   "versions_changed": _versions_changed(group, before, after),
+                   "definitions_before": metrics.definitions_version(definitions_all[start + before]),
+                   "definitions_after": metrics.definitions_version(definitions_all[start + after]),
+                   "_u": (u_before, u_after), "_scatter": scatter, "_sources": sources,
+                   "_platform": (_text(platform_all[start + after])
+                                 or _text(machine_platform_all[start + after])),
+                   "_regime": _text(regime_all[start + after]), "_machine": machine_all[start]}
+            rows.append(row)
+            if scatter is None and (u_before is None or u_after is None):
+                pending.append(row)
+    if not rows:
+        return pd.DataFrame()
+    machine_scatter = {}
+    if pending:  # series too short for their own scatter: the machine's other series of the metric
+        spread = series_scatter(frame[frame["metric"].isin({r["metric"] for r in pending})])
+        machine_scatter = spread.dropna(subset=["scatter"]).groupby(["machine", "metric"])["scatter"].median()
+        machine_scatter = machine_scatter.to_dict()
+    return pd.DataFrame([_judge(row, machine_scatter, repo) for row in rows])
+
+
+def _judge(row: dict, machine_scatter: dict, repo: str | None) -> dict:
+    """Fill a step's uncertainty and verdict (see ``find_steps``)."""
+    (u_before, u_after), scatter, sources = row.pop("_u"), row.pop("_scatter"), row.pop("_sources")
+    platform, regime, machine = row.pop("_platform"), row.pop("_regime"), row.pop("_machine")
+    used = set()
+    if u_before is not None or u_after is not None:
+        used.add("intervals (" + "/".join(sorted(sources)) + ")" if sources else "intervals")
+    if (u_before is None or u_after is None) and scatter is None:
+        scatter = machine_scatter.get((machine, row["metric"]))
+        if scatter is not None:
+            used.add("machine scatter")
+    elif scatter is not None:
+        used.add("series scatter")
+    if scatter is not None:
+        u_before = SCATTER_Z * scatter * abs(row["value_before"]) if u_before is None else u_before
+        u_after = SCATTER_Z * scatter * abs(row["value_after"]) if u_after is None else u_after
+    if u_before is None and u_after is None:
+        combined, source = float("nan"), "unknown"
+    else:
+        combined = math.hypot(u_before or 0.0, u_after or 0.0)
+        source = " + ".join(sorted(used)) + ("" if u_before is not None and u_after is not None
+                                               else " (one side only)")
+    step = abs(row["value_after"] - row["value_before"])
+    row.update(uncertainty=combined, noise_source=source,
+               noise_relative=combined / abs(row["value_before"]) if row["value_before"] else float("nan"),
+               code_changed=None, why="")
+    if combined == combined and not step > combined:
+        row.update(verdict=WITHIN_NOISE,
+                   why=f"step {step:.3g} within the combined uncertainty {combined:.3g} ({source})")
+        return row
+    changes = metrics.definition_changes(row["metric"], row["definitions_before"], row["definitions_after"],
+                                         regime=regime, platform=platform)
+    files = measured_code_changed(repo, str(row["commit_before"]), str(row["commit_after"]))
+    row["code_changed"] = None if files is None else len(files)
+    if changes:
+        row.update(verdict=DEFINITION_CHANGED,
+                   why="; ".join(f"definitions {c.version} ({c.date}): {c.reason}" for c in changes))
+    elif files is not None and not files:
+        row.update(verdict=NO_CODE_CHANGE, why="no measured code changed between the two commits: noise "
+                                                "or the environment" + (f" ({row['versions_changed']})"
+                                                                        if row["versions_changed"] else ""))
+    elif files is None:
+        row.update(verdict=REGRESSION, why="which code changed is unknown (git does not know these commits)")
+    else:
+        listed = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+        row.update(verdict=REGRESSION, why=f"measured code changed: {listed}")
+    return row
+
+
+def find_regressions(frame, thresholds: dict | None = None, *, min_size: int = 1,
+                     min_absolute_step: dict | None = None, repo: str | None = None):
+    """One row per regression: a step beyond the threshold and the noise, in measured code, with no
+    definition change across it (``find_steps``' verdict ``regression``)."""
+    steps = find_steps(frame, thresholds, min_size=min_size, min_absolute_step=min_absolute_step, repo=repo)
+    if steps.empty:
+        return steps
+    return steps[steps["verdict"] == REGRESSION].reset_index(drop=True)
+
+
+def noise_floor(frame, thresholds: dict | None = None, metric: str = "seconds_per_step"):
+    """Per machine, how noisy its ``metric`` figures are and so the smallest step ``find_steps`` can
+    call a regression there.
+
+    Columns: ``machine``; ``figures`` (ok figures), ``contended`` (left out, see ``find_steps``);
+    ``with_intervals`` and ``interval_half_width`` (the median relative half-width of their
+    intervals, ``intervals``); ``series`` (series of three or more figures) and ``series_scatter``
+    (the median robust relative standard deviation of successive figures, ``series_scatter``: the
+    A/A scatter of commits that changed nothing, and of the machine's run-to-run noise);
+    ``noise_floor`` (one figure's relative uncertainty as ``find_steps`` takes it: the interval
+    half-width where figures have intervals, else ``SCATTER_Z`` x the scatter), ``measured_by``,
+    and ``smallest_detectable_step``: ``max(threshold, sqrt(2) * noise_floor)``, the smallest
+    relative step between two such figures that is beyond both.
+    """
+    import numpy as np
+    import pandas as pd
+
+    threshold = (thresholds or {}).get(metric, DEFAULT_THRESHOLD)
+    part = frame[(frame["metric"] == metric) & (frame["status"] == "ok")]
+    rows = []
+    spread = series_scatter(part)
+    for machine, mine in part.groupby("machine", sort=True):
+        contended = is_contended(mine)
+        clean = mine[~contended]
+        low, high, _ = intervals(clean)
+        value = clean["value"].to_numpy(dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            half = (high - low) / 2.0 / np.abs(value)
+        half = half[np.isfinite(half)]
+        scatter = spread[(spread["machine"] == machine)]["scatter"].dropna()
+        row = {"machine": machine, "figures": len(clean), "contended": int(contended.sum()),
+               "with_intervals": len(half),
+               "interval_half_width": float(np.median(half)) if len(half) else float("nan"),
+               "series": len(scatter),
+               "series_scatter": float(scatter.median()) if len(scatter) else float("nan")}
+        if len(half):
+            floor, by = row["interval_half_width"], "median interval half-width"
+        elif len(scatter):
+            floor, by = SCATTER_Z * row["series_scatter"], f"{SCATTER_Z:g} x series scatter"
+        else:
+            floor, by = float("nan"), "no intervals, no series of three figures"
+        row.update(noise_floor=floor, measured_by=by, threshold=threshold,
+                   smallest_detectable_step=max(threshold, math.sqrt(2.0) * floor) if floor == floor
+                   else float("nan"))
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -142,11 +474,12 @@ def _versions_changed(group, before: int, after: int) -> str:
     return "; ".join(changes)
 
 
-def find_cost_spikes(frame, thresholds: dict | None = None):
-    """Cost regressions, each with the companion metrics' change across the same two commits."""
+def find_cost_spikes(frame, thresholds: dict | None = None, *, repo: str | None = None):
+    """Cost regressions (``find_regressions``: beyond the noise, in measured code, no definition
+    change), each with the companion metrics' change across the same two commits."""
     import pandas as pd
 
-    regressions = find_regressions(frame[frame["metric"].isin(metrics.names("cost"))], thresholds)
+    regressions = find_regressions(frame[frame["metric"].isin(metrics.names("cost"))], thresholds, repo=repo)
     if regressions.empty:
         return regressions
     ok = frame[frame["status"] == "ok"]
@@ -193,12 +526,13 @@ def _price_change(same, spike):
 
 
 def load_traces(results_dir: str = "results"):
-    """Every per-step trace the suite wrote (results/<machine>/traces/<commit8>-<env>/*.csv)."""
+    """Every per-step trace the suite wrote (results/<machine>/traces/<commit8>-<env>/*.csv), with
+    ``contended`` from the run's sidecar (None where it recorded nothing)."""
     import warnings
 
     import pandas as pd
 
-    frames = []
+    frames, sidecars = [], {}
     for path in sorted(glob.glob(os.path.join(results_dir, "*", "traces", "*", "*.csv"))):
         run_dir = os.path.basename(os.path.dirname(path))
         machine = os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(path))))
@@ -212,16 +546,37 @@ def load_traces(results_dir: str = "results"):
         trace.insert(1, "commit8", commit8)
         trace.insert(2, "env_name", env)
         trace["file"] = path
+        trace["contended"] = _trace_contended(results_dir, machine, commit8, env, os.path.basename(path),
+                                              sidecars)
         frames.append(trace)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _trace_contended(results_dir, machine, commit8, env, name, cache: dict):
+    """Whether the sidecar says the case of a trace file (``impl__regime__S<n>__mode__dtype.csv``)
+    was timed under contention; None where it says nothing."""
+    parts = name.removesuffix(".csv").split("__")
+    if len(parts) != 5 or not parts[2].startswith("S") or not parts[2][1:].isdigit():
+        return None
+    impl, regime, seq, mode, dtype = parts
+    suite = {"fwd": "Forward", "fwd_bwd": "Training"}.get(mode)
+    from attnbench import sidecar
+
+    if (machine, commit8, env) not in cache:
+        cache[machine, commit8, env] = sidecar.read(results_dir, machine, commit8, env).get("cases") or {}
+    entry = cache[machine, commit8, env].get(sidecar.case_id(suite, impl, int(seq[1:]), regime, dtype))
+    return entry.get("contended") if isinstance(entry, dict) else None
+
+
 def find_trace_spikes(traces, factor: float = 2.0):
-    """Steps at least ``factor`` times their run's median step: compile stalls, mostly."""
+    """Steps at least ``factor`` times their run's median step: compile stalls, mostly. Runs of a
+    case timed under contention (``contended``, from the sidecar) are never called spikes."""
     import pandas as pd
 
     if traces.empty:
         return traces
+    if "contended" in traces:
+        traces = traces[~is_contended(traces)]
     out = []
     for _, run in traces.groupby("file"):
         median = run["seconds"].median()

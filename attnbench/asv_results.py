@@ -3,11 +3,13 @@
 One row per machine x environment x commit x benchmark x parameter combination. Columns:
 
     machine, machine_platform, platform, env_name, commit_hash, commit_position, commit_date,
-    started_at, suite (benchmark class), metric, benchmark, unit, direction,
-    <one column per parameter>, label (forced-flash / native), execution (compiled / eager /
+    commit_order, commit_order_source, started_at, suite (benchmark class), metric, benchmark, unit,
+    direction, <one column per parameter>, label (forced-flash / native), execution (compiled / eager /
     interpret), category (native / forced-flash / interpreted), device, labels_source (recorded /
-    recomputed), value, ci_low, ci_high, status (ok / skipped / failed),
-    version_<library> (from asv's requirements and the suite's sidecar),
+    recomputed), value, ci_low, ci_high (asv's 99% interval of the figure, ``stats_ci_99_a/b``),
+    q_25, q_75 (asv's quartiles of the samples, ``stats_q_25/q_75``), status (ok / skipped / failed),
+    contended, contention_reason, case_ci_low_s, case_ci_high_s, rounds (the sidecar's record of the
+    case's timing: see below), version_<library> (from asv's requirements and the suite's sidecar),
     setting_<name> (the suite and its settings from the sidecar: setting_suite,
     setting_compile_cache, setting_min_seconds, ...), file
 
@@ -20,10 +22,22 @@ get today's answer for the machine's platform (``machine_platform``, from its na
 ran in an interpreter (``execution == "interpret"``), else its label: an interpreted kernel is
 its own category.
 
-``commit_position`` orders commits by git history (``git rev-list --topo-order``), not by date;
-commits git does not know get NaN. A damaged file, one from an older suite version, or one whose
-JSON holds bare ``NaN`` (asv writes those; Python reads them) is handled: damaged files and
-stale benchmarks are skipped with a warning naming the file, the rest loads.
+How far a figure can be trusted: asv fills ``ci_low``/``ci_high`` and ``q_25``/``q_75`` for the
+metrics the suite gives it samples of (results older than that have none: NaN). From the sidecar,
+on the rows of metrics that depend on time (``metrics.timed``): ``contended`` (the machine was
+busy with something else while the case was timed; None where nothing was recorded),
+``contention_reason``, the engine's 95% interval of seconds per step (``case_ci_low_s``,
+``case_ci_high_s``) and the timing ``rounds`` pooled into it.
+
+``commit_position`` is the commit's place in git history (``git rev-list --topo-order``); commits
+git does not know get NaN. ``commit_order`` is what the analysis orders by: the git position when
+git knows every commit of the results (``commit_order_source`` "git"), else the rank of the commit
+dates asv recorded in each result file (``date``; "date"); a commit with neither gets NaN ("none")
+and cannot be placed in a series. ``ordering_note`` says which, in one sentence.
+
+A damaged file, one from an older suite version, or one whose JSON holds bare ``NaN`` (asv writes
+those; Python reads them) is handled: damaged files and stale benchmarks are skipped with a warning
+naming the file, the rest loads.
 """
 
 from __future__ import annotations
@@ -42,9 +56,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 SCHEMA = ["machine", "machine_platform", "platform", "env_name", "commit_hash", "commit_position",
-          "commit_date", "started_at", "suite", "metric", "benchmark", "unit", "direction", "implementation",
-          "label", "execution", "category", "device", "labels_source", "seq_len", "regime", "dtype", "value",
-          "ci_low", "ci_high", "status", "file"]
+          "commit_date", "commit_order", "commit_order_source", "started_at", "suite", "metric", "benchmark",
+          "unit", "direction", "implementation", "label", "execution", "category", "device", "labels_source",
+          "seq_len", "regime", "dtype", "value", "ci_low", "ci_high", "q_25", "q_75", "status", "contended",
+          "contention_reason", "case_ci_low_s", "case_ci_high_s", "rounds", "file"]
+GIT, DATE, NONE = "git", "date", "none"  # commit_order_source
 RECORDED, RECOMPUTED = "recorded", "recomputed"
 INTERPRETED = "interpreted"
 COLUMNS = ("result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
@@ -77,6 +93,12 @@ def _directions() -> dict[str, str | None]:
     from attnbench import metrics
 
     return metrics.directions()
+
+
+def _timed() -> frozenset[str]:
+    from attnbench import metrics
+
+    return frozenset(metrics.timed())
 
 
 def _labels() -> dict:
@@ -153,7 +175,7 @@ def load_results(results_dir: str = "results", repo: str = ".") -> pd.DataFrame:
         raise ResultsError(f"no asv results under {results_dir!r} (no benchmarks.json): run `make bench` "
                            "or `asv run` first")
     benchmarks = _read_json(bench_path)
-    positions, directions, labels = history_positions(repo), _directions(), _labels()
+    positions, directions, labels, timed = history_positions(repo), _directions(), _labels(), _timed()
     rows = []
     files = sorted(glob.glob(os.path.join(results_dir, "*", "*.json")))
     for path in files:
@@ -182,18 +204,66 @@ def load_results(results_dir: str = "results", repo: str = ".") -> pd.DataFrame:
             if spec is None or str(fields.get("version")) != str(spec.get("version")):
                 warnings.warn(f"{path}: {name} is from another suite version; skipped", stacklevel=2)
                 continue
-            rows.extend(_expand(base, name, spec, fields, directions, labels, cases))
+            rows.extend(_expand(base, name, spec, fields, directions, labels, cases, timed))
     if not rows:
         raise ResultsError(f"no loadable benchmark results under {results_dir!r}")
     frame = pd.DataFrame(rows)
     for column in SCHEMA:
         if column not in frame:
             frame[column] = None
+    _order_commits(frame)
+    # True / False / None (unrecorded, or a metric contention cannot move): never NaN
+    frame["contended"] = frame["contended"].map(lambda v: v if isinstance(v, bool) else None).astype(object)
     extra = sorted(c for c in frame.columns if c not in SCHEMA)
     return frame[SCHEMA + extra]
 
 
-def _expand(base, name, spec, fields, directions, labels, cases=({}, {})):
+def _order_commits(frame) -> None:
+    """Fill ``commit_order`` and ``commit_order_source`` (in place): git order when git knows every
+    commit, else the commit dates asv recorded, ties broken by git position and hash."""
+    import pandas as pd
+
+    commits = (frame.groupby("commit_hash", sort=False)
+               .agg(position=("commit_position", "first"), date=("commit_date", "first")))
+    if len(commits) and commits["position"].notna().all():
+        order, source = commits["position"].astype(float), GIT
+    else:
+        dated = commits[commits["date"].notna()].reset_index()
+        dated = dated.sort_values(["date", "position", "commit_hash"], na_position="last")
+        order = pd.Series(range(len(dated)), index=dated["commit_hash"], dtype=float)
+        order = order.reindex(commits.index)
+        source = DATE
+    frame["commit_order"] = frame["commit_hash"].map(order)
+    frame["commit_order_source"] = frame["commit_order"].notna().map({True: source, False: NONE})
+
+
+def ordering_note(frame) -> tuple[str, str | None]:
+    """(``git``/``date``/``none``, a sentence or None): how the commits of ``frame`` are ordered.
+
+    None when git ordered them all. With ``date`` the sentence says which commits git did not know;
+    with ``none`` (some commit has neither a git position nor a recorded date) it is a warning: those
+    commits' figures cannot be placed in a series, so no regression can be found there."""
+    if "commit_order_source" not in frame or frame.empty:
+        return GIT, None
+    commits = frame.drop_duplicates("commit_hash")
+    total = len(commits)
+    unknown_git = int(commits["commit_position"].isna().sum())
+    unordered = commits[commits["commit_order"].isna()]
+    if len(unordered):
+        names = ", ".join(sorted(str(c)[:8] for c in unordered["commit_hash"])[:10])
+        return NONE, (f"WARNING: {len(unordered)} of {total} commit(s) cannot be ordered: git does not know "
+                      f"them (results outside a git checkout, or --repo not the repository that made them) "
+                      f"and their result files record no commit date ({names}). Their figures are left "
+                      "out of regression and cost-spike detection.")
+    if unknown_git:
+        return DATE, (f"{unknown_git} of {total} commit(s) are unknown to git here (results outside the "
+                      "git checkout that made them, or --repo not set to it): commits are ordered by the "
+                      "commit dates asv recorded in each result file, and which code changed between "
+                      "two commits cannot be checked.")
+    return GIT, None
+
+
+def _expand(base, name, spec, fields, directions, labels, cases=({}, {}), timed=frozenset()):
     from attnbench import sidecar
 
     suite, _, bench = name.rpartition(".")
@@ -208,6 +278,11 @@ def _expand(base, name, spec, fields, directions, labels, cases=({}, {})):
     values = values if params else [values]
     ci_a = fields.get("stats_ci_99_a") or [None] * len(combos)
     ci_b = fields.get("stats_ci_99_b") or [None] * len(combos)
+    q_25 = fields.get("stats_q_25") or [None] * len(combos)
+    q_75 = fields.get("stats_q_75") or [None] * len(combos)
+    if not params:  # a benchmark without parameters holds scalars, as ``result`` does
+        ci_a, ci_b, q_25, q_75 = ([x] if not isinstance(x, list) else x for x in (ci_a, ci_b, q_25, q_75))
+    is_timed = metric in timed
     started = fields.get("started_at")
     param_names = spec.get("param_names", [])
     common = {**base, "suite": suite, "metric": metric, "benchmark": name,
@@ -220,6 +295,7 @@ def _expand(base, name, spec, fields, directions, labels, cases=({}, {})):
         status = "failed" if value is None else "skipped" if value != value else "ok"
         row = {**common, "value": value,
                "ci_low": ci_a[i] if i < len(ci_a) else None, "ci_high": ci_b[i] if i < len(ci_b) else None,
+               "q_25": q_25[i] if i < len(q_25) else None, "q_75": q_75[i] if i < len(q_75) else None,
                "status": status, "started_at": started}
         for pname, pvalue in zip(param_names, combo, strict=False):
             row[pname] = pvalue
@@ -240,6 +316,10 @@ def _expand(base, name, spec, fields, directions, labels, cases=({}, {})):
         if entry is not None:
             row.update(label=entry.get("label"), execution=entry.get("execution"),
                        platform=entry.get("platform"), device=entry.get("device"), labels_source=RECORDED)
+            if is_timed:  # how far the case's timing can be trusted (sidecars from this change on)
+                row.update(contended=entry.get("contended"), contention_reason=entry.get("contention_reason"),
+                           case_ci_low_s=entry.get("ci_low_s"), case_ci_high_s=entry.get("ci_high_s"),
+                           rounds=entry.get("rounds"))
         else:
             label, execution = labels.get((impl, machine_platform), (None, None))
             row.update(label=label, execution=execution, platform=machine_platform, labels_source=RECOMPUTED)

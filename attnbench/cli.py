@@ -119,11 +119,25 @@ def cmd_run(args) -> int:
               "threads": threads}
     meta = sweep.run_metadata()
     path = os.path.join(out_dir, f"records.{args.format}")
+    # --resume (attnbench/resume.py): measure only the cases missing from the records an interrupted
+    # sweep left there; the rows already there are written back unchanged, first.
+    from attnbench import resume
+
+    if args.resume and not args.out:
+        raise ValueError("--resume needs --out DIR: the folder of the sweep to finish")
+    resume.check_args(out_dir, args, resuming=args.resume)
+    kept = []
+    if args.resume:
+        kept, cases = resume.plan(path, cases)
+        print(f"resume: {len(kept)} cases already in {path}; measuring the {len(cases)} missing",
+              file=sys.stderr)
     # Rewritten (atomically) after every case: an interrupted sweep keeps what it measured.
-    rows = sweep.run_sweep(cases, options_for, progress=not args.quiet,
-                           on_record=lambda done: sweep.write_table(done, path, meta), **kwargs)
+    rows = sweep.run_sweep(cases, options_for, progress=not args.quiet, rounds=args.rounds,
+                           on_record=lambda done: resume.write_resumed(kept, done, path, meta), **kwargs)
     print(_render([{c: _fmt(r.get(c)) for c in RUN_COLUMNS} for r in rows], RUN_COLUMNS, args))
-    if args.max_seq:
+    if args.max_seq and args.resume and os.path.exists(os.path.join(out_dir, f"max_seq.{args.format}")):
+        print("resume: max_seq table already there; not walking the lengths again", file=sys.stderr)
+    elif args.max_seq:
         feasible = sweep.max_feasible_lengths(impls, template, args.max_seq, options_for("static"), **kwargs)
         sweep.write_table(feasible, os.path.join(out_dir, f"max_seq.{args.format}"), meta)
         print(_render([{k: _fmt(v) for k, v in r.items()} for r in feasible],
@@ -148,6 +162,11 @@ def cmd_summary(args) -> int:
     from attnbench.report.select import best_native_vs_forced
 
     frame = load_results(args.results)
+    from attnbench.asv_results import ordering_note
+
+    note = ordering_note(frame)[1]
+    if note:  # which commit is "newest" comes from git, else the commit dates asv recorded
+        print(f"attnbench summary: {note}", file=sys.stderr)
     table = best_native_vs_forced(frame)
     if table.empty:
         print("no Forward/static results to summarise")
@@ -188,8 +207,21 @@ def cmd_report(args) -> int:
     report = write_report(args.results, args.out, repo=args.repo, thresholds=thresholds)
     regressions, spikes = report.regressions, report.cost_spikes
     shown = 20  # the rest are in the report and its regressions.csv / cost_spikes.csv
+    if report.ordering:  # commits git does not know: ordered by date, or (WARNING) not at all
+        print(f"attnbench report: {report.ordering}", file=sys.stderr)
+    from attnbench.report.render import noise_sentences
+
+    if report.noise is not None and not report.noise.empty:
+        for sentence in noise_sentences(report.noise):
+            print(f"noise floor: {sentence}")
+    steps = report.steps if report.steps is not None else regressions.iloc[0:0]
+    if not steps.empty and (steps["verdict"] != "regression").any():
+        print("steps not called regressions: " + ", ".join(
+            f"{verdict} {n}" for verdict, n in steps[steps["verdict"] != "regression"]["verdict"]
+            .value_counts().items()) + " (steps.csv)")
     if regressions.empty:
-        print("no regressions detected")
+        print("no regressions detected" + (" (the commits could not be ordered: see the warning)"
+                                           if (report.ordering or "").startswith("WARNING") else ""))
     else:
         by_metric = regressions["metric"].value_counts()
         print(f"{len(regressions)} regression(s) (" + ", ".join(f"{m} {n}" for m, n in by_metric.items())
@@ -285,6 +317,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("selfcheck-report", help="benchmark the results loader and analysis on 100k rows")
     p.set_defaults(func=lambda args: __import__("attnbench.selfcheck_report").selfcheck_report.main())
 
+    # Its own options (attnbench/noisecheck.py): main() hands it the rest of the command line.
+    sub.add_parser("noisecheck", add_help=False,
+                   help="benchmark: can this machine tell a real regression from noise (A/A, 15%% "
+                        "slowdown, contention), in a throw-away clone")
+
     p = sub.add_parser("selfcheck", help="benchmark the engine: speed and agreement with bare loops")
     p.set_defaults(func=lambda args: __import__("attnbench.selfcheck").selfcheck.main())
 
@@ -304,6 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="fwd", choices=["fwd", "fwd_bwd"])
     p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--min-seconds", type=float, default=0.3, help="steady-state timing budget per case")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="timing rounds of every static case, spread over the run and pooled (default 1)")
     p.add_argument("--timer", choices=("wall", "cuda-events"), default="wall",
                    help="static timing: wall clock around blocking calls (every backend), or CUDA events "
                         "around each call with L2 flushed first (torch on a CUDA GPU, as do_bench)")
@@ -321,16 +360,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-numerics", action="store_true", help="skip the float64 reference check")
     p.add_argument("--no-isolate", action="store_true", help="measure in this process (no timeout/cap)")
     p.add_argument("--out", help="output folder (default results/runs/<UTC stamp>-<host>)")
+    p.add_argument("--resume", action="store_true",
+                   help="finish the sweep in --out: measure only the cases missing from its records, "
+                        "keeping the rows there unchanged (attnbench/resume.py)")
     p.add_argument("--format", choices=["csv", "parquet"], default="csv")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--markdown", action="store_true")
     p.set_defaults(func=cmd_run)
+
+    from attnbench.compiled_for.cli import add_parser as add_compile_for
+
+    add_compile_for(sub)  # compile-for: the compiled-for tier (attnbench/compiled_for/)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     # Before torch loads: kineto prints a start/stop line per profiler session otherwise.
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["noisecheck"]:
+        from attnbench import noisecheck
+
+        return noisecheck.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

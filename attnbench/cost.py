@@ -11,6 +11,12 @@ User overrides (``price_per_hour``, ``spot_price_per_hour``) are USD per hour fo
 charged device, used as given (not multiplied by chips or cores). Each override replaces only its
 own price; the other one still comes from the hardware profile (named with ``hardware_profile``
 or matched). Hardware with no known price gets ``None`` costs and a ``cost_note``: never a made-up price.
+
+On a fleet run (``ATTNBENCH_CATALOG_PRICE``, ``attnbench/fleet/prices.py``) the accelerator's prices
+come from SkyPilot's catalog for the cloud, region and machine the job runs on (per chip: the
+machine's price over its chips), before the profile; a catalog price that fails a guard (a
+placeholder, a blank spot cell, spot above on-demand) is taken from the profile instead, and the
+``cost_note`` says which and why.
 """
 
 from __future__ import annotations
@@ -76,14 +82,24 @@ def pricing_for(device: Device, hardware_profile: str | None = None, price_per_h
     profile = (get_hardware_profile(hardware_profile, hardware_profiles) if hardware_profile
                else match_hardware_profile(device, hardware_profiles))
 
+    # A fleet run hands over SkyPilot's catalog price of the machine it landed on (ATTNBENCH_CATALOG_PRICE,
+    # attnbench/fleet/prices.py): it comes before the profile, after the user's overrides.
+    from attnbench.fleet.prices import catalog_prices_for
+
+    catalog = catalog_prices_for(device, chips=chips) or {}
     units = unit = None
     if profile is not None:
         unit = profile.price_unit
         units = float(cores if unit == "vcpu-hour" else chips)
+    elif catalog:
+        unit, units = "chip-hour", float(chips)
 
     def price(override: float | None, entry, label: str) -> tuple[float | None, str]:
         if override is not None:
             return override, f"{label}: user override {override:g} USD/h for the whole device"
+        key = "on_demand" if label == "on-demand" else "spot"
+        if catalog.get(key) is not None:
+            return catalog[key], catalog[f"{key}_source"]
         if entry is not None:
             return entry.value * units, (f"{label}: profile {profile.name} {entry.value:g} USD/{unit} x "
                                          f"{units:g} ({entry.source}, {entry.date.isoformat()})")
@@ -100,6 +116,8 @@ def pricing_for(device: Device, hardware_profile: str | None = None, price_per_h
     elif spot is None:
         where = f" in profile {profile.name}" if profile is not None and price_per_hour is None else ""
         note = f"no spot price for {device.name}{where}; pass --spot-price-per-hour"
+    if catalog.get("notes"):  # the catalog's quirks (placeholder, blank spot, spot above on-demand)
+        note = "; ".join([*catalog["notes"], *([note] if note else [])])
     return Pricing(device_name=device.name, on_demand_usd_per_hour=on_demand, spot_usd_per_hour=spot,
                    units=units, unit=unit, hardware_profile=profile.name if profile else None,
                    source=f"{src_od}; {src_spot}", note=note)

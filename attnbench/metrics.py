@@ -15,6 +15,11 @@ way is better, its lower-is-better twin, and its group. Everything else derives 
 
 Adding a metric is one row here (and the engine filling its record column). Renaming a row, or
 changing its unit, renames or re-units an asv benchmark: asv then starts a new history for it.
+
+Two more things the analysis reads here: ``timed`` (whether a figure depends on how long something
+took, so that a contended measurement makes it unreliable) and ``DEFINITION_CHANGES``, the dated
+table of changes to what a metric means, numbered by ``DEFINITIONS`` (written into every sidecar's
+settings), so that a step across such a change is shown as "definition changed".
 """
 
 from __future__ import annotations
@@ -59,6 +64,9 @@ class Metric:
     # How the metric follows the timed step: +1 proportional to its seconds, -1 inversely, 0 not
     # at all. A metric that follows it is given to asv with the step's samples, scaled.
     time_exponent: int = 0
+    # Whether the figure depends on how long something took, so that other load on the machine can
+    # move it: a contended measurement (``records`` ``contended``) makes such a figure unreliable.
+    timed: bool = True
 
     def value(self, record: dict) -> float:
         """The metric of one engine record (NaN where the record has no value for it)."""
@@ -130,28 +138,110 @@ METRICS: list[Metric] = [
     Metric("compile_seconds", "compile_seconds_total", "seconds", L, "compile", record_unit="s",
            companion=True),
     Metric("first_call_compile_seconds", "first_call_compile_s", "seconds", L, "compile", record_unit="s"),
-    Metric("compiles", "compiles", "count", L, "compile", companion=True),
-    Metric("padding_waste", "padding_waste", "fraction", L, "shapes", companion=True),
+    Metric("compiles", "compiles", "count", L, "compile", companion=True, timed=False),
+    Metric("padding_waste", "padding_waste", "fraction", L, "shapes", companion=True, timed=False),
     Metric("useful_tokens_per_s", "useful_tokens_per_s", "tokens/s", H, "shapes",
            twin="seconds_per_million_useful_tokens"),
     Metric("seconds_per_million_useful_tokens", "useful_tokens_per_s", "seconds", L, "shapes",
            derive=_seconds_per_million_useful_tokens),
-    Metric("device_peak_bytes", "device_peak_bytes", "bytes", L, "memory", companion=True),
-    Metric("compiler_temp_bytes", "compiler_temp_bytes", "bytes", L, "memory", companion=True),
-    Metric("compiler_peak_bytes", "compiler_peak_bytes", "bytes", L, "memory", companion=True),
-    Metric("host_profiler_peak_bytes", "host_profiler_peak_bytes", "bytes", L, "memory", companion=True),
-    Metric("host_rss_growth_bytes", "host_rss_growth_bytes", "bytes", L, "memory", companion=True),
+    Metric("device_peak_bytes", "device_peak_bytes", "bytes", L, "memory", companion=True, timed=False),
+    Metric("compiler_temp_bytes", "compiler_temp_bytes", "bytes", L, "memory", companion=True,
+           timed=False),
+    Metric("compiler_peak_bytes", "compiler_peak_bytes", "bytes", L, "memory", companion=True,
+           timed=False),
+    Metric("host_profiler_peak_bytes", "host_profiler_peak_bytes", "bytes", L, "memory", companion=True,
+           timed=False),
+    Metric("host_rss_growth_bytes", "host_rss_growth_bytes", "bytes", L, "memory", companion=True,
+           timed=False),
     Metric("usd_per_step", "usd_per_step_on_demand", "USD", L, "cost", time_exponent=1),
     Metric("usd_per_step_with_compiles", "usd_per_step_with_compiles_on_demand", "USD", L, "cost"),
     Metric("usd_per_million_tokens", "usd_per_million_tokens_on_demand", "USD", L, "cost", time_exponent=1),
     # The figure to compare across shape regimes: padding and compile stalls both cost here.
     Metric("usd_per_million_useful_tokens_with_compiles",
            "usd_per_million_useful_tokens_with_compiles_on_demand", "USD", L, "cost"),
-    Metric("max_abs_error", "max_abs_err", "abs error", L, "numerics", record_unit=""),
+    Metric("max_abs_error", "max_abs_err", "abs error", L, "numerics", record_unit="", timed=False),
     # 0 ok, then rising trouble (records.STATUS_CODES): lower is better, and a rise is a regression.
-    Metric("status", "status", "code", L, "status", derive=_status_code),
+    Metric("status", "status", "code", L, "status", derive=_status_code, timed=False),
 ]
 del L, H
+
+
+# -- definition changes ----------------------------------------------------------------------------
+# What a figure means can change while its name, unit and asv history stay (``METRIC_VERSION`` would
+# drop the history). Such a change is dated here, one row each, and numbered: the suite writes
+# ``DEFINITIONS`` into every sidecar's settings (``definitions``, read back as the tidy table's
+# ``setting_definitions``), which stands in for the first commit a change applies to (a commit
+# cannot name its own hash); results whose sidecar has no ``definitions`` are version "1". A step
+# across commits whose versions differ, in a metric a change between them covers, is shown as
+# "definition changed", never as a regression.
+DEFINITIONS = "2"
+UNRECORDED_DEFINITIONS = "1"  # results written before the sidecar recorded a definitions version
+
+
+@dataclass(frozen=True)
+class DefinitionChange:
+    """One change of what some metrics mean, from definitions version ``version`` on."""
+
+    version: str  # the first definitions version (sidecar setting ``definitions``) it applies to
+    date: str  # ISO date of the release that made it
+    metrics: tuple[str, ...]
+    reason: str
+    regimes: tuple[str, ...] | None = None  # only these shape regimes (None: every regime)
+    platforms: tuple[str, ...] | None = None  # only figures measured on these platforms (None: any)
+
+    def covers(self, metric: str, regime: str | None = None, platform: str | None = None) -> bool:
+        return (metric in self.metrics
+                and (self.regimes is None or (regime or "static") in self.regimes)
+                and (self.platforms is None or platform in self.platforms))
+
+
+_THROUGHPUT = ("tokens_per_s", "seconds_per_million_tokens", "tflops", "seconds_per_pflop", "mfu",
+               "mfu_shortfall", "usd_per_million_tokens")
+DEFINITION_CHANGES: list[DefinitionChange] = [
+    DefinitionChange("2", "2026-11-30", _THROUGHPUT,
+                     "dynamic and bucketed regimes: throughput, MFU and cost per token count the tokens "
+                     "their steps ran (was the maximum length's tokens over the median step)",
+                     regimes=("dynamic", "bucketed")),
+    DefinitionChange("2", "2026-11-30",
+                     ("first_call_seconds", "first_call_compile_seconds", "compile_seconds"),
+                     "cold compiles of a fresh runner: the regime's stream runs first, in a process "
+                     "that has run none of its shapes"),
+    DefinitionChange("2", "2026-11-30", ("host_profiler_peak_bytes",),
+                     "the peak of live allocations from the profiler's allocation records (was a sum "
+                     "over nested op events, ~3x too high)"),
+    DefinitionChange("2", "2026-11-30", ("device_peak_bytes", "compiler_temp_bytes", "compiler_peak_bytes",
+                                         "host_profiler_peak_bytes", "host_rss_growth_bytes"),
+                     "memory of a warm steady step in every regime (outside static it was not)",
+                     regimes=("dynamic", "bucketed")),
+    DefinitionChange("2", "2026-11-30", ("mfu", "mfu_shortfall"),
+                     "MFU on a CPU divides by one torch GEMM peak per run, whatever the framework (was a "
+                     "per-framework probe)", platforms=("cpu",)),
+]
+
+
+def _definitions_key(version) -> tuple:
+    text = str(version)
+    return tuple(int(p) if p.isdigit() else p for p in text.split("."))
+
+
+def definitions_version(value) -> str:
+    """A row's definitions version: the sidecar's setting, ``UNRECORDED_DEFINITIONS`` where none."""
+    if value is None or value != value or value == "":
+        return UNRECORDED_DEFINITIONS
+    return str(value)
+
+
+def definition_changes(metric: str, before, after, *, regime: str | None = None,
+                       platform: str | None = None, table: list[DefinitionChange] | None = None
+                       ) -> list[DefinitionChange]:
+    """The changes covering ``metric`` (in ``regime``, on ``platform``) between the definitions
+    versions ``before`` and ``after`` (either order; unrecorded = ``UNRECORDED_DEFINITIONS``)."""
+    low, high = sorted((definitions_version(before), definitions_version(after)), key=_definitions_key)
+    if low == high:
+        return []
+    return [c for c in (DEFINITION_CHANGES if table is None else table)
+            if _definitions_key(low) < _definitions_key(c.version) <= _definitions_key(high)
+            and c.covers(metric, regime, platform)]
 
 
 # -- views of the table (each reads METRICS when called) -----------------------------------------
@@ -175,6 +265,11 @@ def names(group: str | None = None) -> tuple[str, ...]:
 
 def directions() -> dict[str, str | None]:
     return {m.name: m.direction for m in METRICS}
+
+
+def timed() -> tuple[str, ...]:
+    """The metrics that depend on how long something took (contention can move them)."""
+    return tuple(m.name for m in METRICS if m.timed)
 
 
 def companions() -> tuple[str, ...]:
@@ -220,6 +315,15 @@ def check(table: list[Metric] | None = None) -> None:
         elif metric.twin is not None:
             raise ValueError(f"metric {metric.name!r}: only a higher-is-better metric has a twin")
     column_units(table)
+    if table is METRICS:
+        for change in DEFINITION_CHANGES:
+            unknown = [m for m in change.metrics if m not in rows]
+            if unknown:
+                raise ValueError(f"definition change {change.version} ({change.date}) names unknown "
+                                 f"metrics {unknown}")
+            if _definitions_key(change.version) > _definitions_key(DEFINITIONS):
+                raise ValueError(f"definition change {change.version} is newer than DEFINITIONS "
+                                 f"{DEFINITIONS!r}: bump DEFINITIONS")
 
 
 check()

@@ -60,8 +60,10 @@ class Spike:
     version: str = "0.10.3"  # the library's version from ``commit`` on (versions sidecar)
 
 
-def make_git_repo(path: str, n: int) -> list[str]:
-    """A repository with ``n`` empty commits; their hashes, oldest first."""
+def make_git_repo(path: str, n: int, touch: str | None = "attention_impls/synthetic_kernel.py") -> list[str]:
+    """A repository with ``n`` commits; their hashes, oldest first. Each commit rewrites ``touch`` (a
+    path under the measured code, so that the analysis sees the code change at every commit:
+    ``analysis.measured_code_changed``); ``touch=None`` makes empty commits."""
     os.makedirs(path, exist_ok=True)
     env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",
            "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.invalid"}
@@ -72,6 +74,12 @@ def make_git_repo(path: str, n: int) -> list[str]:
 
     git("init", "-q", "-b", "main")
     for i in range(n):
+        if touch:
+            file = os.path.join(path, touch)
+            os.makedirs(os.path.dirname(file), exist_ok=True)
+            with open(file, "w", encoding="utf-8") as f:
+                f.write(f"STEP = {i}\n")
+            git("add", touch)
         git("commit", "-q", "--allow-empty", "--no-gpg-sign", "-m", f"commit {i}")
     return git("rev-list", "--reverse", "HEAD").split()
 

@@ -11,7 +11,11 @@ one sidecar, ``results/<machine>/sidecars/<commit8>-<env>.sidecar`` (JSON):
   changes what a number means;
 * ``cases``: per case (``case_id``), what the engine recorded when it measured it: ``label``
   (forced-flash/native), ``execution`` (compiled/eager/interpret), ``platform`` (cpu/gpu/tpu, the
-  platform the framework really ran on), ``device``, ``status`` and ``reason``.
+  platform the framework really ran on), ``device``, ``status`` and ``reason``; and how far its
+  timing can be trusted: ``contended`` (the rest of the machine was busy while it was timed, see
+  ``attnbench/contention.py``) with ``contention_reason``, the 95% interval of seconds per step
+  (``ci_low_s``, ``ci_high_s``) and the timing ``rounds`` pooled into it. Sidecars written before
+  these fields have none of them; the loader reads them as unknown.
 
 The loader (``asv_results.load_results``) joins these to the tidy rows, so reports show what was
 measured, never what today's code would say about it.
@@ -32,7 +36,9 @@ import os
 FOLDER = "sidecars"
 SUFFIX = ".sidecar"
 LEGACY_FOLDER = "versions"  # up to this change: results/<machine>/versions/<commit8>-<env>.json
-CASE_FIELDS = ("label", "execution", "platform", "device", "status", "reason")
+CASE_FIELDS = ("label", "execution", "platform", "device", "status", "reason", "contended",
+               "contention_reason", "ci_low_s", "ci_high_s", "rounds")
+TEXT_FIELDS = ("reason", "contention_reason")  # cut to MAX_REASON characters
 MAX_REASON = 500
 
 
@@ -83,8 +89,18 @@ def read(results_dir: str, machine: str, commit: str, env: str) -> dict:
 def case_entry(record: dict) -> dict:
     """What a sidecar keeps of one engine record."""
     entry = {k: record.get(k) for k in CASE_FIELDS}
-    if isinstance(entry["reason"], str) and len(entry["reason"]) > MAX_REASON:
-        entry["reason"] = entry["reason"][:MAX_REASON] + "..."
+    for key in TEXT_FIELDS:
+        if isinstance(entry[key], str) and len(entry[key]) > MAX_REASON:
+            entry[key] = entry[key][:MAX_REASON] + "..."
+    for key in ("ci_low_s", "ci_high_s"):  # JSON has no NaN; a missing interval is null
+        value = entry[key]
+        entry[key] = float(value) if isinstance(value, (int, float)) and value == value else None
+    contended = entry["contended"]
+    if isinstance(contended, str):
+        contended = {"true": True, "false": False}.get(contended.strip().lower())
+    entry["contended"] = None if contended is None or contended != contended else bool(contended)
+    rounds = entry["rounds"]
+    entry["rounds"] = int(rounds) if isinstance(rounds, (int, float)) and rounds == rounds else None
     return entry
 
 

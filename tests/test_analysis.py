@@ -1,15 +1,37 @@
-"""Regression and cost-spike detection on synthetic tidy frames (fixtures live here, not in results/)."""
+"""Regression and cost-spike detection on synthetic tidy frames (fixtures live here, not in results/).
+
+Telling a real regression from noise: series with a known step and known noise or known intervals,
+contended figures, a tiny git repository whose commits change measured code or only the README,
+and metric definition changes. Every expected value (uncertainties, verdicts) is worked out here by
+hand from the data, not by calling the code under test.
+"""
 
 from __future__ import annotations
 
+import math
+import subprocess
+
+import numpy as np
 import pandas as pd
 import pytest
 
-from attnbench.analysis import find_cost_spikes, find_regressions, find_trace_spikes
+from attnbench import metrics
+from attnbench.analysis import (
+    DEFINITION_CHANGED,
+    NO_CODE_CHANGE,
+    REGRESSION,
+    WITHIN_NOISE,
+    find_cost_spikes,
+    find_regressions,
+    find_steps,
+    find_trace_spikes,
+    noise_floor,
+)
 
 pytest.importorskip("asv")
 
-COMMITS = [f"{i:040x}" for i in range(1, 7)]
+COMMITS = [f"{i:040x}" for i in range(1, 13)]
+Z99 = 2.576  # two-sided 99% of a normal distribution
 
 
 def synthetic(series: dict[str, list[float]], directions=None, versions=None) -> pd.DataFrame:
@@ -94,3 +116,248 @@ def test_trace_spikes_name_the_compile_steps():
     assert list(spikes["step"]) == [0, 2]
     assert set(spikes["cause"]) == {"compiled a new shape"}
     assert (spikes["times_median"] > 50).all()
+
+
+# -- a step beyond the noise -----------------------------------------------------------------------
+# ±2% noise around 1.00, then a 15% step at commit 5 (known, deterministic "noise").
+NOISE_2PC = [0.02, -0.02, 0.01, -0.015, 0.0, 0.02, -0.02, 0.015, -0.01, 0.0]
+STEP_AT = 5
+
+
+def noisy_step(noise=NOISE_2PC, step=0.15, level=1.0):
+    return [level * (1 + step * (i >= STEP_AT)) * (1 + e) for i, e in enumerate(noise)]
+
+
+def hand_scatter_uncertainty(values, at):
+    """What the analysis must take as the step's combined uncertainty without intervals, by hand:
+    relative residuals of each side around its median, sigma = 1.4826 * MAD, each level's
+    uncertainty 2.576 sigma x level, combined in quadrature."""
+    before, after = np.array(values[:at]), np.array(values[at:])
+    residuals = np.concatenate([before / np.median(before) - 1, after / np.median(after) - 1])
+    sigma = 1.4826 * np.median(np.abs(residuals))
+    return math.hypot(Z99 * sigma * np.median(before), Z99 * sigma * np.median(after))
+
+
+def test_a_15_percent_step_with_2_percent_noise_is_a_regression():
+    values = noisy_step()
+    frame = synthetic({"seconds_per_step": values})
+    [step] = find_steps(frame).to_dict("records")
+    assert (step["commit_before"], step["commit_after"]) == (COMMITS[STEP_AT - 1], COMMITS[STEP_AT])
+    assert step["verdict"] == REGRESSION
+    assert step["noise_source"] == "series scatter"
+    expected = hand_scatter_uncertainty(values, STEP_AT)
+    assert step["uncertainty"] == pytest.approx(expected, rel=1e-9)
+    assert expected < 0.15  # ~0.087: the 15% step is beyond it
+    assert step["relative_change"] == pytest.approx(0.15, abs=0.03)
+    assert len(find_regressions(frame)) == 1
+
+
+def test_a_15_percent_step_in_20_percent_noise_is_not():
+    values = noisy_step(noise=[10 * e for e in NOISE_2PC])  # ±20%
+    frame = synthetic({"seconds_per_step": values})
+    assert find_regressions(frame).empty
+    steps = find_steps(frame)
+    assert steps.empty or set(steps["verdict"]) == {WITHIN_NOISE}
+
+
+@pytest.mark.parametrize("half_width,found", [(0.20, False), (0.02, True)])
+@pytest.mark.parametrize("columns", [("ci_low", "ci_high"), ("q_25", "q_75")])
+def test_a_15_percent_step_against_the_figures_intervals(half_width, found, columns):
+    """No scatter at all (exact levels): only the intervals asv recorded say how uncertain each
+    figure is. ±20% intervals: combined sqrt(0.20^2 + (0.20 * 1.15)^2) = 0.305 > 0.15, not found;
+    ±2%: 0.0305 < 0.15, found."""
+    values = [1.0] * STEP_AT + [1.15] * 5
+    frame = synthetic({"seconds_per_step": values})
+    frame[columns[0]] = frame["value"] * (1 - half_width)
+    frame[columns[1]] = frame["value"] * (1 + half_width)
+    [step] = find_steps(frame).to_dict("records")
+    expected = math.hypot(half_width * 1.0, half_width * 1.15)
+    assert step["uncertainty"] == pytest.approx(expected)
+    assert step["noise_source"].startswith("intervals")
+    assert step["verdict"] == (REGRESSION if found else WITHIN_NOISE)
+    assert len(find_regressions(frame)) == (1 if found else 0)
+
+
+def test_the_interval_facing_the_other_level_is_the_one_that_counts():
+    """Asymmetric intervals: before [0.99, 1.30], after [1.00, 1.16] for a rise 1.00 -> 1.15: the
+    before level's upper half-width (0.30) and the after level's lower one (0.15) face each other:
+    sqrt(0.30^2 + 0.15^2) = 0.335 > 0.15, within the noise. Mirrored, 0.01 and 0.01: a regression."""
+    values = [1.0] * STEP_AT + [1.15] * 5
+    frame = synthetic({"seconds_per_step": values})
+    frame["ci_low"] = [0.99] * STEP_AT + [1.00] * 5
+    frame["ci_high"] = [1.30] * STEP_AT + [1.16] * 5
+    [step] = find_steps(frame).to_dict("records")
+    assert step["uncertainty"] == pytest.approx(math.hypot(0.30, 0.15))
+    assert step["verdict"] == WITHIN_NOISE
+    frame["ci_low"] = [0.70] * STEP_AT + [1.14] * 5
+    frame["ci_high"] = [1.01] * STEP_AT + [1.45] * 5
+    [step] = find_steps(frame).to_dict("records")
+    assert step["uncertainty"] == pytest.approx(math.hypot(0.01, 0.01))
+    assert step["verdict"] == REGRESSION
+
+
+def test_a_higher_is_better_drop_is_judged_in_its_own_units():
+    """tokens/s 1000 -> 800 (a 25% slowdown) with ±5% intervals: sqrt(50^2 + 40^2) = 64 < 200."""
+    values = [1000.0] * STEP_AT + [800.0] * 5
+    frame = synthetic({"tokens_per_s": values}, directions={"tokens_per_s": "higher"})
+    frame["ci_low"], frame["ci_high"] = frame["value"] * 0.95, frame["value"] * 1.05
+    [step] = find_steps(frame).to_dict("records")
+    assert step["uncertainty"] == pytest.approx(math.hypot(50.0, 40.0))
+    assert step["verdict"] == REGRESSION and step["relative_change"] == pytest.approx(-0.2)
+
+
+def test_a_contended_figure_is_never_a_regression():
+    values = [1.0, 1.0, 1.0, 1.0, 1.0, 1.6]
+    frame = synthetic({"seconds_per_step": values})
+    assert len(find_regressions(frame)) == 1  # the control: uncontended, it is one
+    frame["contended"] = [None, False, False, False, False, True]
+    assert find_regressions(frame).empty and find_steps(frame).empty
+    frame = synthetic({"seconds_per_step": [1.0, 1.0, 1.0, 1.6, 1.6, 1.0]})
+    frame["contended"] = [False, False, False, True, True, False]  # a contended burst mid-series
+    assert find_regressions(frame).empty
+
+
+def test_a_contended_figure_is_never_a_winner():
+    from attnbench.report import best_native_vs_forced
+
+    rows = []
+    for impl, label, seconds, contended in (("fast-but-busy", "native", 0.001, True),
+                                            ("steady", "native", 0.002, False),
+                                            ("forced", "forced-flash", 0.003, False)):
+        rows.append({"machine": "cpu-2core", "env_name": "env", "commit_hash": COMMITS[0],
+                     "commit_position": 0, "commit_order": 0.0, "suite": "Forward", "regime": "static",
+                     "execution": "compiled", "seq_len": 256, "dtype": "float32", "implementation": impl,
+                     "label": label, "metric": "seconds_per_step", "value": seconds, "status": "ok",
+                     "contended": contended})
+    [best] = best_native_vs_forced(pd.DataFrame(rows)).to_dict("records")
+    assert best["best_native"] == "steady" and best["native_ms_per_step"] == pytest.approx(2.0)
+    assert best["contended (excluded)"] == "fast-but-busy"
+
+
+def test_contended_runs_have_no_trace_spikes():
+    trace = pd.DataFrame({"file": "t.csv", "step": range(4), "length": [300] * 4, "padded_length": [300] * 4,
+                          "compiled": [False] * 4, "seconds": [0.9, 0.01, 0.011, 0.01], "contended": True})
+    assert find_trace_spikes(trace).empty
+    assert len(find_trace_spikes(trace.assign(contended=None))) == 1
+
+
+# -- which code changed between the two commits -------------------------------------------------------
+def _git_repo(path):
+    """Commits: 0 adds a kernel and the README; 1 changes the kernel; 2 only the README; 3 only the
+    report code; 4 the engine. Hashes, oldest first."""
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.invalid", "PATH": "/usr/bin:/bin"}
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=path, env=env, check=True, capture_output=True,
+                              text=True).stdout
+
+    def write(name, text):
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+        git("add", name)
+
+    git("init", "-q", "-b", "main")
+    changes = [{"attention_impls/k.py": "A = 0\n", "README.md": "# r\n"}, {"attention_impls/k.py": "A = 1\n"},
+               {"README.md": "# r, reworded\n"}, {"attnbench/report/render.py": "# report\n"},
+               {"attnbench/engine.py": "# engine\n"}]
+    for i, files in enumerate(changes):
+        for name, text in files.items():
+            write(name, text)
+        git("commit", "-q", "--no-gpg-sign", "-m", f"commit {i}")
+    return git("rev-list", "--reverse", "HEAD").split()
+
+
+def _series(commits, values, metric="seconds_per_step"):
+    case = {"machine": "cpu-2core", "env_name": "env", "benchmark": f"attention.Forward.track_{metric}",
+            "implementation": "jax-xla", "seq_len": 256, "regime": "static", "dtype": "float32",
+            "metric": metric, "unit": "seconds", "status": "ok", "direction": "lower"}
+    return pd.DataFrame([{**case, "commit_hash": c, "commit_position": i, "value": v}
+                         for i, (c, v) in enumerate(zip(commits, values, strict=True))])
+
+
+def test_a_step_across_a_readme_only_commit_is_no_measured_code_change(tmp_path):
+    commits = _git_repo(tmp_path)
+    # 1 -> 2 changed only README.md
+    readme = find_steps(_series(commits, [1.0, 1.0, 1.5, 1.5, 1.5]), repo=str(tmp_path))
+    [step] = readme.to_dict("records")
+    assert (step["commit_before"], step["commit_after"]) == (commits[1], commits[2])
+    assert step["verdict"] == NO_CODE_CHANGE and step["code_changed"] == 0
+    assert find_regressions(_series(commits, [1.0, 1.0, 1.5, 1.5, 1.5]), repo=str(tmp_path)).empty
+    # 2 -> 3 changed only the report code: not measured either
+    [step] = find_steps(_series(commits, [1.0, 1.0, 1.0, 1.5, 1.5]), repo=str(tmp_path)).to_dict("records")
+    assert step["verdict"] == NO_CODE_CHANGE
+    # 3 -> 4 changed the engine; 0 -> 1 the kernel: regressions, naming the files
+    repo = str(tmp_path)
+    [step] = find_regressions(_series(commits, [1.0, 1.0, 1.0, 1.0, 1.5]), repo=repo).to_dict("records")
+    assert step["commit_after"] == commits[4] and "attnbench/engine.py" in step["why"]
+    [step] = find_regressions(_series(commits, [1.0, 1.5, 1.5, 1.5, 1.5]), repo=repo).to_dict("records")
+    assert "attention_impls/k.py" in step["why"]
+    # without git nothing can be said about the code: a regression, and it says why
+    [step] = find_regressions(_series(commits, [1.0, 1.0, 1.5, 1.5, 1.5])).to_dict("records")
+    assert step["code_changed"] is None and "unknown" in step["why"]
+
+
+# -- a metric whose definition changed --------------------------------------------------------------
+def test_a_step_across_a_definition_change_is_shown_as_such():
+    """first_call_seconds became a cold compile in definitions 2: the rise at the commit where the
+    sidecar's ``definitions`` setting goes from unrecorded (1) to 2 is not a regression."""
+    frame = synthetic({"first_call_seconds": [0.2, 0.2, 0.2, 3.0, 3.0, 3.0]})
+    frame["setting_definitions"] = [float("nan")] * 3 + ["2"] * 3
+    [step] = find_steps(frame).to_dict("records")
+    assert step["verdict"] == DEFINITION_CHANGED and "cold compiles" in step["why"]
+    assert (step["definitions_before"], step["definitions_after"]) == ("1", "2")
+    assert find_regressions(frame).empty
+    # the same rise with no definition change is a regression
+    frame["setting_definitions"] = "2"
+    assert len(find_regressions(frame)) == 1
+
+
+def test_definition_changes_cover_only_their_regimes_and_platforms():
+    assert metrics.definition_changes("tokens_per_s", None, "2", regime="static") == []
+    [change] = metrics.definition_changes("tokens_per_s", None, "2", regime="dynamic")
+    assert "tokens their steps ran" in change.reason
+    assert [c.platforms for c in metrics.definition_changes("mfu", "1", "2", platform="cpu")] == [("cpu",)]
+    assert metrics.definition_changes("mfu", "1", "2", platform="gpu", regime="static") == []
+    assert metrics.definition_changes("host_profiler_peak_bytes", "2", None, regime="static")  # either way
+    assert metrics.definition_changes("seconds_per_step", "1", "2", regime="dynamic") == []
+    assert metrics.definition_changes("first_call_seconds", "2", "2") == []
+    # an MFU drop on a GPU across the same commits stays a regression
+    frame = synthetic({"mfu": [0.5, 0.5, 0.5, 0.3, 0.3, 0.3]}, directions={"mfu": "higher"})
+    frame["setting_definitions"] = [None] * 3 + ["2"] * 3
+    frame["platform"] = "gpu"
+    assert list(find_steps(frame)["verdict"]) == [REGRESSION]
+    frame["platform"] = "cpu"
+    assert list(find_steps(frame)["verdict"]) == [DEFINITION_CHANGED]
+
+
+# -- the noise floor per machine ----------------------------------------------------------------------
+def test_the_noise_floor_and_smallest_detectable_step():
+    frame = synthetic({"seconds_per_step": [1.0] * 6})
+    frame["ci_low"], frame["ci_high"] = 0.97, 1.03  # ±3%
+    [row] = noise_floor(frame).to_dict("records")
+    assert row["interval_half_width"] == pytest.approx(0.03) and row["with_intervals"] == 6
+    assert row["smallest_detectable_step"] == pytest.approx(0.05)  # sqrt(2) * 3% = 4.2% < threshold
+    frame["ci_low"], frame["ci_high"] = 0.9, 1.1
+    [row] = noise_floor(frame).to_dict("records")
+    assert row["smallest_detectable_step"] == pytest.approx(math.sqrt(2) * 0.1)
+    # no intervals: the scatter of successive figures, 1.4826 * median |v[i]/v[i-1] - 1| / sqrt(2)
+    values = [1.0, 1.02, 0.99, 1.01, 1.0, 0.98]
+    frame = synthetic({"seconds_per_step": values})
+    frame.loc[5, "contended"] = True  # left out: the series is the first five
+    diffs = [abs(b / a - 1) for a, b in zip(values[:5], values[1:5], strict=False)]
+    sigma = 1.4826 * float(np.median(diffs)) / math.sqrt(2)
+    [row] = noise_floor(frame).to_dict("records")
+    assert row["contended"] == 1 and row["figures"] == 5 and row["with_intervals"] == 0
+    assert row["series_scatter"] == pytest.approx(sigma)
+    assert row["noise_floor"] == pytest.approx(Z99 * sigma)
+    assert row["smallest_detectable_step"] == pytest.approx(max(0.05, math.sqrt(2) * Z99 * sigma))
+
+
+def test_a_series_too_short_for_its_own_scatter_takes_the_machines():
+    long = synthetic({"seconds_per_step": noisy_step(noise=[5 * e for e in NOISE_2PC], step=0.0)})  # ±10%
+    short = synthetic({"seconds_per_step": [1.0, 1.15]})
+    short["implementation"] = "torch-sdpa-flash"
+    [step] = find_steps(pd.concat([long, short], ignore_index=True)).to_dict("records")
+    assert step["implementation"] == "torch-sdpa-flash" and step["noise_source"] == "machine scatter"
+    assert step["verdict"] == WITHIN_NOISE  # a ±10% machine cannot tell a 15% step between two figures

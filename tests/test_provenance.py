@@ -167,6 +167,67 @@ def test_sidecar_writes_merge_the_cases_of_both_benchmark_classes(tmp_path):
     assert data["versions"] == {"jax": "2"} and data["settings"] == {"suite": "y"}
 
 
+def test_the_sidecar_records_contention_and_the_timing_interval_per_case(tmp_path):
+    """What the engine recorded about the case's timing reaches the tidy rows of the metrics that
+    depend on time, with asv's own intervals and quartiles; older sidecars read as unknown."""
+    pd = pytest.importorskip("pandas")
+    from attnbench.asv_results import load_results
+
+    record = {"label": "native", "execution": "eager", "platform": "cpu", "device": "AMD EPYC",
+              "status": "ok", "reason": None, "contended": True,
+              "contention_reason": "other processes used 0.8 cores", "ci_low_s": 0.0019, "ci_high_s": 0.0023,
+              "rounds": 3, "seconds_per_step": 0.002}
+    recorded = sidecar.case_entry(record)
+    assert recorded == {"label": "native", "execution": "eager", "platform": "cpu", "device": "AMD EPYC",
+                     "status": "ok", "reason": None, "contended": True,
+                     "contention_reason": "other processes used 0.8 cores", "ci_low_s": 0.0019,
+                     "ci_high_s": 0.0023, "rounds": 3}
+    assert sidecar.case_entry({**record, "ci_low_s": float("nan"), "rounds": None})["ci_low_s"] is None
+
+    results = tmp_path / "results"
+    new, old = "c" * 40, "d" * 40
+    columns = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
+               "stats_q_25", "stats_q_75", "stats_number", "stats_repeat", "samples", "profile"]
+    params = [["'torch-sdpa-flash'"], ["256"], ["'static'"], ["'float32'"]]
+    bench = {}
+    for metric, unit in (("seconds_per_step", "seconds"), ("host_rss_growth_bytes", "bytes")):
+        name = f"attention.Forward.track_{metric}"
+        bench[name] = {"name": name, "param_names": FORWARD_PARAMS, "params": params, "type": "track",
+                       "unit": unit, "version": "1"}
+    results.mkdir()
+    (results / "benchmarks.json").write_text(json.dumps({**bench, "version": 2}))
+    (results / "cpu-2core").mkdir()
+    (results / "cpu-2core" / "machine.json").write_text(json.dumps({"machine": "cpu-2core", "version": 1}))
+    for commit, date in ((old, 1_000), (new, 2_000)):
+        payload = {"commit_hash": commit, "env_name": ENV, "date": date, "params": {}, "requirements": {},
+                   "result_columns": columns, "version": 2, "results": {
+                       "attention.Forward.track_seconds_per_step":
+                           [[0.002], params, "1", date, 1.0, [0.0018], [0.0024], [0.0019], [0.0022],
+                            [1], [30], None, None],
+                       "attention.Forward.track_host_rss_growth_bytes": [[4096.0], params, "1", date, 1.0]}}
+        (results / "cpu-2core" / f"{commit[:8]}-{ENV}.json").write_text(json.dumps(payload))
+    sidecar.write(str(results), "cpu-2core", new, ENV, versions={}, settings={"definitions": "2"},
+                  cases={"Forward|torch-sdpa-flash|256|static|float32": recorded})
+    sidecar.write(str(results), "cpu-2core", old, ENV, versions={}, settings={},  # an older sidecar
+                  cases={"Forward|torch-sdpa-flash|256|static|float32":
+                         entry("native", "eager", "cpu", "AMD EPYC")})
+    frame = load_results(str(results), repo=str(results)).set_index(["commit_hash", "metric"])
+    timed = frame.loc[(new, "seconds_per_step")]
+    assert (timed["ci_low"], timed["ci_high"]) == (0.0018, 0.0024)
+    assert (timed["q_25"], timed["q_75"]) == (0.0019, 0.0022)
+    assert timed["contended"] is True and timed["contention_reason"] == "other processes used 0.8 cores"
+    assert (timed["case_ci_low_s"], timed["case_ci_high_s"], timed["rounds"]) == (0.0019, 0.0023, 3)
+    assert timed["setting_definitions"] == "2"
+    untimed = frame.loc[(new, "host_rss_growth_bytes")]  # memory is not timed: contention says nothing
+    assert untimed["contended"] is None and pd.isna(untimed["ci_low"]) and pd.isna(untimed["case_ci_low_s"])
+    older = frame.loc[(old, "seconds_per_step")]
+    assert older["contended"] is None and pd.isna(older["case_ci_low_s"]) and pd.isna(older["rounds"])
+    assert older["labels_source"] == "recorded"
+    commits = frame.reset_index().drop_duplicates("commit_hash").sort_values("commit_order")
+    assert list(commits["commit_hash"]) == [old, new]  # no git there: by the dates asv recorded
+    assert set(commits["commit_order_source"]) == {"date"}
+
+
 # -- 8. sidecars where asv publish does not load them ----------------------------------------------
 def test_asv_never_iterates_a_sidecar(tmp_path, monkeypatch):
     """On a copy of the committed results, plus a sidecar written by today's writer: asv's own
@@ -327,6 +388,7 @@ def test_the_sidecar_records_the_suite_and_its_settings(monkeypatch):
     assert (settings["min_seconds"], settings["max_extra_seconds"]) == (0.5, 3.0)
     assert settings["regime_seqs"] == "every length" and settings["max_interpret_seq"] == "no limit"
     assert settings["case_timeout_s"] == 600.0
+    assert settings["definitions"] == "2"  # metrics.DEFINITION_CHANGES of this release
     for value in settings.values():  # one scalar cell each in the tidy table
         assert isinstance(value, (str, int, float))
 

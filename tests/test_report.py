@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -87,7 +89,7 @@ def test_report_names_the_injected_spike_and_leaves_results_untouched(synthetic,
     assert 36 <= rise <= 44
     assert f"{before8} -> {after8}" in md  # the regressions/spike tables
     for heading in ("## Coverage", "## Best native vs best forced-flash", "## Static vs dynamic vs bucketed",
-                    "## Cost spikes", "## Regressions", "## Per-step trace spikes"):
+                    "## Cost spikes", "## Noise floor", "## Regressions", "## Per-step trace spikes"):
         assert heading in md
     assert "h200" in md and "cpu-2core" in md
     for name in report.plots:
@@ -138,6 +140,57 @@ def test_cli_report_prints_spikes_and_where_the_report_is(synthetic, tmp_path, c
     assert "no cost spikes detected" in capsys.readouterr().out
     assert main(["report", "--results", str(results), "--out", str(out), "--threshold", "0.9"]) == 0
     assert "no regressions detected" in capsys.readouterr().out
+
+
+def test_results_outside_git_are_ordered_by_the_dates_asv_recorded(synthetic, tmp_path, capsys):
+    """A copy of results/ outside any git checkout: commits ordered by the result files' ``date``,
+    the same spike found, and the report says how it ordered them. Without dates either: a loud
+    warning (report and stderr), never a silent "no regressions detected"."""
+    _, results, commits = synthetic
+    copy = tmp_path / "copy" / "results"
+    shutil.copytree(results, copy)
+    report = write_report(str(copy), str(tmp_path / "out"))
+    assert set(report.frame["commit_order_source"]) == {"date"}
+    assert "commit dates asv recorded" in report.ordering
+    assert set(report.cost_spikes["commit_after"]) == {commits[SPIKE.commit]}
+    assert set(report.cost_spikes["implementation"]) == {SPIKE.implementation}
+    assert "which code changed is unknown" in set(report.regressions["why"]).pop()
+    assert "Commit order: " in Path(report.markdown).read_text()
+    assert main(["report", "--results", str(copy), "--out", str(tmp_path / "cli")]) == 0
+    printed = capsys.readouterr()
+    assert "commit dates asv recorded" in printed.err
+    assert "13 regression(s) (" in printed.out
+
+    for path in copy.glob("*/*.json"):
+        if path.name != "machine.json":
+            data = json.loads(path.read_text())
+            data.pop("date")
+            path.write_text(json.dumps(data))
+    assert main(["report", "--results", str(copy), "--out", str(tmp_path / "cli2")]) == 0
+    printed = capsys.readouterr()
+    assert "WARNING: 6 of 6 commit(s) cannot be ordered" in printed.err
+    assert "no regressions detected (the commits could not be ordered" in printed.out
+    md = (tmp_path / "cli2" / "report.md").read_text()
+    assert "**WARNING: 6 of 6 commit(s) cannot be ordered" in md
+    assert "No regressions detected: the commits could not be ordered" in md
+
+
+def test_report_writes_the_noise_floor_and_every_step_with_its_verdict(synthetic, tmp_path):
+    _, results, commits = synthetic
+    report = write_report(str(results), str(tmp_path / "out"))
+    assert {"steps.csv", "noise_floor.csv"} <= set(report.tables)
+    steps = pd.read_csv(report.tables["steps.csv"])
+    assert set(steps["verdict"]) <= {"regression", "within noise", "definition changed",
+                                     "no measured code changed"}
+    assert len(steps[steps["verdict"] == "regression"]) == len(report.regressions)
+    noise = pd.read_csv(report.tables["noise_floor.csv"])
+    assert list(noise["machine"]) == ["cpu-2core", "h200"]
+    assert (noise["measured_by"] == "2.576 x series scatter").all()  # synthetic files carry no stats
+    md = Path(report.markdown).read_text()
+    section = md.split("## Noise floor", 1)[1].split("\n## ", 1)[0]
+    for _, row in noise.iterrows():
+        assert f"- {row['machine']}: noise floor ±{row['noise_floor']:.1%} per timing figure" in section
+        assert f"smallest change it can detect is {row['smallest_detectable_step']:.1%}" in section
 
 
 def test_cli_report_on_empty_or_missing_results_exits_2(tmp_path, capsys):

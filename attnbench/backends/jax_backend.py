@@ -2,7 +2,8 @@
 
 A kernel's optional ``trace_context(platform)`` is entered around every trace and call (Pallas'
 TPU interpreter is switched on that way). Compiles are metered through ``jax.monitoring``.
-The compiled-for tier will add ``compile_for`` (another target's compiler) here.
+``compile_for`` compiles a kernel for a TPU or GPU this host lacks (the compiled-for tier,
+``attnbench/compiled_for/``).
 """
 
 from __future__ import annotations
@@ -166,6 +167,16 @@ class JaxBackend(Backend):
         return Runner(template, self.execution(impl, platform), place=place, call=call,
                       count_compiles=fn._cache_size, count_compile_seconds=lambda: meter.seconds,
                       count_cache_hits=lambda: meter.cache_hits)
+
+    def compile_for(self, impl, workload: Workload, target) -> dict:
+        """Compile ``impl`` at ``workload`` for ``target`` (a name in
+        ``attnbench/compiled_for/targets.toml`` or a ``Target``) with that target's own compiler, in
+        this process, traced as on the target: the compiled-for record
+        (``attnbench.compiled_for.compile.compile_case``). Needs libtpu / the CUDA plugin
+        (``.venv-targets``) and ``JAX_PLATFORMS=cpu``; sweeps use killable workers instead."""
+        from attnbench.compiled_for.compile import compile_case
+
+        return compile_case(target, impl.name, workload)
 
     def measure_memory(self, step: Step) -> dict:
         import jax

@@ -6,14 +6,20 @@ attribution, per-step trace spikes) and writes, each file atomically, into ``out
 (default ``html/report/``, git-ignored beside asv's HTML; note that ``asv publish`` deletes
 ``html/``, so write the report after publishing):
 
-* ``report.md``: machines, environments and commits covered; best native vs best forced-flash per
-  length with cost per step and per million tokens; static vs dynamic vs bucketed cost per step;
-  regressions; cost spikes with attribution; per-step trace spikes; the plots below;
+* ``report.md``: machines, environments and commits covered (and how they were ordered: git, else
+  the commit dates asv recorded, with a warning where neither could order them); best native vs
+  best forced-flash per length with cost per step and per million tokens; static vs dynamic vs
+  bucketed cost per step; each machine's noise floor; regressions (beyond threshold and noise),
+  the steps explained otherwise (definition changed, no measured code changed); cost spikes with
+  attribution; per-step trace spikes; the plots below;
 * ``report.html``: the same content in one self-contained page (PNGs as base64 data URIs, no
   external reference);
 * ``throughput.png``, ``memory.png``, ``regime_cost.png``, ``cost_over_commits.png``,
-  ``trace_dynamic.png`` (matplotlib, Agg, no pyplot state);
-* ``tidy.csv`` and ``tidy.parquet`` (the tidy table), ``regressions.csv``, ``cost_spikes.csv``,
+  ``trace_dynamic.png`` (matplotlib, Agg, no pyplot state); with compile-for records under
+  ``results/compiled-for/``, a section "Compiled for, not measured" and ``compiled_<target>.png``
+  (``report/compiled.py``);
+* ``tidy.csv`` and ``tidy.parquet`` (the tidy table), ``regressions.csv``, ``steps.csv`` (every
+  step beyond the threshold, with its verdict), ``noise_floor.csv``, ``cost_spikes.csv``,
   ``trace_spikes.csv`` (the full tables the Markdown may shorten).
 
 The parts: ``select`` picks the data (newest commit per machine, coverage, best native vs
@@ -27,6 +33,7 @@ CLI: ``python -m attnbench report [--results results] [--out html/report] [--thr
 
 from __future__ import annotations
 
+import base64
 import io
 import os
 from dataclasses import dataclass, field
@@ -90,6 +97,9 @@ class Report:
     cost_spikes: pd.DataFrame
     trace_spikes: pd.DataFrame
     frame: pd.DataFrame = field(repr=False)
+    steps: pd.DataFrame | None = field(default=None, repr=False)  # every step, with its verdict
+    noise: pd.DataFrame | None = field(default=None, repr=False)  # analysis.noise_floor
+    ordering: str | None = None  # asv_results.ordering_note's sentence; starts "WARNING" if unordered
 
     @property
     def paths(self) -> list[str]:
@@ -101,18 +111,30 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
                  thresholds: dict | None = None, trace_factor: float = 2.0) -> Report:
     """Load ``results_dir`` (read only), analyse it and write the report into ``out_dir``.
 
-    ``repo`` orders commits (``git rev-list``); default: the folder that holds ``results_dir``.
+    ``repo`` orders commits (``git rev-list``) and says which code changed between two (``git
+    diff``); default: the folder that holds ``results_dir``. Where git does not know the commits,
+    they are ordered by the commit dates asv recorded (``Report.ordering`` says so).
     ``thresholds``: relative step per metric that counts as a regression (default 5%).
     Raises ``asv_results.ResultsError`` when nothing loadable is there.
     """
-    from attnbench.analysis import find_cost_spikes, find_regressions, find_trace_spikes, load_traces
-    from attnbench.asv_results import load_results
+    from attnbench.analysis import (
+        REGRESSION,
+        find_cost_spikes,
+        find_steps,
+        find_trace_spikes,
+        load_traces,
+        noise_floor,
+    )
+    from attnbench.asv_results import load_results, ordering_note
 
     repo = repo or os.path.dirname(os.path.abspath(results_dir))
     frame = load_results(results_dir, repo=repo)
+    _, ordering = ordering_note(frame)
     traces = load_traces(results_dir)
-    regressions = find_regressions(frame, thresholds)
-    spikes = find_cost_spikes(frame, thresholds)
+    steps = find_steps(frame, thresholds, repo=repo)
+    regressions = steps[steps["verdict"] == REGRESSION].reset_index(drop=True) if not steps.empty else steps
+    spikes = find_cost_spikes(frame, thresholds, repo=repo)
+    noise = noise_floor(frame, thresholds)
     trace_spikes = find_trace_spikes(traces, factor=trace_factor)
     best = best_native_vs_forced(frame)
     costs = regime_costs(frame)
@@ -138,15 +160,24 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     frame.to_parquet(buffer, index=False)
     atomic_write_bytes(paths["tidy.parquet"], buffer.getvalue())
     tables = {}
-    for name, table in (("regressions.csv", regressions), ("cost_spikes.csv", spikes),
-                        ("trace_spikes.csv", trace_spikes)):
+    for name, table in (("regressions.csv", regressions), ("steps.csv", steps), ("noise_floor.csv", noise),
+                        ("cost_spikes.csv", spikes), ("trace_spikes.csv", trace_spikes)):
         tables[name] = os.path.join(out_dir, name)
         atomic_write_text(tables[name], table.to_csv(index=False))
 
     ctx = context(frame, results_dir, regressions, spikes, traces, trace_spikes, best, costs, pngs,
-                  thresholds, trace_factor)
+                  thresholds, trace_factor, steps=steps, noise=noise, ordering=ordering)
+    # "Compiled for, not measured" (report/compiled.py): the compile-for records, when there are any.
+    from attnbench.report.compiled import compiled_part
+
+    ctx["compiled_for"] = compiled_part(results_dir, out_dir)
+    if ctx["compiled_for"]:
+        plots.update(ctx["compiled_for"]["plots"])
+        ctx["images"].update({name: base64.b64encode(png).decode("ascii")
+                              for name, png in ctx["compiled_for"]["images"].items()})
     atomic_write_text(paths["report.md"], render_markdown(ctx))
     atomic_write_text(paths["report.html"], render_html(ctx, "attnbench report"))
     return Report(out_dir=out_dir, markdown=paths["report.md"], html=paths["report.html"],
                   tidy_csv=paths["tidy.csv"], tidy_parquet=paths["tidy.parquet"], plots=plots, tables=tables,
-                  regressions=regressions, cost_spikes=spikes, trace_spikes=trace_spikes, frame=frame)
+                  regressions=regressions, cost_spikes=spikes, trace_spikes=trace_spikes, frame=frame,
+                  steps=steps, noise=noise, ordering=ordering)

@@ -140,13 +140,15 @@ def plot_regime_cost(costs) -> bytes | None:
 
 
 def _commit_axis(frame):
-    """x position and tick label per commit: git order, else commit date order."""
-    commits = frame.groupby("commit_hash", sort=False).agg(position=("commit_position", "first"),
+    """x position per commit: ``commit_order`` (git order, else commit dates), else git position, else
+    commit date order. Commits that cannot be ordered are not drawn."""
+    order = "commit_order" if "commit_order" in frame and frame["commit_order"].notna().any() else None
+    commits = frame.groupby("commit_hash", sort=False).agg(position=(order or "commit_position", "first"),
                                                            date=("commit_date", "first"))
-    if commits["position"].notna().all():
-        x = commits["position"]
+    if commits["position"].notna().any():
+        x = commits["position"].dropna()
     else:
-        x = commits["date"].rank(method="dense") - 1
+        x = (commits["date"].rank(method="dense") - 1).dropna()
     return x.to_dict()
 
 
@@ -168,6 +170,7 @@ def plot_cost_over_commits(frame, spikes, metric: str = "usd_per_step", highligh
     for ax, machine in zip(axes.flat, machines, strict=True):
         part = ok[ok["machine"] == machine].copy()
         part["x"] = part["commit_hash"].map(xs)
+        part = part.dropna(subset=["x"])  # a commit that cannot be ordered has no place on the axis
         other_labelled = False
         for key, series in part.groupby(keys, dropna=False, sort=True):
             series = series.sort_values("x")

@@ -93,19 +93,77 @@ def threshold_text(thresholds: dict | None) -> str:
     return f"{default:.3g} (relative step) for every metric" + (f" but {others}" if others else "")
 
 
-def regression_rows(table, *, attribution: bool) -> list[dict]:
-    """Regressions (or cost spikes, with what moved with them) as display rows."""
+def percent(value) -> str:
+    """A relative figure as a percentage, ``-`` where missing."""
+    if value is None or value != value:
+        return "-"
+    return f"{value:.1%}"
+
+
+def regression_rows(table, *, attribution: bool, verdict: bool = False) -> list[dict]:
+    """Regressions (or cost spikes, with what moved with them; or steps, with their verdict) as
+    display rows. ``noise``: the two levels' combined uncertainty relative to the level before."""
     rows = []
     for _, r in table.iterrows():
         row = {"machine": r["machine"], "env": short_env(r["env_name"]),
                "benchmark": r["benchmark"].removeprefix("attention."), "case": series_name(r),
                "commits": f"{str(r['commit_before'])[:8]} -> {str(r['commit_after'])[:8]}",
                "before": fmt(r["value_before"]), "after": fmt(r["value_after"]),
-               "change": f"{r['relative_change']:+.1%}", "versions changed": r["versions_changed"] or "-"}
+               "change": f"{r['relative_change']:+.1%}"}
+        if "noise_relative" in r:
+            row["noise"] = _noise_cell(r)
+        if verdict:
+            row["verdict"] = r["verdict"]
+            row["why"] = r["why"] or "-"
+        row["versions changed"] = r["versions_changed"] or "-"
         if attribution:
             row["moved with"] = r["attribution"]
         rows.append(row)
     return rows
+
+
+def _noise_cell(step) -> str:
+    """A step's combined uncertainty: relative to the level before, absolute where that is 0."""
+    if step.get("noise_source") == "unknown" or step["uncertainty"] != step["uncertainty"]:
+        return "unknown"
+    if step["noise_relative"] == step["noise_relative"]:
+        return "±" + percent(step["noise_relative"])
+    return "±" + fmt(step["uncertainty"])
+
+
+def noise_rows(noise) -> list[dict]:
+    """``analysis.noise_floor`` as display rows."""
+    rows = []
+    for _, r in noise.iterrows():
+        rows.append({"machine": r["machine"], "timing figures": r["figures"],
+                     "contended (left out)": r["contended"], "with intervals": r["with_intervals"],
+                     "median interval half-width": percent(r["interval_half_width"]),
+                     "series scatter (robust sd)": percent(r["series_scatter"]),
+                     "noise floor (one figure)": "±" + percent(r["noise_floor"]), "from": r["measured_by"],
+                     "smallest detectable step": percent(r["smallest_detectable_step"])})
+    return rows
+
+
+def noise_sentences(noise) -> list[str]:
+    """One sentence per machine: the noise floor it measured and the smallest change it can detect."""
+    out = []
+    for _, r in noise.iterrows():
+        if r["noise_floor"] != r["noise_floor"]:
+            out.append(f"{r['machine']}: noise floor unknown ({r['measured_by']}); steps are judged on the "
+                       f"threshold ({percent(r['threshold'])}) alone.")
+            continue
+        out.append(f"{r['machine']}: noise floor ±{percent(r['noise_floor'])} per timing figure "
+                   f"({r['measured_by']}), so the smallest change it can detect is "
+                   f"{percent(r['smallest_detectable_step'])}"
+                   + (f"; {r['contended']} contended figure(s) left out" if r["contended"] else "") + ".")
+    return out
+
+
+def definition_rows() -> list[dict]:
+    return [{"definitions": c.version, "date": c.date, "metrics": ", ".join(c.metrics),
+             "only": "; ".join(x for x in (f"regimes {'/'.join(c.regimes)}" if c.regimes else "",
+                                          f"platform {'/'.join(c.platforms)}" if c.platforms else "") if x)
+             or "-", "what changed": c.reason} for c in metrics.DEFINITION_CHANGES]
 
 
 def spike_sentences(spikes) -> list[str]:
@@ -123,8 +181,17 @@ def spike_sentences(spikes) -> list[str]:
 
 # -- the document ---------------------------------------------------------------------------------
 def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best, costs, pngs: dict,
-            thresholds, trace_factor) -> dict:
-    """What ``templates/report.j2`` shows: tables, sentences and the plots (PNG bytes by file name)."""
+            thresholds, trace_factor, *, steps=None, noise=None, ordering: str | None = None) -> dict:
+    """What ``templates/report.j2`` shows: tables, sentences and the plots (PNG bytes by file name).
+
+    ``steps``: every step beyond the threshold with its verdict (``analysis.find_steps``); ``noise``:
+    ``analysis.noise_floor``; ``ordering``: ``asv_results.ordering_note``'s sentence, if any."""
+    import pandas as pd
+
+    from attnbench.analysis import DEFINITION_CHANGED, NO_CODE_CHANGE, SCATTER_Z, WITHIN_NOISE, is_contended
+
+    steps = pd.DataFrame() if steps is None else steps
+    noise = pd.DataFrame() if noise is None else noise
     status = frame["status"]
     spike_part = None
     if not spikes.empty:
@@ -135,6 +202,14 @@ def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best,
     if not regressions.empty:
         regression_part = Table.of(regression_rows(select.largest_first(regressions), attribution=False),
                                    total=len(regressions))
+    explained, within = None, 0
+    if not steps.empty:
+        other = steps[steps["verdict"].isin([DEFINITION_CHANGED, NO_CODE_CHANGE])]
+        within = int((steps["verdict"] == WITHIN_NOISE).sum())
+        if not other.empty:
+            rows = regression_rows(select.largest_first(other), attribution=False, verdict=True)
+            explained = Table.of(rows, total=len(other))
+    contended = int(is_contended(frame[frame["status"] == "ok"]).sum())
     trace_part = None
     if not trace_spikes.empty:
         trace_part = {"summary": Table.of(select.trace_spike_summary(trace_spikes)),
@@ -160,6 +235,16 @@ def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best,
         "trace_spikes": trace_part,
         "has_traces": not traces.empty,
         "trace_factor": f"{trace_factor:g}",
+        "ordering": ordering,
+        "ordering_warning": bool(ordering and ordering.startswith("WARNING")),
+        "noise": Table.of(noise_rows(noise)) if not noise.empty else None,
+        "noise_sentences": noise_sentences(noise) if not noise.empty else [],
+        "explained": explained,
+        "within_noise": within,
+        "contended": contended,
+        "definitions": Table.of(definition_rows()),
+        "definitions_version": metrics.DEFINITIONS,
+        "scatter_z": f"{SCATTER_Z:g}",
         "images": {name: base64.b64encode(png).decode("ascii") for name, png in pngs.items()},
     }
 

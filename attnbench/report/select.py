@@ -1,8 +1,8 @@
 """What the report shows, selected from the tidy table (``asv_results.load_results``) and the traces.
 
 Plain pandas in, plain pandas out: no formatting (``render``) and no drawing (``plots``). "Newest"
-is always per machine: the newest commit (git order, else commit date) that machine has results
-for, since machines are benchmarked at different commits.
+is always per machine: the newest commit (``commit_order``: git order, else the commit dates asv
+recorded) that machine has results for, since machines are benchmarked at different commits.
 """
 
 from __future__ import annotations
@@ -39,15 +39,25 @@ def trace_seq(path: str) -> int | None:
 
 
 # -- selections -----------------------------------------------------------------------------------
+def order_column(frame) -> str:
+    """The column commits are ordered by: ``commit_order`` (``asv_results``: git, else commit dates),
+    else ``commit_position`` (git), else ``commit_date``, whichever the frame has values in."""
+    for column in ("commit_order", "commit_position"):
+        if column in frame and frame[column].notna().any():
+            return column
+    return "commit_date"
+
+
 def newest_commit(frame) -> pd.DataFrame:
-    """The ok rows of each machine's newest commit (git order; commit date where git knows none)."""
+    """The ok rows of each machine's newest commit (``order_column``)."""
     import pandas as pd
 
     ok = frame[frame["status"] == "ok"]
     parts = []
     for _, part in ok.groupby("machine", sort=True):
-        order = "commit_position" if part["commit_position"].notna().any() else "commit_date"
-        parts.append(part[part["commit_hash"] == part.loc[part[order].idxmax(), "commit_hash"]])
+        order = order_column(part)
+        if part[order].notna().any():
+            parts.append(part[part["commit_hash"] == part.loc[part[order].idxmax(), "commit_hash"]])
     return pd.concat(parts) if parts else ok.iloc[0:0]
 
 
@@ -58,7 +68,7 @@ def coverage(frame) -> pd.DataFrame:
     rows = []
     versions = [c for c in frame.columns if c.startswith("version_")]
     for (machine, env), part in frame.groupby(["machine", "env_name"], sort=True):
-        order = part.sort_values(["commit_position", "commit_date"])
+        order = part.sort_values([order_column(part), "commit_date"])
         newest = order.iloc[-1]
         counts = part["status"].value_counts()
         libs = ", ".join(f"{c.removeprefix('version_')} {newest[c]}" for c in versions
@@ -71,13 +81,23 @@ def coverage(frame) -> pd.DataFrame:
 
 
 def commits_table(frame) -> pd.DataFrame:
+    """Commits in the order the analysis takes them: ``position`` (``order_column``), ``ordered by``
+    (git, date, or none where a commit cannot be placed), the commit date asv recorded."""
+    order = order_column(frame)
     table = (frame.groupby("commit_hash", sort=False)
-             .agg(position=("commit_position", "first"), date=("commit_date", "first"),
+             .agg(position=(order, "first"), date=("commit_date", "first"),
                   machines=("machine", lambda s: ", ".join(sorted(set(s)))))
              .reset_index().sort_values(["position", "date"]))
+    if "commit_order_source" in frame:
+        table["ordered by"] = table["commit_hash"].map(
+            frame.drop_duplicates("commit_hash").set_index("commit_hash")["commit_order_source"])
+    elif order == "commit_position":
+        table["ordered by"] = table["position"].notna().map({True: "git", False: "none"})
+    else:
+        table["ordered by"] = "date"
     table["commit"] = table["commit_hash"].str[:8]
     table["date"] = table["date"].dt.strftime("%Y-%m-%d %H:%M")
-    return table[["position", "commit", "date", "machines"]]
+    return table[["position", "commit", "date", "ordered by", "machines"]]
 
 
 def not_interpreted(frame) -> pd.DataFrame:
@@ -94,18 +114,33 @@ def best_native_vs_forced(frame) -> pd.DataFrame:
     was measured (``asv_results``). A kernel that ran in an interpreter (``execution`` interpret)
     is its own category and competes on neither side (``interpreted_runs`` lists those).
 
+    A figure timed while the machine was busy (``contended``, from the sidecar) is never a winner:
+    such implementations compete on neither side and are named in ``contended (excluded)``.
+
     Columns: machine, seq_len, dtype, then per side (``native``, ``forced``) ``best_<side>``,
     ``<side>_ms_per_step``, ``<side>_usd_per_step``, ``<side>_usd_per_mtok``, and
-    ``forced/native cost`` (forced over native USD per million tokens). A side with no
-    implementation measured has no columns. The one summary: ``attnbench summary`` prints it and the
-    report shows it.
+    ``forced/native cost`` (forced over native USD per million tokens); ``contended (excluded)``
+    where some were. A side with no implementation measured has no columns. The one summary:
+    ``attnbench summary`` prints it and the report shows it.
     """
     import pandas as pd
+
+    from attnbench.analysis import is_contended
 
     latest = not_interpreted(newest_commit(frame))
     latest = latest[(latest["suite"] == "Forward") & (latest["regime"] == "static")]
     if latest.empty:
         return pd.DataFrame()
+    keys = ["machine", "seq_len", "dtype", "implementation"]
+    busy = latest[is_contended(latest) & (latest["metric"] == "seconds_per_step")]
+    excluded = {}
+    if not busy.empty:
+        for (machine, seq, dtype, impl), _ in busy.groupby(keys, sort=True):
+            excluded.setdefault((machine, seq, dtype), []).append(impl)
+        flagged = pd.MultiIndex.from_frame(busy[keys].drop_duplicates())
+        latest = latest[~pd.MultiIndex.from_frame(latest[keys]).isin(flagged)]
+        if latest.empty:
+            return pd.DataFrame()
     wide = latest.pivot_table(index=["machine", "seq_len", "dtype", "implementation", "label"],
                               columns="metric", values="value", aggfunc="first").reset_index()
     rows = []
@@ -125,6 +160,8 @@ def best_native_vs_forced(frame) -> pd.DataFrame:
                         f"{side}_usd_per_mtok": best.get("usd_per_million_tokens")})
         if row.get("native_usd_per_mtok") is not None and row.get("forced_usd_per_mtok") is not None:
             row["forced/native cost"] = row["forced_usd_per_mtok"] / row["native_usd_per_mtok"]
+        if excluded.get((machine, seq, dtype)):
+            row["contended (excluded)"] = ", ".join(excluded[(machine, seq, dtype)])
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -159,10 +196,11 @@ def provenance(frame) -> pd.DataFrame:
     settings = [c for c in first if c in settings] + sorted(c for c in settings if c not in first)
     rows = []
     keys = ["machine", "env_name", "commit_hash"]
+    order = order_column(frame)
     for (machine, env, commit), part in frame.groupby(keys, sort=False):
         sources = sorted(set(part["labels_source"].dropna())) if "labels_source" in part else []
         row = {"machine": machine, "env": short_env(env), "commit": str(commit)[:8],
-               "position": part["commit_position"].iloc[0], "date": part["commit_date"].iloc[0],
+               "position": part[order].iloc[0], "date": part["commit_date"].iloc[0],
                "labels": "/".join(sources) or "-"}
         for column in settings:
             values = part[column].dropna()
@@ -202,7 +240,8 @@ def newest_traces(traces, frame, regime: str = "dynamic") -> pd.DataFrame:
     if traces.empty or "regime" not in traces:
         return traces.iloc[0:0] if not traces.empty else traces
     part = traces[traces["regime"] == regime]
-    positions = {str(h)[:8]: p for h, p in zip(frame["commit_hash"], frame["commit_position"], strict=True)}
+    rank = frame[order_column(frame)].rank(method="dense")  # NaN where a commit cannot be ordered
+    positions = {str(h)[:8]: p for h, p in zip(frame["commit_hash"], rank.fillna(-1.0), strict=True)}
     out = []
     for _, runs in part.groupby("machine", sort=True):
         commits = sorted(set(runs["commit8"]), key=lambda c: (positions.get(c, float("-inf")), c))

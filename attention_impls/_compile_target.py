@@ -1,0 +1,55 @@
+"""The platform a kernel is traced for when it is compiled for hardware this host does not have.
+
+Kernels decide how to lower from ``AttentionImpl.platform()``: a Pallas kernel off its own
+hardware runs in an interpreter (``jax-pallas-tpu-splash``: ``interpret=self.platform() != "tpu"``;
+``jax-pallas-gpu-mha``: ``interpret=self.platform() != "gpu"``; ``jax-pallas-tpu-flash``: its
+``trace_context(platform)``), and shape rules take a platform. Normally ``platform()`` is the host
+framework's default device, which on this project's machines is a CPU.
+
+The compiled-for tier (``attnbench/compiled_for/``) runs the real TPU and GPU compilers ahead of
+time on any host. Inside ``compiling_for("tpu")`` (or ``"gpu"``, with the target GPU's compute
+capability) ``AttentionImpl.platform()`` answers the target's platform, so every kernel is traced
+exactly as it would be on its own hardware: no interpret mode for a TPU target, the target's
+shape rules. This module is that one switch; it imports no framework.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+TARGET_PLATFORMS = ("gpu", "tpu")
+
+
+@dataclass(frozen=True)
+class CompileTarget:
+    """What a kernel may ask about the hardware it is being compiled for."""
+
+    platform: str  # "gpu" | "tpu"
+    name: str = ""  # the target's name, e.g. "tpu-v5e", "h200"
+    compute_capability: tuple[int, int] | None = None  # NVIDIA targets: (major, minor)
+
+
+_TARGET: contextvars.ContextVar[CompileTarget | None] = contextvars.ContextVar(
+    "attnbench_compile_target", default=None)
+
+
+def compile_target() -> CompileTarget | None:
+    """The target being compiled for, or ``None`` (the usual case: kernels run on this host)."""
+    return _TARGET.get()
+
+
+@contextlib.contextmanager
+def compiling_for(platform: str, *, name: str = "",
+                  compute_capability: tuple[int, int] | None = None) -> Iterator[CompileTarget]:
+    """Trace kernels as for ``platform`` (``"gpu"`` or ``"tpu"``) for the duration of the block."""
+    if platform not in TARGET_PLATFORMS:
+        raise ValueError(f"compile target platform must be one of {TARGET_PLATFORMS}, got {platform!r}")
+    target = CompileTarget(platform, name, compute_capability)
+    token = _TARGET.set(target)
+    try:
+        yield target
+    finally:
+        _TARGET.reset(token)

@@ -1,0 +1,122 @@
+"""``python -m attnbench compile-for``: compile jax attention kernels for TPUs and GPUs on any host.
+
+    .venv-targets/bin/python -m attnbench compile-for --target tpu-v5e h200 \\
+        --impl jax-xla jax-pallas-tpu-splash jax-cudnn --seq 1k 16k 64k --dtype bfloat16 \\
+        --mode fwd fwd_bwd --out results/compiled-for/mine [--max-seq 128k]
+
+writes ``DIR/records.csv`` (``attnbench/compiled_for/records.py``: one row per case: compiles or
+not and why, fits, memory, kernel evidence, inserted copies, a roofline *model*) and, with
+``--max-seq``, ``DIR/max_seq.csv``. Nothing runs on the target: this is what its compiler decided.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+
+from attnbench.workload import Workload
+
+DEFAULT_OUT = os.path.join("results", "compiled-for", "runs")
+
+
+def parse_length(text: str) -> int:
+    """``4096``, ``4k`` (4096) or ``1m`` (2^20)."""
+    raw = text.strip().lower()
+    factor = {"k": 1024, "m": 1024 * 1024}.get(raw[-1:], 1)
+    try:
+        value = int(raw[:-1] if factor > 1 else raw) * factor
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a length looks like 4096, 4k or 64k, not {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a length must be positive, got {text!r}")
+    return value
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("compile-for", description=__doc__,
+                       help="compile jax kernels for TPU/GPU targets this host lacks (no timing)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", nargs="+", required=True,
+                   help="compile targets (attnbench/compiled_for/targets.toml), e.g. tpu-v5e tpu-v6e "
+                        "h200; or all")
+    p.add_argument("--impl", nargs="*", help="jax implementations (default: every jax one)")
+    p.add_argument("--seq", type=parse_length, nargs="+", default=[1024, 4096, 16384, 65536],
+                   help="sequence lengths (seq_q = seq_k), e.g. 1k 16k 64k")
+    p.add_argument("--mode", nargs="+", default=["fwd"], choices=["fwd", "fwd_bwd"])
+    p.add_argument("--dtype", nargs="+", default=["bfloat16"], choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--kv-heads", type=int, default=None)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--max-seq", type=parse_length, metavar="HI",
+                   help="also bisect each implementation x target x mode x dtype for its longest feasible "
+                        "length up to HI (multiples of the kernel's block), e.g. 128k")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds per compile before its worker is killed")
+    p.add_argument("--out", help=f"output folder (default {DEFAULT_OUT}/<UTC stamp>)")
+    p.add_argument("--format", choices=["csv", "parquet"], default="csv")
+    p.add_argument("--keep-hlo", action="store_true", help="also write each compiled HLO text to DIR/hlo/")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--markdown", action="store_true")
+    p.set_defaults(func=cmd_compile_for)
+
+
+def _fmt(column: str, value) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if column.endswith("_bytes") and isinstance(value, (int, float)):
+        return f"{value / 1e9:.3g} GB" if value >= 1e8 else f"{value / 1e6:.3g} MB"
+    if column == "model_roofline_seconds":
+        return f"{value * 1e3:.3g} ms (model)"
+    if column == "reason" and value:
+        return value if len(value) <= 90 else value[:87] + "..."
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def cmd_compile_for(args) -> int:
+    import attention_impls
+    from attnbench.compiled_for import run
+    from attnbench.compiled_for.records import MAX_SEQ_COLUMNS, SUMMARY
+    from attnbench.compiled_for.targets import environment_problem, get_targets
+    from attnbench.compiled_for.worker import compile_environment
+    from attnbench.table import render
+
+    compile_environment()  # this process and its workers: JAX_PLATFORMS=cpu
+    targets = get_targets(args.target)  # an unknown name: KeyError naming the known ones
+    for platform in sorted({t.platform for t in targets}):
+        problem = environment_problem(platform)
+        if problem:
+            names = ", ".join(t.name for t in targets if t.platform == platform)
+            raise ValueError(f"cannot compile for {names}: {problem}")
+    impls = args.impl or [n for n in attention_impls.names() if attention_impls.get(n).framework == "jax"]
+    for name in impls:
+        attention_impls.get(name)  # an unknown name: KeyError naming the known ones
+    template = Workload(batch=args.batch, q_heads=args.heads, kv_heads=args.kv_heads, seq_q=args.seq[0],
+                        head_dim=args.head_dim, dtype=args.dtype[0], causal=args.causal, mode=args.mode[0])
+    cases = run.plan(targets, impls, template, args.seq, args.mode, args.dtype)  # bad lengths: ValueError
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = args.out or os.path.join(DEFAULT_OUT, stamp)
+    path = os.path.join(out_dir, f"records.{args.format}")
+    hlo_dir = os.path.join(out_dir, "hlo") if args.keep_hlo else None
+    rows = run.run_cases(cases, timeout_s=args.timeout, progress=not args.quiet, hlo_dir=hlo_dir,
+                         on_record=lambda done: run.write_table(done, path))
+    kv = f"/{template.kv_heads}kv" if template.is_gqa else ""
+    print(f"# compiled for, not measured: B{template.batch} H{template.q_heads}{kv} D{template.head_dim}"
+          f"{' causal' if template.causal else ''}; peak and HBM per device; the roofline is a model")
+    print(render([{c: _fmt(c, r.get(c)) for c in SUMMARY} for r in rows], SUMMARY, markdown=args.markdown))
+    print(f"wrote {path}")
+    if args.max_seq:
+        summary, extra = run.max_feasible(targets, impls, template, args.mode, args.dtype, args.max_seq,
+                                          known=rows, timeout_s=args.timeout, progress=not args.quiet)
+        if extra:
+            run.write_table(rows + extra, path)
+        seq_path = os.path.join(out_dir, f"max_seq.{args.format}")
+        run.write_table(summary, seq_path, MAX_SEQ_COLUMNS)
+        print(render([{c: _fmt(c, r.get(c)) for c in MAX_SEQ_COLUMNS} for r in summary], MAX_SEQ_COLUMNS,
+                     markdown=args.markdown))
+        print(f"wrote {seq_path}")
+    return 0

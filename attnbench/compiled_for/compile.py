@@ -1,0 +1,229 @@
+"""Compile one case for one target, in this process, and read what the compiler decided.
+
+Runs inside a worker (``attnbench.compiled_for.worker``) of the targets venv, with
+``JAX_PLATFORMS=cpu``: jax's own devices stay the host CPU, the target exists only as a
+topology (``jax.experimental.topologies``: libtpu's for a TPU, a ``GpuTargetConfig`` for a GPU).
+Inputs are abstract (``jax.ShapeDtypeStruct`` placed on the topology's devices), so nothing is
+allocated and nothing runs; ``jit(...).lower(...).compile()`` is the target's real compiler.
+
+The kernel is traced as on its own hardware: inside ``compiling_for(target.platform)``
+``impl.platform()`` is the target's platform (no Pallas interpreter for a TPU target), its
+``trace_context`` is entered for that platform, and its support and shape rules are checked for
+it. On a target with several devices (a v4 chip's two TensorCores, a multi-chip slice) the heads
+are sharded over a 1-D mesh of all of them and the kernel runs under ``shard_map``, one shard of
+heads per device, as a data-parallel-over-heads deployment would run it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from functools import partial
+
+from attnbench.compiled_for import classify, hlo
+from attnbench.compiled_for.records import new_record
+from attnbench.compiled_for.roofline import roofline, roofline_bytes
+from attnbench.compiled_for.targets import Target, gpu_target_config, library_versions, load_targets
+from attnbench.workload import Workload
+
+_TOPOLOGIES: dict[str, tuple] = {}
+_VERSIONS: dict | None = None
+
+
+def target_devices(target: Target):
+    """``(devices, mesh or None)`` of ``target``'s topology (cached per process)."""
+    if target.name not in _TOPOLOGIES:
+        from jax.experimental import topologies
+
+        if target.platform == "tpu":
+            kwargs = {"chips_per_host_bounds": [1, 1, 1]} if target.single_host else {}
+            topo = topologies.get_topology_desc(target.topology, "tpu", **kwargs)
+        else:
+            topo = topologies.get_topology_desc(platform="cuda", target_config=gpu_target_config(target),
+                                                topology="1x1x1")
+        devices = list(topo.devices)
+        mesh = None
+        if len(devices) > 1:  # a plain 1-D mesh: topologies.make_mesh refuses a v4's per-core devices
+            import numpy as np
+            from jax.sharding import Mesh
+
+            mesh = Mesh(np.array(devices), ("heads",))
+        _TOPOLOGIES[target.name] = (devices, mesh)
+    return _TOPOLOGIES[target.name]
+
+
+def support_reason(impl, workload: Workload, target: Target, devices: int) -> str | None:
+    """Why ``impl`` cannot express ``workload`` on ``target`` (call inside ``compiling_for``)."""
+    if impl.framework != "jax":
+        return (f"the compiled-for tier compiles jax programs only ({impl.name} is {impl.framework}; "
+                "torch_xla: see the README's compiled-for section)")
+    support = impl.platform_support[target.platform]
+    if support.status == "unsupported":
+        return support.note
+    if devices > 1:
+        if workload.q_heads % devices or workload.kv_heads % devices:
+            return (f"heads are sharded over the target's {devices} devices: {workload.q_heads} query and "
+                    f"{workload.kv_heads} kv heads do not divide evenly")
+        shard = workload.replace(q_heads=workload.q_heads // devices, kv_heads=workload.kv_heads // devices)
+        reason = impl.shape_reason(shard, target.platform)
+        return f"per device ({shard.q_heads} heads): {reason}" if reason else None
+    return impl.shape_reason(workload, target.platform)
+
+
+def _program(impl, workload: Workload, devices, mesh):
+    """The jitted step and its abstract arguments, placed on the target's devices."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+
+    from attention_impls.base import default_scale
+
+    dtype = jnp.dtype(workload.dtype)
+    step = partial(impl.attention, causal=workload.causal, scale=default_scale(workload.head_dim, None))
+    if mesh is None:
+        sharding = SingleDeviceSharding(devices[0])
+    else:
+        spec = PartitionSpec(None, None, "heads", None)  # [B, S, H, D]: heads over the devices
+        sharding = NamedSharding(mesh, spec)
+        step = jax.shard_map(step, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
+    q = jax.ShapeDtypeStruct(workload.q_shape, dtype, sharding=sharding)
+    kv = jax.ShapeDtypeStruct(workload.kv_shape, dtype, sharding=sharding)
+    if workload.mode == "fwd":
+        return jax.jit(step), (q, kv, kv)
+
+    def fwd_bwd(q, k, v, do):  # as JaxBackend.forward_backward: the output and its vjp
+        out, vjp = jax.vjp(step, q, k, v)
+        return out, vjp(do)
+
+    return jax.jit(fwd_bwd), (q, kv, kv, q)
+
+
+def _versions() -> dict:
+    global _VERSIONS
+    if _VERSIONS is None:
+        v = library_versions()
+        _VERSIONS = {"jax": v["jax"], "jaxlib": v["jaxlib"], "libtpu": v["libtpu"],
+                     "jax_cuda12_plugin": v["jax-cuda12-plugin"], "cudnn": v["nvidia-cudnn-cu12"],
+                     "cuda_nvcc": v["nvidia-cuda-nvcc-cu12"]}
+    return _VERSIONS
+
+
+def _cost(compiled) -> dict | None:
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:  # noqa: BLE001 - "GetCostAnalysis is not supported" on some backends
+        return None
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else None
+    return dict(cost) if cost else None
+
+
+def _positive(value):
+    return None if value is None or value < 0 else value  # -1: "unknown" in XLA's cost analysis
+
+
+def compile_case(target: Target | str, impl_name: str, workload: Workload,
+                 hlo_dir: str | None = None) -> dict:
+    """One record (``attnbench.compiled_for.records.COLUMNS``) of compiling ``impl_name`` at
+    ``workload`` for ``target`` (a ``Target`` or a name in ``targets.toml``); a refusal by the
+    compiler or the implementation is a record, not an exception."""
+    import attention_impls
+    from attention_impls._compile_target import compiling_for
+
+    if isinstance(target, str):
+        target = load_targets()[target]
+    record = new_record(target, impl_name, workload, **_versions())
+    impl = attention_impls.get(impl_name)
+    support = impl.platform_support[target.platform].status
+    record.update(framework=impl.framework, label=impl.label(target.platform),
+                  execution={"interpret-only": "interpret", "runs": "compiled"}.get(support))
+    try:
+        devices, mesh = target_devices(target)
+    except Exception as exc:  # noqa: BLE001 - a topology libtpu/the plugin refuses
+        record.update(status=classify.ERROR, reason=f"topology {target.describe()}: "
+                      f"{type(exc).__name__}: {classify.first_lines(str(exc))}")
+        return record
+    per_chip = max(1, len(devices) // target.chips)
+    chip_hbm = target.chip_hbm_bytes
+    record.update(devices=len(devices), hbm_bytes=chip_hbm // per_chip if chip_hbm else None)
+    with compiling_for(target.platform, name=target.name, compute_capability=target.compute_capability):
+        reason = support_reason(impl, workload, target, len(devices))
+        if reason:
+            record.update(status=classify.UNSUPPORTED, reason=reason)
+            return record
+        hook = getattr(impl, "trace_context", None)
+        context = hook(target.platform) if hook else contextlib.nullcontext()
+        try:
+            with context:
+                fn, args = _program(impl, workload, devices, mesh)
+                start = time.perf_counter()
+                lowered = fn.lower(*args)
+                record["lower_seconds"] = time.perf_counter() - start
+                start = time.perf_counter()
+                compiled = lowered.compile()
+                record["compile_seconds"] = time.perf_counter() - start
+        except Exception as exc:  # noqa: BLE001 - the compiler's refusal is the result
+            if record["lower_seconds"] is not None and record["compile_seconds"] is None:
+                record["compile_seconds"] = time.perf_counter() - start  # how long until it refused
+            message = str(exc)
+            status, why = classify.classify_compile_error(message, type(exc).__name__)
+            record.update(status=status, reason=why, fits=classify.fits(None, None, status),
+                          compiler_hbm_bytes=classify.compiler_hbm_bytes(message),
+                          compiler_required_bytes=classify.compiler_required_bytes(message))
+            return record
+    record["status"] = classify.OK
+    _read_compiled(record, compiled, target, workload, per_chip, hlo_dir)
+    return record
+
+
+def _read_compiled(record: dict, compiled, target: Target, workload: Workload, per_chip: int,
+                   hlo_dir: str | None) -> None:
+    memory = compiled.memory_analysis()
+    for column, attr in (("argument_bytes", "argument_size_in_bytes"),
+                         ("output_bytes", "output_size_in_bytes"), ("temp_bytes", "temp_size_in_bytes"),
+                         ("alias_bytes", "alias_size_in_bytes"), ("peak_bytes", "peak_memory_in_bytes"),
+                         ("generated_code_bytes", "generated_code_size_in_bytes")):
+        value = getattr(memory, attr, None)
+        record[column] = int(value) if value is not None else None
+    record["fits"] = classify.fits(record["peak_bytes"], record["hbm_bytes"])
+
+    text = compiled.as_text() or ""
+    if hlo_dir:
+        import os
+
+        from attnbench.atomic import atomic_write_text
+
+        name = f"{target.name}-{record['impl']}-{workload.seq_q}-{workload.mode}-{workload.dtype}.hlo.txt"
+        atomic_write_text(os.path.join(hlo_dir, name), text)
+    module = hlo.parse_module(text)
+    calls = hlo.kernel_calls(hlo.custom_calls(module))
+    copies = hlo.inserted_copies(module)
+    record.update(kernel_evidence=hlo.kernel_evidence(module, interpret=record["execution"] == "interpret"),
+                  custom_calls=", ".join(sorted({c.target for c in calls})) or "none",
+                  fusions=hlo.fusion_counts(module)[0], inserted_copies=len(copies),
+                  inserted_copy_bytes=sum(c.bytes for c in copies),
+                  inserted_copy_detail=hlo.describe_copies(copies))
+
+    cost = _cost(compiled)
+    if cost is None:
+        record["compiler_flops_source"] = (f"none: the {target.platform.upper()} compiler gives no "
+                                           "cost analysis")
+    else:
+        record.update(compiler_flops=_positive(cost.get("flops")),
+                      compiler_bytes_accessed=_positive(cost.get("bytes accessed")),
+                      model_compiler_seconds=_positive(cost.get("optimal_seconds")),
+                      compiler_flops_source=hlo.flops_source(module))
+
+    profile = target.profile
+    peak = profile.peak(workload.dtype)
+    price = profile.price_on_demand
+    min_bytes_per_chip = workload.min_bytes / target.chips
+    bytes_per_chip, source = roofline_bytes(record["compiler_bytes_accessed"], per_chip, min_bytes_per_chip)
+    model = roofline(flops_per_chip=workload.flops / target.chips, bytes_per_chip=bytes_per_chip,
+                     peak_tflops=peak.value if peak else None,
+                     hbm_tb_s=profile.hbm_tb_s.value if profile.hbm_tb_s else None,
+                     price_per_chip_hour=price.value if price else None, chips=target.chips)
+    record.update(roofline_bytes=bytes_per_chip, roofline_bytes_source=source,
+                  peak_tflops=peak.value if peak else None,
+                  hbm_tb_s=profile.hbm_tb_s.value if profile.hbm_tb_s else None,
+                  price_per_chip_hour=price.value if price else None, **model.as_record())

@@ -1,0 +1,61 @@
+"""The compiled-for records table: one row per target x implementation x workload, its columns.
+
+Byte columns are per device of the target (a v4 chip is two devices here, a 4-chip slice four):
+``peak_bytes``, ``argument_bytes``, ``output_bytes``, ``temp_bytes``, ``alias_bytes``,
+``generated_code_bytes`` are ``compiled.memory_analysis()``'s; ``hbm_bytes`` is the hardware
+profile's HBM per chip (GB x 1e9) divided among the chip's devices; ``fits`` compares the two
+(``attnbench.compiled_for.classify.fits``). ``inserted_copy_bytes`` are the physical bytes the
+layout copies around custom calls write (``attnbench.compiled_for.hlo``).
+
+``flops`` is the workload's own convention (whole step, all chips); ``compiler_flops`` and
+``compiler_bytes_accessed`` are ``cost_analysis()``'s per device where the compiler gives one
+(``compiler_flops_source`` says whose FLOPs those are: XLA's count, a Pallas kernel's hand-written
+estimate, or nothing for a kernel without one). Columns starting with ``model_`` are the roofline
+model (``attnbench.compiled_for.roofline``) and libtpu's own cost-model estimate: models, not
+measurements; nothing here was run on the target. ``lower_seconds`` / ``compile_seconds`` are how
+long this host took, the only timings in the table.
+"""
+
+from __future__ import annotations
+
+from attnbench.workload import Workload
+
+COLUMNS = [
+    "target", "platform", "hardware_profile", "topology", "chips", "devices",
+    "impl", "framework", "label", "execution",
+    "seq_q", "seq_k", "batch", "q_heads", "kv_heads", "head_dim", "dtype", "causal", "mode",
+    "status", "fits", "reason",
+    "peak_bytes", "hbm_bytes", "argument_bytes", "output_bytes", "temp_bytes", "alias_bytes",
+    "generated_code_bytes", "compiler_hbm_bytes", "compiler_required_bytes",
+    "kernel_evidence", "custom_calls", "fusions",
+    "inserted_copies", "inserted_copy_bytes", "inserted_copy_detail",
+    "flops", "compiler_flops", "compiler_flops_source", "compiler_bytes_accessed",
+    "roofline_bytes", "roofline_bytes_source", "peak_tflops", "hbm_tb_s", "price_per_chip_hour",
+    "model_roofline_seconds", "model_roofline_bound", "model_compute_seconds", "model_memory_seconds",
+    "model_roofline_usd", "model_compiler_seconds",
+    "lower_seconds", "compile_seconds",
+    "jax", "jaxlib", "libtpu", "jax_cuda12_plugin", "cudnn", "cuda_nvcc",
+]
+# The columns the CLI prints.
+SUMMARY = ["target", "impl", "seq_q", "mode", "dtype", "status", "fits", "peak_bytes", "hbm_bytes",
+           "inserted_copy_bytes", "model_roofline_seconds", "kernel_evidence", "reason"]
+MAX_SEQ_COLUMNS = ["target", "impl", "mode", "dtype", "block", "execution", "max_feasible_seq",
+                   "tried_up_to", "lengths_tried", "compiles", "stopped_by"]
+
+
+def new_record(target, impl_name: str, workload: Workload, **fields) -> dict:
+    """A record with the case's identity filled and every other column empty."""
+    record = dict.fromkeys(COLUMNS)
+    record.update(target=target.name, platform=target.platform, hardware_profile=target.hardware_profile,
+                  topology=target.topology or target.device_name, chips=target.chips, impl=impl_name,
+                  seq_q=workload.seq_q, seq_k=workload.seq_k, batch=workload.batch,
+                  q_heads=workload.q_heads, kv_heads=workload.kv_heads, head_dim=workload.head_dim,
+                  dtype=workload.dtype, causal=workload.causal, mode=workload.mode,
+                  flops=workload.flops)
+    record.update(fields)
+    return record
+
+
+def case_key(target: str, impl: str, workload: Workload) -> str:
+    """One string per case (the asv class's cache key)."""
+    return f"{target}|{impl}|{workload.describe()}"

@@ -1,0 +1,266 @@
+"""The report's section "Compiled for, not measured": what each target's compiler decided.
+
+Reads the compiled-for records (``attnbench compile-for`` tables: the committed
+``results/compiled-for/records.csv`` and any ``results/compiled-for/runs/*/records.{csv,parquet}``,
+a case compiled more than once keeping its newest record) and gives, per target:
+
+* whether each implementation fits, by length (per device, against the hardware profile's HBM;
+  "refused" where the compiler itself refused for HBM, with what it said it needed);
+* peak memory vs length per implementation, and the roofline lower bound vs length, in one figure
+  whose axes say "compiled, not measured" and "model": no measured time is ever drawn with them;
+* the layout copies the compiler inserted around custom kernels, and their bytes;
+* the roofline model of one step and its USD.
+
+``compiled_part(results_dir, out_dir)`` is the report's hook (``attnbench.report.write_report``):
+the template context of the section (``templates/compiled.j2``) and its PNGs, written beside the
+report; ``None`` when there are no compiled-for records.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+RECORDS_DIR = "compiled-for"
+IDENTITY = ["target", "impl", "seq_q", "seq_k", "batch", "q_heads", "kv_heads", "head_dim", "dtype",
+            "causal", "mode"]
+MAX_ROWS = 40
+
+
+def record_files(results_dir: str) -> list[str]:
+    """The committed table first, then every run's, oldest run first (run folders are UTC stamps)."""
+    base = os.path.join(results_dir, RECORDS_DIR)
+    files = [os.path.join(base, f"records.{ext}") for ext in ("csv", "parquet")]
+    runs = sorted(glob.glob(os.path.join(base, "runs", "*", "records.csv"))
+                  + glob.glob(os.path.join(base, "runs", "*", "records.parquet")))
+    return [f for f in files if os.path.exists(f)] + runs
+
+
+def load_compiled_records(results_dir: str = "results") -> pd.DataFrame:
+    """Every compiled-for record under ``results_dir``, one row per case (the newest)."""
+    import pandas as pd
+
+    frames = []
+    for path in record_files(results_dir):
+        frame = pd.read_parquet(path) if path.endswith(".parquet") else pd.read_csv(path)
+        frame["source"] = os.path.relpath(path, results_dir)
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=IDENTITY + ["status", "fits", "source"])
+    frame = pd.concat(frames, ignore_index=True)
+    return frame.drop_duplicates(subset=IDENTITY, keep="last").reset_index(drop=True)
+
+
+def _gb(value) -> str:
+    if value is None or value != value:
+        return "-"
+    return f"{value / 1e9:.3g} GB" if value >= 1e8 else f"{value / 1e6:.3g} MB"
+
+
+def _truthy(value) -> bool | None:
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    if isinstance(value, str):
+        return value.strip().lower() == "true"
+    return bool(value)
+
+
+def fits_cell(row) -> str:
+    """One case in words: ``fits (0.81 GB)``, ``does not fit (206 GB)``, ``refused by the compiler
+    (needs 142 GB)``, ``kernel refused``, ``n/a`` (unsupported), ``timeout``, ``error``."""
+    status, fits = row.get("status"), _truthy(row.get("fits"))
+    if status == "ok":
+        return f"{'fits' if fits else 'does not fit'} ({_gb(row.get('peak_bytes'))})"
+    if status == "does-not-fit":
+        return f"refused: HBM (needs {_gb(row.get('compiler_required_bytes'))})"
+    if status == "unsupported":
+        return "n/a"
+    return str(status)
+
+
+def _case_label(row) -> str:
+    return f"{row['impl']} {row['mode']}" + ("" if row["dtype"] == "bfloat16" else f" {row['dtype']}")
+
+
+def fits_table(part: pd.DataFrame) -> pd.DataFrame:
+    """Implementation x mode (rows) by length (columns): ``fits_cell``."""
+    import pandas as pd
+
+    if part.empty:
+        return pd.DataFrame()
+    cells = part.assign(case=part.apply(_case_label, axis=1), cell=part.apply(fits_cell, axis=1))
+    table = cells.pivot_table(index="case", columns="seq_q", values="cell", aggfunc="first")
+    table.columns = [f"{int(c)}" for c in table.columns]
+    return table.reset_index().rename(columns={"case": "implementation mode"}).fillna("-")
+
+
+def _pivot(rows: pd.DataFrame, cell) -> pd.DataFrame:
+    import pandas as pd
+
+    if rows.empty:
+        return pd.DataFrame()
+    cells = rows.assign(case=rows.apply(_case_label, axis=1), cell=rows.apply(cell, axis=1))
+    table = cells.pivot_table(index="case", columns="seq_q", values="cell", aggfunc="first")
+    table.columns = [f"{int(c)}" for c in table.columns]
+    return table.reset_index().rename(columns={"case": "implementation mode"}).fillna("-")
+
+
+def copies_table(part: pd.DataFrame) -> pd.DataFrame:
+    """Bytes of the layout copies the compiler inserted around custom kernels, of the peak, by
+    length (implementations with none anywhere are left out)."""
+    with_copies = part.loc[part["inserted_copy_bytes"].fillna(0) > 0, "impl"].unique()
+    rows = part[(part["status"] == "ok") & part["impl"].isin(with_copies)]
+    return _pivot(rows, lambda r: f"{_gb(r['inserted_copy_bytes'])} of {_gb(r['peak_bytes'])}")
+
+
+def roofline_table(part: pd.DataFrame) -> pd.DataFrame:
+    """The roofline model of one step by length, where the program compiled: ``ms / USD (bound)``,
+    the bound ``c`` (compute) or ``m`` (memory); ``*``: it does not fit the device."""
+    ok = part[part["status"] == "ok"]
+
+    def cell(r):
+        usd = r["model_roofline_usd"]
+        price = f"${usd:.2g}" if usd == usd and usd is not None else "-"
+        bound = str(r["model_roofline_bound"] or "?")[:1]
+        return (f"{r['model_roofline_seconds'] * 1e3:.3g} ms / {price} ({bound})"
+                + ("" if _truthy(r["fits"]) else " *"))
+
+    return _pivot(ok, cell)
+
+
+def kernels_table(part: pd.DataFrame) -> pd.DataFrame:
+    """Which kernel each implementation became (``kernel_evidence`` of its longest compiled case)."""
+    import pandas as pd
+
+    ok = part[part["status"] == "ok"].sort_values("seq_q")
+    if ok.empty:
+        return pd.DataFrame()
+    last = ok.groupby(["impl", "mode"], sort=True).tail(1)
+    return pd.DataFrame({"implementation": last["impl"], "mode": last["mode"],
+                         "execution": last["execution"].fillna("-"), "at": last["seq_q"],
+                         "kernel (compiled HLO)": last["kernel_evidence"].fillna("-")})
+
+
+def grid(part: pd.DataFrame) -> pd.DataFrame:
+    """The lengths a sweep asked for (powers of two), without the ones a bisection visited."""
+    lengths = part["seq_q"].astype(int)
+    return part[(lengths & (lengths - 1)) == 0]
+
+
+def max_seq_table(results_dir: str, target: str) -> pd.DataFrame:
+    """``max_seq.csv`` (``compile-for --max-seq``) rows of ``target``, newest file last wins."""
+    import pandas as pd
+
+    base = os.path.join(results_dir, RECORDS_DIR)
+    paths = [os.path.join(base, "max_seq.csv")] + sorted(glob.glob(os.path.join(base, "runs", "*",
+                                                                                "max_seq.csv")))
+    frames = [pd.read_csv(p) for p in paths if os.path.exists(p)]
+    if not frames:
+        return pd.DataFrame()
+    table = pd.concat(frames, ignore_index=True).drop_duplicates(["target", "impl", "mode", "dtype"],
+                                                                 keep="last")
+    table = table[table["target"] == target]
+    if table.empty:
+        return pd.DataFrame()
+
+    def stop(text):
+        if not isinstance(text, str):
+            return "-"
+        return text if len(text) <= 70 else text[:67] + "..."
+
+    return pd.DataFrame({
+        "implementation": table["impl"], "mode": table["mode"], "dtype": table["dtype"],
+        "execution": table.get("execution", pd.Series(dtype=object)).fillna("-"),
+        "longest feasible": table["max_feasible_seq"].map(lambda v: f"{int(v)}" if v == v else "none"),
+        "tried up to": table["tried_up_to"], "stopped by": table["stopped_by"].map(stop)})
+
+
+def plot_target(part: pd.DataFrame, target: str, hbm_bytes: float | None) -> bytes | None:
+    """Peak memory per device vs length (HBM line; refusals at what the compiler said they need)
+    and the roofline model vs length: one figure, nothing measured on it."""
+    from attnbench.report.plots import _colors, _figure, _png
+
+    part = part[part["status"].isin(["ok", "does-not-fit"])]
+    if part.empty:
+        return None
+    fig, axes = _figure(1, 2, width=5.6, height=3.8)
+    mem, model = axes[0][0], axes[0][1]
+    colors = _colors(part["impl"])
+    for (impl, mode), rows in part.sort_values("seq_q").groupby(["impl", "mode"]):
+        style = "-" if mode == "fwd" else "--"
+        ok = rows[rows["status"] == "ok"]
+        label = f"{impl} {mode}"
+        if not ok.empty:
+            mem.plot(ok["seq_q"], ok["peak_bytes"], style, marker="o", ms=3, color=colors[impl], label=label)
+            model.plot(ok["seq_q"], ok["model_roofline_seconds"] * 1e3, style, marker="o", ms=3,
+                       color=colors[impl], label=label)
+        refused = rows[(rows["status"] == "does-not-fit") & rows["compiler_required_bytes"].notna()]
+        if not refused.empty:
+            mem.plot(refused["seq_q"], refused["compiler_required_bytes"], "x", ms=7, color=colors[impl],
+                     label=None if not ok.empty else label)
+    if hbm_bytes:
+        mem.axhline(hbm_bytes, color="red", lw=1)
+        mem.annotate("HBM per device", (part["seq_q"].min(), hbm_bytes), color="red", fontsize=7,
+                     va="bottom")
+    for ax in (mem, model):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length")
+        ax.grid(True, which="both", alpha=0.3)
+    mem.set_ylabel("peak bytes per device (compiler)")
+    mem.set_title(f"{target}: memory_analysis, not measured", fontsize=9)
+    model.set_ylabel("ms per step: roofline MODEL, not measured")
+    model.set_title(f"{target}: roofline lower bound (model)", fontsize=9)
+    handles, labels = mem.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right center", fontsize=7,
+               title="solid fwd, dashed fwd_bwd; x: refused, at what the compiler needed", title_fontsize=7)
+    return _png(fig)
+
+
+def summary_sentence(part: pd.DataFrame, target: str) -> str:
+    first = part.iloc[0]
+    versions = ", ".join(f"{lib} {first[lib]}" for lib in ("jax", "libtpu", "jax_cuda12_plugin", "cudnn")
+                         if lib in part and first.get(lib) == first.get(lib) and first.get(lib))
+    where = first.get("topology") or ""
+    counts = part["status"].value_counts().to_dict()
+    said = ", ".join(f"{n} {status}" for status, n in counts.items())
+    shape = (f"B{int(first['batch'])} H{int(first['q_heads'])} D{int(first['head_dim'])}"
+             f"{' causal' if _truthy(first['causal']) else ''}")
+    return (f"`{target}` ({where}, hardware profile `{first['hardware_profile']}`, {int(first['chips'])} "
+            f"chip(s), {int(first['devices']) if first['devices'] == first['devices'] else '?'} device(s)): "
+            f"{len(part)} cases of {shape} ({said}); compiled by {versions or 'unrecorded versions'} on a "
+            "host without the target, so nothing here ran on it.")
+
+
+def compiled_part(results_dir: str, out_dir: str | None = None) -> dict | None:
+    """The section's context (``templates/compiled.j2``) and PNGs (written into ``out_dir``)."""
+    from attnbench.atomic import atomic_write_bytes
+    from attnbench.report.render import Table
+
+    records = load_compiled_records(results_dir)
+    if records.empty:
+        return None
+    targets, images, plots = [], {}, {}
+    for target, part in records.groupby("target", sort=False):
+        hbm = part["hbm_bytes"].dropna()
+        name = f"compiled_{target}.png"
+        swept = grid(part)
+        png = plot_target(swept, target, float(hbm.iloc[0]) if not hbm.empty else None)
+        if png is not None:
+            images[name] = png
+            if out_dir:
+                plots[name] = os.path.join(out_dir, name)
+                atomic_write_bytes(plots[name], png)
+        targets.append({"name": target, "sentence": summary_sentence(part, target),
+                        "fits": Table.of(fits_table(swept)), "copies": Table.of(copies_table(swept)),
+                        "roofline": Table.of(roofline_table(swept)),
+                        "kernels": Table.of(kernels_table(swept)),
+                        "max_seq": Table.of(max_seq_table(results_dir, target)),
+                        "figure": name if png else None})
+    sources = sorted(records["source"].unique())
+    return {"targets": targets, "sources": sources, "images": images, "plots": plots,
+            "cases": len(records)}

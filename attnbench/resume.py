@@ -1,0 +1,99 @@
+"""``attnbench run --out DIR --resume``: finish a sweep an interruption (a preemption) cut short.
+
+``attnbench run`` rewrites ``records.<csv|parquet>`` atomically after every case, so an interrupted
+sweep leaves a complete table of the cases it finished. Resuming reads that table, measures only
+the cases missing from it, and writes the table again with the rows already there first and
+unchanged: a CSV keeps them byte for byte (they are carried as the strings read, with the columns
+and the metadata of the run that measured them), a Parquet file value for value.
+
+A case is identified by what was measured: implementation, workload (batch, heads, kv heads,
+lengths, head dim, dtype, causal, mode) and shape regime. Any row counts as done, whatever its
+status: an ``error`` or ``timeout`` is a measurement, and resuming is not retrying. The sweep's
+options that change a measurement without changing the case (steps, timing budget, bucket policy,
+numerics, compile cache, timer, threads, timeout, memory cap, prices) are kept in ``run-args.json``
+beside the records; resuming with different ones is refused, naming them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+
+from attnbench.atomic import atomic_write_text
+
+ARGS_FILE = "run-args.json"
+IDENTITY = ("impl", "batch", "q_heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype", "causal", "mode",
+            "regime")
+# cmd_run's options that change what a case's record means without changing which case it is
+MEASUREMENT_OPTIONS = ("steps", "min_seconds", "bucket_policy", "no_numerics", "compile_cache", "timer",
+                       "threads", "timeout", "memory_cap", "no_isolate", "hardware_profile", "price_per_hour",
+                       "spot_price_per_hour")
+
+
+def case_identity(impl: str, workload, regime: str) -> tuple[str, ...]:
+    """The identity of a planned case, as strings, the way a written table holds it."""
+    values = {"impl": impl, "regime": regime, **{f: getattr(workload, f) for f in IDENTITY[1:-1]}}
+    return tuple(str(values[f]) for f in IDENTITY)
+
+
+def row_identity(row: dict) -> tuple[str, ...]:
+    return tuple("" if row.get(f) is None else str(row.get(f)) for f in IDENTITY)
+
+
+def read_done(path: str) -> list[dict]:
+    """The rows of a records table: CSV rows as the strings written (so they are written back
+    byte for byte), Parquet rows as values."""
+    if path.endswith(".parquet"):
+        import pandas as pd
+
+        frame = pd.read_parquet(path)
+        return frame.astype(object).where(frame.notna(), None).to_dict("records")
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def check_args(out_dir: str, args, resuming: bool = True) -> None:
+    """Record the sweep's measurement options (a fresh run); refuse a resume that changes them."""
+    path = os.path.join(out_dir, ARGS_FILE)
+    mine = {name: getattr(args, name, None) for name in MEASUREMENT_OPTIONS}
+    if resuming and os.path.exists(path):
+        with open(path, encoding="utf-8") as fh:
+            theirs = json.load(fh)
+        changed = {k: (theirs.get(k), v) for k, v in mine.items() if k in theirs and theirs.get(k) != v}
+        if changed:
+            said = ", ".join(f"--{k.replace('_', '-')} {old!r} then, {new!r} now"
+                             for k, (old, new) in changed.items())
+            raise ValueError(f"--resume: {out_dir} was measured with other options ({said}); resume with "
+                             "the same ones or measure into a new --out folder")
+    else:
+        atomic_write_text(path, json.dumps(mine, indent=1, sort_keys=True))
+
+
+def plan(path: str, cases: list) -> tuple[list[dict], list]:
+    """``(rows already in the table at path, cases missing from it)``; a table with a row for a case
+    that is not planned now keeps it too."""
+    if not os.path.exists(path):
+        return [], list(cases)
+    rows = read_done(path)
+    done = {row_identity(row) for row in rows}
+    return rows, [c for c in cases if case_identity(*c) not in done]
+
+
+def write_resumed(kept: list[dict], new_rows: list[dict], path: str, metadata: dict) -> str:
+    """The table: the kept rows as read (first, unchanged), then the new ones with this run's metadata."""
+    from attnbench import sweep
+
+    if not kept or path.endswith(".parquet"):
+        return sweep.write_table([*kept, *({**metadata, **r} for r in new_rows)], path)
+    columns = list(kept[0])
+    fresh = [{**metadata, **r} for r in new_rows]
+    extra = [c for c in dict.fromkeys(k for row in fresh for k in row) if c not in columns]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns + extra)
+    writer.writeheader()
+    writer.writerows(kept)  # the same strings, columns and dialect as written: the same bytes
+    writer.writerows(fresh)
+    atomic_write_text(path, buffer.getvalue())
+    return path

@@ -1,0 +1,173 @@
+"""Real compiles for TPUs and GPUs this host does not have (libtpu, XLA:GPU + ptxas + cuDNN).
+
+Runs in .venv-targets (``make test-targets``: ``JAX_PLATFORMS=cpu``, ``ATTNBENCH_TEST_TARGETS=1``,
+where a missing compiler fails); elsewhere the module is skipped. Small sizes, except the two
+acceptance cases at 64k tokens, which cost about 20 s of splash's host-side mask building.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import os
+
+import pytest
+
+from attnbench.compiled_for import classify
+from attnbench.compiled_for.targets import Target, environment_problem
+from attnbench.workload import Workload
+
+_MISSING = environment_problem("tpu") or environment_problem("gpu")
+if _MISSING and os.environ.get("ATTNBENCH_TEST_TARGETS"):
+    raise RuntimeError(f"ATTNBENCH_TEST_TARGETS is set but this venv cannot compile for targets: {_MISSING}")
+pytestmark = pytest.mark.skipif(bool(_MISSING), reason=f"needs the targets venv: {_MISSING}")
+
+W1K = Workload(seq_q=1024, q_heads=8, head_dim=64, dtype="bfloat16", causal=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiling_process():
+    from attnbench.compiled_for.worker import compile_environment
+
+    compile_environment()  # JAX_PLATFORMS=cpu before jax is imported here
+    import jax
+
+    assert jax.devices()[0].platform == "cpu"
+
+
+def compile_case(*args, **kwargs):
+    from attnbench.compiled_for.compile import compile_case as real
+
+    return real(*args, **kwargs)
+
+
+def test_splash_compiles_to_a_mosaic_kernel_for_v5e_not_the_interpreter():
+    record = compile_case("tpu-v5e", "jax-pallas-tpu-splash", W1K)
+    assert record["status"] == classify.OK and record["fits"] is True
+    assert record["execution"] == "compiled" and record["label"] == "native"
+    assert record["kernel_evidence"] == "tpu_custom_call: splash_mha_fwd_no_residuals"
+    assert 0 < record["peak_bytes"] < record["hbm_bytes"] == 16_000_000_000
+    # q, k, v and o in [B, S, H, D] bf16: 4 x 1 MiB logical; D=64 tiles to 128 lanes where laid minor.
+    assert record["inserted_copies"] >= 2 and record["inserted_copy_bytes"] >= 2 * 1024 * 8 * 64 * 2
+    assert "no cost estimate" in record["compiler_flops_source"]
+    assert record["compiler_bytes_accessed"] > 0 and record["roofline_bytes_source"].startswith("compiler")
+    # The workload's convention, causal fwd: 4 B H Sq avg_k D with avg_k = Sk / 2.
+    assert record["flops"] == 4 * 1 * 8 * 1024 * 512 * 64
+    assert record["model_roofline_seconds"] == pytest.approx(
+        max(record["flops"] / 197e12, record["roofline_bytes"] / 0.819e12))
+    assert record["model_roofline_usd"] == pytest.approx(record["model_roofline_seconds"] * 1.20 / 3600)
+    assert record["libtpu"] and record["jax"] == "0.10.2"
+
+
+def test_plain_attention_at_64k_does_not_fit_a_v5e_in_the_compilers_words():
+    record = compile_case("tpu-v5e", "jax-xla", W1K.replace(seq_q=65536, seq_k=65536))
+    assert record["status"] == classify.DOES_NOT_FIT and record["fits"] is False
+    assert "Ran out of memory on HBM" in record["reason"]
+    assert record["compiler_hbm_bytes"] == pytest.approx(15.75 * 2**30)
+    assert record["compiler_required_bytes"] > record["compiler_hbm_bytes"]
+
+
+def test_cudnn_compiles_to_its_fmha_call_for_h200_and_the_gpu_compiler_accepts_what_cannot_fit():
+    cudnn = compile_case("h200", "jax-cudnn", W1K)
+    assert cudnn["status"] == classify.OK and cudnn["fits"] is True
+    assert cudnn["kernel_evidence"] == "__cudnn$fmhaSoftmax: dot_product_attention_fwd"
+    assert cudnn["compiler_flops_source"].startswith("none: the GPU compiler gives no cost analysis")
+    assert cudnn["roofline_bytes_source"].startswith("workload minimum")
+    import attention_impls
+
+    impl = attention_impls.get("jax-cudnn")
+    via_backend = impl.backend().compile_for(impl, W1K, "h200")  # the backend protocol's entry point
+    assert via_backend["kernel_evidence"] == cudnn["kernel_evidence"]
+    assert via_backend["peak_bytes"] == cudnn["peak_bytes"]
+    big = compile_case("h200", "jax-xla", W1K.replace(seq_q=65536, seq_k=65536))
+    assert big["status"] == classify.OK and big["fits"] is False  # compiled, yet 206 GB > 141 GB
+    assert big["peak_bytes"] > 141e9 and big["kernel_evidence"].startswith("no custom call")
+
+
+def test_pallas_gpu_mha_is_a_triton_call_and_too_large_tiles_are_refused_by_it():
+    record = compile_case("h200", "jax-pallas-gpu-mha", W1K)
+    assert record["kernel_evidence"] == "__gpu$xla.gpu.triton: mha_forward"
+    refused = compile_case("h200", "jax-pallas-gpu-mha", W1K.replace(head_dim=256, mode="fwd_bwd"))
+    assert refused["status"] == classify.KERNEL_REFUSED
+    assert "Shared memory size limit exceeded" in refused["reason"] and "232448" in refused["reason"]
+
+
+def test_unsupported_cases_give_the_implementations_reason():
+    flash_on_gpu = compile_case("h200", "jax-pallas-tpu-flash", W1K)
+    assert flash_on_gpu["status"] == classify.UNSUPPORTED and "Mosaic TPU kernel" in flash_on_gpu["reason"]
+    ragged = compile_case("tpu-v5e", "jax-pallas-tpu-splash", W1K.replace(seq_q=1000, seq_k=1000))
+    assert ragged["status"] == classify.UNSUPPORTED and "multiple of the 128 block" in ragged["reason"]
+
+
+def test_mosaic_refuses_the_kernels_on_a_v3_a_real_kernel_refusal():
+    v3 = Target(name="tpu-v3-test", platform="tpu", hardware_profile="tpu-v4", topology="v3:1x1x1")
+    record = compile_case(v3, "jax-pallas-tpu-flash", W1K)
+    assert record["status"] == classify.KERNEL_REFUSED
+    assert record["reason"].startswith("Mosaic:") and "Unsupported matmul RHS type" in record["reason"]
+    assert compile_case(v3, "jax-xla", W1K)["status"] == classify.OK
+
+
+def test_a_slice_shards_heads_over_its_chips_and_a_v4_chip_over_its_cores():
+    slice_ = compile_case("tpu-v5e-2x2", "jax-pallas-tpu-splash", W1K.replace(mode="fwd_bwd"))
+    assert slice_["status"] == classify.OK and (slice_["devices"], slice_["chips"]) == (4, 4)
+    assert slice_["kernel_evidence"].startswith("tpu_custom_call: splash_mha_fwd_residuals")
+    v4 = compile_case("tpu-v4", "jax-pallas-tpu-flash", W1K)
+    assert v4["status"] == classify.OK and v4["devices"] == 2 and v4["hbm_bytes"] == 16_000_000_000
+    odd = compile_case("tpu-v5e-2x2", "jax-xla", W1K.replace(q_heads=6, kv_heads=6))
+    assert odd["status"] == classify.UNSUPPORTED and "do not divide evenly" in odd["reason"]
+
+
+def test_cli_acceptance_writes_the_records_table(tmp_path, capsys):
+    """The acceptance of the issue, through the CLI and its killable workers."""
+    from attnbench.cli import main
+
+    out = tmp_path / "run"
+    assert main(["compile-for", "--target", "tpu-v5e", "h200", "--impl", "jax-xla", "jax-pallas-tpu-splash",
+                 "jax-cudnn", "--seq", "64k", "--dtype", "bfloat16", "--quiet", "--out", str(out)]) == 0
+    rows = {(r["target"], r["impl"]): r for r in csv.DictReader(open(out / "records.csv"))}
+    for column in ("target", "impl", "seq_q", "mode", "dtype", "status", "fits", "peak_bytes", "hbm_bytes",
+                   "kernel_evidence", "reason"):
+        assert column in next(iter(rows.values()))
+    plain = rows["tpu-v5e", "jax-xla"]
+    assert (plain["status"], plain["fits"]) == ("does-not-fit", "False")
+    splash = rows["tpu-v5e", "jax-pallas-tpu-splash"]
+    assert (splash["status"], splash["fits"]) == ("ok", "True")
+    assert "tpu_custom_call" in splash["kernel_evidence"]
+    assert rows["h200", "jax-xla"]["fits"] == "False"
+    cudnn = rows["h200", "jax-cudnn"]
+    assert (cudnn["status"], cudnn["fits"]) == ("ok", "True") and "__cudnn$fmha" in cudnn["kernel_evidence"]
+    assert rows["tpu-v5e", "jax-cudnn"]["status"] == "unsupported"
+    printed = capsys.readouterr().out
+    assert "compiled for, not measured" in printed and "tpu_custom_call" in printed
+
+
+def test_max_feasible_length_from_the_compiler():
+    from attnbench.compiled_for.run import max_feasible
+    from attnbench.compiled_for.targets import get_targets
+
+    summary, _ = max_feasible(get_targets(["h200"]), ["jax-cudnn"], W1K, ["fwd"], ["bfloat16"], 8192,
+                              progress=False)
+    assert summary[0]["max_feasible_seq"] == 8192 and summary[0]["compiles"] == 1
+
+
+def test_asv_class_tracks_the_compilers_figures(monkeypatch):
+    monkeypatch.setenv("ATTNBENCH_SUITE", "smoke")
+    monkeypatch.setenv("ATTNBENCH_IMPLS", "jax-xla,jax-pallas-tpu-splash,jax-cudnn")
+    spec = importlib.util.spec_from_file_location(
+        "compiled_for_bench", os.path.join(os.path.dirname(__file__), "..", "benchmarks", "compiled_for.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    bench = module.CompiledFor()
+    impls = ["jax-cudnn", "jax-pallas-tpu-splash", "jax-xla"]  # the registry's order
+    assert bench.params[:3] == (["tpu-v5e", "h200"], impls, [1024])
+    cache = bench.setup_cache()
+    bench.setup(cache, "tpu-v5e", "jax-pallas-tpu-splash", 1024, "fwd", "bfloat16")
+    assert bench.track_compiled_status(cache) == 0 and bench.track_compiled_does_not_fit(cache) == 0
+    assert bench.track_compiled_peak_bytes(cache) > 0 and bench.track_compiled_inserted_copy_bytes(cache) > 0
+    assert bench.track_compiled_model_roofline_usd(cache) > 0
+    bench.setup(cache, "h200", "jax-cudnn", 1024, "fwd", "bfloat16")
+    assert bench.track_compiled_inserted_copy_bytes(cache) == 0
+    with pytest.raises(NotImplementedError, match="cuDNN needs an NVIDIA GPU"):
+        bench.setup(cache, "tpu-v5e", "jax-cudnn", 1024, "fwd", "bfloat16")
+    with pytest.raises(NotImplementedError, match="interpret-only"):
+        bench.setup(cache, "h200", "jax-pallas-tpu-splash", 1024, "fwd", "bfloat16")

@@ -1,0 +1,64 @@
+"""``attnbench run --out DIR --resume``: an interrupted sweep is finished by measuring only the cases
+missing from its records; the rows already there stay byte for byte."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FRAMEWORKS
+
+pytestmark = pytest.mark.skipif("numpy" not in FRAMEWORKS, reason="the sweep measures the numpy reference")
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["--impl", "reference-float64", "--regime", "static", "--steps", "2", "--min-seconds", "0.01",
+        "--no-numerics", "--no-isolate", "--quiet"]
+
+
+def _run(out: Path, seqs, *extra) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "attnbench", "run", *FAST, "--seq", *map(str, seqs),
+                           "--out", str(out), *extra], capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_resume_measures_only_the_missing_cases_and_keeps_the_rest_byte_for_byte(tmp_path):
+    out = tmp_path / "sweep"
+    first = _run(out, [32, 48, 64])
+    assert first.returncode == 0, first.stderr
+    records = out / "records.csv"
+    data = records.read_bytes()
+    # An interruption after two cases leaves the table of those two (it is rewritten after every case).
+    cut = data.index(b"\n", data.index(b"\n", data.index(b"\n") + 1) + 1) + 1
+    records.write_bytes(data[:cut])
+    kept = records.read_bytes()
+    assert [r["seq_q"] for r in _rows(records)] == ["32", "48"]
+
+    again = _run(out, [32, 48, 64, 96], "--resume")
+    assert again.returncode == 0, again.stderr
+    assert "resume: 2 cases already in" in again.stderr and "measuring the 2 missing" in again.stderr
+    after = records.read_bytes()
+    assert after.startswith(kept)  # the rows measured before, byte for byte, first
+    rows = _rows(records)
+    assert [r["seq_q"] for r in rows] == ["32", "48", "64", "96"]  # each case once
+    assert rows[0]["run_started_utc"] == rows[1]["run_started_utc"] != rows[2]["run_started_utc"]
+
+    done = _run(out, [32, 48, 64, 96], "--resume")  # nothing missing: nothing measured, nothing rewritten
+    assert done.returncode == 0 and "measuring the 0 missing" in done.stderr
+    assert records.read_bytes() == after
+
+
+def test_resume_refuses_other_measurement_options_and_needs_out(tmp_path):
+    out = tmp_path / "sweep"
+    assert _run(out, [32]).returncode == 0
+    proc = _run(out, [32, 48], "--resume", "--steps", "3")
+    assert proc.returncode == 2 and "--steps 2 then, 3 now" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "attnbench", "run", *FAST, "--seq", "32", "--resume"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 2 and "--resume needs --out DIR" in proc.stderr
