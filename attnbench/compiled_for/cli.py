@@ -78,14 +78,22 @@ def _fmt(column: str, value) -> str:
 
 
 def cmd_compile_for(args) -> int:
+    """The compile-for sweep, with this process's environment that of a compiling one (JAX_PLATFORMS=cpu
+    for it and its workers) for the command's duration only: a caller's environment is restored."""
+    from attnbench.compiled_for.worker import ENVIRONMENT
+    from attnbench.process_env import scoped_environ
+
+    with scoped_environ(**ENVIRONMENT):
+        return _compile_for(args)
+
+
+def _compile_for(args) -> int:
     import attention_impls
     from attnbench.compiled_for import run
     from attnbench.compiled_for.records import MAX_SEQ_COLUMNS, SUMMARY
     from attnbench.compiled_for.targets import environment_problem, get_targets
-    from attnbench.compiled_for.worker import compile_environment
     from attnbench.table import render
 
-    compile_environment()  # this process and its workers: JAX_PLATFORMS=cpu
     targets = get_targets(args.target)  # an unknown name: KeyError naming the known ones
     for platform in sorted({t.platform for t in targets}):
         problem = environment_problem(platform)

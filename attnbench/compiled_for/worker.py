@@ -64,11 +64,13 @@ class CompileWorker:
         os.close(handle)
 
     def _start(self) -> None:
-        compile_environment()  # spawn copies the parent's environment
+        from attnbench.process_env import scoped_environ
+
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
         self._process = ctx.Process(target=self._main, args=(child, self.log_path), daemon=True)
-        self._process.start()
+        with scoped_environ(**ENVIRONMENT):  # spawn copies the parent's environment; restored after
+            self._process.start()
         child.close()
         self._conn = parent
 
