@@ -203,9 +203,15 @@ DEFINITION_CHANGES: list[DefinitionChange] = [
                      "their steps ran (was the maximum length's tokens over the median step)",
                      regimes=("dynamic", "bucketed")),
     DefinitionChange("2", "2026-11-30",
-                     ("first_call_seconds", "first_call_compile_seconds", "compile_seconds"),
+                     ("first_call_seconds", "first_call_compile_seconds", "compile_seconds", "compiles",
+                      "usd_per_step_with_compiles", "useful_tokens_per_s",
+                      "seconds_per_million_useful_tokens", "usd_per_million_useful_tokens_with_compiles"),
                      "cold compiles of a fresh runner: the regime's stream runs first, in a process "
-                     "that has run none of its shapes"),
+                     "that has run none of its shapes (before, a static stream found the timed step's "
+                     "compiled code: 0 compiles, no stall)"),
+    DefinitionChange("2", "2026-11-30", ("max_abs_error",),
+                     "the error of the timed step's own output (and gradients for fwd_bwd) at the case's "
+                     "workload and seed (was the forward of a separate call, seed 7)"),
     DefinitionChange("2", "2026-11-30", ("host_profiler_peak_bytes",),
                      "the peak of live allocations from the profiler's allocation records (was a sum "
                      "over nested op events, ~3x too high)"),
