@@ -55,7 +55,22 @@ def time_step(run, *, warmup: int = 1, block_seconds: float = 0.02, min_seconds:
             break
         number *= 2 if elapsed <= 0 else max(2, min(10, int(block_seconds / elapsed) + 1))
 
-    samples = [elapsed / number]
+    def block() -> float:
+        start = clock()
+        for _ in range(number):
+            run()
+        return (clock() - start) / number
+
+    samples = _sample(block, [elapsed / number], min_seconds=min_seconds, min_samples=min_samples,
+                      max_samples=max_samples, max_seconds=max_seconds, target_rel_iqr=target_rel_iqr)
+    return _timing(first_call, samples, number, "wall")
+
+
+def _sample(take, samples: list[float], *, min_seconds, min_samples, max_samples, max_seconds,
+            target_rel_iqr) -> list[float]:
+    """Append ``take()`` to ``samples`` until the budget and the IQR target are met (or
+    ``max_seconds``/``max_samples`` run out): the stopping rule every timer shares."""
+    clock = time.perf_counter
     begin = clock()
     while len(samples) < max_samples:
         spent = clock() - begin
@@ -63,15 +78,15 @@ def time_step(run, *, warmup: int = 1, block_seconds: float = 0.02, min_seconds:
             break
         if spent >= max_seconds:
             break
-        start = clock()
-        for _ in range(number):
-            run()
-        samples.append((clock() - start) / number)
+        samples.append(take())
+    return samples
 
+
+def _timing(first_call: float, samples: list[float], number: int, timer: str) -> Timing:
     quartiles = _quartiles(samples)
     return Timing(first_call_s=first_call, median_s=statistics.median(samples),
                   iqr_s=quartiles[2] - quartiles[0], samples=len(samples), steps_per_sample=number,
-                  samples_s=tuple(samples))
+                  samples_s=tuple(samples), timer=timer)
 
 
 def time_calls(timed_call, *, timer: str, warmup: int = 1, min_seconds: float = 0.3, min_samples: int = 5,
@@ -83,22 +98,12 @@ def time_calls(timed_call, *, timer: str, warmup: int = 1, min_seconds: float = 
     L2 flushed first, then events recorded around the call, as ``triton.testing.do_bench``).
     Stops as ``time_step`` does.
     """
-    clock = time.perf_counter
     first_call = timed_call()
     for _ in range(warmup):
         timed_call()
-    samples, begin = [], clock()
-    while len(samples) < max_samples:
-        spent = clock() - begin
-        if len(samples) >= min_samples and spent >= min_seconds and _settled(samples, target_rel_iqr):
-            break
-        if spent >= max_seconds:
-            break
-        samples.append(timed_call())
-    quartiles = _quartiles(samples)
-    return Timing(first_call_s=first_call, median_s=statistics.median(samples),
-                  iqr_s=quartiles[2] - quartiles[0], samples=len(samples), steps_per_sample=1,
-                  samples_s=tuple(samples), timer=timer)
+    samples = _sample(timed_call, [], min_seconds=min_seconds, min_samples=min_samples,
+                      max_samples=max_samples, max_seconds=max_seconds, target_rel_iqr=target_rel_iqr)
+    return _timing(first_call, samples, 1, timer)
 
 
 def _quartiles(samples: list[float]) -> list[float]:
