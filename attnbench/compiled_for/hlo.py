@@ -349,31 +349,26 @@ def inserted_copies(module: Module) -> list[Copy]:
             if instr.opcode != "custom-call" or not is_kernel_target(instr.attr("custom_call_target") or ""):
                 continue
             users = users or comp.users()
-            stack = list(instr.operands)
-            seen = set()
-            while stack:  # backwards: the operands' producers
-                name = stack.pop()
-                source = comp.instructions.get(name)
-                if source is None or name in seen:
-                    continue
-                seen.add(name)
-                kind = _kind(source, module)
-                if kind == "copy" and name not in found:
-                    found[name] = Copy(name, source.opcode, "in", source.bytes)
-                if kind:
-                    stack.extend(source.operands)
-            stack = list(users.get(instr.name, []))
-            while stack:  # forwards: the results' consumers
-                name = stack.pop()
-                user = comp.instructions.get(name)
-                if user is None or name in seen:
-                    continue
-                seen.add(name)
-                kind = _kind(user, module)
-                if kind == "copy" and name not in found:
-                    found[name] = Copy(name, user.opcode, "out", user.bytes)
-                if kind:
-                    stack.extend(users.get(name, []))
+            seen: set[str] = set()
+
+            def walk(names, step, direction, comp=comp, seen=seen):
+                """Follow layout-only instructions from ``names`` (``step``: the next names)."""
+                stack = list(names)
+                while stack:
+                    name = stack.pop()
+                    node = comp.instructions.get(name)
+                    if node is None or name in seen:
+                        continue
+                    seen.add(name)
+                    kind = _kind(node, module)
+                    if kind == "copy" and name not in found:
+                        found[name] = Copy(name, node.opcode, direction, node.bytes)
+                    if kind:
+                        stack.extend(step(node))
+
+            walk(instr.operands, lambda node: node.operands, "in")  # backwards: the producers
+            walk(users.get(instr.name, []), lambda node, users=users: users.get(node.name, []),
+                 "out")  # forwards: the consumers
     return list(found.values())
 
 

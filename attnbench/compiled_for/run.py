@@ -10,6 +10,7 @@ compilers). Nothing here imports jax: the workers do.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
@@ -76,40 +77,40 @@ def bisect_max_length(is_feasible: Callable[[int], bool], block: int, hi: int) -
     return lo_units * block, tried
 
 
-def _progress(total: int, enabled: bool, desc: str):
-    if not enabled:
-        return None
+@contextlib.contextmanager
+def _session(worker, total: int, progress: bool, desc: str):
+    """``(worker, bar)`` for one sweep: the caller's worker or a new one (closed afterwards), and a
+    progress bar (tqdm, switched off when ``progress`` is false) closed whatever happens."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="compile", file=sys.stderr, dynamic_ncols=True)
+    from attnbench.compiled_for.worker import CompileWorker
+
+    own = worker is None
+    worker = worker or CompileWorker()
+    bar = tqdm(total=total, desc=desc, unit="compile", file=sys.stderr, dynamic_ncols=True,
+               disable=not progress)
+    try:
+        yield worker, bar
+    finally:
+        bar.close()
+        if own:
+            worker.close()
 
 
 def run_cases(cases: list[Case], *, timeout_s: float = 300.0, progress: bool = True,
               on_record: Callable[[list[dict]], None] | None = None, hlo_dir: str | None = None,
               worker=None) -> list[dict]:
     """One record per case, in order; never stops for a failed case."""
-    from attnbench.compiled_for.worker import CompileWorker
-
-    own = worker is None
-    worker = worker or CompileWorker()
-    bar = _progress(len(cases), progress, "compile-for")
     rows: list[dict] = []
-    try:
+    with _session(worker, len(cases), progress, "compile-for") as (worker, bar):
         for case in cases:
-            if bar is not None:
-                w = case.workload
-                bar.set_postfix_str(f"{case.target.name} {case.impl} {w.seq_q} {w.mode}")
+            w = case.workload
+            bar.set_postfix_str(f"{case.target.name} {case.impl} {w.seq_q} {w.mode}")
             rows.append(worker.compile(case.target, case.impl, case.workload, timeout_s=timeout_s,
                                        hlo_dir=hlo_dir))
             if on_record:
                 on_record(rows)
-            if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
-        if own:
-            worker.close()
+            bar.update(1)
     return rows
 
 
@@ -125,14 +126,10 @@ def max_feasible(targets, impls: list[str], template: Workload, modes: list[str]
     kernel's block, so not its block rule) stops there with its reason, without bisecting.
     """
     import attention_impls
-    from attnbench.compiled_for.worker import CompileWorker
 
-    own = worker is None
-    worker = worker or CompileWorker()
     summary, compiled = [], []
     groups = [(t, i, m, d) for t in targets for i in impls for m in modes for d in dtypes]
-    bar = _progress(len(groups), progress, "max length")
-    try:
+    with _session(worker, len(groups), progress, "max length") as (worker, bar):
         for target, impl, mode, dtype in groups:
             block = kernel_block(attention_impls.get(impl))
             base = template.replace(mode=mode, dtype=dtype)
@@ -151,8 +148,7 @@ def max_feasible(targets, impls: list[str], template: Workload, modes: list[str]
                     fresh += 1
                 return feasible(seen[length])
 
-            if bar is not None:
-                bar.set_postfix_str(f"{target.name} {impl} {mode}")
+            bar.set_postfix_str(f"{target.name} {impl} {mode}")
             top = (hi // block) * block
             check(top)
             if seen[top].get("status") == classify.UNSUPPORTED:
@@ -170,13 +166,7 @@ def max_feasible(targets, impls: list[str], template: Workload, modes: list[str]
                             "block": block, "execution": seen[top].get("execution"),
                             "max_feasible_seq": longest or None, "tried_up_to": hi,
                             "lengths_tried": len(consulted), "compiles": fresh, "stopped_by": stopped_by})
-            if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
-        if own:
-            worker.close()
+            bar.update(1)
     return summary, compiled
 
 

@@ -88,14 +88,7 @@ def _case_label(row) -> str:
 
 def fits_table(part: pd.DataFrame) -> pd.DataFrame:
     """Implementation x mode (rows) by length (columns): ``fits_cell``."""
-    import pandas as pd
-
-    if part.empty:
-        return pd.DataFrame()
-    cells = part.assign(case=part.apply(_case_label, axis=1), cell=part.apply(fits_cell, axis=1))
-    table = cells.pivot_table(index="case", columns="seq_q", values="cell", aggfunc="first")
-    table.columns = [f"{int(c)}" for c in table.columns]
-    return table.reset_index().rename(columns={"case": "implementation mode"}).fillna("-")
+    return _pivot(part, fits_cell)
 
 
 def _pivot(rows: pd.DataFrame, cell) -> pd.DataFrame:
