@@ -47,9 +47,10 @@ ASV := $(VENV)/bin/asv
 ASV_ARGS ?=
 # Extra asv arguments for the compiled-for tier's run in .venv-targets (benchmarks/compiled_for.py).
 TARGETS_ASV_ARGS ?=
-# Steps smaller than this are not reported; on this shared 2-core CPU, run-to-run noise on timing
-# reaches tens of percent, so the default sits above it (per metric: --threshold-metric m=0.1).
-REPORT_ARGS ?= --threshold 0.25
+# Steps smaller than this are not worth reporting (per metric: --threshold-metric m=0.05); whether a
+# larger step is beyond the noise is the analysis' own test, against the figures' intervals over
+# timing rounds (or their series' scatter where a figure has none): see README, "Reports".
+REPORT_ARGS ?= --threshold 0.1
 bench: setup browser-deps
 	@machine=$$($(VENV)/bin/python -m attnbench machine-name) && \
 	$(ASV) machine --yes --machine $$machine >/dev/null && \

@@ -18,7 +18,10 @@
   - ``definition changed``: the metric's definition changed between the two commits
     (``metrics.DEFINITION_CHANGES``, by the sidecar's ``definitions`` setting);
   - ``no measured code changed``: git says the two commits differ in no measured code
-    (``MEASURED_CODE`` minus ``NOT_MEASURED``): noise or the environment, not the code;
+    (``MEASURED_CODE`` minus ``NOT_MEASURED``), or only in other kernels' files (one kernel per
+    file under ``attention_impls/``; a kernel's series depends on its own file, the kernel files it
+    imports and those the harness imports: ``code_changed_for``): noise or the environment, not
+    the code;
   - ``regression``: the rest, the only ones ``find_regressions`` returns.
 
   A contended figure (``contended`` from the sidecar: the machine was busy while it was timed) is
@@ -100,21 +103,27 @@ def _column(frame, name, dtype=float):
 def intervals(frame):
     """``(low, high, source)`` arrays over ``frame``'s rows: the interval each figure comes with, in
     the metric's own units (NaN where none). Source: asv's 99% interval (``ci``), asv's quartiles of
-    the samples (``quartiles``), or for seconds per step the engine's 95% interval from the sidecar
-    (``engine``)."""
+    the samples (``quartiles``), or for seconds per step the engine's interval from the sidecar
+    (``engine``).
+
+    Only intervals over independent timing rounds count (``case_ci_basis == "rounds"``,
+    ``attnbench/stats.py``): one window's interval, and those of results written before the rounds
+    were the unit (asv was given every window's samples as if independent), are far narrower than
+    the run-to-run noise, so those figures are judged by their series' scatter instead."""
     import numpy as np
 
     value = _column(frame, "value")
     low, high = np.full(len(frame), np.nan), np.full(len(frame), np.nan)
     source = np.full(len(frame), None, dtype=object)
     metric = _column(frame, "metric", object)
+    between_rounds = _column(frame, "case_ci_basis", object) == "rounds"
     candidates = [("ci", _column(frame, "ci_low"), _column(frame, "ci_high"), None),
                   ("quartiles", _column(frame, "q_25"), _column(frame, "q_75"), None),
                   ("engine", _column(frame, "case_ci_low_s"), _column(frame, "case_ci_high_s"),
                    metric == "seconds_per_step")]
     for name, lo, hi, only in candidates:
         good = (np.isfinite(lo) & np.isfinite(hi) & (hi >= lo) & np.isnan(low)
-                & (lo <= value) & (value <= hi))
+                & (lo <= value) & (value <= hi) & between_rounds)
         if only is not None:
             good &= only
         low[good], high[good], source[good] = lo[good], hi[good], name
@@ -197,6 +206,61 @@ def measured_code_changed(repo: str | None, before: str, after: str) -> tuple[st
     return tuple(f for f in files if not f.startswith(NOT_MEASURED) and not f.endswith(NOT_MEASURED_SUFFIXES))
 
 
+KERNEL_DIR = "attention_impls/"
+KERNEL_SHARED = ("base.py", "registry.py", "__init__.py")  # with every "_*.py": shared by all kernels
+
+
+def _kernel_module(path: str) -> str | None:
+    """The kernel module a changed file is (``attention_impls/jax_xla.py`` -> ``jax_xla``: the
+    registry keeps one kernel per file, named after it), or None for anything else, shared code
+    under ``attention_impls/`` included."""
+    if not path.startswith(KERNEL_DIR):
+        return None
+    name = path[len(KERNEL_DIR):]
+    if "/" in name or not name.endswith(".py") or name.startswith("_") or name in KERNEL_SHARED:
+        return None
+    return name[:-3]
+
+
+def _git_text(repo: str, *args: str) -> str | None:
+    try:
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True,
+                              timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _kernel_modules_used(repo: str, commit: str, implementation: str) -> frozenset[str]:
+    """The kernel modules whose code ``implementation`` runs at ``commit``: its own file, the kernel
+    files it imports (transitively: ``jax_pallas_tpu_splash`` uses ``jax_pallas_tpu_flash``'s
+    tiling), and those the harness itself imports (the float64 reference checks every kernel)."""
+    import re
+
+    pattern = re.compile(r"attention_impls\.([A-Za-z0-9_]+)")
+    excluded = [f":(exclude){path}" for path in NOT_MEASURED]
+    harness = _git_text(repo, "grep", "-h", "-o", "-E", r"attention_impls\.[A-Za-z0-9_]+", commit, "--",
+                        "attnbench", "benchmarks", *excluded) or ""
+    seen, todo = set(), [implementation.replace("-", "_")]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(pattern.findall(_git_text(repo, "show", f"{commit}:{KERNEL_DIR}{module}.py") or ""))
+    return frozenset(seen | set(pattern.findall(harness)))
+
+
+def code_changed_for(repo: str | None, before: str, after: str, implementation: str | None):
+    """``measured_code_changed`` narrowed to what ``implementation`` runs: another kernel's file
+    (one it does not import) changes nothing it measures. None where git cannot say."""
+    files = measured_code_changed(repo, before, after)
+    if not files or not implementation:
+        return files
+    used = (_kernel_modules_used(repo, after, implementation)
+            | _kernel_modules_used(repo, before, implementation))
+    return tuple(f for f in files if _kernel_module(f) is None or _kernel_module(f) in used)
+
+
 # -- steps ----------------------------------------------------------------------------------------
 def _side_uncertainty(rel, points, level):
     """A level's uncertainty from its figures' relative half-widths (facing the other level), or None."""
@@ -268,7 +332,10 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
     direction_all = ok["direction"].to_numpy()[order]
     unit_all = ok["unit"].to_numpy()[order]
     low_all, high_all, source_all = (a[order] for a in intervals(ok))
-    ci_low_all, ci_high_all = _column(ok, "ci_low")[order], _column(ok, "ci_high")[order]
+    # asv's 99% interval weighs a figure in asv's step detection, where it spans rounds (``intervals``)
+    trusted = (_column(ok, "case_ci_basis", object) == "rounds")[order]
+    ci_low_all = np.where(trusted, _column(ok, "ci_low")[order], np.nan)
+    ci_high_all = np.where(trusted, _column(ok, "ci_high")[order], np.nan)
     definitions_all = _column(ok, "setting_definitions", object)[order]
     platform_all = _column(ok, "platform", object)[order]
     machine_platform_all = _column(ok, "machine_platform", object)[order]
@@ -386,15 +453,19 @@ def _judge(row: dict, machine_scatter: dict, repo: str | None) -> dict:
         return row
     changes = metrics.definition_changes(row["metric"], row["definitions_before"], row["definitions_after"],
                                          regime=regime, platform=platform)
-    files = measured_code_changed(repo, str(row["commit_before"]), str(row["commit_after"]))
+    files = code_changed_for(repo, str(row["commit_before"]), str(row["commit_after"]),
+                             _text(row.get("implementation")))
     row["code_changed"] = None if files is None else len(files)
     if changes:
         row.update(verdict=DEFINITION_CHANGED,
                    why="; ".join(f"definitions {c.version} ({c.date}): {c.reason}" for c in changes))
     elif files is not None and not files:
-        row.update(verdict=NO_CODE_CHANGE, why="no measured code changed between the two commits: noise "
-                                                "or the environment" + (f" ({row['versions_changed']})"
-                                                                        if row["versions_changed"] else ""))
+        others = measured_code_changed(repo, str(row["commit_before"]), str(row["commit_after"])) or ()
+        row.update(verdict=NO_CODE_CHANGE, why="no measured code changed between the two commits"
+                   + (f" for this kernel (only other kernels' files: {', '.join(others[:5])})"
+                      if others else "")
+                   + ": noise or the environment"
+                   + (f" ({row['versions_changed']})" if row["versions_changed"] else ""))
     elif files is None:
         row.update(verdict=REGRESSION, why="which code changed is unknown (git does not know these commits)")
     else:

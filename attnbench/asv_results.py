@@ -8,8 +8,9 @@ One row per machine x environment x commit x benchmark x parameter combination. 
     interpret), category (native / forced-flash / interpreted), device, labels_source (recorded /
     recomputed), value, ci_low, ci_high (asv's 99% interval of the figure, ``stats_ci_99_a/b``),
     q_25, q_75 (asv's quartiles of the samples, ``stats_q_25/q_75``), status (ok / skipped / failed),
-    contended, contention_reason, case_ci_low_s, case_ci_high_s, rounds (the sidecar's record of the
-    case's timing: see below), version_<library> (from asv's requirements and the suite's sidecar),
+    contended, contention_reason, case_ci_low_s, case_ci_high_s, case_ci_basis, rounds (the
+    sidecar's record of the case's timing: see below), version_<library> (from asv's requirements
+    and the suite's sidecar),
     setting_<name> (the suite and its settings from the sidecar: setting_suite,
     setting_compile_cache, setting_min_seconds, ...), file
 
@@ -26,8 +27,9 @@ How far a figure can be trusted: asv fills ``ci_low``/``ci_high`` and ``q_25``/`
 metrics the suite gives it samples of (results older than that have none: NaN). From the sidecar,
 on the rows of metrics that depend on time (``metrics.timed``): ``contended`` (the machine was
 busy with something else while the case was timed; None where nothing was recorded),
-``contention_reason``, the engine's 95% interval of seconds per step (``case_ci_low_s``,
-``case_ci_high_s``) and the timing ``rounds`` pooled into it.
+``contention_reason``, the engine's interval of seconds per step (``case_ci_low_s``,
+``case_ci_high_s``), what it is over (``case_ci_basis``: ``rounds`` or one window's ``samples``)
+and the timing ``rounds`` it combines.
 
 ``commit_position`` is the commit's place in git history (``git rev-list --topo-order``); commits
 git does not know get NaN. ``commit_order`` is what the analysis orders by: the git position when
@@ -59,7 +61,7 @@ SCHEMA = ["machine", "machine_platform", "platform", "env_name", "commit_hash", 
           "commit_date", "commit_order", "commit_order_source", "started_at", "suite", "metric", "benchmark",
           "unit", "direction", "implementation", "label", "execution", "category", "device", "labels_source",
           "seq_len", "regime", "dtype", "value", "ci_low", "ci_high", "q_25", "q_75", "status", "contended",
-          "contention_reason", "case_ci_low_s", "case_ci_high_s", "rounds", "file"]
+          "contention_reason", "case_ci_low_s", "case_ci_high_s", "case_ci_basis", "rounds", "file"]
 GIT, DATE, NONE = "git", "date", "none"  # commit_order_source
 RECORDED, RECOMPUTED = "recorded", "recomputed"
 INTERPRETED = "interpreted"
@@ -319,7 +321,7 @@ def _expand(base, name, spec, fields, directions, labels, cases=({}, {}), timed=
             if is_timed:  # how far the case's timing can be trusted (sidecars from this change on)
                 row.update(contended=entry.get("contended"), contention_reason=entry.get("contention_reason"),
                            case_ci_low_s=entry.get("ci_low_s"), case_ci_high_s=entry.get("ci_high_s"),
-                           rounds=entry.get("rounds"))
+                           case_ci_basis=entry.get("ci_basis"), rounds=entry.get("rounds"))
         else:
             label, execution = labels.get((impl, machine_platform), (None, None))
             row.update(label=label, execution=execution, platform=machine_platform, labels_source=RECOMPUTED)

@@ -39,19 +39,26 @@ SUITES = {
     # native) are skipped above it, with that reason; it keeps the default suite within 10 minutes
     # (256: their forward at 256 only; with timing rounds, 512 took the run to 11.4 min). What the
     # kernels do on their own hardware is the compiled-for tier's (results/compiled-for/).
+    # max_reference_seq: the float64 numpy reference (the yardstick for correctness, not a
+    # contender: 0.6 s a step at 1024 here) is timed up to this length only.
     # regime_seqs: lengths at which the dynamic and bucketed regimes run (None: every length); each
-    # such case compiles once per length or bucket, cold. max_extra_seconds: how long timing may go
-    # on past min_seconds while the IQR exceeds 5% (the record keeps the IQR it reached).
-    # rounds: timing rounds of every static case, spread over the run and pooled (sweep.run_sweep).
+    # such case compiles once per length or bucket, cold. max_extra_seconds: how long the first
+    # timing window may go on past min_seconds while its IQR exceeds 5%.
+    # rounds: timing windows of every static case, each in its own process, spread over the run;
+    # the figure is the median of their medians (stats.py: between-process noise dominates here, so
+    # the budget goes to more short rounds, each of round_seconds, rather than longer windows).
     "default": {"forward_seqs": (256, 1024), "training_seqs": (512,), "dtypes": ("float32",),
-                "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 1.0,
-                "max_interpret_seq": 256, "regime_seqs": (1024,), "rounds": 3},
+                "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 0.2,
+                "max_interpret_seq": 256, "max_reference_seq": 256, "regime_seqs": (1024,), "rounds": 7,
+                "round_seconds": 0.1},
     "smoke": {"forward_seqs": (128, 256), "training_seqs": (128,), "dtypes": ("float32",),
               "regime_steps": 3, "min_seconds": 0.05, "max_extra_seconds": 0.5,
-              "max_interpret_seq": 256, "regime_seqs": None, "rounds": 2},  # the tests' quick run
+              "max_interpret_seq": 256, "max_reference_seq": None, "regime_seqs": None, "rounds": 2,
+              "round_seconds": 0.05},  # the tests' quick run
     "full": {"forward_seqs": (256, 512, 1024, 2048, 4096, 8192), "training_seqs": (512, 1024, 2048),
              "dtypes": ("float32", "bfloat16"), "regime_steps": 12, "min_seconds": 0.5,
-             "max_extra_seconds": 3.0, "max_interpret_seq": None, "regime_seqs": None, "rounds": 5},
+             "max_extra_seconds": 3.0, "max_interpret_seq": None, "max_reference_seq": None,
+             "regime_seqs": None, "rounds": 9, "round_seconds": 0.2},
 }
 FORWARD = Workload(batch=1, q_heads=8, head_dim=64, seq_q=1024, causal=True, mode="fwd")
 TRAINING = FORWARD.replace(mode="fwd_bwd")
@@ -141,6 +148,8 @@ def provenance_settings(settings: dict | None = None) -> dict:
             "regime_seqs": seqs(settings["regime_seqs"]) if settings["regime_seqs"] else "every length",
             "min_seconds": settings["min_seconds"], "max_extra_seconds": settings["max_extra_seconds"],
             "max_interpret_seq": settings["max_interpret_seq"] or "no limit",
+            "max_reference_seq": settings.get("max_reference_seq") or "no limit",
+            "rounds": settings.get("rounds", 1), "round_seconds": settings.get("round_seconds"),
             "case_timeout_s": CASE_TIMEOUT_S, "impls": os.environ.get("ATTNBENCH_IMPLS") or "all",
             "threads": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
             # what the metrics mean (metrics.DEFINITION_CHANGES): absent in older sidecars = "1"
@@ -192,7 +201,7 @@ def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = No
         return Options(regime=regime, regime_steps=settings["regime_steps"],
                        min_seconds=settings["min_seconds"],
                        max_extra_seconds=settings["max_extra_seconds"], trace_dir=traces,
-                       compile_cache=compile_cache())
+                       compile_cache=compile_cache(), round_seconds=settings.get("round_seconds", 0.1))
 
     handed = {}
 
@@ -328,6 +337,10 @@ def outside_suite(impl, workload: Workload, regime: str, settings: dict) -> str 
     if limit and workload.seq_q > limit and impl.execution(impl.platform()) == "interpret":
         return (f"runs only in an interpreter here; the {suite_name()} suite stops interpreted "
                 f"kernels at {limit} tokens ({SUITE_ENV}=full runs it)")
+    reference_limit = settings.get("max_reference_seq")
+    if reference_limit and workload.seq_q > reference_limit and impl.framework == "numpy":
+        return (f"the float64 reference is the yardstick for correctness, not a contender; the "
+                f"{suite_name()} suite times it up to {reference_limit} tokens ({SUITE_ENV}=full runs it)")
     if regime != "static" and regime_seqs and workload.seq_q not in regime_seqs:
         return (f"the {suite_name()} suite runs the {regime} regime at "
                 f"{', '.join(map(str, regime_seqs))} tokens only ({SUITE_ENV}=full runs every length)")

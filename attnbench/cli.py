@@ -251,7 +251,8 @@ def cmd_compare(args) -> int:
     print(f"attnbench compare: B={args.rev_b} against A={args.rev_a}, {args.rounds} interleaved rounds, "
           f"threshold {args.threshold:.0%}")
     verdicts = compare(args.rev_a, args.rev_b, args.impl, args.seq, template=template, rounds=args.rounds,
-                       threshold=args.threshold, min_seconds=args.min_seconds, threads=args.threads)
+                       threshold=args.threshold, min_seconds=args.min_seconds, threads=args.threads,
+                       restart_every=args.restart_every)
     slower = [v for v in verdicts if v.verdict == "slower"]
     errors = [v for v in verdicts if v.verdict == "error"]
     if slower:
@@ -310,6 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, default=0.05,
                    help="smallest slowdown that fails the gate, as a fraction (default 0.05)")
     p.add_argument("--min-seconds", type=float, default=0.2, help="timing budget per measurement")
+    p.add_argument("--restart-every", type=int, default=2,
+                   help="fresh worker processes for both revisions every this many rounds (default 2)")
     p.add_argument("--threads", type=int, help="CPU threads to pin (default: the cores this process may use)")
     p.add_argument("--dtype", default="float32")
     p.set_defaults(func=cmd_compare)

@@ -2,9 +2,12 @@
 
 The pull-request gate ``asv continuous`` is not on a noisy machine: it measures one revision, then
 the other, so whatever else the machine does meanwhile lands on one side only. Here each revision
-is checked out in its own git worktree and served by one long-lived worker process (this
-machine's venv, the worktree first on ``PYTHONPATH``); the cases are measured in rounds,
-alternating A B, B A, A B ... so that drift and bursts of outside load fall on both sides. Per
+is checked out in its own git worktree and served by a worker process (this machine's venv, the
+worktree first on ``PYTHONPATH``); the cases are measured in rounds, alternating A B, B A, A B ...
+so that drift and bursts of outside load fall on both sides. Both workers are replaced by fresh
+processes every ``restart_every`` rounds: on this machine one process can sit 5-20% away from
+another for its whole life (``attnbench/stats.py``), which one long-lived pair would report as a
+difference between the revisions. Per
 case, each round gives the ratio B/A of the two adjacent medians; the figure is the median ratio
 with its 95% interval (order statistics of the per-round log ratios, ``attnbench.stats``), and
 the verdict is
@@ -47,6 +50,7 @@ for line in sys.stdin:
     options = Options(regime="static", min_seconds=task["min_seconds"], numerics=False)
     record = measure_case(task["impl"], Workload(**task["workload"]), options)
     keep = {k: record.get(k) for k in ("status", "reason", "seconds_per_step")}
+    keep["pid"] = __import__("os").getpid()
     print(json.dumps(keep), flush=True)
 """
 
@@ -61,6 +65,7 @@ class Verdict:
     rounds: int
     verdict: str  # faster | slower | no change | error
     note: str = ""
+    processes: int = 0  # worker processes per revision the rounds were spread over
 
 
 def judge(a_seconds: list[float], b_seconds: list[float],
@@ -88,9 +93,16 @@ class _RevisionWorker:
         self.rev, self.path = rev, os.path.join(root, label)
         subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", "--quiet", self.path, rev],
                        check=True, capture_output=True, text=True)
+        self.threads = threads
+        self.process = None
+        self.start()
+
+    def start(self) -> None:
+        """A fresh worker process (the old one, if any, is closed first)."""
+        self.stop()
         env = {**os.environ, "PYTHONPATH": self.path + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        self.process = subprocess.Popen([sys.executable, "-c", WORKER, str(threads)], cwd=self.path, env=env,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen([sys.executable, "-c", WORKER, str(self.threads)], cwd=self.path,
+                                        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def measure(self, impl: str, workload: Workload, min_seconds: float) -> dict:
         import dataclasses
@@ -103,13 +115,17 @@ class _RevisionWorker:
             raise RuntimeError(f"the worker for {self.rev} exited (code {self.process.poll()})")
         return json.loads(line)
 
-    def close(self, repo: str) -> None:
-        if self.process.poll() is None:
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
             self.process.stdin.close()
             try:
                 self.process.wait(30)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+                self.process.wait()
+
+    def close(self, repo: str) -> None:
+        self.stop()
         subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", self.path], capture_output=True)
 
 
@@ -123,10 +139,12 @@ def resolve(repo: str, rev: str) -> str:
 
 def compare(rev_a: str, rev_b: str, impls: list[str], seqs: list[int], *, template: Workload,
             rounds: int = 10, threshold: float = 0.05, min_seconds: float = 0.2, threads: int | None = None,
-            repo: str = ".", progress=print) -> list[Verdict]:
+            restart_every: int = 2, repo: str = ".", progress=print) -> list[Verdict]:
     """Measure every (impl, seq) of both revisions interleaved; one ``Verdict`` per case."""
     if rounds < 2:
         raise ValueError(f"--rounds must be at least 2 (one warm-up pair is discarded), got {rounds}")
+    if restart_every < 1:
+        raise ValueError(f"--restart-every must be at least 1 round, got {restart_every}")
     sha_a, sha_b = resolve(repo, rev_a), resolve(repo, rev_b)
     threads = threads or len(os.sched_getaffinity(0))
     results: list[Verdict] = []
@@ -138,10 +156,13 @@ def compare(rev_a: str, rev_b: str, impls: list[str], seqs: list[int], *, templa
         for impl in impls:
             for seq in seqs:
                 workload = template.replace(seq_q=seq, seq_k=seq)
-                times = {"a": [], "b": []}
+                times, pids = {"a": [], "b": []}, {"a": set(), "b": set()}
                 failure = None
                 # Round 0 warms both workers (imports, compiles) and is discarded.
                 for r in range(rounds + 1):
+                    if r > 1 and (r - 1) % restart_every == 0:
+                        for worker in workers.values():
+                            worker.start()
                     order = ("a", "b") if r % 2 == 0 else ("b", "a")
                     got = {label: workers[label].measure(impl, workload, min_seconds) for label in order}
                     bad = [f"{rev}: {rec['status']} {rec.get('reason') or ''}".strip()
@@ -152,11 +173,13 @@ def compare(rev_a: str, rev_b: str, impls: list[str], seqs: list[int], *, templa
                     if r:
                         for label in order:
                             times[label].append(got[label]["seconds_per_step"])
+                            pids[label].add(got[label].get("pid"))
                 if failure:
                     results.append(Verdict(impl, seq, math.nan, math.nan, math.nan, 0, "error", failure))
                 else:
                     ratio, low, high, verdict = judge(times["a"], times["b"], threshold)
-                    results.append(Verdict(impl, seq, ratio, low, high, rounds, verdict))
+                    results.append(Verdict(impl, seq, ratio, low, high, rounds, verdict,
+                                           processes=min(len(pids["a"]), len(pids["b"]))))
                 progress(format_verdict(results[-1]))
     return results
 
@@ -165,4 +188,4 @@ def format_verdict(v: Verdict) -> str:
     if v.verdict == "error":
         return f"{v.impl:28s} S={v.seq:<6d} error: {v.note}"
     return (f"{v.impl:28s} S={v.seq:<6d} B/A {v.ratio:6.3f}  95% [{v.ci_low:.3f}, {v.ci_high:.3f}]  "
-            f"{v.rounds} rounds  {v.verdict}")
+            f"{v.rounds} rounds in {v.processes} processes each  {v.verdict}")

@@ -24,7 +24,6 @@ import dataclasses
 import importlib
 import json
 import os
-import statistics
 import traceback
 
 from attention_impls.base import Unsupported
@@ -61,6 +60,9 @@ class Options:
     timer: str = "wall"  # wall | cuda-events (torch on CUDA: events around each call, L2 flushed)
     contention_retries: int = 2  # re-time a window other processes shared, at most this often
     timing_only: bool = False  # a later timing round of a static case (``pool_rounds``)
+    # A later round's window: short and never extended, since the rounds (separate processes at
+    # separate moments), not longer windows, average out the noise between processes (stats.py).
+    round_seconds: float = 0.1
 
     def __post_init__(self):
         check_compile_cache(self.compile_cache)
@@ -158,7 +160,8 @@ def _measure(impl, workload: Workload, options: Options, record: dict) -> None:
 
 
 def time_static(impl, step, options: Options, record: dict) -> None:
-    """The static step's samples, median and 95% interval, with what the machine did meanwhile.
+    """The static step's samples, median and interval (over this one window), with what the
+    machine did meanwhile.
 
     A window another process shared (``attnbench.contention``) is timed again, at most
     ``options.contention_retries`` times; the last window is recorded, flagged if still contended.
@@ -175,10 +178,11 @@ def time_static(impl, step, options: Options, record: dict) -> None:
         if not monitor.result.contended or retries >= options.contention_retries:
             break
         retries += 1
-    pooled = stats.estimate([timing.samples_s])
+    window = stats.estimate([timing.samples_s])
     record.update(seconds_per_step=timing.median_s, iqr_s=timing.iqr_s, samples=timing.samples,
                   steps_per_sample=timing.steps_per_sample, timer=timing.timer,
-                  ci_low_s=pooled.ci_low, ci_high_s=pooled.ci_high, rounds=1, rounds_dropped=0,
+                  ci_low_s=window.ci_low, ci_high_s=window.ci_high, ci_basis=window.basis,
+                  ci_coverage=window.coverage, rounds=1, rounds_dropped=0,
                   timing_samples_s=json.dumps(list(timing.samples_s)),
                   round_medians_s=json.dumps([timing.median_s]), contention_retries=retries,
                   **monitor.result.columns())
@@ -303,12 +307,13 @@ def pricing_of(record: dict):
 
 
 def pool_rounds(first: dict, later: list[dict]) -> dict:
-    """``first`` (a static case's full record) with its step time pooled over every timing round.
+    """``first`` (a static case's full record) with its step time estimated over every timing round.
 
     Rounds measured under contention are dropped while an uncontended one exists; if every round
-    was contended the figure keeps them all and says so (``contended``). The pooled median and its
-    95% interval replace the first round's; every figure that follows from the step time is
-    derived again from it (``derive_figures``), the compile and memory figures stay the first's.
+    was contended the figure keeps them all and says so (``contended``). The median of the rounds'
+    medians and its interval over the rounds (``stats.estimate``) replace the first round's; every
+    figure that follows from the step time is derived again from it (``derive_figures``), the
+    compile and memory figures stay the first's.
     """
     from attnbench import stats
 
@@ -318,10 +323,10 @@ def pool_rounds(first: dict, later: list[dict]) -> dict:
     pooled = stats.estimate([json.loads(r["timing_samples_s"]) for r in used])
     record = dict(first)
     record.update(seconds_per_step=pooled.median, ci_low_s=pooled.ci_low, ci_high_s=pooled.ci_high,
+                  ci_basis=pooled.basis, ci_coverage=pooled.coverage,
                   iqr_s=pooled.q75 - pooled.q25, samples=len(pooled.samples), rounds=pooled.rounds,
                   rounds_dropped=len(rounds) - len(used),
-                  round_medians_s=json.dumps([statistics.median(json.loads(r["timing_samples_s"]))
-                                              for r in used]),
+                  round_medians_s=json.dumps(list(pooled.round_medians)),
                   timing_samples_s=json.dumps(list(pooled.samples)), contended=not clean,
                   contention_reason="; ".join(sorted({r["contention_reason"] for r in rounds
                                                       if r.get("contention_reason")})) if not clean else None)

@@ -78,9 +78,14 @@ class Metric:
         """What the asv ``track_`` benchmark returns: the value, or, for a metric that follows the
         timed step of a record that has samples, ``{"samples": [...], "number": 1}``. asv then
         computes the median, its 99% interval and quartiles itself (``asv_runner.statistics``),
-        stores them beside the result and weighs steps by them."""
+        stores them beside the result and weighs steps by them.
+
+        The samples asv gets are the independent ones (``attnbench.stats``): each timing round's
+        median when there were several rounds, else the one window's samples; scaled to the metric
+        (``time_exponent``), so that asv's median is the record's figure."""
         value = self.value(record)
-        raw = record.get("timing_samples_s")
+        raw = record.get("round_medians_s") if (record.get("rounds") or 1) > 1 else None
+        raw = raw or record.get("timing_samples_s")
         if (not self.time_exponent or not raw or not math.isfinite(value)
                 or not record.get("seconds_per_step")):
             return value

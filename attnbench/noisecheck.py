@@ -168,11 +168,19 @@ def summarize(frame, steps, sha: dict, slow_impl: str) -> dict:
             spread.append({"impl": impl, "seq": int(seq), "a_s": a["value"], "b_s": b["value"],
                            "b_over_a": b["value"] / a["value"],
                            "contended": bool(a.get("contended") is True or b.get("contended") is True)})
-    at_d = timing[timing["commit_hash"].astype(str).str.startswith(short["D"])]
-    contended_d = [row.get("contended") is True for row in at_d.to_dict("records")]
+    contention = {}
+    for label in ("A", "B", "D"):  # the flag as the report reads it (sidecar), per static timing
+        rows = timing[timing["commit_hash"].astype(str).str.startswith(short[label])].to_dict("records")
+        flags = [row.get("contended") for row in rows]
+        contention[label] = {"figures": len(flags), "recorded": sum(f is not None for f in flags),
+                             "contended": sum(f is True for f in flags),
+                             "reasons": sorted({str(row.get("contention_reason")) for row in rows
+                                                if row.get("contended") is True})[:3]}
+    recorded_d = contention["D"]["recorded"]
     return {"commits": short, "flagged": by_step, "verdicts": verdicts, "aa_spread": spread,
             "figures_at_B": int(frame["commit_hash"].astype(str).str.startswith(short["B"]).sum()),
-            "contended_share_at_D": sum(contended_d) / len(contended_d) if contended_d else None,
+            "contention": contention,
+            "contended_share_at_D": contention["D"]["contended"] / recorded_d if recorded_d else None,
             "slow_impl_flagged_at_C": any(line.startswith(slow_impl + " ") for line in by_step["C"]),
             "others_flagged_at_C": [line for line in by_step["C"] if not line.startswith(slow_impl + " ")]}
 
@@ -194,9 +202,13 @@ def render(s: dict) -> str:
              f"- Sensitivity (C = B + {s['slow_impl']} {s['slowdown']:.0%} slower): flagged for it: "
              f"{s['slow_impl_flagged_at_C']}; flagged for others: {s['others_flagged_at_C'] or 'none'}; "
              f"steps by verdict {s['verdicts']['C'] or 'none'}",
+             "- Contention flags on the static timings (the sidecar's, as the report reads them): "
+             + "; ".join(
+                 f"{label} {c['contended']} of {c['recorded']} recorded flags contended "
+                 f"({c['figures'] - c['recorded']} unrecorded)" for label, c in s["contention"].items()),
              f"- Contention (D measured beside a busy core): contended share of D's figures "
-             f"{s['contended_share_at_D']}; flagged as regressions: {s['flagged']['D'] or 'none'}; "
-             f"steps by verdict {s['verdicts']['D'] or 'none'}",
+             f"{s['contended_share_at_D']}; reasons: {s['contention']['D']['reasons'] or 'none'}; flagged as "
+             f"regressions: {s['flagged']['D'] or 'none'}; steps by verdict {s['verdicts']['D'] or 'none'}",
              "- attnbench compare: " + "; ".join(
                  f"{pair}: B/A {g['ratio']:.3f} [{g['ci'][0]:.3f}, {g['ci'][1]:.3f}] {g['verdict']}"
                  for pair, g in s["compare"].items()), ""]

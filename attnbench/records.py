@@ -43,7 +43,8 @@ LAYOUT = {
     # timing
     "threads": "count", "timer": "", "first_call_s": METRIC, "first_call_compile_s": METRIC, "lower_s": "s",
     "compile_s": "s",
-    "seconds_per_step": METRIC, "ci_low_s": "s", "ci_high_s": "s", "iqr_s": "s", "samples": "count",
+    "seconds_per_step": METRIC, "ci_low_s": "s", "ci_high_s": "s", "ci_basis": "", "ci_coverage": "fraction",
+    "iqr_s": "s", "samples": "count",
     "steps_per_sample": "count", "rounds": "count", "rounds_dropped": "count", "round_medians_s": "s",
     "timing_samples_s": "s",
     # what the rest of the machine did while the step was timed (attnbench/contention.py)

@@ -60,10 +60,10 @@ class Spike:
     version: str = "0.10.3"  # the library's version from ``commit`` on (versions sidecar)
 
 
-def make_git_repo(path: str, n: int, touch: str | None = "attention_impls/synthetic_kernel.py") -> list[str]:
+def make_git_repo(path: str, n: int, touch: str | None = "attention_impls/_synthetic_shared.py") -> list[str]:
     """A repository with ``n`` commits; their hashes, oldest first. Each commit rewrites ``touch`` (a
-    path under the measured code, so that the analysis sees the code change at every commit:
-    ``analysis.measured_code_changed``); ``touch=None`` makes empty commits."""
+    path under the measured code that every kernel shares, so that the analysis sees every series'
+    code change at every commit: ``analysis.code_changed_for``); ``touch=None`` makes empty commits."""
     os.makedirs(path, exist_ok=True)
     env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",
            "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.invalid"}

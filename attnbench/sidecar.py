@@ -13,8 +13,9 @@ one sidecar, ``results/<machine>/sidecars/<commit8>-<env>.sidecar`` (JSON):
   (forced-flash/native), ``execution`` (compiled/eager/interpret), ``platform`` (cpu/gpu/tpu, the
   platform the framework really ran on), ``device``, ``status`` and ``reason``; and how far its
   timing can be trusted: ``contended`` (the rest of the machine was busy while it was timed, see
-  ``attnbench/contention.py``) with ``contention_reason``, the 95% interval of seconds per step
-  (``ci_low_s``, ``ci_high_s``) and the timing ``rounds`` pooled into it. Sidecars written before
+  ``attnbench/contention.py``) with ``contention_reason``, the interval of seconds per step
+  (``ci_low_s``, ``ci_high_s``), what it is over (``ci_basis``: the timing ``rounds``' medians, or
+  one window's ``samples``) and its ``ci_coverage``. Sidecars written before
   these fields have none of them; the loader reads them as unknown.
 
 The loader (``asv_results.load_results``) joins these to the tidy rows, so reports show what was
@@ -37,7 +38,7 @@ FOLDER = "sidecars"
 SUFFIX = ".sidecar"
 LEGACY_FOLDER = "versions"  # up to this change: results/<machine>/versions/<commit8>-<env>.json
 CASE_FIELDS = ("label", "execution", "platform", "device", "status", "reason", "contended",
-               "contention_reason", "ci_low_s", "ci_high_s", "rounds")
+               "contention_reason", "ci_low_s", "ci_high_s", "ci_basis", "ci_coverage", "rounds")
 TEXT_FIELDS = ("reason", "contention_reason")  # cut to MAX_REASON characters
 MAX_REASON = 500
 
@@ -92,7 +93,7 @@ def case_entry(record: dict) -> dict:
     for key in TEXT_FIELDS:
         if isinstance(entry[key], str) and len(entry[key]) > MAX_REASON:
             entry[key] = entry[key][:MAX_REASON] + "..."
-    for key in ("ci_low_s", "ci_high_s"):  # JSON has no NaN; a missing interval is null
+    for key in ("ci_low_s", "ci_high_s", "ci_coverage"):  # JSON has no NaN; a missing interval is null
         value = entry[key]
         entry[key] = float(value) if isinstance(value, (int, float)) and value == value else None
     contended = entry["contended"]

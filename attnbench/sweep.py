@@ -56,10 +56,11 @@ def run_sweep(cases, options_for, *, isolate: bool = True, timeout_s: float = 30
     """Measure each (impl, workload, regime) case; one failing case never stops the sweep.
 
     ``rounds`` > 1: after every case has been measured, each static case's step is timed again in
-    ``rounds - 1`` more rounds spread over the run (one worker per round, all cases in turn), plus
-    at most ``EXTRA_ROUNDS_FOR_CONTENTION`` rounds for cases whose rounds were contended; each
-    record then holds the pooled estimate (``engine.pool_rounds``). A burst of outside load thus
-    hits one round of a case, not its figure.
+    ``rounds - 1`` more rounds spread over the run (one worker per round, all cases in turn, each
+    a short window of ``Options.round_seconds``), plus at most ``EXTRA_ROUNDS_FOR_CONTENTION``
+    rounds for cases whose rounds were contended; each record then holds the median of its rounds'
+    medians with their interval (``engine.pool_rounds``). A burst of outside load thus hits one
+    round of a case, not its figure, and the interval covers the noise between processes.
 
     ``fresh_process``: each case gets a new worker, as asv gives each benchmark a new process.
     Compile caches live per process (torch_xla's cannot be cleared), so a regime's compile count is
@@ -95,16 +96,19 @@ def _timing_rounds(cases, rows, options_for, rounds, *, on_record, progress, **s
              if regime == "static" and row.get("status") == records.OK and row.get("timing_samples_s")]
     later: dict[int, list[dict]] = {i: [] for i in timed}
 
+    def round_options(regime):
+        options = options_for(regime)
+        return dataclasses.replace(options, timing_only=True, compile_cache="warm", trace_dir=None,
+                                   min_seconds=options.round_seconds, max_extra_seconds=0.0)
+
     def one_round(indices):
-        subset = [cases[i] for i in indices]
-        out = _run_cases(subset, lambda regime: dataclasses.replace(
-            options_for(regime), timing_only=True, compile_cache="warm", trace_dir=None),
-            fresh_process=False, on_record=None, progress=progress, **sweep_kwargs)
+        out = _run_cases([cases[i] for i in indices], round_options, fresh_process=False, on_record=None,
+                         progress=progress, **sweep_kwargs)
         for i, row in zip(indices, out, strict=True):
             later[i].append(row)
 
-    for _ in range(rounds - 1):
-        one_round(timed)
+    for r in range(rounds - 1):  # every other round backwards: no case always at the same moment
+        one_round(timed if r % 2 else timed[::-1])
     for _ in range(EXTRA_ROUNDS_FOR_CONTENTION):  # bounded re-measurement of contended cases
         again = [i for i in timed if all(r.get("contended") for r in [rows[i]] + later[i])]
         if not again:

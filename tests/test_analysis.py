@@ -25,6 +25,7 @@ from attnbench.analysis import (
     find_regressions,
     find_steps,
     find_trace_spikes,
+    intervals,
     noise_floor,
 )
 
@@ -45,7 +46,7 @@ def synthetic(series: dict[str, list[float]], directions=None, versions=None) ->
                          "implementation": "jax-blockwise-flash", "seq_len": 1024, "regime": "static",
                          "dtype": "float32", "metric": metric, "unit": "", "status": "ok",
                          "direction": directions.get(metric, "lower"), "commit_hash": commit,
-                         "commit_position": position, "value": value,
+                         "commit_position": position, "value": value, "case_ci_basis": "rounds",
                          "version_jax": (versions or {}).get(position, "0.10.2")})
     return pd.DataFrame(rows)
 
@@ -178,6 +179,24 @@ def test_a_15_percent_step_against_the_figures_intervals(half_width, found, colu
     assert len(find_regressions(frame)) == (1 if found else 0)
 
 
+@pytest.mark.parametrize("basis", ["samples", None])
+def test_an_interval_of_one_window_is_not_trusted_as_the_figures_uncertainty(basis):
+    """±2% intervals over one window's samples (or from results older than the rounds) say nothing
+    of run-to-run noise: no interval, so the figure is judged by its series' scatter."""
+    frame = synthetic({"seconds_per_step": [1.0, 1.02, 0.98, 1.0, 1.01, 0.99]})
+    frame["ci_low"], frame["ci_high"] = frame["value"] * 0.98, frame["value"] * 1.02
+    frame["case_ci_basis"] = basis
+    low, high, source = intervals(frame)
+    assert all(v != v for v in low) and all(s is None for s in source)
+    [row] = noise_floor(frame).to_dict("records")
+    assert row["with_intervals"] == 0 and row["measured_by"].endswith("series scatter")
+    frame["case_ci_basis"] = "rounds"  # the same intervals over rounds: these are the figures' own
+    low, high, source = intervals(frame)
+    assert list(source) == ["ci"] * 6 and list(low) == pytest.approx(list(frame["value"] * 0.98))
+    [row] = noise_floor(frame).to_dict("records")
+    assert row["with_intervals"] == 6 and row["noise_floor"] == pytest.approx(0.02)
+
+
 def test_the_interval_facing_the_other_level_is_the_one_that_counts():
     """Asymmetric intervals: before [0.99, 1.30], after [1.00, 1.16] for a rise 1.00 -> 1.15: the
     before level's upper half-width (0.30) and the after level's lower one (0.15) face each other:
@@ -243,8 +262,9 @@ def test_contended_runs_have_no_trace_spikes():
 
 # -- which code changed between the two commits -------------------------------------------------------
 def _git_repo(path):
-    """Commits: 0 adds a kernel and the README; 1 changes the kernel; 2 only the README; 3 only the
-    report code; 4 the engine. Hashes, oldest first."""
+    """Commits: 0 adds the jax-xla kernel (importing a helper kernel's code), another kernel and the
+    README; 1 changes the jax-xla kernel; 2 only the README; 3 only the report code; 4 the engine;
+    5 only the other kernel; 6 the helper kernel jax-xla imports. Hashes, oldest first."""
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@example.invalid", "PATH": "/usr/bin:/bin"}
 
@@ -258,9 +278,13 @@ def _git_repo(path):
         git("add", name)
 
     git("init", "-q", "-b", "main")
-    changes = [{"attention_impls/k.py": "A = 0\n", "README.md": "# r\n"}, {"attention_impls/k.py": "A = 1\n"},
+    changes = [{"attention_impls/jax_xla.py": "from attention_impls.helper_tiles import tile\nA = 0\n",
+                "attention_impls/helper_tiles.py": "def tile(): pass\n",
+                "attention_impls/torch_sdpa_flash.py": "B = 0\n", "README.md": "# r\n"},
+               {"attention_impls/jax_xla.py": "from attention_impls.helper_tiles import tile\nA = 1\n"},
                {"README.md": "# r, reworded\n"}, {"attnbench/report/render.py": "# report\n"},
-               {"attnbench/engine.py": "# engine\n"}]
+               {"attnbench/engine.py": "# engine\n"}, {"attention_impls/torch_sdpa_flash.py": "B = 1\n"},
+               {"attention_impls/helper_tiles.py": "def tile(): return 1\n"}]
     for i, files in enumerate(changes):
         for name, text in files.items():
             write(name, text)
@@ -268,34 +292,54 @@ def _git_repo(path):
     return git("rev-list", "--reverse", "HEAD").split()
 
 
-def _series(commits, values, metric="seconds_per_step"):
+def _series(commits, values, metric="seconds_per_step", implementation="jax-xla"):
     case = {"machine": "cpu-2core", "env_name": "env", "benchmark": f"attention.Forward.track_{metric}",
-            "implementation": "jax-xla", "seq_len": 256, "regime": "static", "dtype": "float32",
+            "implementation": implementation, "seq_len": 256, "regime": "static", "dtype": "float32",
             "metric": metric, "unit": "seconds", "status": "ok", "direction": "lower"}
     return pd.DataFrame([{**case, "commit_hash": c, "commit_position": i, "value": v}
                          for i, (c, v) in enumerate(zip(commits, values, strict=True))])
 
 
+def _step_at(after, n=7):
+    """A series of ``n`` commits that steps from 1.0 to 1.5 at commit ``after``."""
+    return [1.0] * after + [1.5] * (n - after)
+
+
 def test_a_step_across_a_readme_only_commit_is_no_measured_code_change(tmp_path):
     commits = _git_repo(tmp_path)
+    repo = str(tmp_path)
     # 1 -> 2 changed only README.md
-    readme = find_steps(_series(commits, [1.0, 1.0, 1.5, 1.5, 1.5]), repo=str(tmp_path))
-    [step] = readme.to_dict("records")
+    [step] = find_steps(_series(commits, _step_at(2)), repo=repo).to_dict("records")
     assert (step["commit_before"], step["commit_after"]) == (commits[1], commits[2])
     assert step["verdict"] == NO_CODE_CHANGE and step["code_changed"] == 0
-    assert find_regressions(_series(commits, [1.0, 1.0, 1.5, 1.5, 1.5]), repo=str(tmp_path)).empty
+    assert find_regressions(_series(commits, _step_at(2)), repo=repo).empty
     # 2 -> 3 changed only the report code: not measured either
-    [step] = find_steps(_series(commits, [1.0, 1.0, 1.0, 1.5, 1.5]), repo=str(tmp_path)).to_dict("records")
+    [step] = find_steps(_series(commits, _step_at(3)), repo=repo).to_dict("records")
     assert step["verdict"] == NO_CODE_CHANGE
     # 3 -> 4 changed the engine; 0 -> 1 the kernel: regressions, naming the files
-    repo = str(tmp_path)
-    [step] = find_regressions(_series(commits, [1.0, 1.0, 1.0, 1.0, 1.5]), repo=repo).to_dict("records")
+    [step] = find_regressions(_series(commits, _step_at(4)), repo=repo).to_dict("records")
     assert step["commit_after"] == commits[4] and "attnbench/engine.py" in step["why"]
-    [step] = find_regressions(_series(commits, [1.0, 1.5, 1.5, 1.5, 1.5]), repo=repo).to_dict("records")
-    assert "attention_impls/k.py" in step["why"]
+    [step] = find_regressions(_series(commits, _step_at(1)), repo=repo).to_dict("records")
+    assert "attention_impls/jax_xla.py" in step["why"]
     # without git nothing can be said about the code: a regression, and it says why
-    [step] = find_regressions(_series(commits, [1.0, 1.0, 1.5, 1.5, 1.5])).to_dict("records")
+    [step] = find_regressions(_series(commits, _step_at(2))).to_dict("records")
     assert step["code_changed"] is None and "unknown" in step["why"]
+
+
+def test_only_the_kernels_own_code_counts_for_its_series(tmp_path):
+    commits = _git_repo(tmp_path)
+    repo = str(tmp_path)
+    # 4 -> 5 changed torch_sdpa_flash.py only: a regression of that kernel, nothing of jax-xla's
+    [step] = find_steps(_series(commits, _step_at(5)), repo=repo).to_dict("records")
+    assert step["verdict"] == NO_CODE_CHANGE and "other kernels' files: attention_impls/torch_sdpa_flash.py" \
+        in step["why"]
+    [step] = find_regressions(_series(commits, _step_at(5), implementation="torch-sdpa-flash"), repo=repo) \
+        .to_dict("records")
+    assert "attention_impls/torch_sdpa_flash.py" in step["why"]
+    # 5 -> 6 changed the helper kernel file jax_xla.py imports: jax-xla's code changed
+    [step] = find_regressions(_series(commits, _step_at(6)), repo=repo).to_dict("records")
+    assert "attention_impls/helper_tiles.py" in step["why"]
+    assert find_regressions(_series(commits, _step_at(6), implementation="torch-sdpa-flash"), repo=repo).empty
 
 
 # -- a metric whose definition changed --------------------------------------------------------------

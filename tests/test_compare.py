@@ -55,9 +55,11 @@ def test_compare_flags_a_deliberate_slowdown_and_cleans_up(clone_with_a_slower_c
     template = Workload(batch=1, q_heads=1, seq_q=64, head_dim=16, causal=True)
     lines = []
     verdicts = compare("HEAD~1", "HEAD", ["reference-float64"], [64], template=template, rounds=4,
-                       min_seconds=0.05, repo=str(clone), progress=lines.append)
+                       min_seconds=0.05, restart_every=2, repo=str(clone), progress=lines.append)
     (verdict,) = verdicts
     assert verdict.verdict == "slower" and verdict.ratio > 2 and verdict.ci_low > 1, lines
+    # Rounds 1-2 in the first pair of workers, 3-4 in a fresh pair: each revision saw two processes.
+    assert verdict.processes == 2 and "in 2 processes each" in lines[0]
     assert "slower" in lines[0] and "95% [" in lines[0]
     worktrees = subprocess.run(["git", "-C", str(clone), "worktree", "list"], capture_output=True,
                                text=True, check=True).stdout.strip().splitlines()

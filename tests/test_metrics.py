@@ -45,7 +45,8 @@ RECORD_UNITS = {
     "compile_seconds_total": "s", "compile_cache_hits": "count", "padding_waste": "fraction",
     "useful_tokens_per_s": "tokens/s", "seconds_per_step_with_compiles": "s", "trace_file": "",
     "threads": "count", "timer": "", "first_call_s": "s", "first_call_compile_s": "s", "lower_s": "s",
-    "compile_s": "s", "seconds_per_step": "s", "ci_low_s": "s", "ci_high_s": "s", "iqr_s": "s",
+    "compile_s": "s", "seconds_per_step": "s", "ci_low_s": "s", "ci_high_s": "s", "ci_basis": "",
+    "ci_coverage": "fraction", "iqr_s": "s",
     "samples": "count", "steps_per_sample": "count", "rounds": "count", "rounds_dropped": "count",
     "round_medians_s": "s", "timing_samples_s": "s", "contended": "bool", "contention_reason": "",
     "contention_retries": "count", "other_cpu_share": "cores", "steal_share": "cores",
@@ -296,3 +297,16 @@ def test_a_metric_that_follows_the_step_time_gives_asv_its_samples():
     assert tokens["number"] == 1 and tokens["samples"] == pytest.approx([1250.0, 1000.0, 800.0])
     assert metrics.get("status").asv_value(record) == 0.0  # a metric that does not follow the time
     assert metrics.get("seconds_per_step").asv_value({**record, "timing_samples_s": None}) == 0.01
+
+
+def test_with_several_rounds_asv_gets_the_round_medians_not_the_pooled_samples():
+    from attnbench import metrics
+
+    # Three rounds: asv's median and 99% interval must come from the independent values, the
+    # rounds' medians, not from every window's samples pooled as if independent.
+    record = {"seconds_per_step": 0.01, "status": "ok", "rounds": 3,
+              "round_medians_s": json.dumps([0.009, 0.01, 0.012]),
+              "timing_samples_s": json.dumps([0.009] * 5 + [0.01] * 5 + [0.012] * 5)}
+    assert metrics.get("seconds_per_step").asv_value(record) == {"samples": [0.009, 0.01, 0.012], "number": 1}
+    one_round = {**record, "rounds": 1}
+    assert len(metrics.get("seconds_per_step").asv_value(one_round)["samples"]) == 15

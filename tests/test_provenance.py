@@ -176,12 +176,12 @@ def test_the_sidecar_records_contention_and_the_timing_interval_per_case(tmp_pat
     record = {"label": "native", "execution": "eager", "platform": "cpu", "device": "AMD EPYC",
               "status": "ok", "reason": None, "contended": True,
               "contention_reason": "other processes used 0.8 cores", "ci_low_s": 0.0019, "ci_high_s": 0.0023,
-              "rounds": 3, "seconds_per_step": 0.002}
+              "ci_basis": "rounds", "ci_coverage": 0.75, "rounds": 3, "seconds_per_step": 0.002}
     recorded = sidecar.case_entry(record)
     assert recorded == {"label": "native", "execution": "eager", "platform": "cpu", "device": "AMD EPYC",
                      "status": "ok", "reason": None, "contended": True,
                      "contention_reason": "other processes used 0.8 cores", "ci_low_s": 0.0019,
-                     "ci_high_s": 0.0023, "rounds": 3}
+                     "ci_high_s": 0.0023, "ci_basis": "rounds", "ci_coverage": 0.75, "rounds": 3}
     assert sidecar.case_entry({**record, "ci_low_s": float("nan"), "rounds": None})["ci_low_s"] is None
 
     results = tmp_path / "results"

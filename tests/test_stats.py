@@ -9,7 +9,7 @@ import time
 import pytest
 
 from attnbench.contention import Contention, ContentionMonitor
-from attnbench.stats import estimate, median_ci
+from attnbench.stats import estimate, interval_coverage, median_ci
 
 
 @pytest.mark.parametrize("n,ranks", [(10, (2, 9)), (20, (6, 15)), (30, (10, 21)), (5, (1, 5))])
@@ -18,16 +18,36 @@ def test_median_interval_ranks_match_the_sign_test_table(n, ranks):
     assert median_ci(list(range(1, n + 1))) == ranks
 
 
-def test_estimate_pools_rounds_so_one_disturbed_round_moves_the_median_little():
+def test_estimate_is_the_median_of_round_medians_with_an_interval_over_rounds():
     quiet = [[10.0 + 0.01 * i for i in range(10)] for _ in range(2)]
     disturbed = [18.0 + 0.01 * i for i in range(10)]  # a burst of outside load hit this round only
-    pooled = estimate(quiet + [disturbed])
-    assert pooled.rounds == 3 and len(pooled.samples) == 30
-    assert 10.0 <= pooled.median <= 10.1  # the median of 30 samples, 20 of them quiet
-    # ...and the interval widens to say so: ranks 10..21 of 30 reach into the disturbed round.
-    assert (pooled.ci_low, pooled.ci_high) == (10.04, 18.0)
-    alone = estimate(quiet)
-    assert alone.ci_high <= 10.09 and alone.relative_half_width < 0.005
+    est = estimate(quiet + [disturbed])
+    assert est.rounds == 3 and len(est.samples) == 30 and est.basis == "rounds"
+    # Each round's median is 10.045 or 18.045; their median is the quiet rounds' value exactly.
+    assert est.round_medians == pytest.approx((10.045, 10.045, 18.045))
+    assert est.median == pytest.approx(10.045)
+    # Three values: the interval is their full range, which covers the median 1 - 2 * 0.5**3 = 75%.
+    assert (est.ci_low, est.ci_high) == pytest.approx((10.045, 18.045)) and est.coverage == 0.75
+
+
+def test_rounds_not_samples_are_the_unit_of_the_interval():
+    # Seven rounds, each internally steady (+-0.1%) but 1..7% apart: the noise between processes.
+    # Pooling their 77 samples as if independent would give an interval a few tenths of a percent
+    # wide; over the rounds it is the 1st..7th round medians (98.4% coverage for n = 7).
+    rounds = [[1.0 + 0.01 * r + 0.0001 * (i - 5) for i in range(11)] for r in range(1, 8)]
+    est = estimate(rounds)
+    assert est.median == pytest.approx(1.04)
+    assert (est.ci_low, est.ci_high) == pytest.approx((1.01, 1.07))
+    assert est.coverage == pytest.approx(1 - 2 / 2**7)
+    one = estimate(rounds[:1])  # a single window: its own samples, and it says so
+    assert one.basis == "samples" and one.ci_high - one.ci_low < 0.001
+
+
+@pytest.mark.parametrize("n,coverage", [(1, 0.0), (3, 0.75), (5, 0.9375), (6, 1 - 2 / 64),
+                                        (10, 1 - 2 * 11 / 1024)])
+def test_interval_coverage_by_hand(n, coverage):
+    # n <= 5: the full range, 1 - 2 * 0.5**n; n = 10: ranks 2..9, 1 - 2 * (1 + 10) / 2**10.
+    assert interval_coverage(n) == pytest.approx(coverage)
 
 
 def test_contention_verdict_from_other_cores_and_steal():

@@ -74,13 +74,16 @@ def task_files() -> list[Path]:
 def sky_runtime_dir_for(catalog_dir: str | os.PathLike) -> Path:
     """A SkyPilot runtime dir (``SKY_RUNTIME_DIR``) whose catalog is ``catalog_dir`` (a folder with
     ``v8/<cloud>/vms.csv``): SkyPilot reads ``$SKY_RUNTIME_DIR/.sky/catalogs/v8/...`` and, with no
-    ``.meta/*.md5`` beside a CSV, treats it as user-edited and never downloads over it."""
+    ``.meta/*.md5`` beside a CSV, treats it as user-edited and never downloads over it. It is
+    removed when this process exits (SkyPilot runs in it or in its children)."""
+    import atexit
+    import shutil
     import tempfile
 
     root = Path(tempfile.mkdtemp(prefix="attnbench-sky-"))
+    atexit.register(shutil.rmtree, root, True)
     catalogs = root / ".sky" / "catalogs"
     catalogs.mkdir(parents=True)
-    import shutil
 
     for version in Path(catalog_dir).iterdir():
         if version.is_dir():

@@ -1,0 +1,46 @@
+"""``attnbench noisecheck``'s summary: what it reads from the report's frame and steps (synthetic)."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnbench.noisecheck import render, summarize
+
+pd = pytest.importorskip("pandas")
+SHA = {label: label.lower() * 40 for label in "ABCD"}
+
+
+def _frame():
+    rows = []
+    for label, scale, contended in (("A", 1.0, False), ("B", 1.02, False), ("C", 1.15, False),
+                                    ("D", 1.15, True)):
+        for impl, seq in (("torch-sdpa-flash", 1024), ("jax-xla", 1024)):
+            slow = scale if impl == "torch-sdpa-flash" or label in "AB" else 1.0
+            rows.append({"metric": "seconds_per_step", "regime": "static", "implementation": impl,
+                         "seq_len": seq, "commit_hash": SHA[label], "value": 0.01 * slow,
+                         "contended": None if (label == "D" and impl == "jax-xla") else contended,
+                         "contention_reason": "other processes used 0.98 cores" if contended else None})
+    return pd.DataFrame(rows)
+
+
+def test_summary_counts_recorded_contention_flags_and_the_slowdown_steps():
+    steps = pd.DataFrame([
+        {"commit_after": SHA["C"], "verdict": "regression", "implementation": "torch-sdpa-flash",
+         "seq_len": 1024, "regime": "static", "metric": "seconds_per_step"},
+        {"commit_after": SHA["B"], "verdict": "within noise", "implementation": "jax-xla",
+         "seq_len": 1024, "regime": "static", "metric": "seconds_per_step"}])
+    s = summarize(_frame(), steps, SHA, "torch-sdpa-flash")
+    # D: one figure flagged contended, one with no recorded flag: 1 of 1 recorded, not 1 of 2.
+    assert s["contention"]["D"] == {"figures": 2, "recorded": 1, "contended": 1,
+                                    "reasons": ["other processes used 0.98 cores"]}
+    assert s["contended_share_at_D"] == 1.0 and s["contention"]["A"]["contended"] == 0
+    assert s["slow_impl_flagged_at_C"] and s["others_flagged_at_C"] == []
+    assert s["flagged"]["B"] == [] and s["verdicts"]["B"] == {"within noise": 1}
+    assert [round(r["b_over_a"], 3) for r in s["aa_spread"]] == [1.02, 1.02]
+    s.update(asv_run_seconds={"A": 60.0},
+             compare={"A/B": {"ratio": 1.0, "ci": [0.99, 1.01], "verdict": "no change"}},
+             impls=["torch-sdpa-flash", "jax-xla"], slow_impl="torch-sdpa-flash", slowdown=0.15,
+             date="2026-11-30", machine="noisecheck-test")
+    text = render(s)
+    assert "D 1 of 1 recorded flags contended (1 unrecorded)" in text
+    assert "worst 2.0%" in text
