@@ -11,7 +11,8 @@
     (``sqrt(u_before**2 + u_after**2)``). A level's uncertainty is the half-width, on the side
     facing the other level, of its figures' intervals (asv's ``stats_ci_99_a/b``, else its
     quartiles ``stats_q_25/q_75``, else for seconds per step the engine's interval from the
-    sidecar); for figures without any (results older than the samples given to asv) it is
+    sidecar), only where it spans timing rounds (``intervals``); for figures without such (one
+    window's interval, results older than the rounds, figures with no interval at all) it is
     ``SCATTER_Z`` robust standard deviations of the series' own scatter (``1.4826 * MAD`` of the
     relative residuals of the points on each side of the step around their side's median), and
     where a series is too short for that, of the scatter of the machine's other series of the metric;
