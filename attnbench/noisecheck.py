@@ -2,7 +2,8 @@
 
 A benchmark of the harness itself (not a test): in a throw-away clone of this repository it
 makes three commits on top of HEAD and measures each with the real asv suite (the existing venv,
-the clone first on ``PYTHONPATH``, a few kernels of the default suite's forward cases):
+the clone first on the benchmark processes' path through ``ASV_PYTHONPATH``: asv drops a plain
+``PYTHONPATH``; a few kernels of the default suite's forward cases):
 
 * ``A`` = HEAD; ``B`` = A plus a README edit (no measured code changed): an **A/A** pair;
 * ``C`` = B plus a deliberate slowdown of one kernel (it sleeps ``--slowdown`` of its own call time
@@ -88,6 +89,15 @@ def _asv_run(repo: Path, work: Path, conf: Path, sha: str, env: dict) -> float:
     return time.perf_counter() - start
 
 
+def _check_ran_the_clone(results: Path, sha: str) -> None:
+    """The suite files its sidecar under the commit of the code it imported: none for ``sha`` means
+    asv's benchmark processes ran some other checkout's code, and every figure would be wrong."""
+    if not list((results / "sidecars").glob(f"{sha[:8]}-*.sidecar")):
+        found = sorted(p.name for p in (results / "sidecars").glob("*.sidecar"))
+        raise RuntimeError(f"the asv run of {sha[:8]} wrote no sidecar for it (found: {found}): its "
+                           "benchmark processes did not import the clone's code")
+
+
 def _burner(core: int) -> subprocess.Popen:
     code = f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True:\n    pass\n"
     return subprocess.Popen([sys.executable, "-c", code])
@@ -110,7 +120,11 @@ def run(impls: list[str], slow_impl: str, slowdown: float, out: Path, rounds: in
         machine = "noisecheck-" + subprocess.run([sys.executable, "-m", "attnbench", "machine-name"],
                                                  capture_output=True, text=True, check=True).stdout.strip()
         conf = _asv_conf(repo, work)
-        env = {**os.environ, "PYTHONPATH": str(repo), "ATTNBENCH_IMPLS": ",".join(impls),
+        # asv discards PYTHONPATH in its benchmark processes (environment isolation) and puts
+        # ASV_PYTHONPATH first instead: without it they would import this checkout, not the clone's
+        # commits, and file every sidecar under this checkout's HEAD.
+        env = {**os.environ, "PYTHONPATH": str(repo), "ASV_PYTHONPATH": str(repo),
+               "ATTNBENCH_IMPLS": ",".join(impls),
                "ATTNBENCH_MACHINE": machine, "ATTNBENCH_RESULTS_DIR": str(work / "results")}
         subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", machine, "--config",
                         str(conf)], check=True, capture_output=True, env=env, cwd=work)
@@ -120,12 +134,14 @@ def run(impls: list[str], slow_impl: str, slowdown: float, out: Path, rounds: in
         env["ATTNBENCH_PROBE_DIR"] = str(probes)
         for label in ("A", "B", "C"):
             seconds[label] = _asv_run(repo, work, conf, sha[label], env)
+            _check_ran_the_clone(work / "results" / machine, sha[label])
         burner = _burner(core=max(os.sched_getaffinity(0)))
         try:
             seconds["D"] = _asv_run(repo, work, conf, sha["D"], env)
         finally:
             burner.kill()
             burner.wait()
+        _check_ran_the_clone(work / "results" / machine, sha["D"])
         _git(repo, "checkout", "-q", sha["D"])
         report = write_report(str(work / "results"), str(work / "report"), repo=str(repo))
         template = Workload(batch=1, q_heads=8, head_dim=64, seq_q=1024, causal=True)
