@@ -33,6 +33,9 @@
   library versions that changed there.
 * ``noise_floor``: per machine, how noisy its timings are (median relative half-width of the
   intervals, and the series' scatter) and so the smallest step the analysis can call a regression.
+* ``run_shifts``: how far each whole run moved against the one before it (the median ratio over
+  its static timing series): the drift of the machine between runs, which no interval within a run
+  can see.
 
 Which metrics are costs and companions, and each metric's direction, come from
 ``attnbench/metrics.py`` (read at each call).
@@ -531,6 +534,50 @@ def noise_floor(frame, thresholds: dict | None = None, metric: str = "seconds_pe
                    else float("nan"))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def run_shifts(frame, metric: str = "seconds_per_step"):
+    """How far each whole run moved: per machine x environment x benchmark class and pair of
+    consecutive commits, the ratios after / before of every static ``metric`` series measured at
+    both (contended figures left out), summarised as their median (``shift``: median ratio - 1) and
+    quartiles, with the number of series.
+
+    A run whose every series moved together is the machine or code every kernel shares, not one
+    kernel: measured here, two ``make bench`` runs of the same code (only results/ changed) moved
+    by a median of +13%, seen by no contention counter (README, "Measured here"). Columns:
+    ``machine``, ``env_name``, ``benchmark``, ``commit_before``, ``commit_after``, ``series``,
+    ``shift``, ``q25``, ``q75`` (of the ratios, - 1), oldest pair first."""
+    import pandas as pd
+
+    columns = ["machine", "env_name", "benchmark", "commit_before", "commit_after", "series", "shift",
+               "q25", "q75"]
+    ok = frame[(frame["metric"] == metric) & (frame["status"] == "ok")]
+    ok = ok[~is_contended(ok)]
+    if "regime" in ok:
+        ok = ok[ok["regime"].isna() | (ok["regime"] == "static")]
+    order_col = _order_column(ok) if len(ok) else "commit_position"
+    if ok.empty or order_col not in ok:
+        return pd.DataFrame(columns=columns)
+    ok = ok[ok[order_col].notna()]
+    params = [c for c in PARAMS if c in ok]
+    rows = []
+    for (machine, env, benchmark), group in ok.groupby(["machine", "env_name", "benchmark"], sort=True):
+        table = group.pivot_table(index=params, columns="commit_hash", values="value", aggfunc="first",
+                                  dropna=False) if params else None
+        if table is None:
+            continue
+        order = group.groupby("commit_hash")[order_col].first().sort_values()
+        commits = [c for c in order.index if c in table.columns]
+        for before, after in zip(commits, commits[1:], strict=False):
+            ratio = (table[after] / table[before]).dropna()
+            ratio = ratio[ratio > 0]
+            if len(ratio) < 3:
+                continue
+            rows.append({"machine": machine, "env_name": env, "benchmark": benchmark,
+                         "commit_before": before, "commit_after": after, "series": len(ratio),
+                         "shift": float(ratio.median()) - 1.0, "q25": float(ratio.quantile(0.25)) - 1.0,
+                         "q75": float(ratio.quantile(0.75)) - 1.0})
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _versions_changed(group, before: int, after: int) -> str:

@@ -328,12 +328,17 @@ def pool_rounds(first: dict, later: list[dict]) -> dict:
                   rounds_dropped=len(rounds) - len(used),
                   round_medians_s=json.dumps(list(pooled.round_medians)),
                   timing_samples_s=json.dumps(list(pooled.samples)), contended=not clean,
-                  contention_reason="; ".join(sorted({r["contention_reason"] for r in rounds
-                                                      if r.get("contention_reason")})) if not clean else None)
+                  contention_reason=_rounds_reason(rounds) if not clean else None)
     if record.get("tokens") and record.get("flops"):
         derive_figures(record, pricing_of(record), record["tokens"] / pooled.median,
                        record["flops"] / pooled.median)
     return record
+
+
+def _rounds_reason(rounds: list[dict]) -> str:
+    """Why every round was contended, short: how many, and the first round's reason."""
+    reasons = [r["contention_reason"] for r in rounds if r.get("contention_reason")]
+    return f"contended in all {len(rounds)} timing rounds" + (f", e.g. {reasons[0]}" if reasons else "")
 
 
 def numerics_workload(workload: Workload) -> Workload:

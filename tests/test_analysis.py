@@ -405,3 +405,34 @@ def test_a_series_too_short_for_its_own_scatter_takes_the_machines():
     [step] = find_steps(pd.concat([long, short], ignore_index=True)).to_dict("records")
     assert step["implementation"] == "torch-sdpa-flash" and step["noise_source"] == "machine scatter"
     assert step["verdict"] == WITHIN_NOISE  # a ±10% machine cannot tell a 15% step between two figures
+
+
+# -- how far whole runs moved ----------------------------------------------------------------------
+def test_run_shift_is_the_median_ratio_over_a_runs_static_series():
+    """Five kernels, three runs: run 2 moved every kernel by +10..+30% (median +20%), run 3 came back
+    and one kernel alone doubled. A dynamic-regime series and a contended figure are left out."""
+    from attnbench.analysis import run_shifts
+
+    base = {"k1": 1.0, "k2": 2.0, "k3": 3.0, "k4": 4.0, "k5": 5.0}
+    moves = [{k: 1.0 for k in base}, dict(zip(base, (1.1, 1.15, 1.2, 1.25, 1.3), strict=True)),
+             {**{k: 1.0 for k in base}, "k5": 2.0}]
+    rows = []
+    for position, move in enumerate(moves):
+        for impl, seconds in base.items():
+            for regime, contended in (("static", False), ("dynamic", False)):
+                rows.append({"machine": "m", "env_name": "e",
+                             "benchmark": "attention.Forward.track_seconds_per_step",
+                             "implementation": impl, "seq_len": 256, "regime": regime, "dtype": "float32",
+                             "metric": "seconds_per_step", "status": "ok", "commit_hash": COMMITS[position],
+                             "commit_position": position,
+                             "value": seconds * move[impl] * (3.0 if regime == "dynamic" else 1.0),
+                             "contended": contended})
+    rows.append({**rows[0], "implementation": "busy", "commit_hash": COMMITS[1], "commit_position": 1,
+                 "value": 99.0, "contended": True})
+    shifts = run_shifts(pd.DataFrame(rows)).to_dict("records")
+    assert [(s["commit_before"], s["commit_after"], s["series"]) for s in shifts] == \
+        [(COMMITS[0], COMMITS[1], 5), (COMMITS[1], COMMITS[2], 5)]
+    assert shifts[0]["shift"] == pytest.approx(0.2) and shifts[0]["q25"] == pytest.approx(0.15)
+    # run 3 against run 2: k1..k4 back, 1/1.1 .. 1/1.25, and k5 2/1.3 = 1.54; sorted 0.80, 0.83,
+    # 0.87, 0.91, 1.54: the median is k2's 1/1.15 (the one kernel that doubled does not move it)
+    assert shifts[1]["shift"] == pytest.approx(1 / 1.15 - 1)

@@ -254,7 +254,7 @@ def test_rounds_pool_their_samples_and_drop_a_contended_round():
     assert pooled["mfu"] == pytest.approx(2e9 / seconds / 1e12)
     every_round_loaded = pool_rounds({**first, "contended": True, "contention_reason": "x"}, [loaded])
     assert every_round_loaded["contended"] is True and every_round_loaded["rounds"] == 2
-    assert every_round_loaded["contention_reason"]
+    assert every_round_loaded["contention_reason"] == "contended in all 2 timing rounds, e.g. x"
 
 
 def test_a_sweep_with_rounds_times_static_cases_again_and_pools_them():

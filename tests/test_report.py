@@ -191,6 +191,12 @@ def test_report_writes_the_noise_floor_and_every_step_with_its_verdict(synthetic
     for _, row in noise.iterrows():
         assert f"- {row['machine']}: noise floor ±{row['noise_floor']:.1%} per timing figure" in section
         assert f"smallest change it can detect is {row['smallest_detectable_step']:.1%}" in section
+    # how far each whole run moved: one row per consecutive pair of commits with static timings
+    shifts = pd.read_csv(report.tables["run_shifts.csv"])
+    assert len(shifts) and (shifts["series"] >= 3).all()
+    newest = shifts.iloc[-1]
+    assert f"{str(newest['commit_before'])[:8]} -> {str(newest['commit_after'])[:8]}" in section
+    assert f"{newest['shift']:+.1%}" in section
 
 
 def test_cli_report_on_empty_or_missing_results_exits_2(tmp_path, capsys):

@@ -124,6 +124,7 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
         find_trace_spikes,
         load_traces,
         noise_floor,
+        run_shifts,
     )
     from attnbench.asv_results import load_results, ordering_note
 
@@ -135,6 +136,7 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     regressions = steps[steps["verdict"] == REGRESSION].reset_index(drop=True) if not steps.empty else steps
     spikes = find_cost_spikes(frame, thresholds, repo=repo)
     noise = noise_floor(frame, thresholds)
+    shifts = run_shifts(frame)
     trace_spikes = find_trace_spikes(traces, factor=trace_factor)
     best = best_native_vs_forced(frame)
     costs = regime_costs(frame)
@@ -161,12 +163,13 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     atomic_write_bytes(paths["tidy.parquet"], buffer.getvalue())
     tables = {}
     for name, table in (("regressions.csv", regressions), ("steps.csv", steps), ("noise_floor.csv", noise),
-                        ("cost_spikes.csv", spikes), ("trace_spikes.csv", trace_spikes)):
+                        ("run_shifts.csv", shifts), ("cost_spikes.csv", spikes),
+                        ("trace_spikes.csv", trace_spikes)):
         tables[name] = os.path.join(out_dir, name)
         atomic_write_text(tables[name], table.to_csv(index=False))
 
     ctx = context(frame, results_dir, regressions, spikes, traces, trace_spikes, best, costs, pngs,
-                  thresholds, trace_factor, steps=steps, noise=noise, ordering=ordering)
+                  thresholds, trace_factor, steps=steps, noise=noise, shifts=shifts, ordering=ordering)
     # "Compiled for, not measured" (report/compiled.py): the compile-for records, when there are any.
     from attnbench.report.compiled import compiled_part
 

@@ -159,6 +159,16 @@ def noise_sentences(noise) -> list[str]:
     return out
 
 
+def shift_rows(shifts) -> list[dict]:
+    """``analysis.run_shifts`` as display rows, newest pair first."""
+    return [{"machine": r["machine"], "env": short_env(r["env_name"]),
+             "benchmark": str(r["benchmark"]).removeprefix("attention.").split(".")[0],
+             "commits": f"{str(r['commit_before'])[:8]} -> {str(r['commit_after'])[:8]}",
+             "series": r["series"], "whole run moved": f"{r['shift']:+.1%}",
+             "middle half of the series": f"{r['q25']:+.1%} .. {r['q75']:+.1%}"}
+            for _, r in shifts.iloc[::-1].iterrows()]
+
+
 def definition_rows() -> list[dict]:
     return [{"definitions": c.version, "date": c.date, "metrics": ", ".join(c.metrics),
              "only": "; ".join(x for x in (f"regimes {'/'.join(c.regimes)}" if c.regimes else "",
@@ -181,11 +191,13 @@ def spike_sentences(spikes) -> list[str]:
 
 # -- the document ---------------------------------------------------------------------------------
 def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best, costs, pngs: dict,
-            thresholds, trace_factor, *, steps=None, noise=None, ordering: str | None = None) -> dict:
+            thresholds, trace_factor, *, steps=None, noise=None, shifts=None,
+            ordering: str | None = None) -> dict:
     """What ``templates/report.j2`` shows: tables, sentences and the plots (PNG bytes by file name).
 
     ``steps``: every step beyond the threshold with its verdict (``analysis.find_steps``); ``noise``:
-    ``analysis.noise_floor``; ``ordering``: ``asv_results.ordering_note``'s sentence, if any."""
+    ``analysis.noise_floor``; ``shifts``: ``analysis.run_shifts``; ``ordering``:
+    ``asv_results.ordering_note``'s sentence, if any."""
     import pandas as pd
 
     from attnbench.analysis import DEFINITION_CHANGED, NO_CODE_CHANGE, SCATTER_Z, WITHIN_NOISE, is_contended
@@ -238,6 +250,7 @@ def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best,
         "ordering": ordering,
         "ordering_warning": bool(ordering and ordering.startswith("WARNING")),
         "noise": Table.of(noise_rows(noise)) if not noise.empty else None,
+        "shifts": Table.of(shift_rows(shifts)) if shifts is not None and not shifts.empty else None,
         "noise_sentences": noise_sentences(noise) if not noise.empty else [],
         "explained": explained,
         "within_noise": within,
