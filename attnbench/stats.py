@@ -24,26 +24,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
-def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
-    """The order-statistics interval ``(x_(j), x_(k))`` (1-based ranks, sorted samples) around the
-    median with coverage at least ``confidence``; with too few samples for that, the full range."""
-    if not samples:
-        raise ValueError("median_ci needs at least one sample")
+def _rank(n: int, confidence: float) -> int:
+    """The largest ``j`` with ``P(Bin(n, 1/2) <= j - 1) <= (1 - confidence) / 2``: the interval
+    ``[x_(j), x_(n + 1 - j)]`` (symmetric in rank) then covers the median with at least
+    ``confidence``; 0 when even the full range cannot."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    xs = sorted(samples)
-    n = len(xs)
-    # Largest j such that P(Bin(n, 1/2) <= j - 1) <= (1 - confidence) / 2: the interval is then
-    # [x_(j), x_(n + 1 - j)], symmetric in rank.
     tail, j, cumulative = (1.0 - confidence) / 2.0, 0, 0.0
     for i in range(n + 1):
         cumulative += math.comb(n, i) / 2.0**n
         if cumulative > tail:
             break
         j = i + 1
-    if j < 1:
-        return xs[0], xs[-1]
-    return xs[j - 1], xs[n - j]
+    return j
+
+
+def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """The order-statistics interval ``(x_(j), x_(k))`` (1-based ranks, sorted samples) around the
+    median with coverage at least ``confidence``; with too few samples for that, the full range."""
+    if not samples:
+        raise ValueError("median_ci needs at least one sample")
+    xs = sorted(samples)
+    j = max(_rank(len(xs), confidence), 1)
+    return xs[j - 1], xs[len(xs) - j]
 
 
 def interval_coverage(n: int, confidence: float = 0.95) -> float:
@@ -51,13 +54,7 @@ def interval_coverage(n: int, confidence: float = 0.95) -> float:
     few values (fewer than 6 at 95%), where its full range covers ``1 - 2 ** (1 - n)``."""
     if n < 1:
         raise ValueError("interval_coverage needs at least one value")
-    tail, j, cumulative = (1.0 - confidence) / 2.0, 0, 0.0
-    for i in range(n + 1):
-        cumulative += math.comb(n, i) / 2.0**n
-        if cumulative > tail:
-            break
-        j = i + 1
-    j = max(j, 1)
+    j = max(_rank(n, confidence), 1)
     return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(j)) / 2.0**n
 
 
