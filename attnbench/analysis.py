@@ -4,7 +4,9 @@
   ``asv_results`` ``commit_order``, git history or else the commit dates asv recorded), asv's own
   step detection (``asv.step_detect``, weighted as asv weighs it, by each figure's 99% interval),
   with each metric's direction honoured: a higher-is-better metric is analysed as its reciprocal,
-  so a drop in throughput is an upward step. Every step beyond the threshold is judged
+  so a drop in throughput is an upward step; a metric that follows the step time is analysed
+  against its run (each figure over its run's factor, ``run_factors``: see ``find_steps``), so that
+  the machine moving a whole run is no kernel's step. Every step beyond the threshold is judged
   (``verdict``):
 
   - ``within noise``: not larger than the two levels' combined uncertainty
@@ -295,7 +297,7 @@ def _step_scatter(values, segments):
 
 
 def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
-               min_absolute_step: dict | None = None, repo: str | None = None):
+               min_absolute_step: dict | None = None, repo: str | None = None, relative_to_run: bool = True):
     """One row per step beyond the threshold, each with its ``verdict`` (``VERDICTS``): series, commit
     range, values before/after, relative step, the combined ``uncertainty`` of the two levels (in the
     metric's units) with ``noise_relative`` (it over the level before) and ``noise_source``,
@@ -304,6 +306,14 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
     ``thresholds`` (metric -> relative step) default to asv's 5%; ``min_absolute_step`` (unit ->
     smallest step worth reporting) defaults to ``MIN_ABSOLUTE_STEP``; ``repo``: the git checkout the
     results were measured from (None: which code changed is not checked).
+
+    ``relative_to_run``: a metric that follows the step time (``Metric.time_exponent``) is analysed
+    against its run: each figure divided by its run's factor (``run_factors``, to the metric's
+    power), so that a whole run moving with the machine is no step of one kernel, and one kernel's
+    step shows even when the rest of its run moved the other way. ``relative_change`` and the
+    verdict are then against the run; ``value_before``/``value_after`` stay the series' own
+    levels and ``run_shift`` says how far its run moved across the step. How the whole runs moved
+    is ``run_shifts``' (the report's run-shift table).
     """
     import numpy as np
     import pandas as pd
@@ -348,6 +358,22 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
     with np.errstate(divide="ignore", invalid="ignore"):
         up_all = (high_all - value_all) / np.abs(value_all)  # relative half-widths
         down_all = (value_all - low_all) / np.abs(value_all)
+    # Each figure over its run's factor to the metric's power (1 where none: see relative_to_run).
+    scale_all = np.ones(len(value_all))
+    factors = run_factors(frame) if relative_to_run else {}
+    if factors:
+        benchmark_all = ok["benchmark"].to_numpy()[order]
+        env_all = ok["env_name"].to_numpy()[order]
+        exponents = {name: getattr(metrics.get(name), "time_exponent", 0) if name in metrics.names() else 0
+                     for name in set(metric_all.tolist())}
+        for i in range(len(value_all)):
+            exponent = exponents[metric_all[i]]
+            factor = factors.get((machine_all[i], env_all[i], str(benchmark_all[i]).rsplit(".", 1)[0],
+                                  commit_all[i])) if exponent else None
+            if factor:
+                scale_all[i] = factor ** exponent
+        value_all, low_all, high_all = value_all / scale_all, low_all / scale_all, high_all / scale_all
+        ci_low_all, ci_high_all = ci_low_all / scale_all, ci_high_all / scale_all
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         commits = commit_all[start:end]
         if len(set(commits.tolist())) < 2:
@@ -395,16 +421,19 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
             scatter = None
             if u_before is None or u_after is None:
                 scatter = _step_scatter(shown, (left, right))
+            scale_before, scale_after = scale_all[start + before], scale_all[start + after]
             row = {**dict(zip(keys, key, strict=True)), "metric": metric,
                    "direction": direction, "unit": unit_all[start],
                    "commit_before": commits[before],
                    "commit_after": commits[after],
                    "position_before": position_all[start + before],
                    "position_after": position_all[start + after],
-                   "value_before": shown_before, "value_after": shown_after,
+                   "value_before": shown_before * scale_before, "value_after": shown_after * scale_after,
                    # a step up from 0 (compiles, padding, status code): an infinite relative step
                    "relative_change": (shown_after / shown_before - 1.0) if shown_before
                    else float("inf"),
+                   "run_shift": scale_after / scale_before - 1.0,
+                   "_levels": (shown_before, shown_after),
                    "versions_changed": _versions_changed(group, before, after),
                    "definitions_before": metrics.definitions_version(definitions_all[start + before]),
                    "definitions_after": metrics.definitions_version(definitions_all[start + after]),
@@ -428,6 +457,7 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
 def _judge(row: dict, machine_scatter: dict, repo: str | None) -> dict:
     """Fill a step's uncertainty and verdict (see ``find_steps``)."""
     (u_before, u_after), scatter, sources = row.pop("_u"), row.pop("_scatter"), row.pop("_sources")
+    level_before, level_after = row.pop("_levels")  # against the run (find_steps' relative_to_run)
     platform, regime, machine = row.pop("_platform"), row.pop("_regime"), row.pop("_machine")
     used = set()
     if u_before is not None or u_after is not None:
@@ -439,21 +469,22 @@ def _judge(row: dict, machine_scatter: dict, repo: str | None) -> dict:
     elif scatter is not None:
         used.add("series scatter")
     if scatter is not None:
-        u_before = SCATTER_Z * scatter * abs(row["value_before"]) if u_before is None else u_before
-        u_after = SCATTER_Z * scatter * abs(row["value_after"]) if u_after is None else u_after
+        u_before = SCATTER_Z * scatter * abs(level_before) if u_before is None else u_before
+        u_after = SCATTER_Z * scatter * abs(level_after) if u_after is None else u_after
     if u_before is None and u_after is None:
         combined, source = float("nan"), "unknown"
     else:
         combined = math.hypot(u_before or 0.0, u_after or 0.0)
         source = " + ".join(sorted(used)) + ("" if u_before is not None and u_after is not None
                                                else " (one side only)")
-    step = abs(row["value_after"] - row["value_before"])
+    step = abs(level_after - level_before)
     row.update(uncertainty=combined, noise_source=source,
-               noise_relative=combined / abs(row["value_before"]) if row["value_before"] else float("nan"),
+               noise_relative=combined / abs(level_before) if level_before else float("nan"),
                code_changed=None, why="")
+    run = f" (against its run, which moved {row['run_shift']:+.1%})" if row["run_shift"] else ""
     if combined == combined and not step > combined:
         row.update(verdict=WITHIN_NOISE,
-                   why=f"step {step:.3g} within the combined uncertainty {combined:.3g} ({source})")
+                   why=f"step {step:.3g} within the combined uncertainty {combined:.3g} ({source}){run}")
         return row
     changes = metrics.definition_changes(row["metric"], row["definitions_before"], row["definitions_after"],
                                          regime=regime, platform=platform)
@@ -475,6 +506,7 @@ def _judge(row: dict, machine_scatter: dict, repo: str | None) -> dict:
     else:
         listed = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
         row.update(verdict=REGRESSION, why=f"measured code changed: {listed}")
+    row["why"] += run if row["verdict"] != WITHIN_NOISE else ""
     return row
 
 
@@ -578,6 +610,18 @@ def run_shifts(frame, metric: str = "seconds_per_step"):
                          "shift": float(ratio.median()) - 1.0, "q25": float(ratio.quantile(0.25)) - 1.0,
                          "q75": float(ratio.quantile(0.75)) - 1.0})
     return pd.DataFrame(rows, columns=columns)
+
+
+def run_factors(frame) -> dict:
+    """``{(machine, env_name, class, commit): factor}``: how fast each run went against the first
+    run of its series of runs, by chaining ``run_shifts`` (``class``: the benchmark's class,
+    ``attention.Forward``). A pair with too few series to say keeps the factor it had."""
+    factors = {}
+    for row in run_shifts(frame).to_dict("records"):
+        group = (row["machine"], row["env_name"], str(row["benchmark"]).rsplit(".", 1)[0])
+        before = factors.setdefault((*group, row["commit_before"]), 1.0)
+        factors[(*group, row["commit_after"])] = before * (1.0 + row["shift"])
+    return factors
 
 
 def _versions_changed(group, before: int, after: int) -> str:

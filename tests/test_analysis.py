@@ -436,3 +436,33 @@ def test_run_shift_is_the_median_ratio_over_a_runs_static_series():
     # run 3 against run 2: k1..k4 back, 1/1.1 .. 1/1.25, and k5 2/1.3 = 1.54; sorted 0.80, 0.83,
     # 0.87, 0.91, 1.54: the median is k2's 1/1.15 (the one kernel that doubled does not move it)
     assert shifts[1]["shift"] == pytest.approx(1 / 1.15 - 1)
+
+
+def test_one_kernels_step_is_found_against_its_run_and_a_whole_run_move_is_not_a_step():
+    """Five kernels, four runs, each figure with a ±2% interval over rounds. Run 2 drifted +14%
+    as a whole (the machine); in run 3 the machine is back and k1 alone is 15% slower, so k1's
+    own series reads 1.0, 1.14, 1.15, 1.15: no step at 3 in the raw figures, the whole step at 3
+    against its run. Against the run, nobody steps at run 2."""
+    base = {"k1": 1.0, "k2": 2.0, "k3": 3.0, "k4": 4.0, "k5": 5.0}
+    machine = [1.0, 1.14, 1.0, 1.0]
+    rows = []
+    for position, speed in enumerate(machine):
+        for impl, seconds in base.items():
+            value = seconds * speed * (1.15 if impl == "k1" and position >= 2 else 1.0)
+            rows.append({"machine": "m", "env_name": "e",
+                         "benchmark": "attention.Forward.track_seconds_per_step",
+                         "implementation": impl, "seq_len": 256, "regime": "static", "dtype": "float32",
+                         "metric": "seconds_per_step", "unit": "seconds", "direction": "lower",
+                         "status": "ok",
+                         "commit_hash": COMMITS[position], "commit_position": position, "value": value,
+                         "ci_low": value * 0.98, "ci_high": value * 1.02, "case_ci_basis": "rounds"})
+    frame = pd.DataFrame(rows)
+    [step] = find_steps(frame).to_dict("records")
+    assert step["implementation"] == "k1" and step["commit_after"] == COMMITS[2]
+    assert step["relative_change"] == pytest.approx(0.15) and step["run_shift"] == pytest.approx(1 / 1.14 - 1)
+    assert (step["value_before"], step["value_after"]) == pytest.approx((1.14, 1.15))  # the series' own
+    assert step["verdict"] == REGRESSION and "against its run, which moved -12.3%" in step["why"]
+    # Without the run's factor, k1's step lands on the machine's drift (run 2, which changed no
+    # code of k1's), not on the commit that slowed it; the other kernels came back (no regression).
+    [raw] = find_steps(frame, relative_to_run=False).to_dict("records")
+    assert (raw["implementation"], raw["commit_after"]) == ("k1", COMMITS[1])
