@@ -203,6 +203,7 @@ def summarize(frame, steps, sha: dict, slow_impl: str) -> dict:
 
 def render(s: dict) -> str:
     aa = s["aa_spread"]
+    mine = [line for line in s["flagged"]["C"] if line.startswith(s["slow_impl"] + " ")]
     worst = max((abs(r["b_over_a"] - 1) for r in aa if not r["contended"]), default=None)
     lines = [f"# Noise check on {s['machine']}, {s['date']}", "",
              f"Kernels: {', '.join(s['impls'])}; deliberate slowdown: {s['slow_impl']} "
@@ -216,8 +217,9 @@ def render(s: dict) -> str:
                  f"  - {r['impl']} S={r['seq']}: B/A {r['b_over_a']:.3f}"
                  + (" (contended)" if r["contended"] else "") for r in aa],
              f"- Sensitivity (C = B + {s['slow_impl']} {s['slowdown']:.0%} slower): flagged for it: "
-             f"{s['slow_impl_flagged_at_C']}; flagged for others: {s['others_flagged_at_C'] or 'none'}; "
-             f"steps by verdict {s['verdicts']['C'] or 'none'}",
+             f"{s['slow_impl_flagged_at_C']} ({', '.join(mine) or 'no figure'}; its seconds_per_step: "
+             f"{any(line.endswith(' seconds_per_step') for line in mine)}); flagged for others: "
+             f"{s['others_flagged_at_C'] or 'none'}; steps by verdict {s['verdicts']['C'] or 'none'}",
              "- Contention flags on the static timings (the sidecar's, as the report reads them): "
              + "; ".join(
                  f"{label} {c['contended']} of {c['recorded']} recorded flags contended "

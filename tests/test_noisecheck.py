@@ -44,3 +44,5 @@ def test_summary_counts_recorded_contention_flags_and_the_slowdown_steps():
     text = render(s)
     assert "D 1 of 1 recorded flags contended (1 unrecorded)" in text
     assert "worst 2.0%" in text
+    assert ("flagged for it: True (torch-sdpa-flash S=1024 static seconds_per_step; "
+            "its seconds_per_step: True)") in text
