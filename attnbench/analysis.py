@@ -106,6 +106,11 @@ def _column(frame, name, dtype=float):
     return frame[name].to_numpy()
 
 
+def _spans_rounds(frame):
+    """Per row: whether its figure's interval spans timing rounds (``case_ci_basis == "rounds"``)."""
+    return _column(frame, "case_ci_basis", object) == "rounds"
+
+
 def intervals(frame):
     """``(low, high, source)`` arrays over ``frame``'s rows: the interval each figure comes with, in
     the metric's own units (NaN where none). Source: asv's 99% interval (``ci``), asv's quartiles of
@@ -122,7 +127,7 @@ def intervals(frame):
     low, high = np.full(len(frame), np.nan), np.full(len(frame), np.nan)
     source = np.full(len(frame), None, dtype=object)
     metric = _column(frame, "metric", object)
-    between_rounds = _column(frame, "case_ci_basis", object) == "rounds"
+    between_rounds = _spans_rounds(frame)
     candidates = [("ci", _column(frame, "ci_low"), _column(frame, "ci_high"), None),
                   ("quartiles", _column(frame, "q_25"), _column(frame, "q_75"), None),
                   ("engine", _column(frame, "case_ci_low_s"), _column(frame, "case_ci_high_s"),
@@ -236,24 +241,38 @@ def _git_text(repo: str, *args: str) -> str | None:
         return None
 
 
+KERNEL_IMPORT = r"attention_impls\.[A-Za-z0-9_]+"  # a Python regex and a `git grep -E` pattern
+
+
+def _kernel_imports(text: str) -> list[str]:
+    """The modules ``attention_impls.<module>`` that ``text`` names."""
+    import re
+
+    return [m.removeprefix("attention_impls.") for m in re.findall(KERNEL_IMPORT, text)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _kernel_modules_of_harness(repo: str, commit: str) -> frozenset[str]:
+    """The kernel modules the measured harness itself imports at ``commit`` (the float64 reference
+    checks every kernel): every kernel's series depends on them."""
+    excluded = [f":(exclude){path}" for path in NOT_MEASURED]
+    text = _git_text(repo, "grep", "-h", "-o", "-E", KERNEL_IMPORT, commit, "--", "attnbench", "benchmarks",
+                     *excluded) or ""
+    return frozenset(_kernel_imports(text))
+
+
 @functools.lru_cache(maxsize=4096)
 def _kernel_modules_used(repo: str, commit: str, implementation: str) -> frozenset[str]:
     """The kernel modules whose code ``implementation`` runs at ``commit``: its own file, the kernel
     files it imports (transitively: ``jax_pallas_tpu_splash`` uses ``jax_pallas_tpu_flash``'s
-    tiling), and those the harness itself imports (the float64 reference checks every kernel)."""
-    import re
-
-    pattern = re.compile(r"attention_impls\.([A-Za-z0-9_]+)")
-    excluded = [f":(exclude){path}" for path in NOT_MEASURED]
-    harness = _git_text(repo, "grep", "-h", "-o", "-E", r"attention_impls\.[A-Za-z0-9_]+", commit, "--",
-                        "attnbench", "benchmarks", *excluded) or ""
+    tiling), and those the harness itself imports (``_kernel_modules_of_harness``)."""
     seen, todo = set(), [implementation.replace("-", "_")]
     while todo:
         module = todo.pop()
         if module not in seen:
             seen.add(module)
-            todo.extend(pattern.findall(_git_text(repo, "show", f"{commit}:{KERNEL_DIR}{module}.py") or ""))
-    return frozenset(seen | set(pattern.findall(harness)))
+            todo.extend(_kernel_imports(_git_text(repo, "show", f"{commit}:{KERNEL_DIR}{module}.py") or ""))
+    return frozenset(seen) | _kernel_modules_of_harness(repo, commit)
 
 
 def code_changed_for(repo: str | None, before: str, after: str, implementation: str | None):
@@ -297,7 +316,8 @@ def _step_scatter(values, segments):
 
 
 def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
-               min_absolute_step: dict | None = None, repo: str | None = None, relative_to_run: bool = True):
+               min_absolute_step: dict | None = None, repo: str | None = None, relative_to_run: bool = True,
+               factors: dict | None = None):
     """One row per step beyond the threshold, each with its ``verdict`` (``VERDICTS``): series, commit
     range, values before/after, relative step, the combined ``uncertainty`` of the two levels (in the
     metric's units) with ``noise_relative`` (it over the level before) and ``noise_source``,
@@ -313,7 +333,8 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
     step shows even when the rest of its run moved the other way. ``relative_change`` and the
     verdict are then against the run; ``value_before``/``value_after`` stay the series' own
     levels and ``run_shift`` says how far its run moved across the step. How the whole runs moved
-    is ``run_shifts``' (the report's run-shift table).
+    is ``run_shifts``' (the report's run-shift table). ``factors``: ``run_factors`` of the whole
+    results, where ``frame`` is a part of them (default: ``frame``'s own).
     """
     import numpy as np
     import pandas as pd
@@ -347,7 +368,7 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
     unit_all = ok["unit"].to_numpy()[order]
     low_all, high_all, source_all = (a[order] for a in intervals(ok))
     # asv's 99% interval weighs a figure in asv's step detection, where it spans rounds (``intervals``)
-    trusted = (_column(ok, "case_ci_basis", object) == "rounds")[order]
+    trusted = _spans_rounds(ok)[order]
     ci_low_all = np.where(trusted, _column(ok, "ci_low")[order], np.nan)
     ci_high_all = np.where(trusted, _column(ok, "ci_high")[order], np.nan)
     definitions_all = _column(ok, "setting_definitions", object)[order]
@@ -360,11 +381,15 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
         down_all = (value_all - low_all) / np.abs(value_all)
     # Each figure over its run's factor to the metric's power (1 where none: see relative_to_run).
     scale_all = np.ones(len(value_all))
-    factors = run_factors(frame) if relative_to_run else {}
+    if not relative_to_run:
+        factors = {}
+    elif factors is None:
+        factors = run_factors(run_shifts(frame))
     if factors:
         benchmark_all = ok["benchmark"].to_numpy()[order]
         env_all = ok["env_name"].to_numpy()[order]
-        exponents = {name: getattr(metrics.get(name), "time_exponent", 0) if name in metrics.names() else 0
+        known = set(metrics.names())
+        exponents = {name: metrics.get(name).time_exponent if name in known else 0
                      for name in set(metric_all.tolist())}
         for i in range(len(value_all)):
             exponent = exponents[metric_all[i]]
@@ -511,10 +536,12 @@ def _judge(row: dict, machine_scatter: dict, repo: str | None) -> dict:
 
 
 def find_regressions(frame, thresholds: dict | None = None, *, min_size: int = 1,
-                     min_absolute_step: dict | None = None, repo: str | None = None):
+                     min_absolute_step: dict | None = None, repo: str | None = None,
+                     factors: dict | None = None):
     """One row per regression: a step beyond the threshold and the noise, in measured code, with no
     definition change across it (``find_steps``' verdict ``regression``)."""
-    steps = find_steps(frame, thresholds, min_size=min_size, min_absolute_step=min_absolute_step, repo=repo)
+    steps = find_steps(frame, thresholds, min_size=min_size, min_absolute_step=min_absolute_step, repo=repo,
+                       factors=factors)
     if steps.empty:
         return steps
     return steps[steps["verdict"] == REGRESSION].reset_index(drop=True)
@@ -592,12 +619,12 @@ def run_shifts(frame, metric: str = "seconds_per_step"):
         return pd.DataFrame(columns=columns)
     ok = ok[ok[order_col].notna()]
     params = [c for c in PARAMS if c in ok]
+    if not params:
+        return pd.DataFrame(columns=columns)
     rows = []
     for (machine, env, benchmark), group in ok.groupby(["machine", "env_name", "benchmark"], sort=True):
         table = group.pivot_table(index=params, columns="commit_hash", values="value", aggfunc="first",
-                                  dropna=False) if params else None
-        if table is None:
-            continue
+                                  dropna=False)
         order = group.groupby("commit_hash")[order_col].first().sort_values()
         commits = [c for c in order.index if c in table.columns]
         for before, after in zip(commits, commits[1:], strict=False):
@@ -612,15 +639,16 @@ def run_shifts(frame, metric: str = "seconds_per_step"):
     return pd.DataFrame(rows, columns=columns)
 
 
-def run_factors(frame) -> dict:
+def run_factors(shifts) -> dict:
     """``{(machine, env_name, class, commit): factor}``: how fast each run went against the first
-    run of its series of runs, by chaining ``run_shifts`` (``class``: the benchmark's class,
-    ``attention.Forward``). A pair with too few series to say keeps the factor it had."""
-    factors = {}
-    for row in run_shifts(frame).to_dict("records"):
+    run of its series of runs, by chaining the pairs of ``run_shifts`` (``shifts``, oldest first;
+    ``class``: the benchmark's class, ``attention.Forward``). A run after a pair with too few series
+    to say keeps the factor of the run before it."""
+    factors, last = {}, {}
+    for row in shifts.to_dict("records"):
         group = (row["machine"], row["env_name"], str(row["benchmark"]).rsplit(".", 1)[0])
-        before = factors.setdefault((*group, row["commit_before"]), 1.0)
-        factors[(*group, row["commit_after"])] = before * (1.0 + row["shift"])
+        before = factors.setdefault((*group, row["commit_before"]), last.get(group, 1.0))
+        last[group] = factors[(*group, row["commit_after"])] = before * (1.0 + row["shift"])
     return factors
 
 
@@ -637,12 +665,17 @@ def _versions_changed(group, before: int, after: int) -> str:
     return "; ".join(changes)
 
 
-def find_cost_spikes(frame, thresholds: dict | None = None, *, repo: str | None = None):
+def find_cost_spikes(frame, thresholds: dict | None = None, *, repo: str | None = None,
+                     factors: dict | None = None):
     """Cost regressions (``find_regressions``: beyond the noise, in measured code, no definition
-    change), each with the companion metrics' change across the same two commits."""
+    change), each with the companion metrics' change across the same two commits. The cost metrics
+    are judged against their run as in ``find_steps``, by the run factors of the whole ``frame``
+    (``factors``, default: computed here), not of the cost rows alone, which hold no step times."""
     import pandas as pd
 
-    regressions = find_regressions(frame[frame["metric"].isin(metrics.names("cost"))], thresholds, repo=repo)
+    factors = run_factors(run_shifts(frame)) if factors is None else factors
+    regressions = find_regressions(frame[frame["metric"].isin(metrics.names("cost"))], thresholds, repo=repo,
+                                   factors=factors)
     if regressions.empty:
         return regressions
     ok = frame[frame["status"] == "ok"]

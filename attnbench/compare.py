@@ -37,7 +37,7 @@ from attnbench.workload import Workload
 # Runs inside a worktree. Written against the engine API every revision since the engine has
 # (measure_case, Options(regime, min_seconds, numerics)), so older revisions can be compared too.
 WORKER = r"""
-import json, sys
+import json, os, sys
 try:
     from attnbench.process_env import pin_threads
 except ImportError:
@@ -50,7 +50,7 @@ for line in sys.stdin:
     options = Options(regime="static", min_seconds=task["min_seconds"], numerics=False)
     record = measure_case(task["impl"], Workload(**task["workload"]), options)
     keep = {k: record.get(k) for k in ("status", "reason", "seconds_per_step")}
-    keep["pid"] = __import__("os").getpid()
+    keep["pid"] = os.getpid()
     print(json.dumps(keep), flush=True)
 """
 

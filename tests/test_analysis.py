@@ -466,3 +466,43 @@ def test_one_kernels_step_is_found_against_its_run_and_a_whole_run_move_is_not_a
     # code of k1's), not on the commit that slowed it; the other kernels came back (no regression).
     [raw] = find_steps(frame, relative_to_run=False).to_dict("records")
     assert (raw["implementation"], raw["commit_after"]) == ("k1", COMMITS[1])
+
+
+def test_a_run_after_a_pair_too_sparse_to_compare_keeps_the_factor_before_it():
+    """Runs 1-2 measured k1..k3 (run 2 +20%), runs 3-4 measured k4..k6 only (run 4 +10% on run 3):
+    2 -> 3 shares no series, so run 3 keeps run 2's factor 1.2 and run 4 is 1.2 x 1.1."""
+    from attnbench.analysis import run_factors, run_shifts
+
+    rows = []
+    for position, (impls, speed) in enumerate([("k1 k2 k3", 1.0), ("k1 k2 k3", 1.2), ("k4 k5 k6", 1.0),
+                                               ("k4 k5 k6", 1.1)]):
+        for impl in impls.split():
+            rows.append({"machine": "m", "env_name": "e",
+                         "benchmark": "attention.Forward.track_seconds_per_step",
+                         "implementation": impl, "seq_len": 256, "regime": "static", "dtype": "float32",
+                         "metric": "seconds_per_step", "status": "ok", "commit_hash": COMMITS[position],
+                         "commit_position": position, "value": speed})
+    factors = run_factors(run_shifts(pd.DataFrame(rows)))
+    key = ("m", "e", "attention.Forward")
+    assert [factors[(*key, COMMITS[i])] for i in range(4)] == pytest.approx([1.0, 1.2, 1.2, 1.32])
+
+
+def test_cost_spikes_are_judged_against_the_run_of_the_whole_results():
+    """The cost rows hold no step times of their own: their run factors come from the whole frame's
+    seconds per step, so k1's cost spike lands on the commit that slowed it, as its steps do."""
+    rows = []
+    for position, speed in enumerate([1.0, 1.14, 1.0, 1.0]):
+        for k, seconds in enumerate((1.0, 2.0, 3.0, 4.0, 5.0), start=1):
+            value = seconds * speed * (1.15 if k == 1 and position >= 2 else 1.0)
+            for metric, scale in (("seconds_per_step", 1.0), ("usd_per_step", 1e-4)):
+                rows.append({"machine": "m", "env_name": "e",
+                             "benchmark": f"attention.Forward.track_{metric}",
+                             "implementation": f"k{k}", "seq_len": 256, "regime": "static",
+                             "dtype": "float32", "metric": metric, "unit": "", "direction": "lower",
+                             "status": "ok",
+                             "commit_hash": COMMITS[position], "commit_position": position,
+                             "value": value * scale, "ci_low": value * scale * 0.98,
+                             "ci_high": value * scale * 1.02, "case_ci_basis": "rounds"})
+    [spike] = find_cost_spikes(pd.DataFrame(rows)).to_dict("records")
+    assert (spike["implementation"], spike["commit_after"]) == ("k1", COMMITS[2])
+    assert spike["relative_change"] == pytest.approx(0.15)

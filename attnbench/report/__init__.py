@@ -124,6 +124,7 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
         find_trace_spikes,
         load_traces,
         noise_floor,
+        run_factors,
         run_shifts,
     )
     from attnbench.asv_results import load_results, ordering_note
@@ -132,11 +133,12 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     frame = load_results(results_dir, repo=repo)
     _, ordering = ordering_note(frame)
     traces = load_traces(results_dir)
-    steps = find_steps(frame, thresholds, repo=repo)
+    shifts = run_shifts(frame)  # how whole runs moved: the timed metrics are judged against them
+    factors = run_factors(shifts)
+    steps = find_steps(frame, thresholds, repo=repo, factors=factors)
     regressions = steps[steps["verdict"] == REGRESSION].reset_index(drop=True) if not steps.empty else steps
-    spikes = find_cost_spikes(frame, thresholds, repo=repo)
+    spikes = find_cost_spikes(frame, thresholds, repo=repo, factors=factors)
     noise = noise_floor(frame, thresholds)
-    shifts = run_shifts(frame)
     trace_spikes = find_trace_spikes(traces, factor=trace_factor)
     best = best_native_vs_forced(frame)
     costs = regime_costs(frame)
