@@ -51,14 +51,20 @@ TARGETS_ASV_ARGS ?=
 # larger step is beyond the noise is the analysis' own test, against the figures' intervals over
 # timing rounds (or their series' scatter where a figure has none): see README, "Reports".
 REPORT_ARGS ?= --threshold 0.1
+# A case cache that lives for one run (attnbench/fleet/case_cache.py): the Forward class measures the
+# Training cases in the same sweep and hands them over, so each environment starts one set of timing-
+# round workers, not one per class. Not when ASV_ARGS selects benchmarks (-b): a Training-only run
+# would otherwise measure Forward's cases too.
+HANDOVER = $(if $(filter -b% --bench%,$(ASV_ARGS)),,ATTNBENCH_CASE_CACHE=$$handover)
 bench: setup browser-deps
 	@machine=$$($(VENV)/bin/python -m attnbench machine-name) && \
 	$(ASV) machine --yes --machine $$machine >/dev/null && \
 	echo "asv run: machine $$machine, suite $${ATTNBENCH_SUITE:-$${ATTNBENCH_PROFILE:-default}}" && \
-	probes=$$(mktemp -d /tmp/attnbench-probes-XXXXXX) && \
-	( ATTNBENCH_MACHINE=$$machine ATTNBENCH_PROBE_DIR=$$probes $(ASV) run --machine $$machine $(ASV_ARGS) HEAD^! || \
+	probes=$$(mktemp -d /tmp/attnbench-probes-XXXXXX) && handover=$$(mktemp -d /tmp/attnbench-cases-XXXXXX) && \
+	( ATTNBENCH_MACHINE=$$machine ATTNBENCH_PROBE_DIR=$$probes $(HANDOVER) \
+	  $(ASV) run --machine $$machine $(ASV_ARGS) HEAD^! || \
 	  echo "asv run reported failed benchmarks (status failed in the results); publishing anyway" ); \
-	rm -rf $$probes
+	rm -rf $$probes $$handover
 	@# The compiled-for tier (benchmarks/compiled_for.py) needs libtpu and the CUDA plugin, which only
 	@# .venv-targets has: asv runs that class there as an existing environment (n/a in the two above).
 	@machine=$$($(VENV)/bin/python -m attnbench machine-name) && \

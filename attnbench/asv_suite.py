@@ -179,22 +179,28 @@ def this_env_frameworks() -> tuple[str, ...]:
     return ("numpy", "jax", "torch")
 
 
-def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = None, on_record=None) -> dict:
+def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = None, on_record=None,
+                  also: dict[str, list[tuple[str, Workload, str]]] | None = None) -> dict:
     """Measure each (impl, workload, regime) once; returns {case key: record}.
 
     ``suite``: the benchmark class (``Forward``, ``Training``) the cases belong to, as the sidecar
-    names them. Cases of another environment's frameworks, cases the implementation refuses and
-    cases outside the suite size are recorded without starting a worker (``plan_cases``: asked of a
-    spawned process, never of this one). Writes the sidecar (inside asv).
+    names them. ``also``: ``{class: cases}`` of other classes measured in the same sweep, so that one
+    support check and one set of timing-round workers serve them all (each round worker pays its
+    framework imports, ~5 s here); their records are in the answer too, and the sidecar files them
+    under their own class. Cases of another environment's frameworks, cases the implementation
+    refuses and cases outside the suite size are recorded without starting a worker
+    (``plan_cases``: asked of a spawned process, never of this one). Writes the sidecar (inside asv).
     """
     from attnbench.engine import Options
     from attnbench.process_env import pin_threads
     from attnbench.sweep import run_sweep
 
+    groups = {suite: list(cases), **(also or {})}
+    every = list({case_key(*case): case for group in groups.values() for case in group}.values())
     threads = len(os.sched_getaffinity(0))
     pin_threads(threads)
     settings = suite_settings()
-    out, to_run = plan_cases(cases, settings)
+    out, to_run = plan_cases(every, settings)
     traces = trace_dir()
 
     def options_for(regime):
@@ -217,7 +223,8 @@ def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = No
                      on_record=measured if on_record else None, rounds=settings.get("rounds", 1))
     for (name, workload, regime), row in zip(to_run, rows, strict=True):
         out[case_key(name, workload, regime)] = row
-    write_sidecar(cases, out, suite, settings)
+    for group_suite, group in groups.items():
+        write_sidecar(group, out, group_suite, settings)
     return out
 
 

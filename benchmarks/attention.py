@@ -5,7 +5,10 @@ environment and commit (each in a fresh worker, through the engine) and every ``
 benchmark reads one metric of that one measurement. With ``ATTNBENCH_CASE_CACHE`` set (a fleet
 run), that measurement is kept one file per case and shared by every later ``asv run`` of the
 same commit, so a run split into benchmark groups or restarted after a preemption measures each
-case once (``attnbench/fleet/case_cache.py``). Cases an implementation cannot run here are
+case once (``attnbench/fleet/case_cache.py``); the first class measured then measures the other
+class's cases in the same sweep, and the other class reads them (``make bench`` uses a cache that
+lives for its run for just this: one set of timing-round workers per environment, not one per
+class). Cases an implementation cannot run here are
 skipped (``NotImplementedError`` in ``setup``: asv shows n/a) with the implementation's reason.
 """
 
@@ -35,6 +38,13 @@ def with_metrics(cls):
     return cls
 
 
+def measure(cls):
+    """The records of ``cls``'s cases (its ``setup_cache``): with a case cache, the other classes'
+    cases are measured in the same sweep and handed over through it."""
+    others = {other.__name__: other.cases() for other in MEASURED if other is not cls}
+    return case_cache.measure_cases(cls.cases(), suite=cls.__name__, also=others)
+
+
 @with_metrics
 class Forward:
     """Causal forward pass, B1 H8 D64: implementation x sequence length x shape regime x dtype."""
@@ -47,11 +57,13 @@ class Forward:
     def workload(seq_len, dtype):
         return suite.FORWARD.replace(seq_q=seq_len, seq_k=seq_len, dtype=dtype)
 
+    @classmethod
+    def cases(cls):
+        impls, seqs, regimes, dtypes = cls.params
+        return [(i, cls.workload(s, d), r) for i in impls for s in seqs for r in regimes for d in dtypes]
+
     def setup_cache(self):
-        impls, seqs, regimes, dtypes = self.params
-        return case_cache.measure_cases([(i, self.workload(s, d), r)
-                                         for i in impls for s in seqs for r in regimes for d in dtypes],
-                                        suite="Forward")
+        return measure(Forward)
 
     def setup(self, cache, implementation, seq_len, regime, dtype):
         key = suite.case_key(implementation, self.workload(seq_len, dtype), regime)
@@ -71,11 +83,17 @@ class Training:
     def workload(seq_len):
         return suite.TRAINING.replace(seq_q=seq_len, seq_k=seq_len, dtype=TRAINING_DTYPE)
 
+    @classmethod
+    def cases(cls):
+        impls, seqs = cls.params
+        return [(i, cls.workload(s), "static") for i in impls for s in seqs]
+
     def setup_cache(self):
-        impls, seqs = self.params
-        return case_cache.measure_cases([(i, self.workload(s), "static") for i in impls for s in seqs],
-                                        suite="Training")
+        return measure(Training)
 
     def setup(self, cache, implementation, seq_len):
         key = suite.case_key(implementation, self.workload(seq_len), "static")
         self.record = suite.record_for(cache, key)
+
+
+MEASURED = (Forward, Training)  # the classes whose cases one sweep can measure together

@@ -38,11 +38,13 @@ def _conf(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def asv_run(tmp_path_factory):
-    """One real `asv run` of the suite (smoke suite size, a subset), in existing-environment mode."""
+    """One real `asv run` of the suite (smoke suite size, a subset), in existing-environment mode,
+    with a case cache for the run as ``make bench`` gives it (the classes measured in one sweep)."""
     tmp = tmp_path_factory.mktemp("asv")
     conf = _conf(tmp)
     env = {**os.environ, "ATTNBENCH_IMPLS": SUBSET, "ATTNBENCH_MACHINE": "test-cpu",
-           "ATTNBENCH_SUITE": "smoke", "ATTNBENCH_RESULTS_DIR": str(tmp / "results")}
+           "ATTNBENCH_SUITE": "smoke", "ATTNBENCH_RESULTS_DIR": str(tmp / "results"),
+           "ATTNBENCH_CASE_CACHE": str(tmp / "handover")}
     subprocess.run([*ASV, "machine", "--yes", "--machine", "test-cpu", "--config", str(conf)],
                    check=True, capture_output=True, env=env, cwd=tmp)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
@@ -144,6 +146,16 @@ def test_asv_run_records_ok_and_skipped_not_failed(asv_run):
     rounds = jax_xla["rounds"]
     assert 2 <= rounds <= 4 and jax_xla["ci_basis"] == "rounds"
     assert dict(zip(names, entry["stats_repeat"], strict=True))["jax-xla"] == rounds
+    # One sweep measured both classes: Forward's setup_cache measured the Training cases too and
+    # handed them over through the run's case cache; Training's setup_cache only read them.
+    from benchmarks.attention import Forward, Training
+
+    handed = list((tmp / "handover").rglob("*.case"))
+    assert len(handed) == 2 * 3 * 4 + 4, handed  # Forward: 2 lengths x 3 regimes x 4 impls; Training: 4
+    setup = {key: seconds for key, seconds in data["durations"].items() if "setup_cache attention" in key}
+    forward_s, training_s = (setup[f"<setup_cache attention:{cls.setup_cache.__code__.co_firstlineno}>"]
+                             for cls in (Forward, Training))
+    assert training_s < forward_s / 5, setup
 
 
 def test_loader_reads_real_asv_output(asv_run):

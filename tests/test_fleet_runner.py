@@ -210,6 +210,38 @@ def test_case_cache_measures_only_the_missing_cases_and_survives_a_damaged_file(
     assert other.load(list(everything)) == {}  # other settings never read these records
 
 
+def test_the_first_class_measures_the_others_cases_in_its_sweep_and_hands_them_over(tmp_path):
+    """make bench's run-long cache: one sweep (one set of round workers) per environment."""
+    from attnbench.asv_suite import case_key
+
+    cache = case_cache.CaseCache(str(tmp_path), "m", COMMIT, "env", {"suite": "smoke"})
+    forward, training = fake.cases_of("Forward"), fake.cases_of("Training")
+    sweeps = []
+
+    def measure(todo, suite=None, on_record=None, also=None):
+        sweeps.append((suite, [c[0] for c in todo], {s: len(c) for s, c in (also or {}).items()}))
+        out = {}
+        for case in [*todo, *(c for group in (also or {}).values() for c in group)]:
+            out[case_key(*case)] = {"status": "ok", "mode": case[1].mode}
+            on_record(case_key(*case), out[case_key(*case)])
+        return out
+
+    got_forward = case_cache.measure_cases(forward, "Forward", cache=cache, measure=measure,
+                                           also={"Training": training})
+    got_training = case_cache.measure_cases(training, "Training", cache=cache, measure=measure,
+                                            also={"Forward": forward})
+    assert sweeps == [("Forward", [c[0] for c in forward], {"Training": 3})]  # Training measured nothing
+    assert list(got_forward) == [case_key(*c) for c in forward]  # each class gets its own cases only
+    assert list(got_training) == [case_key(*c) for c in training]
+    assert {r["mode"] for r in got_training.values()} == {"fwd_bwd"}
+    # Without a cache nothing could hand them on: each class measures its own, and only its own.
+    plain = []
+    case_cache.measure_cases(training, "Training", cache=None,
+                             measure=lambda todo, suite=None: plain.append((suite, len(todo))) or {},
+                             also={"Forward": forward})
+    assert plain == [("Training", 3)]
+
+
 def test_default_groups_cover_every_metric_once_per_class():
     import re
 

@@ -16,8 +16,13 @@ Layout: ``DIR/<machine>/<commit8>-<env>/<settings hash>/<case hash>.case`` (JSON
 settings, the record). The settings hash covers everything ``asv_suite.provenance_settings`` records
 (suite size, lengths, dtypes, timing budget, compile-cache policy, implementation subset, threads):
 a run with other settings never reads another's records. A damaged file is reported and measured
-again. Unset (``make bench``), nothing changes: a local re-run of a commit measures afresh, as an
-edited working tree must be.
+again. Unset (a plain ``asv run``), nothing changes: a local re-run of a commit measures afresh, as
+an edited working tree must be.
+
+``make bench`` points it at a folder of its own that lives for one run, for the hand-over alone:
+the first class's ``setup_cache`` measures the other classes' cases in the same sweep (``also``), so
+one set of timing-round workers serves the whole suite in each environment, and the later classes
+read their records instead of measuring. Nothing outlives the run, so a re-run still measures afresh.
 
 Timing rounds (``SUITES[...]["rounds"]``): a case's file is written when its first round ends and
 rewritten with the pooled record when the later rounds end. A run stopped between the two keeps the
@@ -105,12 +110,19 @@ def from_env(settings: dict | None = None, context: dict | None = None) -> CaseC
     return CaseCache(root, context["machine"], context["commit"], context["env"], settings)
 
 
-def measure_cases(cases, suite: str | None = None, *, cache: CaseCache | None = None, measure=None) -> dict:
+def measure_cases(cases, suite: str | None = None, *, cache: CaseCache | None = None, measure=None,
+                  also: dict | None = None) -> dict:
     """``asv_suite.measure_cases`` that measures only the cases the cache lacks, writing each one to
     the cache as it ends; ``{case key: record}`` for every case, as ``asv_suite.measure_cases``.
 
+    ``also``: ``{class: cases}`` of the suite's other classes. With a cache, the ones it lacks are
+    measured in the same sweep (one set of timing-round workers for all, ``asv_suite.measure_cases``)
+    and the cache hands them to their own class's ``setup_cache``, which then measures nothing.
+    Without a cache nothing could hand them on, so they are left to their class.
+
     ``cache``: default ``from_env()`` (no cache: plain ``asv_suite.measure_cases``). ``measure``:
-    ``(cases, suite=..., on_record=...)``, default ``asv_suite.measure_cases`` (tests pass a fake).
+    ``(cases, suite=..., on_record=..., also=...)``, default ``asv_suite.measure_cases`` (tests pass
+    a fake).
     """
     from attnbench import asv_suite
 
@@ -121,20 +133,28 @@ def measure_cases(cases, suite: str | None = None, *, cache: CaseCache | None = 
     keys = [asv_suite.case_key(name, workload, regime) for name, workload, regime in cases]
     done = cache.load(keys)
     missing = [case for case, key in zip(cases, keys, strict=True) if key not in done]
-    if missing:
+    others = {}
+    for other_suite, other_cases in (also or {}).items():
+        other_keys = [asv_suite.case_key(*case) for case in other_cases]
+        have = cache.load(other_keys)
+        lacking = [case for case, key in zip(other_cases, other_keys, strict=True) if key not in have]
+        if lacking:
+            others[other_suite] = lacking
+    if missing or others:
+        together = "".join(f", with {len(c)} {s} cases" for s, c in others.items())
         print(f"attnbench: case cache {cache.folder}: {len(done)} of {len(cases)} {suite or ''} cases "
-              f"already measured, measuring {len(missing)}", file=sys.stderr)
+              f"already measured, measuring {len(missing)}{together}", file=sys.stderr)
         written = set()
 
         def persist(key, record):  # as each case ends, before the next one starts
             cache.put(key, record)
             written.add(key)
 
-        measured = measure(missing, suite=suite, on_record=persist)
+        measured = measure(missing, suite=suite, on_record=persist, **({"also": others} if others else {}))
         for key, record in measured.items():  # the cases decided without a worker too
             if key not in written:
                 cache.put(key, record)
-        done.update(measured)
+        done.update((key, measured[key]) for key in keys if key in measured)
     if done and len(missing) < len(cases):  # the sidecar names every case, also those measured earlier
         asv_suite.write_sidecar(cases, done, suite)
     return {key: done[key] for key in keys if key in done}
