@@ -175,14 +175,23 @@ def summarize(frame, steps, sha: dict, slow_impl: str) -> dict:
         flagged = here[here["verdict"] == "regression"] if len(here) else here
         by_step[label] = sorted({f"{r['implementation']} S={r['seq_len']} {r['regime']} {r['metric']}"
                                  for r in flagged.to_dict("records")})
+    from attnbench.analysis import run_shifts
+
+    # How far run B moved as a whole (the median ratio over its series, as the report judges each
+    # figure against its run): the A/A spread against the run is what is left for the kernels.
+    shifts = run_shifts(frame)
+    at_b = shifts[shifts["commit_after"].astype(str).str.startswith(short["B"])] if len(shifts) else shifts
+    run_shift_b = float(at_b["shift"].iloc[0]) if len(at_b) else None
     timing = frame[(frame["metric"] == "seconds_per_step") & (frame["regime"] == "static")]
     spread = []
     for (impl, seq), group in timing.groupby(["implementation", "seq_len"]):
         at = {str(c)[:8]: row for c, row in zip(group["commit_hash"], group.to_dict("records"), strict=True)}
         a, b = at.get(short["A"]), at.get(short["B"])
         if a and b and a["value"] and b["value"]:
+            ratio = b["value"] / a["value"]
             spread.append({"impl": impl, "seq": int(seq), "a_s": a["value"], "b_s": b["value"],
-                           "b_over_a": b["value"] / a["value"],
+                           "b_over_a": ratio,
+                           "against_run": ratio / (1 + run_shift_b) if run_shift_b is not None else None,
                            "contended": bool(a.get("contended") is True or b.get("contended") is True)})
     contention = {}
     for label in ("A", "B", "D"):  # the flag as the report reads it (sidecar), per static timing
@@ -194,6 +203,7 @@ def summarize(frame, steps, sha: dict, slow_impl: str) -> dict:
                                                 if row.get("contended") is True})[:3]}
     recorded_d = contention["D"]["recorded"]
     return {"commits": short, "flagged": by_step, "verdicts": verdicts, "aa_spread": spread,
+            "run_shift_at_B": run_shift_b,
             "figures_at_B": int(frame["commit_hash"].astype(str).str.startswith(short["B"]).sum()),
             "contention": contention,
             "contended_share_at_D": contention["D"]["contended"] / recorded_d if recorded_d else None,
@@ -205,6 +215,12 @@ def render(s: dict) -> str:
     aa = s["aa_spread"]
     mine = [line for line in s["flagged"]["C"] if line.startswith(s["slow_impl"] + " ")]
     worst = max((abs(r["b_over_a"] - 1) for r in aa if not r["contended"]), default=None)
+    shift = s.get("run_shift_at_B")  # absent in summaries written before it was recorded
+    worst_run = max((abs(r["against_run"] - 1) for r in aa if not r["contended"]
+                     and r.get("against_run") is not None), default=None)
+    against = (f"; against its run (B moved {shift:+.1%} as a whole): worst {worst_run:.1%}, "
+               f"{sum(abs(r['against_run'] - 1) <= 0.05 for r in aa if not r['contended'])} of "
+               f"{sum(not r['contended'] for r in aa)} within 5%" if worst_run is not None else "")
     lines = [f"# Noise check on {s['machine']}, {s['date']}", "",
              f"Kernels: {', '.join(s['impls'])}; deliberate slowdown: {s['slow_impl']} "
              f"+{s['slowdown']:.0%} at commit C. asv run times (s): "
@@ -212,9 +228,10 @@ def render(s: dict) -> str:
              f"- A/A (B = A + README): {len(s['flagged']['B'])} of {s['figures_at_B']} figures flagged as "
              f"regressions (target 0): {', '.join(s['flagged']['B']) or 'none'}; steps by verdict "
              f"{s['verdicts']['B'] or 'none'}",
-             f"- A/A spread of seconds_per_step, uncontended cases: worst {worst:.1%}" if worst is not None
-             else "- A/A spread: no uncontended pair", *[
+             f"- A/A spread of seconds_per_step, uncontended cases: worst {worst:.1%}{against}"
+             if worst is not None else "- A/A spread: no uncontended pair", *[
                  f"  - {r['impl']} S={r['seq']}: B/A {r['b_over_a']:.3f}"
+                 + (f" ({r['against_run']:.3f} against the run)" if r.get("against_run") is not None else "")
                  + (" (contended)" if r["contended"] else "") for r in aa],
              f"- Sensitivity (C = B + {s['slow_impl']} {s['slowdown']:.0%} slower): flagged for it: "
              f"{s['slow_impl_flagged_at_C']} ({', '.join(mine) or 'no figure'}; its seconds_per_step: "

@@ -55,12 +55,13 @@ def run_sweep(cases, options_for, *, isolate: bool = True, timeout_s: float = 30
               fresh_process: bool = True, on_record=None, rounds: int = 1):
     """Measure each (impl, workload, regime) case; one failing case never stops the sweep.
 
-    ``rounds`` > 1: after every case has been measured, each static case's step is timed again in
-    ``rounds - 1`` more rounds spread over the run (one worker per round, all cases in turn, each
-    a short window of ``Options.round_seconds``), plus at most ``EXTRA_ROUNDS_FOR_CONTENTION``
-    rounds for cases whose rounds were contended; each record then holds the median of its rounds'
-    medians with their interval (``engine.pool_rounds``). A burst of outside load thus hits one
-    round of a case, not its figure, and the interval covers the noise between processes.
+    ``rounds`` > 1: after every case has been measured, each static case's step (not an interpreted
+    kernel's: ``timed_in_rounds``) is timed again in ``rounds - 1`` more rounds spread over the run
+    (one worker per round, all cases in turn, each a short window of ``Options.round_seconds``),
+    plus at most ``EXTRA_ROUNDS_FOR_CONTENTION`` rounds for cases whose rounds were contended; each
+    record then holds the median of its rounds' medians with their interval (``engine.pool_rounds``).
+    A burst of outside load thus hits one round of a case, not its figure, and the interval covers
+    the noise between processes.
 
     ``fresh_process``: each case gets a new worker, as asv gives each benchmark a new process.
     Compile caches live per process (torch_xla's cannot be cleared), so a regime's compile count is
@@ -88,12 +89,22 @@ def run_sweep(cases, options_for, *, isolate: bool = True, timeout_s: float = 30
 EXTRA_ROUNDS_FOR_CONTENTION = 2
 
 
+def timed_in_rounds(case, row: dict) -> bool:
+    """Whether a case's first record gets later timing rounds: static cases that measured ok, unless
+    their kernel ran in an interpreter. An interpreter's step time (Pallas ``interpret=True`` here:
+    3-50x the compiled kernels') measures the interpreter, not the kernel on any hardware, so
+    resolving it to a few percent buys no decision, and each round would pay its slow trace again;
+    its one window still gives the figure and its history (a 4x change of tiling showed plainly)."""
+    _, _, regime = case
+    return (regime == "static" and row.get("status") == records.OK and bool(row.get("timing_samples_s"))
+            and row.get("execution") != "interpret")
+
+
 def _timing_rounds(cases, rows, options_for, rounds, *, on_record, progress, **sweep_kwargs):
     """Later timing rounds of the static cases that measured ok; returns the pooled rows."""
     from attnbench.engine import pool_rounds
 
-    timed = [i for i, ((_, _, regime), row) in enumerate(zip(cases, rows, strict=True))
-             if regime == "static" and row.get("status") == records.OK and row.get("timing_samples_s")]
+    timed = [i for i, (case, row) in enumerate(zip(cases, rows, strict=True)) if timed_in_rounds(case, row)]
     later: dict[int, list[dict]] = {i: [] for i in timed}
 
     def round_options(regime):

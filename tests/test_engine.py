@@ -265,3 +265,26 @@ def test_a_sweep_with_rounds_times_static_cases_again_and_pools_them():
     assert static["rounds"] + static["rounds_dropped"] >= 3 and len(json.loads(static["round_medians_s"])) \
         == static["rounds"]
     assert dynamic["rounds"] is None  # the regime's figures come from its one stream
+
+
+def test_only_static_ok_cases_of_kernels_that_do_not_run_in_an_interpreter_get_timing_rounds():
+    from attnbench.sweep import timed_in_rounds
+
+    ok = {"status": records.OK, "timing_samples_s": "[0.01, 0.011]", "execution": "compiled"}
+    static = ("jax-xla", SMALL, "static")
+    assert timed_in_rounds(static, ok)
+    assert timed_in_rounds(static, {**ok, "execution": "eager"})
+    assert not timed_in_rounds(static, {**ok, "execution": "interpret"})  # the interpreter's time
+    assert not timed_in_rounds(("jax-xla", SMALL, "dynamic"), ok)  # one stream, no rounds
+    assert not timed_in_rounds(static, {**ok, "status": records.TIMEOUT})
+    assert not timed_in_rounds(static, {**ok, "timing_samples_s": None})
+
+
+@needs_jax
+def test_a_sweep_with_rounds_leaves_an_interpreted_kernel_at_its_one_window():
+    options = Options(min_seconds=0.05, regime_steps=2, numerics=False)
+    [interpreted] = run_sweep([("jax-pallas-tpu-flash", SMALL, "static")],
+                              lambda regime: dataclasses.replace(options, regime=regime), rounds=3,
+                              progress=False)
+    assert interpreted["status"] == records.OK and interpreted["execution"] == "interpret"
+    assert interpreted["rounds"] == 1 and interpreted["ci_basis"] == "samples"
