@@ -225,8 +225,7 @@ def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = No
                      on_record=measured if on_record else None, rounds=settings.get("rounds", 1))
     for (name, workload, regime), row in zip(to_run, rows, strict=True):
         out[case_key(name, workload, regime)] = row
-    for group_suite, group in groups.items():
-        write_sidecar(group, out, group_suite, settings)
+    write_sidecar(groups, out, settings)
     return out
 
 
@@ -485,11 +484,12 @@ def trace_dir() -> str | None:
     return os.path.join(ctx["results_dir"], ctx["machine"], "traces", f"{ctx['commit'][:8]}-{ctx['env']}")
 
 
-def write_sidecar(cases: list[tuple[str, Workload, str]], measured: dict, suite: str | None,
+def write_sidecar(groups: dict[str | None, list[tuple[str, Workload, str]]], measured: dict,
                   settings: dict | None = None) -> str | None:
     """The sidecar of this asv environment and commit (``attnbench/sidecar.py``): library versions,
-    the suite and its settings, and per case what was recorded when it was measured. Merged into
-    what this commit and environment already hold; ``None`` outside asv."""
+    the suite and its settings, and per case of ``groups`` (``{class: cases}``, each case filed
+    under its class) what was recorded when it was measured. Merged into what this commit and
+    environment already hold; ``None`` outside asv."""
     from attnbench import sidecar
     from attnbench.sweep import library_versions
 
@@ -497,11 +497,12 @@ def write_sidecar(cases: list[tuple[str, Workload, str]], measured: dict, suite:
     if ctx is None:
         return None
     entries = {}
-    for name, workload, regime in cases:
-        record = measured.get(case_key(name, workload, regime))
-        if record is not None:
-            entries[sidecar.case_id(suite, name, workload.seq_q, regime, workload.dtype)] = \
-                sidecar.case_entry(record)
+    for suite, cases in groups.items():
+        for name, workload, regime in cases:
+            record = measured.get(case_key(name, workload, regime))
+            if record is not None:
+                entries[sidecar.case_id(suite, name, workload.seq_q, regime, workload.dtype)] = \
+                    sidecar.case_entry(record)
     versions = {k.removeprefix("version_"): v for k, v in library_versions().items() if v}
     return sidecar.write(ctx["results_dir"], ctx["machine"], ctx["commit"], ctx["env"], versions=versions,
                          settings=provenance_settings(settings), cases=entries)

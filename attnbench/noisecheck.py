@@ -180,7 +180,7 @@ def summarize(frame, steps, sha: dict, slow_impl: str) -> dict:
     # How far run B moved as a whole (the median ratio over its series, as the report judges each
     # figure against its run): the A/A spread against the run is what is left for the kernels.
     shifts = run_shifts(frame)
-    at_b = shifts[shifts["commit_after"].astype(str).str.startswith(short["B"])] if len(shifts) else shifts
+    at_b = shifts[shifts["commit_after"].astype(str).str.startswith(short["B"])]
     run_shift_b = float(at_b["shift"].iloc[0]) if len(at_b) else None
     timing = frame[(frame["metric"] == "seconds_per_step") & (frame["regime"] == "static")]
     spread = []

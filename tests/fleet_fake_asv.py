@@ -45,12 +45,12 @@ def cases_of(cls: str):
     return [(name, Workload(seq_q=seq, causal=True, mode=MODES[cls]), "static") for name, seq in CLASSES[cls]]
 
 
-def fake_measure(cases, suite=None, on_record=None):
+def fake_measure(cases, suite=None, on_record=None, also=None):
     global _measured_here
     from attnbench.asv_suite import case_key
 
     out = {}
-    for name, workload, regime in cases:
+    for name, workload, regime in [*cases, *(case for group in (also or {}).values() for case in group)]:
         hang_after = int(os.environ.get("FAKE_ASV_HANG_AFTER_CASES", "0") or 0)
         if hang_after and _measured_here >= hang_after:
             # "mid-measurement": a measuring worker in a process group of its own, as asv's

@@ -150,11 +150,11 @@ def measure_cases(cases, suite: str | None = None, *, cache: CaseCache | None = 
             cache.put(key, record)
             written.add(key)
 
-        measured = measure(missing, suite=suite, on_record=persist, **({"also": others} if others else {}))
+        measured = measure(missing, suite=suite, on_record=persist, also=others)
         for key, record in measured.items():  # the cases decided without a worker too
             if key not in written:
                 cache.put(key, record)
         done.update((key, measured[key]) for key in keys if key in measured)
     if done and len(missing) < len(cases):  # the sidecar names every case, also those measured earlier
-        asv_suite.write_sidecar(cases, done, suite)
+        asv_suite.write_sidecar({suite: cases}, done)
     return {key: done[key] for key in keys if key in done}
