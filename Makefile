@@ -1,10 +1,35 @@
 # The two commands of the README: `make bench` and `make test`. Everything else is set-up they call.
 #
-#   ACCEL=cpu   (default) CPU wheels: jax CPU, torch 2.13.0 CPU build, torch_xla on its PJRT CPU device
-#   ACCEL=cuda  NVIDIA host: jax[cuda12], PyPI's CUDA torch; torch_xla stays on PJRT CPU (no PyPI GPU build)
-#   ACCEL=tpu   Cloud TPU VM: jax[tpu], torch_xla[tpu] on PJRT TPU
-ACCEL ?= cpu
+# The hardware decides the build (attnbench/hardware/accel.py: device files, PCI ids, nvidia-smi),
+# printed first; an ACCEL that contradicts the host is refused unless ACCEL_FORCE=1:
+#   cpu    CPU wheels: jax CPU, torch 2.13.0 CPU build, torch_xla on its PJRT CPU device
+#   cuda   NVIDIA host: jax[cuda12], PyPI's CUDA torch; torch_xla stays on PJRT CPU (no PyPI GPU build)
+#   tpu    Cloud TPU VM: jax[tpu], torch_xla[tpu] on PJRT TPU
+# The measured environments (ENV):
+#   (unset)   on a CPU host asv's own virtualenvs (asv.conf.json); on cuda/tpu the venvs built here,
+#             run by asv as existing environments
+#   existing  the interpreter PYTHON as it is (a container's, a conda env's): `make bench ENV=existing
+#             PYTHON=/path/to/python`; what it lacks is named, and installed only with ALLOW_INSTALL=1
+#             (never jax or torch)
 PYTHON ?= python3
+ENV ?=
+ALLOW_INSTALL ?=
+ifneq ($(filter-out clean,$(or $(MAKECMDGOALS),setup)),)
+ACCEL_CHOICE := $(shell $(PYTHON) attnbench/hardware/accel.py --requested '$(ACCEL)' --force '$(ACCEL_FORCE)' \
+                  $(if $(filter 0,$(MAKELEVEL)),,--quiet))
+ifeq ($(ACCEL_CHOICE),)
+$(error could not run $(PYTHON) attnbench/hardware/accel.py: missing system dependency $(PYTHON) (Python >= 3.11))
+endif
+ifeq ($(firstword $(ACCEL_CHOICE)),REFUSED:)
+$(error $(wordlist 2,999,$(ACCEL_CHOICE)))
+endif
+override ACCEL := $(ACCEL_CHOICE)
+endif
+ifeq ($(filter $(ENV),existing),)
+ifneq ($(ENV),)
+$(error ENV must be unset (the project's own environments) or existing, got '$(ENV)')
+endif
+endif
 
 VENV := .venv
 XLA_VENV := .venv-xla
@@ -30,20 +55,20 @@ export PJRT_DEVICE
 # bfloat16, TPU: bfloat16, CPU: the suite size's own).
 export ACCEL
 
-.PHONY: setup bench html serve-html sweep browser-deps test lint test-main test-xla list matrix system-check clean \
+.PHONY: setup bench html serve-html sweep html-deps browser-deps existing-bench existing-test test lint test-main test-xla list matrix system-check clean \
         fleet-deps fleet-launch fleet-collect fleet-plan setup-targets test-targets
 
 setup: $(MAIN_STAMP) $(XLA_STAMP) $(TARGETS_STAMP)
 setup-targets: $(TARGETS_STAMP)
 
-# The main job: the asv suite (default size) for the current commit on this machine, in both asv
-# environments (main and torch_xla), then offline HTML and a summary. The machine's name comes from
-# `attnbench machine-name` run as its own process (it initialises the frameworks' devices) and is
-# handed to asv as ATTNBENCH_MACHINE, so that the asv process itself never touches a device. One
-# CPU GEMM probe directory for the whole run: both asv environments divide by the same CPU peak.
+# The main job: the asv suite (default size) for the current commit on this machine, in every measured
+# environment, then the compiled-for tier, offline HTML, the report and a summary. The machine's name
+# comes from `attnbench machine-name` run as its own process (it initialises the frameworks' devices:
+# a name like h200 only when a framework really runs there) and is handed to asv as
+# ATTNBENCH_MACHINE, so that the asv process itself never touches a device. One CPU GEMM probe
+# directory for the whole run: every environment divides by the same CPU peak.
 # ATTNBENCH_SUITE=full for the long suite; ASV_ARGS="-b Training" (asv's own selection) or
 # ATTNBENCH_IMPLS=a,b for a subset.
-ASV := $(VENV)/bin/asv
 ASV_ARGS ?=
 # Extra asv arguments for the compiled-for tier's run in .venv-targets (benchmarks/compiled_for.py).
 TARGETS_ASV_ARGS ?=
@@ -56,34 +81,63 @@ REPORT_ARGS ?= --threshold 0.1
 # round workers, not one per class. Not when ASV_ARGS selects benchmarks (-b): a Training-only run
 # would otherwise measure Forward's cases too.
 HANDOVER = $(if $(filter -b% --bench%,$(ASV_ARGS)),,ATTNBENCH_CASE_CACHE=$$handover)
-bench: setup browser-deps
-	@machine=$$($(VENV)/bin/python -m attnbench machine-name) && \
+COMMIT = $$(git rev-parse HEAD)
+ifeq ($(ENV),existing)
+# The user's interpreter runs asv, the harness and the benchmarks; the checkout is put on its path
+# (ASV_PYTHONPATH: asv drops PYTHONPATH in benchmark processes), nothing is installed into it.
+HARNESS := PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON)
+ASV := ASV_PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(HARNESS) -m asv
+BENCH_SETUP := existing-bench
+EXISTING_PYTHONS := $(PYTHON)
+else
+HARNESS := $(VENV)/bin/python
+ASV := $(VENV)/bin/asv
+BENCH_SETUP := setup
+# On an accelerator asv's virtualenvs (asv.conf.json: CPU wheels) would run jax on the CPU, so the
+# venvs built for it are measured instead; torch_xla only on a TPU (on a GPU host it runs on PJRT CPU,
+# and CPU figures are never filed under an accelerator's name).
+EXISTING_PYTHONS := $(if $(filter cpu,$(ACCEL)),,$(CURDIR)/$(VENV)/bin/python \
+                      $(if $(filter tpu,$(ACCEL)),$(CURDIR)/$(XLA_VENV)/bin/python))
+endif
+bench: $(BENCH_SETUP) html-deps
+	@machine=$$($(HARNESS) -m attnbench machine-name) && \
 	$(ASV) machine --yes --machine $$machine >/dev/null && \
-	echo "asv run: machine $$machine, suite $${ATTNBENCH_SUITE:-$${ATTNBENCH_PROFILE:-default}}" && \
+	echo "asv run: machine $$machine, suite $${ATTNBENCH_SUITE:-$${ATTNBENCH_PROFILE:-default}}, environments: \
+	  $(or $(EXISTING_PYTHONS),asv.conf.json's virtualenvs)" && \
 	probes=$$(mktemp -d /tmp/attnbench-probes-XXXXXX) && handover=$$(mktemp -d /tmp/attnbench-cases-XXXXXX) && \
-	( ATTNBENCH_MACHINE=$$machine ATTNBENCH_PROBE_DIR=$$probes $(HANDOVER) \
+	( export ATTNBENCH_MACHINE=$$machine ATTNBENCH_PROBE_DIR=$$probes $(HANDOVER); \
+	  $(if $(EXISTING_PYTHONS),for py in $(EXISTING_PYTHONS); do \
+	    $(ASV) run --machine $$machine -E existing:$$py --set-commit-hash $(COMMIT) $(ASV_ARGS) || \
+	    echo "asv run ($$py) reported failed benchmarks (status failed in the results); publishing anyway"; done, \
 	  $(ASV) run --machine $$machine $(ASV_ARGS) HEAD^! || \
-	  echo "asv run reported failed benchmarks (status failed in the results); publishing anyway" ); \
+	  echo "asv run reported failed benchmarks (status failed in the results); publishing anyway") ); \
 	rm -rf $$probes $$handover
 	@# The compiled-for tier (benchmarks/compiled_for.py) needs libtpu and the CUDA plugin, which only
-	@# .venv-targets has: asv runs that class there as an existing environment (n/a in the two above).
-	@machine=$$($(VENV)/bin/python -m attnbench machine-name) && \
-	( ATTNBENCH_MACHINE=$$machine $(ASV) run --machine $$machine \
-	    -E existing:$(CURDIR)/$(TARGETS_VENV)/bin/python --set-commit-hash $$(git rev-parse HEAD) \
-	    -b 'compiled_for\.CompiledFor' $(TARGETS_ASV_ARGS) || \
-	  echo "asv run (compiled-for tier) reported failed benchmarks; publishing anyway" )
+	@# .venv-targets has: asv runs that class there as an existing environment (n/a in the others).
+	@if [ -x $(TARGETS_VENV)/bin/python ]; then \
+	  machine=$$($(HARNESS) -m attnbench machine-name) && \
+	  ( ATTNBENCH_MACHINE=$$machine $(ASV) run --machine $$machine \
+	      -E existing:$(CURDIR)/$(TARGETS_VENV)/bin/python --set-commit-hash $(COMMIT) \
+	      -b 'compiled_for\.CompiledFor' $(TARGETS_ASV_ARGS) || \
+	    echo "asv run (compiled-for tier) reported failed benchmarks; publishing anyway" ); \
+	else echo "compiled-for tier skipped: $(TARGETS_VENV) is not built here (make setup-targets builds it)"; fi
 	$(MAKE) --no-print-directory html
-	$(VENV)/bin/python -m attnbench report $(REPORT_ARGS)
-	$(VENV)/bin/python -m attnbench summary
+	$(HARNESS) -m attnbench report $(REPORT_ARGS)
+	$(HARNESS) -m attnbench summary
+
+# ENV=existing: what PYTHON lacks for the job, with the command that adds it; ALLOW_INSTALL=1 installs it
+# (never a framework). The stamp-free check runs every time: the user's interpreter can change.
+existing-bench existing-test: existing-%:
+	@PYTHONPATH=$(CURDIR) $(PYTHON) -m attnbench.environment check --need $* $(if $(ALLOW_INSTALL),--install)
 
 # asv's stock pages load their scripts from CDNs; serve them locally so the HTML works offline.
-html: $(MAIN_STAMP) browser-deps
+html: $(if $(filter existing,$(ENV)),existing-bench,$(MAIN_STAMP)) html-deps
 	$(ASV) publish
-	$(VENV)/bin/python -m attnbench.offline_html html
+	$(HARNESS) -m attnbench.offline_html html
 	@echo "HTML: $(CURDIR)/html/index.html (serve it: make serve-html, http://127.0.0.1:8080)"
 
 serve-html: html
-	$(VENV)/bin/python -m attnbench.offline_html html --serve 8080
+	$(HARNESS) -m attnbench.offline_html html --serve 8080
 
 # The sweep CLI outside asv (results/runs/<stamp>-<host>/): every runnable implementation x
 # lengths x static/dynamic/bucketed, in both venvs.
@@ -92,15 +146,24 @@ sweep: setup
 	$(VENV)/bin/python -m attnbench run --framework numpy jax torch $(SWEEP_ARGS)
 	$(XLA_VENV)/bin/python -m attnbench run --framework torch_xla $(SWEEP_ARGS)
 
-# The browser test needs Debian's chromium; the offline HTML needs npm to fetch jQuery, Flot, ...
-browser-deps: $(MAIN_STAMP)
-	@command -v chromium >/dev/null 2>&1 || { apt-get update && apt-get install -y chromium; } \
-	  || { echo "missing system dependency: chromium (Debian: apt-get install chromium)"; exit 1; }
+# The offline HTML needs npm to fetch jQuery, Flot, ...; the browser test needs Debian's chromium too.
+html-deps: $(if $(filter existing,$(ENV)),existing-bench,$(MAIN_STAMP))
 	@command -v npm >/dev/null 2>&1 || { apt-get update && apt-get install -y npm; } \
 	  || { echo "missing system dependency: npm (Debian: apt-get install npm)"; exit 1; }
-	@$(VENV)/bin/python -c 'from attnbench.offline_html import fetch_vendor; fetch_vendor()'
+	@$(HARNESS) -c 'from attnbench.offline_html import fetch_vendor; fetch_vendor()'
 
+browser-deps: html-deps
+	@command -v chromium >/dev/null 2>&1 || { apt-get update && apt-get install -y chromium; } \
+	  || { echo "missing system dependency: chromium (Debian: apt-get install chromium)"; exit 1; }
+
+ifeq ($(ENV),existing)
+# The tests in PYTHON, for the frameworks it has (numpy plus those of jax, torch, torch_xla there).
+test: existing-test browser-deps
+	ATTNBENCH_TEST_FRAMEWORKS=$$(PYTHONPATH=$(CURDIR) $(PYTHON) -m attnbench.environment frameworks) \
+	  PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m pytest $(PYTEST_ARGS)
+else
 test: lint test-main test-xla test-targets
+endif
 
 lint: $(MAIN_STAMP)
 	$(VENV)/bin/ruff check .

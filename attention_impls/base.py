@@ -69,6 +69,9 @@ class AttentionImpl(abc.ABC):
 
     name: str  # stable kebab-case registry name
     framework: str  # "numpy" | "jax" | "torch" | "torch_xla"
+    # Modules the kernel imports beyond its framework: one the installed release lacks (moved or
+    # removed across releases) makes ``check`` refuse with that reason instead of failing mid-sweep.
+    requires_modules: tuple[str, ...] = ()
     designed_for: frozenset[str] = frozenset()  # platforms the kernel was written for; empty = portable
     is_flash: bool = False  # a tiled online-softmax (FlashAttention-style) kernel
     summary: str = ""
@@ -102,6 +105,22 @@ class AttentionImpl(abc.ABC):
     def framework_missing(self) -> str | None:
         return self.backend().missing()
 
+    def api_missing(self) -> str | None:
+        """Why this framework release lacks what the kernel imports (``requires_modules``); ``None``
+        when it has it. The import is tried, since a module can exist and fail to import."""
+        import importlib
+
+        for module in self.requires_modules:
+            try:
+                importlib.import_module(module)
+            except Exception as exc:  # ImportError, or a module that breaks at import on this release
+                from importlib import metadata
+
+                version = metadata.version(self.framework.replace("_", "-"))
+                return (f"{module} does not import in {self.framework} {version}: "
+                        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300])
+        return None
+
     def platform(self) -> str:
         """The platform (cpu/gpu/tpu) of this framework's current default device; inside
         ``attention_impls._compile_target.compiling_for(p)`` (the compiled-for tier compiling for
@@ -122,7 +141,7 @@ class AttentionImpl(abc.ABC):
         support = self.platform_support[platform]
         if support.status == "unsupported":
             return support.note
-        return self.shape_reason(workload, platform)
+        return self.api_missing() or self.shape_reason(workload, platform)
 
     def require(self, workload: Workload) -> str:
         """Raise ``Unsupported`` unless ``workload`` runs here; return the platform."""

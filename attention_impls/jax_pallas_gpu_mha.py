@@ -54,6 +54,7 @@ class JaxPallasGpuMha(AttentionImpl):
     framework = "jax"
     designed_for = frozenset({"gpu"})
     is_flash = True
+    requires_modules = ("jax.experimental.pallas.ops.gpu.attention",)
     summary = ("Pallas GPU flash attention (jax.experimental.pallas.ops.gpu.attention.mha, Triton), "
                "default tiles; Pallas interpreter off-GPU")
     platform_support = {

@@ -65,6 +65,7 @@ class JaxPallasTpuFlash(AttentionImpl):
     framework = "jax"
     designed_for = frozenset({"tpu"})
     is_flash = True
+    requires_modules = ("jax.experimental.pallas.ops.tpu.flash_attention",)
     summary = ("Pallas TPU flash_attention (jax.experimental.pallas.ops.tpu), 512/256/128 tiles; "
                "TPU interpreter off-TPU")
     platform_support = {

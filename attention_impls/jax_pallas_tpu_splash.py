@@ -76,6 +76,7 @@ class JaxPallasTpuSplash(AttentionImpl):
     framework = "jax"
     designed_for = frozenset({"tpu"})
     is_flash = True
+    requires_modules = ("jax.experimental.pallas.ops.tpu.splash_attention",)
     summary = ("Pallas TPU splash attention (make_splash_mha_single_device, 512/256/128 tiles, "
                "block-sparse causal mask); Pallas interpreter off-TPU")
     platform_support = {

@@ -31,6 +31,7 @@ import os
 import sys
 
 from attnbench import metrics, records
+from attnbench.hardware.dtypes import MACHINE_DTYPES
 from attnbench.metrics import METRIC_VERSION, Metric  # noqa: F401  (the suite's names for them)
 from attnbench.workload import Workload
 
@@ -61,7 +62,19 @@ SUITES = {
              "dtypes": ("float32", "bfloat16"), "regime_steps": 12, "min_seconds": 0.5,
              "max_extra_seconds": 3.0, "max_interpret_seq": None, "max_reference_seq": None,
              "regime_seqs": None, "rounds": 9, "round_seconds": 0.2},
+    # One short run on a GPU (tools/device-run.sh: about 8 minutes on the H200). Device timer (CUDA
+    # events for torch; jax blocks on its own work and is wall-clocked), one timing window per case: a
+    # dedicated GPU does not drift between processes as a shared CPU does. Static cases share a worker
+    # (a worker's start, imports and CUDA context cost more than most cases; regime cases still get
+    # their own), lengths run shortest first so a run cut by its deadline keeps whole lengths, the
+    # regimes run in bfloat16 only, and the TPU kernels, which only run in an interpreter here, stay
+    # out (their interpreter's speed says nothing about any hardware).
+    "gpu": {"forward_seqs": (1024, 4096, 16384), "training_seqs": (4096,), "dtypes": ("bfloat16", "float32"),
+            "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 0.3, "max_interpret_seq": 512,
+            "max_reference_seq": 1024, "regime_seqs": (4096,), "regime_dtypes": ("bfloat16",), "rounds": 1,
+            "round_seconds": 0.1, "timer": "device", "fresh_process": False, "length_first": True},
 }
+DEADLINE_ENV = "ATTNBENCH_DEADLINE"  # time.time() after which no case starts (tools/device-run.sh)
 FORWARD = Workload(batch=1, q_heads=8, head_dim=64, seq_q=1024, causal=True, mode="fwd")
 TRAINING = FORWARD.replace(mode="fwd_bwd")
 CASE_TIMEOUT_S = 600.0
@@ -70,7 +83,7 @@ CHECK_TIMEOUT_S = 600.0  # the spawned support check imports every framework and
 # FlashAttention-2 and cuDNN kernels refuse float32). TPU: bfloat16 only: XLA computes a float32
 # matmul on a TPU in bfloat16 passes by default (JAX "Matmul precision": "bfloat16 on TPU"), so a
 # "float32" case would not be what its name says, and no TPU has a published float32 peak.
-ACCELERATOR_DTYPES = {"gpu": ("float32", "bfloat16"), "tpu": ("bfloat16",)}
+ACCELERATOR_DTYPES = {"gpu": ("bfloat16", "float32"), "tpu": MACHINE_DTYPES["tpu"]}
 ACCEL_ENV = ("ATTNBENCH_ACCEL", "ACCEL")  # make exports ACCEL (cpu | cuda | tpu)
 _ACCEL_PLATFORM = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu", "tpu": "tpu"}
 
@@ -152,6 +165,9 @@ def provenance_settings(settings: dict | None = None) -> dict:
             "max_interpret_seq": settings["max_interpret_seq"] or "no limit",
             "max_reference_seq": settings.get("max_reference_seq") or "no limit",
             "rounds": settings.get("rounds", 1), "round_seconds": settings.get("round_seconds"),
+            "timer": settings.get("timer", "wall"),
+            "regime_dtypes": seqs(settings.get("regime_dtypes") or ()) or "every dtype",
+            "workers": "one per case" if settings.get("fresh_process", True) else "shared by static cases",
             "case_timeout_s": CASE_TIMEOUT_S, "impls": os.environ.get("ATTNBENCH_IMPLS") or "all",
             "threads": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
             # what the metrics mean (metrics.DEFINITION_CHANGES): absent in older sidecars = "1"
@@ -203,13 +219,16 @@ def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = No
     pin_threads(threads)
     settings = suite_settings()
     out, to_run = plan_cases(every, settings)
+    if settings.get("length_first"):  # a run cut by its deadline keeps its shorter lengths whole
+        to_run.sort(key=lambda case: (case[1].seq_q, case[1].mode, case[2] != "static"))
     traces = trace_dir()
 
     def options_for(regime):
         return Options(regime=regime, regime_steps=settings["regime_steps"],
                        min_seconds=settings["min_seconds"],
                        max_extra_seconds=settings["max_extra_seconds"], trace_dir=traces,
-                       compile_cache=compile_cache(), round_seconds=settings.get("round_seconds", 0.1))
+                       compile_cache=compile_cache(), round_seconds=settings.get("round_seconds", 0.1),
+                       timer=settings.get("timer", "wall"))
 
     handed = {}
 
@@ -222,11 +241,23 @@ def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = No
                 on_record(key, row)
 
     rows = run_sweep(to_run, options_for, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False,
-                     on_record=measured if on_record else None, rounds=settings.get("rounds", 1))
+                     on_record=measured if on_record else None, rounds=settings.get("rounds", 1),
+                     fresh_process=settings.get("fresh_process", True), deadline=deadline())
     for (name, workload, regime), row in zip(to_run, rows, strict=True):
         out[case_key(name, workload, regime)] = row
     write_sidecar(groups, out, settings)
     return out
+
+
+def deadline() -> float | None:
+    """``ATTNBENCH_DEADLINE`` (seconds since the epoch) as a float; ``None`` when unset."""
+    raw = os.environ.get(DEADLINE_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{DEADLINE_ENV} must be seconds since the epoch (date +%s), got {raw!r}") from None
 
 
 def plan_cases(cases: list[tuple[str, Workload, str]], settings: dict | None = None,
@@ -281,6 +312,7 @@ def check_cases(cases: list[tuple[str, Workload, str]], settings: dict) -> list[
     devices: run it in a process of its own (``check_in_subprocess``)."""
     import attention_impls
 
+    machine, machine_platform = machine_name(), accelerator_kind()
     answers = []
     for name, workload, regime in cases:
         impl = attention_impls.get(name)
@@ -291,6 +323,8 @@ def check_cases(cases: list[tuple[str, Workload, str]], settings: dict) -> list[
                 platform = impl.platform()
                 answer.update(platform=platform, label=impl.label(platform),
                               execution=impl.execution(platform))
+                reason = reason or off_machine(impl, platform, machine, machine_platform)
+                answer["reason"] = reason
             if not reason:
                 answer["reason"] = outside_suite(impl, workload, regime, settings)
         except Exception as exc:  # a framework that cannot even say where it runs
@@ -335,6 +369,17 @@ def check_in_subprocess(cases, settings, timeout_s: float = CHECK_TIMEOUT_S):
     return answer
 
 
+def off_machine(impl, platform: str, machine: str, machine_platform: str) -> str | None:
+    """Why a case must not be filed under ``machine``: its framework runs on the CPU here while the
+    machine is an accelerator host (``machine_platform``: ``accelerator_kind``), as torch_xla on PJRT
+    CPU on a GPU host does. The float64 reference always runs on the host CPU: it is the yardstick,
+    not a contender."""
+    if platform == "cpu" and machine_platform != "cpu" and impl.framework != "numpy":
+        return (f"{impl.framework} runs on the CPU in this environment, and this machine ({machine}) is a "
+                f"{machine_platform.upper()} host: CPU figures are never filed under an accelerator's name")
+    return None
+
+
 def outside_suite(impl, workload: Workload, regime: str, settings: dict) -> str | None:
     """Why the suite size leaves out a case the implementation could run (n/a with this reason).
 
@@ -352,6 +397,10 @@ def outside_suite(impl, workload: Workload, regime: str, settings: dict) -> str 
     if regime != "static" and regime_seqs and workload.seq_q not in regime_seqs:
         return (f"the {suite_name()} suite runs the {regime} regime at "
                 f"{', '.join(map(str, regime_seqs))} tokens only ({SUITE_ENV}=full runs every length)")
+    regime_dtypes = settings.get("regime_dtypes")
+    if regime != "static" and regime_dtypes and workload.dtype not in regime_dtypes:
+        return (f"the {suite_name()} suite runs the {regime} regime in {', '.join(regime_dtypes)} only "
+                f"({SUITE_ENV}=full runs every dtype)")
     return None
 
 
@@ -451,9 +500,10 @@ def asv_context() -> dict | None:
     """Where this asv run files its results: results dir, machine, commit and environment name.
 
     asv sets ``ASV_ENV_NAME`` and ``ASV_COMMIT`` for virtualenv runs; in existing-environment mode
-    (``--python=same``) it sets neither, so the name is rebuilt the way asv builds it
-    (``existing-py<executable>``) and the commit is the checkout's HEAD (the run's
-    ``--set-commit-hash``). asv runs benchmarks in a scratch cwd, so the results dir is
+    it sets neither, so the name is this environment's stable one
+    (``attnbench.environment.environment_name``: ``existing-py3.12-jax0.11.2-torch2.11.0``, the name
+    ``attnbench/asv_plugin.py`` gives asv) and the commit is ``ATTNBENCH_COMMIT``, else the checkout's
+    HEAD (the run's ``--set-commit-hash``). asv runs benchmarks in a scratch cwd, so the results dir is
     ``ATTNBENCH_RESULTS_DIR``, else ``$ASV_CONF_DIR/results``, else the checkout's ``results/``.
     ``None`` outside asv.
     """
@@ -464,10 +514,12 @@ def asv_context() -> dict | None:
     # inherit its argv); a process that merely imported asv (pytest, a notebook) is not a run.
     in_asv = bool(sys.argv) and os.path.abspath(sys.argv[0]).endswith(os.path.join("asv", "benchmark.py"))
     if env is None and in_asv:
-        from asv.environment import get_env_name
+        from attnbench.environment import environment_name
 
-        env = get_env_name("existing", sys.executable, {}, {})
-    commit = os.environ.get("ASV_COMMIT") or (git_commit() if env else None)  # editable checkout
+        env = environment_name()
+    # ATTNBENCH_COMMIT: the run's --set-commit-hash where the tree has no .git (tools/device-run.sh)
+    commit = (os.environ.get("ASV_COMMIT") or os.environ.get("ATTNBENCH_COMMIT")
+              or (git_commit() if env else None))
     if not commit or not env:
         return None
     checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

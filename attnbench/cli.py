@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from attnbench.workload import Workload
+from attnbench.workload import DTYPE_BYTES, Workload
 
 
 def _impls(names: list[str] | None, frameworks: list[str] | None = None):
@@ -18,7 +18,7 @@ def _impls(names: list[str] | None, frameworks: list[str] | None = None):
 
 def cmd_list(args) -> int:
     """Every implementation, and whether it can run a typical workload in this environment."""
-    workload = Workload(seq_q=args.seq, causal=True)
+    workload = Workload(seq_q=args.seq, causal=True, dtype=args.dtype)
     rows = []
     for impl in _impls(args.impl, args.framework):
         reason = impl.check(workload)
@@ -95,13 +95,14 @@ def cmd_run(args) -> int:
     from attnbench.process_env import pin_threads
 
     threads = args.threads or len(os.sched_getaffinity(0))
-    pin_threads(threads)  # this process too, for the no-isolation path
     memory_cap = parse_bytes(args.memory_cap) if args.memory_cap else None
     template = Workload(batch=args.batch, q_heads=args.heads, kv_heads=args.kv_heads, seq_q=args.seq[0],
                         head_dim=args.head_dim, dtype=args.dtype, causal=args.causal, mode=args.mode)
     impls = [i.name for i in _impls(args.impl, args.framework) if not i.framework_missing()]
     if not impls:
         raise ValueError("no implementation of the chosen ones is installed in this environment")
+    check_run_inputs(args.hardware_profile, args.dtype)  # before the first case, not after the sweep
+    pin_threads(threads)  # this process too, for the no-isolation path
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out_dir = args.out or os.path.join("results", "runs", f"{stamp}-{os.uname().nodename}")
     trace_dir = os.path.join(out_dir, "traces")
@@ -143,6 +144,60 @@ def cmd_run(args) -> int:
         print(_render([{k: _fmt(v) for k, v in r.items()} for r in feasible],
                       ["impl", "max_feasible_seq", "tried_up_to", "stopped_by"], args))
     print(f"wrote {path}")
+    return 0
+
+
+def check_run_inputs(hardware_profile: str | None, dtype: str) -> None:
+    """Refuse, naming the valid choices, a hardware profile that does not exist or a dtype this
+    machine's accelerator cannot run (``hardware.dtypes.machine_dtype_problem``)."""
+    from attnbench.hardware import accelerator_present, get_hardware_profile, load_hardware_profiles
+    from attnbench.hardware.dtypes import machine_dtype_problem
+
+    if hardware_profile:
+        try:
+            get_hardware_profile(hardware_profile)
+        except KeyError:
+            raise ValueError(f"--hardware-profile {hardware_profile!r} is not a hardware profile; choose one "
+                             f"of {', '.join(load_hardware_profiles())}") from None
+    attached = accelerator_present()
+    problem = machine_dtype_problem(attached.platform if attached else "cpu", dtype)
+    if problem:
+        raise ValueError(f"--dtype {dtype}: {problem}")
+
+
+def cmd_rename_env(args) -> int:
+    """``attnbench rename-env OLD NEW``: see ``attnbench/rename_env.py``."""
+    from attnbench.rename_env import rename_environment
+
+    moved = rename_environment(args.results, args.old, args.new)
+    for path in moved:
+        print(f"wrote {path}")
+    if not moved:
+        print(f"no results of environment {args.old!r} under {args.results}")
+    return 0
+
+
+CASE_COLUMNS = ["impl", "dtype", "seq_q", "mode", "regime", "label", "execution", "status", "timer",
+                "ms_per_step", "tflops", "mfu", "device_peak_bytes", "evidence_or_reason"]
+
+
+def cmd_cases(args) -> int:
+    """The records a case cache holds (``attnbench/fleet/case_cache.py``): what ran, how fast, and the
+    evidence of which kernel ran (or why a case did not run). Reads only."""
+    from attnbench.fleet.case_cache import read_folder
+
+    rows = []
+    for r in read_folder(args.folder):
+        if r.get("status") == "unsupported" and not args.all:
+            continue
+        seconds = r.get("seconds_per_step")
+        text = r.get("kernel_evidence") if r.get("status") == "ok" else r.get("reason")
+        rows.append({**{c: _fmt(r.get(c)) for c in CASE_COLUMNS},
+                     "ms_per_step": _fmt(seconds * 1e3 if isinstance(seconds, (int, float)) else None),
+                     "evidence_or_reason": (str(text or "-")[:args.width])})
+    hidden = "" if args.all else " (n/a cases left out: --all)"
+    print(f"# {len(rows)} case record(s) in {args.folder}{hidden}")
+    print(_render(rows, CASE_COLUMNS, args))
     return 0
 
 
@@ -276,6 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--impl", nargs="*", help="only these implementations")
     p.add_argument("--framework", nargs="*", help="only these frameworks (numpy, jax, torch, torch_xla)")
     p.add_argument("--seq", type=int, default=1024, help="sequence length of the probe workload")
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPE_BYTES),
+                   help="dtype of the probe workload")
     p.add_argument("--markdown", action="store_true")
     p.set_defaults(func=cmd_list)
 
@@ -285,6 +342,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("machine-name", help="the name asv results are filed under here (cpu-2core, h200)")
     p.set_defaults(func=cmd_machine_name)
+
+    p = sub.add_parser("cases", help="what a case cache's records say ran: speed, kernel evidence, reasons")
+    p.add_argument("folder", help="an ATTNBENCH_CASE_CACHE folder (read only)")
+    p.add_argument("--all", action="store_true", help="the n/a cases too, with their reasons")
+    p.add_argument("--width", type=int, default=100, help="characters of evidence or reason shown")
+    p.add_argument("--markdown", action="store_true")
+    p.set_defaults(func=cmd_cases)
+
+    p = sub.add_parser("rename-env", help="file an asv environment's results under another (stable) name")
+    p.add_argument("old", help="the name the results carry (existing-py_work_main_.venv_bin_python)")
+    p.add_argument("new", help="its stable name (existing-py3.11-jax0.10.2-torch2.13.0)")
+    p.add_argument("--results", default="results")
+    p.set_defaults(func=cmd_rename_env)
 
     p = sub.add_parser("summary", help="best native vs forced-flash per length from the asv results")
     p.add_argument("--results", default="results")
@@ -346,9 +416,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-seconds", type=float, default=0.3, help="steady-state timing budget per case")
     p.add_argument("--rounds", type=int, default=1,
                    help="timing rounds of every static case, spread over the run and pooled (default 1)")
-    p.add_argument("--timer", choices=("wall", "cuda-events"), default="wall",
+    p.add_argument("--timer", choices=("wall", "cuda-events", "device"), default="wall",
                    help="static timing: wall clock around blocking calls (every backend), or CUDA events "
-                        "around each call with L2 flushed first (torch on a CUDA GPU, as do_bench)")
+                        "around each call with L2 flushed first (torch on a CUDA GPU, as do_bench); "
+                        "device: CUDA events where the backend has them here, else wall")
     p.add_argument("--compile-cache", choices=("cold", "warm"), default="cold",
                    help="cold (default): each case compiles with empty on-disk compiler caches; "
                         "warm: with whatever torch Inductor's / jax's caches already hold")
@@ -389,5 +460,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ValueError, KeyError) as exc:  # bad input: say what is wrong, no traceback
-        print(f"attnbench: error: {exc}", file=sys.stderr)
+        print(f"attnbench: error: {exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}",
+              file=sys.stderr)
         return 2

@@ -41,6 +41,9 @@ def pin_threads(threads: int) -> None:
             raise ValueError(f"cannot pin {threads} threads: this process may run on {len(allowed)} cores")
         os.sched_setaffinity(0, allowed[:threads])
     os.environ["ATTNBENCH_THREADS"] = str(threads)
+    # jax takes 75% of a GPU's memory at its first op otherwise: a worker that measures torch cases
+    # after jax ones would have a quarter of the device, and peaks would read the pool, not the step.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     for var in THREAD_ENV:
         os.environ[var] = str(threads)
     flags = os.environ.get("XLA_FLAGS", "")

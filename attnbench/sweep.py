@@ -11,11 +11,12 @@ import os
 import platform as host_platform
 import subprocess
 import sys
+import time
 from importlib import metadata as importlib_metadata
 
 from attnbench import records
 from attnbench.atomic import atomic_write_bytes, atomic_write_text
-from attnbench.engine import Options, measure_case
+from attnbench.engine import Options, measure_case, new_record
 
 VERSIONED = ("jax", "jaxlib", "libtpu", "torch", "torch_xla", "numpy")
 
@@ -52,7 +53,7 @@ def run_metadata() -> dict:
 
 def run_sweep(cases, options_for, *, isolate: bool = True, timeout_s: float = 300.0,
               memory_cap_bytes: int | None = None, threads: int | None = None, progress: bool = True,
-              fresh_process: bool = True, on_record=None, rounds: int = 1):
+              fresh_process: bool = True, on_record=None, rounds: int = 1, deadline: float | None = None):
     """Measure each (impl, workload, regime) case; one failing case never stops the sweep.
 
     ``rounds`` > 1: after every case has been measured, each static case's step (not an interpreted
@@ -65,7 +66,13 @@ def run_sweep(cases, options_for, *, isolate: bool = True, timeout_s: float = 30
 
     ``fresh_process``: each case gets a new worker, as asv gives each benchmark a new process.
     Compile caches live per process (torch_xla's cannot be cleared), so a regime's compile count is
-    only honest when no earlier case compiled the same shapes in the same process.
+    only honest when no earlier case compiled the same shapes in the same process. Without it,
+    consecutive static cases of one framework share a worker (on a GPU host a worker's start, its
+    imports and device initialisation, costs more than most cases); a regime case still gets its own.
+
+    ``deadline`` (``time.time()`` seconds): no case starts after it, and none runs past it; the
+    cases left are recorded ``unsupported`` with that reason (asv: n/a), so a run that is out of time
+    stops cleanly with everything measured so far.
     """
     import tempfile
 
@@ -78,11 +85,11 @@ def run_sweep(cases, options_for, *, isolate: bool = True, timeout_s: float = 30
             stack.enter_context(scoped_environ(**{PROBE_DIR_ENV: probes}))
         rows = _run_cases(cases, options_for, isolate=isolate, timeout_s=timeout_s,
                           memory_cap_bytes=memory_cap_bytes, threads=threads, progress=progress,
-                          fresh_process=fresh_process, on_record=on_record)
+                          fresh_process=fresh_process, on_record=on_record, deadline=deadline)
         if rounds > 1:
             rows = _timing_rounds(cases, rows, options_for, rounds, isolate=isolate, timeout_s=timeout_s,
                                   memory_cap_bytes=memory_cap_bytes, threads=threads, progress=progress,
-                                  on_record=on_record)
+                                  on_record=on_record, deadline=deadline)
         return rows
 
 
@@ -116,7 +123,7 @@ def _timing_rounds(cases, rows, options_for, rounds, *, on_record, progress, **s
         out = _run_cases([cases[i] for i in indices], round_options, fresh_process=False, on_record=None,
                          progress=progress, **sweep_kwargs)
         for i, row in zip(indices, out, strict=True):
-            later[i].append(row)
+            later[i].append(row)  # pool_rounds uses the rounds that measured ok
 
     for r in range(rounds - 1):  # every other round backwards: no case always at the same moment
         one_round(timed if r % 2 else timed[::-1])
@@ -133,8 +140,11 @@ def _timing_rounds(cases, rows, options_for, rounds, *, on_record, progress, **s
     return rows
 
 
+OUT_OF_TIME = "not measured: the run's time budget ran out before this case (ATTNBENCH_DEADLINE)"
+
+
 def _run_cases(cases, options_for, *, isolate, timeout_s, memory_cap_bytes, threads, progress,
-               fresh_process, on_record):
+               fresh_process, on_record, deadline=None):
     from attnbench.isolation import Worker
 
     bar = _progress(len(cases), progress)
@@ -145,9 +155,17 @@ def _run_cases(cases, options_for, *, isolate, timeout_s, memory_cap_bytes, thre
             options = options_for(regime)
             if bar:
                 bar.set_description(f"{impl} S={workload.seq_q} {regime}")
-            if worker:
-                record = worker.measure(impl, workload, options, timeout_s)
-                if fresh_process:
+            left = None if deadline is None else deadline - time.time()
+            if left is not None and left <= 1.0:
+                record = new_record(workload, options, impl=impl if isinstance(impl, str) else impl.name,
+                                    status=records.UNSUPPORTED, reason=OUT_OF_TIME)
+            elif worker:
+                own_process = fresh_process or regime != "static"
+                if own_process:
+                    worker.close()  # a fresh process: no earlier case's compiles or caches
+                record = worker.measure(impl, workload, options,
+                                        timeout_s if left is None else min(timeout_s, left))
+                if own_process:
                     worker.close()
             else:
                 record = measure_case(impl, workload, options)

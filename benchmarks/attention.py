@@ -18,7 +18,9 @@ from attnbench.regimes import REGIMES
 
 SUITE = suite.suite_settings()  # ATTNBENCH_SUITE=default|full: the lengths measured
 DTYPES = suite.suite_dtypes(SUITE)  # the size's on a CPU; float32+bfloat16 on a GPU, bfloat16 on a TPU
-TRAINING_DTYPE = "float32" if "float32" in DTYPES else DTYPES[0]  # Training has no dtype parameter
+# Training has no dtype parameter: the suite's first, float32 on a CPU, bfloat16 on a GPU or TPU
+# (FlashAttention-2 and cuDNN refuse float32; a TPU runs bfloat16 only).
+TRAINING_DTYPE = DTYPES[0]
 
 
 def _track(metric):
@@ -73,7 +75,7 @@ class Forward:
 @with_metrics
 class Training:
     """Causal forward + backward, B1 H8 D64, static shapes: implementation x sequence length
-    (float32; bfloat16 on a TPU, where the suite runs no float32)."""
+    (float32 on a CPU, bfloat16 on a GPU or TPU)."""
 
     params = (suite.impl_names(), list(SUITE["training_seqs"]))
     param_names = ["implementation", "seq_len"]

@@ -64,3 +64,42 @@ def test_run_writes_a_tidy_table_with_provenance_and_traces(tmp_path, capsys):
     assert float(rows[0]["seconds_per_step"]) > 0
     assert (out / "traces").is_dir() and len(list((out / "traces").iterdir())) == 2
     assert "wrote" in capsys.readouterr().out
+
+
+def test_bad_input_is_refused_before_the_first_case(monkeypatch, capsys):
+    """An unknown hardware profile, an unknown compile target, or a dtype this machine cannot run is
+    refused with the valid choices named, before any case is measured."""
+    from attnbench import hardware, sweep
+
+    monkeypatch.setattr(sweep, "run_sweep", lambda *a, **k: pytest.fail("a case was measured"))
+    assert main(["run", "--impl", "reference-float64", "--hardware-profile", "no-such-chip"]) == 2
+    err = capsys.readouterr().err
+    assert "--hardware-profile 'no-such-chip' is not a hardware profile; choose one of" in err
+    assert "h200-sxm" in err and "tpu-v5e" in err
+    monkeypatch.setattr(hardware, "accelerator_present", lambda: hardware.Attached("tpu", 4, "v5e"))
+    assert main(["run", "--impl", "reference-float64", "--dtype", "float32"]) == 2
+    assert "--dtype float32: a TPU runs bfloat16 only here" in capsys.readouterr().err
+    assert main(["compile-for", "--target", "tpu-v9z", "--seq", "1k"]) == 2
+    err = capsys.readouterr().err
+    assert "tpu-v9z" in err and "tpu-v5e" in err
+
+
+def test_cases_prints_what_ran_and_its_evidence_from_a_case_cache(tmp_path, capsys):
+    import json
+
+    folder = tmp_path / "cases" / "h200" / "abcdef12-existing-py3.12" / "0123"
+    folder.mkdir(parents=True)
+    ok = {"impl": "jax-cudnn", "dtype": "bfloat16", "seq_q": 4096, "mode": "fwd", "regime": "static",
+          "status": "ok", "seconds_per_step": 0.0012,
+          "kernel_evidence": "compiled HLO custom-calls: __cudnn$fmha"}
+    refused = {**ok, "impl": "jax-pallas-tpu-flash", "status": "unsupported", "reason": "interpreted here"}
+    for i, record in enumerate((ok, refused)):
+        (folder / f"{i}.case").write_text(json.dumps({"key": str(i), "record": record}))
+    (folder / "2.case").write_text("{damaged")
+    assert main(["cases", str(tmp_path / "cases")]) == 0
+    captured = capsys.readouterr()
+    assert "__cudnn$fmha" in captured.out and "1.2" in captured.out
+    assert "jax-pallas-tpu-flash" not in captured.out
+    assert "2.case is not a case record" in captured.err
+    assert main(["cases", str(tmp_path / "cases"), "--all"]) == 0
+    assert "interpreted here" in capsys.readouterr().out

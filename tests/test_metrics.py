@@ -271,7 +271,7 @@ def test_suite_size_is_read_from_attnbench_suite(monkeypatch, capsys):
     assert asv_suite.suite_name() == "full"
     assert capsys.readouterr().err == ""
     monkeypatch.setenv("ATTNBENCH_SUITE", "huge")
-    with pytest.raises(ValueError, match=r"ATTNBENCH_SUITE must be one of \['default', 'full', 'smoke'\]"):
+    with pytest.raises(ValueError, match=r"ATTNBENCH_SUITE must be one of \['default', 'full', 'gpu', 'smoke'\]"):
         asv_suite.suite_settings()
 
 

@@ -40,6 +40,9 @@ class Step:
     # "compiler_{temp,argument,output,peak}_bytes", "custom_calls"}, measured once in make_step.
     compile_info: dict | None = None
     framework: str = ""  # whose backend measures this step's memory
+    # The device's high-water mark before the step's inputs were made, where the framework cannot
+    # reset it (jax): a peak at or below it belongs to an earlier case of the same process.
+    memory_mark: int | None = None
 
     def evidence(self) -> str:
         """How we know which kernel ran; starts with "not verified" when we do not."""
@@ -184,10 +187,11 @@ class Backend(abc.ABC):
 
     def time(self, step: Step, *, timer: str = "wall", **budget):
         """``attnbench.timing.Timing`` of ``step`` by ``timer``; ``budget``: ``time_step``'s stopping
-        arguments. "wall" is the blocked autorange every backend has; a device timer is a backend's."""
+        arguments. "wall" is the blocked autorange every backend has; a device timer is a backend's;
+        "device" is the backend's device timer where it has one on this device, else "wall"."""
         from attnbench.timing import time_step
 
-        if timer != "wall":
+        if timer not in ("wall", "device"):
             raise ValueError(f"timer {timer!r} is not available for {self.framework} here (only 'wall'; "
                              "'cuda-events' needs torch on a CUDA device)")
         return time_step(step.run, **budget)

@@ -111,6 +111,7 @@ class JaxBackend(Backend):
         from attnbench.inputs import make_inputs
 
         platform = impl.require(workload)
+        mark = _device_peak()  # this process's high-water mark before the case (earlier cases' steps)
         x = make_inputs(workload, seed)
         scale = default_scale(workload.head_dim, None)
         if workload.mode == "fwd":
@@ -126,7 +127,7 @@ class JaxBackend(Backend):
         with _context(impl, platform):
             info = compile_analysis(fn, args)
         step = Step(run=run, execution=self.execution(impl, platform), compile_info=info,
-                    framework=self.framework)
+                    framework=self.framework, memory_mark=mark)
         calls = info["custom_calls"]
         step.kernel_evidence = (f"compiled HLO custom-calls: {', '.join(calls)}" if calls
                                 else "compiled HLO has no custom-call: XLA's own ops")
@@ -165,7 +166,9 @@ class JaxBackend(Backend):
                 return jax.block_until_ready(fn(*args))
 
         return Runner(template, self.execution(impl, platform), place=place, call=call,
-                      count_compiles=fn._cache_size, count_compile_seconds=lambda: meter.seconds,
+                      # a private jit method: a release without it leaves the count unknown (None)
+                      count_compiles=getattr(fn, "_cache_size", lambda: None),
+                      count_compile_seconds=lambda: meter.seconds,
                       count_cache_hits=lambda: meter.cache_hits)
 
     def compile_for(self, impl, workload: Workload, target) -> dict:
@@ -179,20 +182,27 @@ class JaxBackend(Backend):
         return compile_case(target, impl.name, workload)
 
     def measure_memory(self, step: Step) -> dict:
-        import jax
-
         out = {}
-        device = jax.devices()[0]
-        stats = device.memory_stats()  # None on CPU
-        if stats and "peak_bytes_in_use" in stats:
-            before = stats["peak_bytes_in_use"]
+        if _device_peak() is not None:
             step.run()
-            out["device_peak_bytes"] = device.memory_stats()["peak_bytes_in_use"]
-            if out["device_peak_bytes"] <= before:
-                # No reset exists (jax-ml/jax#8096): the high-water mark was set before this step.
-                out["memory_note"] = ("device_peak_bytes: the process's high-water mark, set before "
-                                      "this step by an earlier step of the case (jax cannot reset it)")
+            peak = _device_peak()
+            if peak > (step.memory_mark or 0):
+                # No reset exists (jax-ml/jax#8096): the high-water mark is the case's own only when it
+                # rose above the mark its process had before the case (earlier cases' buffers are gone).
+                out["device_peak_bytes"] = peak
+            else:
+                out["device_peak_bytes"] = None
+                out["memory_note"] = ("device_peak_bytes: not this case's own; the process's high-water "
+                                      "mark was set by an earlier case (jax cannot reset it)")
         return {**out, **super().measure_memory(step)}
+
+
+def _device_peak() -> int | None:
+    """``peak_bytes_in_use`` of jax's default device; ``None`` where it keeps none (the CPU)."""
+    import jax
+
+    stats = jax.devices()[0].memory_stats()
+    return stats.get("peak_bytes_in_use") if stats else None
 
 
 class CompileMeter:

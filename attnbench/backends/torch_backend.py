@@ -259,11 +259,13 @@ class TorchBackend(Backend):
                       count_cache_hits=lambda: meter.cache_hits)
 
     def time(self, step: Step, *, timer: str = "wall", **budget):
-        """``"cuda-events"`` on a CUDA device: one call per sample between CUDA events, with L2
-        flushed before each (``triton.testing.do_bench``'s method); refused anywhere else."""
+        """``"cuda-events"`` (or ``"device"``) on a CUDA device: one call per sample between CUDA events,
+        with L2 flushed before each (``triton.testing.do_bench``'s method); ``"cuda-events"`` is refused
+        anywhere else, ``"device"`` falls back to the wall clock."""
         import torch
 
-        if timer != "cuda-events" or self.framework != "torch" or not torch.cuda.is_available():
+        events = timer in ("cuda-events", "device") and self.framework == "torch"
+        if not events or not torch.cuda.is_available():
             return super().time(step, timer=timer, **budget)
         from attnbench.timing import time_calls
 

@@ -60,6 +60,9 @@ def support_reason(impl, workload: Workload, target: Target, devices: int) -> st
     support = impl.platform_support[target.platform]
     if support.status == "unsupported":
         return support.note
+    missing = impl.api_missing()  # a Pallas op this jax release lacks, or cannot import here
+    if missing:
+        return missing
     if devices > 1:
         if workload.q_heads % devices or workload.kv_heads % devices:
             return (f"heads are sharded over the target's {devices} devices: {workload.q_heads} query and "

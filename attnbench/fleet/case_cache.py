@@ -158,3 +158,20 @@ def measure_cases(cases, suite: str | None = None, *, cache: CaseCache | None = 
     if done and len(missing) < len(cases):  # the sidecar names every case, also those measured earlier
         asv_suite.write_sidecar({suite: cases}, done)
     return {key: done[key] for key in keys if key in done}
+
+
+def read_folder(root: str) -> list[dict]:
+    """Every record under ``root`` (any machine, commit, environment), sorted by case; damaged files
+    are reported on stderr and left out. Reads only."""
+    import glob
+
+    out = []
+    for path in sorted(glob.glob(os.path.join(root, "**", "*" + SUFFIX), recursive=True)):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+            out.append(dict(data["record"], case_key=data["key"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"attnbench: {path} is not a case record ({exc}); left out", file=sys.stderr)
+    return sorted(out, key=lambda r: (r.get("seq_q") or 0, str(r.get("mode")), str(r.get("regime")),
+                                      str(r.get("impl")), str(r.get("dtype"))))

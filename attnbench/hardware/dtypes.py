@@ -23,3 +23,19 @@ def canonical_dtype(dtype) -> str:
         return _DTYPE_ALIASES[key]
     except KeyError:
         raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(_DTYPE_ALIASES)}") from None
+
+
+# What an accelerator cannot run as asked: a TPU computes float32 matmuls in bfloat16 passes by default
+# (JAX "Matmul precision": bfloat16 on TPU), so a "float32" figure would not be what its name says,
+# and no TPU has a published float32 or float16 peak.
+MACHINE_DTYPES = {"tpu": ("bfloat16",)}
+
+
+def machine_dtype_problem(platform: str, dtype: str) -> str | None:
+    """Why a machine of ``platform`` (cpu/gpu/tpu) cannot run ``dtype`` as its name says, naming the
+    dtypes it can; ``None`` when it can."""
+    allowed = MACHINE_DTYPES.get(platform)
+    if allowed is None or dtype in allowed:
+        return None
+    return (f"a {platform.upper()} runs {', '.join(allowed)} only here (its float32 matmuls are bfloat16 "
+            f"passes, and it has no published {dtype} peak); choose {' or '.join(allowed)}")

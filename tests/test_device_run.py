@@ -1,0 +1,212 @@
+"""The prepared accelerator run (tools/device-run.sh) and what it stands on: a sweep that stops at its
+deadline, workers shared by static cases, CPU figures kept off an accelerator's name, kernels that
+refuse a release lacking their API, and the rehearsal of the whole script on this CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from attnbench import asv_suite, records, sweep
+from attnbench.engine import Options
+from attnbench.workload import Workload
+from tests.conftest import FRAMEWORKS
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = Workload(batch=1, q_heads=2, seq_q=64, head_dim=16, causal=True)
+FAST = Options(min_seconds=0.02, regime_steps=2, numerics=False)
+
+
+def test_no_case_starts_after_the_deadline_and_the_rest_say_why():
+    cases = [("reference-float64", SMALL, "static"), ("reference-float64", SMALL.replace(seq_q=32), "static")]
+    rows = sweep.run_sweep(cases, lambda regime: FAST, isolate=False, progress=False,
+                           deadline=time.time() - 1)
+    assert [r["status"] for r in rows] == [records.UNSUPPORTED] * 2
+    assert all(r["reason"] == sweep.OUT_OF_TIME and r["impl"] == "reference-float64" for r in rows)
+    [done] = sweep.run_sweep(cases[:1], lambda regime: FAST, isolate=False, progress=False,
+                             deadline=time.time() + 600)
+    assert done["status"] == records.OK
+
+
+class _CountingWorker:
+    started = 0
+
+    def __init__(self, **_kwargs):
+        self.alive = False
+
+    def measure(self, impl, workload, options, timeout_s):
+        if not self.alive:
+            _CountingWorker.started += 1
+            self.alive = True
+        return {"impl": impl, "regime": options.regime, "status": records.OK,
+                "process": _CountingWorker.started}
+
+    def close(self):
+        self.alive = False
+
+
+def test_static_cases_share_a_worker_and_a_regime_case_gets_its_own(monkeypatch):
+    from attnbench import isolation
+
+    monkeypatch.setattr(isolation, "Worker", _CountingWorker)
+    _CountingWorker.started = 0
+    cases = [("a", SMALL, "static"), ("b", SMALL, "static"), ("a", SMALL, "dynamic"), ("c", SMALL, "static"),
+             ("d", SMALL, "static")]
+    rows = sweep.run_sweep(cases, lambda regime: Options(regime=regime), progress=False, fresh_process=False)
+    assert [r["process"] for r in rows] == [1, 1, 2, 3, 3]
+    _CountingWorker.started = 0
+    rows = sweep.run_sweep(cases, lambda regime: Options(regime=regime), progress=False)
+    assert [r["process"] for r in rows] == [1, 2, 3, 4, 5]  # the default: a fresh process per case
+
+
+def test_the_gpu_suite_runs_lengths_shortest_first_and_regimes_in_bfloat16(monkeypatch):
+    monkeypatch.setenv("ATTNBENCH_SUITE", "gpu")
+    monkeypatch.setenv(asv_suite.DEADLINE_ENV, "1e12")
+    settings = asv_suite.suite_settings()
+    seen = {}
+
+    def fake_sweep(cases, options_for, **kwargs):
+        seen.update(cases=cases, timer=options_for("static").timer, **kwargs)
+        return [records.empty_record() for _ in cases]
+
+    monkeypatch.setattr(sweep, "run_sweep", fake_sweep)
+    monkeypatch.setattr(asv_suite, "plan_cases", lambda every, settings: ({}, list(every)))
+    cases = [(i, asv_suite.FORWARD.replace(seq_q=s, seq_k=s, dtype="bfloat16"), r)
+             for i in ("jax-xla", "torch-sdpa-flash") for s in (16384, 1024) for r in ("dynamic", "static")]
+    asv_suite.measure_cases(cases, suite="Forward")
+    assert [(c[1].seq_q, c[2]) for c in seen["cases"]][:4] == [(1024, "static")] * 2 + [(1024, "dynamic")] * 2
+    assert seen["timer"] == "device" and seen["fresh_process"] is False and seen["deadline"] == 1e12
+    impl = __import__("attention_impls").get("jax-xla")
+    float32 = asv_suite.FORWARD.replace(seq_q=4096, seq_k=4096)
+    assert "in bfloat16 only" in asv_suite.outside_suite(impl, float32, "dynamic", settings)
+    assert asv_suite.outside_suite(impl, float32.replace(dtype="bfloat16"), "dynamic", settings) is None
+    monkeypatch.setenv(asv_suite.DEADLINE_ENV, "soon")
+    with pytest.raises(ValueError, match="ATTNBENCH_DEADLINE must be seconds since the epoch"):
+        asv_suite.deadline()
+
+
+def test_cpu_figures_never_land_under_an_accelerator_name():
+    import attention_impls
+
+    jax_xla, reference = attention_impls.get("jax-xla"), attention_impls.get("reference-float64")
+    reason = asv_suite.off_machine(jax_xla, "cpu", "h200", "gpu")
+    assert "jax runs on the CPU" in reason and "h200" in reason
+    assert asv_suite.off_machine(jax_xla, "gpu", "h200", "gpu") is None
+    assert asv_suite.off_machine(jax_xla, "cpu", "cpu-16core", "cpu") is None
+    assert asv_suite.off_machine(reference, "cpu", "h200", "gpu") is None  # the yardstick
+
+
+@pytest.mark.skipif("jax" not in FRAMEWORKS, reason="the support check imports jax")
+def test_the_support_check_refuses_cpu_jax_on_a_gpu_host(monkeypatch):
+    monkeypatch.setenv("ATTNBENCH_MACHINE", "h200")
+    monkeypatch.setenv("ACCEL", "cuda")
+    [answer] = asv_suite.check_cases([("jax-xla", asv_suite.FORWARD, "static")], asv_suite.SUITES["smoke"])
+    assert answer["platform"] == "cpu" and "CPU figures are never filed" in answer["reason"]
+
+
+def test_a_kernel_whose_module_this_release_lacks_is_refused_with_the_reason():
+    from attention_impls.reference_float64 import Float64Reference
+
+    class Moved(Float64Reference):
+        name = "stub-moved"
+        requires_modules = ("numpy.no_such_module_in_this_release",)
+
+    reason = Moved().check(SMALL)
+    assert reason.startswith("numpy.no_such_module_in_this_release does not import in numpy ")
+    assert "ModuleNotFoundError" in reason
+
+
+def test_the_mosaic_gpu_kernel_states_its_shape_rules():
+    import attention_impls
+    from attention_impls.jax_pallas_mgpu_attention import mgpu_shape_reason
+
+    impl = attention_impls.get("jax-pallas-mgpu-attention")
+    assert impl.designed_for == frozenset({"gpu"}) and impl.label("gpu") == "native"
+    assert impl.label("cpu") == "forced-flash"
+    bf16 = Workload(seq_q=1024, causal=True, dtype="bfloat16")
+    assert mgpu_shape_reason(bf16, (9, 0)) is None
+    assert "Hopper" in mgpu_shape_reason(bf16, (8, 0))
+    assert "no visible CUDA GPU" in mgpu_shape_reason(bf16, None)
+    assert "float16/bfloat16 only" in mgpu_shape_reason(bf16.replace(dtype="float32"), (9, 0))
+    assert "multiple of 64" in mgpu_shape_reason(bf16.replace(head_dim=96), (9, 0))
+    assert "2 * block_q = 128" in mgpu_shape_reason(bf16.replace(seq_q=192, seq_k=192), (9, 0))
+    assert "no causal backward" in mgpu_shape_reason(bf16.replace(mode="fwd_bwd"), (9, 0))
+    assert mgpu_shape_reason(bf16.replace(mode="fwd_bwd", causal=False), (9, 0)) is None
+    assert mgpu_shape_reason(bf16.replace(q_heads=8, kv_heads=2), (9, 0)) is None  # GQA
+    if "jax" in FRAMEWORKS:
+        assert "Hopper GPU only" in impl.check(bf16)  # this host has no GPU
+
+
+@pytest.mark.skipif("jax" not in FRAMEWORKS, reason="jax's backend")
+def test_a_jax_device_peak_is_recorded_only_when_it_is_the_cases_own(monkeypatch):
+    from attnbench.backends import jax_backend
+    from attnbench.backends.base import Step
+
+    peaks = iter([100, 250])
+    monkeypatch.setattr(jax_backend, "_device_peak", lambda: next(peaks))
+    step = Step(run=lambda: None, execution="compiled", memory_mark=200)
+    assert jax_backend.BACKEND.measure_memory(step)["device_peak_bytes"] == 250
+    peaks = iter([100, 150])
+    out = jax_backend.BACKEND.measure_memory(step)
+    assert out["device_peak_bytes"] is None and "set by an earlier case" in out["memory_note"]
+    monkeypatch.setattr(jax_backend, "_device_peak", lambda: None)  # the CPU keeps no peak
+    assert "device_peak_bytes" not in jax_backend.BACKEND.measure_memory(step)
+
+
+# -- the rehearsal of tools/device-run.sh ---------------------------------------------------------------
+@pytest.mark.skipif("jax" not in FRAMEWORKS or "torch" not in FRAMEWORKS,
+                    reason="rehearses with the main venv's jax and torch")
+def test_the_device_run_rehearses_here_from_a_copy_without_git(tmp_path):
+    """DEVICE_DRY_RUN=1: the same script on this CPU, from a copy of the tree with no .git (as the
+    device receives it), the history in .whl/head.bundle; results filed under HEAD and the stable
+    environment name, packed under $OUT, and nothing written into the checkout."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if head.returncode:
+        pytest.skip("needs a git checkout of this project (its history is bundled)")
+    copy, out = tmp_path / "tree", tmp_path / "out"
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        source = ROOT / name
+        if source.is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            (copy / name).write_bytes(source.read_bytes())
+    (copy / ".whl").mkdir()
+    subprocess.run(["git", "bundle", "create", "-q", str(copy / ".whl" / "head.bundle"), "HEAD"], cwd=ROOT,
+                   check=True)
+    before = subprocess.run(["git", "status", "--porcelain", "results"], cwd=ROOT, capture_output=True,
+                            text=True).stdout
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTNBENCH_", "ASV"))}
+    env.update(DEVICE_DRY_RUN="1", DEVICE_PYTHON=sys.executable, OUT=str(out), ACCEL="")
+    proc = subprocess.run(["bash", str(copy / "tools" / "device-run.sh")], env=env, capture_output=True,
+                          text=True, timeout=900)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    assert f"commit {head.stdout.strip()}" in log and "machine name: cpu-" in log
+    assert "everything bench needs is here" in log and "evidence of which kernel" in log
+    machine = next(line.split(": ", 1)[1] for line in log.splitlines() if line.startswith("machine name: "))
+    name = __import__("attnbench.environment").environment.environment_name()
+    with tarfile.open(out / f"results-{machine}.tar.gz") as tar:
+        members = tar.getnames()
+        result = json.load(tar.extractfile(f"{machine}/{head.stdout[:8]}-{name}.json"))
+        sidecar = json.load(tar.extractfile(f"{machine}/sidecars/{head.stdout[:8]}-{name}.sidecar"))
+    assert "benchmarks.json" in members
+    assert result["env_name"] == name and result["commit_hash"] == head.stdout.strip()
+    assert sidecar["settings"]["suite"] == "smoke"
+    assert sidecar["settings"]["impls"].startswith("reference-float64")
+    statuses = {c: e["status"] for c, e in sidecar["cases"].items()}
+    assert statuses["Forward|jax-xla|128|static|float32"] == "ok"
+    assert statuses["Forward|jax-cudnn|128|static|float32"] == "unsupported"
+    with tarfile.open(out / "cases.tar.gz") as tar:
+        assert sum(n.endswith(".case") for n in tar.getnames()) >= 20
+    assert (out / "device-run.log").read_text().count("== ") >= 5
+    after = subprocess.run(["git", "status", "--porcelain", "results"], cwd=ROOT, capture_output=True,
+                           text=True).stdout
+    assert after == before, "the rehearsal wrote into the checkout's results/"
