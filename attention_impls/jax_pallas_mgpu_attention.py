@@ -25,8 +25,8 @@ DTYPES = ("float16", "bfloat16")
 HOPPER = (9, 0)
 # Seen in .venv-targets (jax 0.10.2): tracing calls cuda_versions.cuda_runtime_get_version(), which
 # fails with no CUDA driver ("operation cudaRuntimeGetVersion(...) failed").
-AHEAD_OF_TIME = ("Mosaic GPU asks the CUDA runtime for its version while tracing (attention_mgpu's causal "
-                 "check), which needs a GPU driver: it cannot be compiled ahead of time on a host without one")
+AHEAD_OF_TIME = ("Mosaic GPU asks the CUDA runtime for its version while tracing (attention_mgpu's "
+                 "causal check), which needs a GPU driver: it cannot be compiled ahead of time without one")
 
 
 def mgpu_shape_reason(workload, capability) -> str | None:

@@ -5,9 +5,10 @@
   step detection (``asv.step_detect``, weighted as asv weighs it, by each figure's 99% interval),
   with each metric's direction honoured: a higher-is-better metric is analysed as its reciprocal,
   so a drop in throughput is an upward step; a metric that follows the step time is analysed
-  against its run (each figure over its run's factor, ``run_factors``: see ``find_steps``), so that
-  the machine moving a whole run is no kernel's step. Every step beyond the threshold is judged
-  (``verdict``):
+  against its run (each figure over its run's factor, ``run_factors``, to the power the metric
+  follows it, ``Metric.shift_exponent``: see ``find_steps``), so that the machine moving a whole run
+  is no kernel's step; a figure already divided by the run's own CPU probe (MFU on a CPU) is not
+  divided again. Every step beyond the threshold is judged (``verdict``):
 
   - ``within noise``: not larger than the two levels' combined uncertainty
     (``sqrt(u_before**2 + u_after**2)``). A level's uncertainty is the half-width, on the side
@@ -17,7 +18,16 @@
     window's interval, results older than the rounds, figures with no interval at all) it is
     ``SCATTER_Z`` robust standard deviations of the series' own scatter (``1.4826 * MAD`` of the
     relative residuals of the points on each side of the step around their side's median), and
-    where a series is too short for that, of the scatter of the machine's other series of the metric;
+    where a series is too short for that, of the scatter of the machine's other series of the metric.
+    A figure read once per run with no interval at all (``Metric.one_reading``: first-call and
+    compile seconds, resident growth, the host profiler's peak) is judged by its series' run-to-run
+    scatter instead (``reading_scatter``: every successive difference but the step's own), which
+    sees a series that flips between two levels;
+  - ``within noise`` too: the level before the step is one figure between two levels that agree
+    (within the threshold): an excursion of one run, from which the series returns;
+  - ``host changed``: the two runs ran on different hosts of the same machine name
+    (``host_changes``: their recorded fingerprints differ, or the run's CPU GEMM probe moved by more
+    than its noise): a faster or slower host is no kernel's step;
   - ``definition changed``: the metric's definition changed between the two commits
     (``metrics.DEFINITION_CHANGES``, by the sidecar's ``definitions`` setting);
   - ``no measured code changed``: git says the two commits differ in no measured code
@@ -38,6 +48,8 @@
 * ``run_shifts``: how far each whole run moved against the one before it (the median ratio over
   its static timing series): the drift of the machine between runs, which no interval within a run
   can see.
+* ``run_hosts``, ``host_changes``, ``hosts_table``: which host of a machine name each run ran on,
+  from the sidecar's host fingerprint and the run's CPU GEMM probe.
 
 Which metrics are costs and companions, and each metric's direction, come from
 ``attnbench/metrics.py`` (read at each call).
@@ -73,7 +85,8 @@ NOT_MEASURED = ("attnbench/report/", "attnbench/analysis.py", "attnbench/asv_res
 NOT_MEASURED_SUFFIXES = (".md", ".rst", ".txt", ".ipynb")
 REGRESSION, WITHIN_NOISE = "regression", "within noise"
 NO_CODE_CHANGE, DEFINITION_CHANGED = "no measured code changed", "definition changed"
-VERDICTS = (REGRESSION, DEFINITION_CHANGED, NO_CODE_CHANGE, WITHIN_NOISE)
+HOST_CHANGED = "host changed"
+VERDICTS = (REGRESSION, HOST_CHANGED, DEFINITION_CHANGED, NO_CODE_CHANGE, WITHIN_NOISE)
 
 
 def _cannot_regress(values, threshold) -> bool:
@@ -286,6 +299,143 @@ def code_changed_for(repo: str | None, before: str, after: str, implementation: 
     return tuple(f for f in files if _kernel_module(f) is None or _kernel_module(f) in used)
 
 
+# -- which host each run ran on --------------------------------------------------------------------
+def run_hosts(frame):
+    """Per machine x commit (a run), oldest first: ``identity`` (the host fingerprint its sidecar
+    recorded, ``hardware.fingerprint.identity``; None where none was), ``probe`` (its CPU GEMM probe's
+    TFLOP/s: the fingerprint's, else the run's float32 TFLOP/s over its MFU on a CPU machine, which
+    divides by the same probe), ``probe_source`` and ``probe_spread`` (the probe's best round over its
+    median - 1, where recorded)."""
+    import numpy as np
+    import pandas as pd
+
+    from attnbench.hardware.fingerprint import IDENTITY, identity
+
+    columns = ["machine", "commit_hash", "order", "identity", "probe", "probe_source", "probe_spread"]
+    order_col = _order_column(frame) if len(frame) else "commit_position"
+    if frame.empty or order_col not in frame:
+        return pd.DataFrame(columns=columns)
+    derived = _derived_probes(frame)
+    host_cols = [f"host_{k}" for k in IDENTITY if f"host_{k}" in frame]
+    rows = []
+    for (machine, commit), run in frame.groupby(["machine", "commit_hash"], sort=False):
+        first = run.iloc[0]
+        fingerprint = {c.removeprefix("host_"): (None if first[c] != first[c] else first[c])
+                       for c in host_cols}
+        best, median = (_number(first.get(f"host_{k}")) for k in ("gemm_peak_tflops", "gemm_median_tflops"))
+        if best == best:
+            probe, source = best, "recorded"
+            spread = best / median - 1.0 if median == median and median > 0 else float("nan")
+        else:
+            probe = derived.get((machine, commit), float("nan"))
+            source, spread = ("tflops / mfu" if probe == probe else None), float("nan")
+        rows.append({"machine": machine, "commit_hash": commit, "order": run[order_col].min(),
+                     "identity": identity(fingerprint), "probe": probe, "probe_source": source,
+                     "probe_spread": spread})
+    out = pd.DataFrame(rows, columns=columns)
+    out = out[np.isfinite(pd.to_numeric(out["order"], errors="coerce"))]
+    return out.sort_values(["machine", "order"]).reset_index(drop=True)
+
+
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _derived_probes(frame) -> dict:
+    """``{(machine, commit): probe TFLOP/s}`` from the float32 rows of CPU machines: TFLOP/s over MFU
+    (the engine's MFU is TFLOP/s over the run's probe), the median over the run's cases."""
+    import pandas as pd
+
+    keys = [c for c in ("machine", "env_name", "commit_hash", "implementation", "seq_len", "regime")
+            if c in frame]
+    part = frame[(frame["metric"].isin(["tflops", "mfu"])) & (frame["status"] == "ok")]
+    if "dtype" in part:
+        part = part[part["dtype"] == "float32"]
+    if "machine_platform" in part:
+        part = part[part["machine_platform"] == "cpu"]
+    if part.empty:
+        return {}
+    part = part.assign(suite=part["benchmark"].str.rsplit(".", n=1).str[0])
+    wide = part.pivot_table(index=[*keys, "suite"], columns="metric", values="value", aggfunc="first")
+    if not {"tflops", "mfu"} <= set(wide.columns):
+        return {}
+    peak = (pd.to_numeric(wide["tflops"]) / pd.to_numeric(wide["mfu"])).dropna()
+    peak = peak[peak > 0]
+    return peak.groupby(level=["machine", "commit_hash"]).median().to_dict()
+
+
+def host_changes(frame, hosts=None):
+    """Each machine's consecutive runs and whether the host changed between them (``changed``): when
+    both fingerprints were recorded and differ (``why`` names the fields), or when the CPU GEMM probe
+    moved by more than its noise (``probe_move``; ``probe_noise``: ``SCATTER_Z`` x sqrt(2) x the
+    machine's robust run-to-run scatter of the probe, or the two runs' own round spreads where that is
+    larger; no probe test where the machine has fewer than three probe moves to measure it by)."""
+    import numpy as np
+    import pandas as pd
+
+    hosts = run_hosts(frame) if hosts is None else hosts
+    columns = ["machine", "commit_before", "commit_after", "changed", "why", "probe_move", "probe_noise"]
+    rows = []
+    for machine, runs in hosts.groupby("machine", sort=True):
+        probe = runs["probe"].to_numpy(dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            moves = probe[1:] / probe[:-1] - 1.0
+        known = np.abs(moves[np.isfinite(moves)])
+        scatter_band = (SCATTER_Z * MAD_SIGMA * float(np.median(known))) if len(known) >= 3 else float("nan")
+        records = runs.to_dict("records")
+        for a, b, move in zip(records, records[1:], moves, strict=False):
+            spreads = (x if x == x else 0.0 for x in (a["probe_spread"], b["probe_spread"]))
+            own = SCATTER_Z * math.hypot(*spreads)
+            noise = max(scatter_band, own) if scatter_band == scatter_band else float("nan")
+            why = []
+            if a["identity"] and b["identity"] and a["identity"] != b["identity"]:
+                before, after = (dict(p.split("=", 1) for p in x["identity"].split("; ")) for x in (a, b))
+                why += [f"{k} {before[k]} -> {after[k]}" for k in before if before[k] != after.get(k)]
+            if move == move and noise == noise and abs(move) > noise:
+                why.append(f"CPU GEMM probe {a['probe']:.3g} -> {b['probe']:.3g} TFLOP/s ({move:+.1%}, "
+                           f"beyond its noise ±{noise:.1%})")
+            rows.append({"machine": machine, "commit_before": a["commit_hash"],
+                         "commit_after": b["commit_hash"], "changed": bool(why), "why": "; ".join(why),
+                         "probe_move": move, "probe_noise": noise})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def host_periods(changes) -> dict:
+    """``{(machine, commit): (period, why)}``: the runs of one machine numbered by host period (a
+    change between two consecutive runs starts the next), with why the period's host differs."""
+    periods, current = {}, {}
+    for row in changes.to_dict("records"):
+        machine = row["machine"]
+        period = periods.setdefault((machine, row["commit_before"]), (current.get(machine, 0), ""))[0]
+        if row["changed"]:
+            period += 1
+        current[machine] = period
+        periods[(machine, row["commit_after"])] = (period, row["why"] if row["changed"] else "")
+    return periods
+
+
+def hosts_table(frame, changes=None):
+    """Per machine: ``runs``, ``fingerprinted`` (runs whose sidecar recorded their host), ``hosts``
+    (host periods in its history: 1 + the host changes between consecutive runs), ``host_changes``,
+    ``probe_noise`` (the probe's run-to-run band, ``host_changes``)."""
+    import pandas as pd
+
+    hosts = run_hosts(frame)
+    changes = host_changes(frame, hosts) if changes is None else changes
+    rows = []
+    for machine, runs in hosts.groupby("machine", sort=True):
+        mine = changes[changes["machine"] == machine]
+        rows.append({"machine": machine, "runs": len(runs),
+                     "fingerprinted": int(runs["identity"].notna().sum()),
+                     "hosts": 1 + int(mine["changed"].sum()), "host_changes": int(mine["changed"].sum()),
+                     "probe_noise": float(mine["probe_noise"].median()) if len(mine) else float("nan")})
+    return pd.DataFrame(rows, columns=["machine", "runs", "fingerprinted", "hosts", "host_changes",
+                                       "probe_noise"])
+
+
 # -- steps ----------------------------------------------------------------------------------------
 def _side_uncertainty(rel, points, level):
     """A level's uncertainty from its figures' relative half-widths (facing the other level), or None."""
@@ -313,6 +463,32 @@ def _step_scatter(values, segments):
     if sum(sizes) < 3 or max(sizes, default=0) < 2:
         return None
     return MAD_SIGMA * float(np.median(np.abs(residuals)))
+
+
+def reading_scatter(values, before: int, after: int):
+    """Standard deviation of one figure from its series' run-to-run differences, in its own units:
+    the root mean square of every successive difference but those spanning the step itself
+    (``before`` .. ``after``), over sqrt(2); None with fewer than three such differences. Not robust
+    on purpose: a series that flips between two levels carries those flips as its noise."""
+    import numpy as np
+
+    values = np.asarray(values, dtype=float)
+    diffs = [values[i + 1] - values[i] for i in range(len(values) - 1) if not (before <= i < after)]
+    diffs = [d for d in diffs if d == d]
+    if len(diffs) < 3:
+        return None
+    return float(np.sqrt(np.mean(np.square(diffs))) / math.sqrt(2.0))
+
+
+def run_exponent(metric: str, platform: str | None) -> int:
+    """The power of its run's shift a figure is divided by: the metric's ``shift_exponent``, 0 for a
+    figure already divided by its run's own CPU probe (``per_run_peak`` on a CPU)."""
+    if metric not in set(metrics.names()):
+        return 0
+    row = metrics.get(metric)
+    if row.per_run_peak and (platform or "cpu") == "cpu":
+        return 0
+    return row.shift_exponent
 
 
 def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
@@ -385,20 +561,24 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
         factors = {}
     elif factors is None:
         factors = run_factors(run_shifts(frame))
+    seconds_all = np.ones(len(value_all))  # the run's factor in seconds per step, where applied
     if factors:
         benchmark_all = ok["benchmark"].to_numpy()[order]
         env_all = ok["env_name"].to_numpy()[order]
-        known = set(metrics.names())
-        exponents = {name: metrics.get(name).time_exponent if name in known else 0
-                     for name in set(metric_all.tolist())}
+        exponents, chains = {}, _factor_chains(factors)
         for i in range(len(value_all)):
-            exponent = exponents[metric_all[i]]
-            factor = factors.get((machine_all[i], env_all[i], str(benchmark_all[i]).rsplit(".", 1)[0],
-                                  commit_all[i])) if exponent else None
+            where = (metric_all[i], _text(platform_all[i]) or _text(machine_platform_all[i]))
+            exponent = exponents.get(where)
+            if exponent is None:
+                exponent = exponents[where] = run_exponent(*where)
+            suite = chains[(machine_all[i], env_all[i], str(benchmark_all[i]).rsplit(".", 1)[0])]
+            factor = factors.get((machine_all[i], env_all[i], suite, commit_all[i])) if exponent else None
             if factor:
-                scale_all[i] = factor ** exponent
+                scale_all[i], seconds_all[i] = factor ** exponent, factor
         value_all, low_all, high_all = value_all / scale_all, low_all / scale_all, high_all / scale_all
         ci_low_all, ci_high_all = ci_low_all / scale_all, ci_high_all / scale_all
+    periods = host_periods(host_changes(frame))
+    one_reading = {m.name for m in metrics.METRICS if m.one_reading}
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         commits = commit_all[start:end]
         if len(set(commits.tolist())) < 2:
@@ -429,6 +609,7 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
             continue
         group = ok.iloc[order[start:end]]
         segments = {(left, right) for left, right, *_ in steps}
+        levels = {(left, right): level for left, right, level, *_ in steps}
         for before, after, value_before, value_after in found:
             shown_before = 1.0 / value_before if higher else value_before
             shown_after = 1.0 / value_after if higher else value_after
@@ -436,6 +617,10 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
                 continue
             left = next(((a, b) for a, b in segments if b - 1 == before), (before, before + 1))
             right = next(((a, b) for a, b in segments if a == after), (after, after + 1))
+            # A one-figure level between two that agree is an excursion of one run, not a step.
+            prior = next((levels[(a, b)] for a, b in segments if b == left[0]), None)
+            excursion = (left[1] - left[0] == 1 and prior is not None and prior != 0
+                         and abs(value_after - prior) <= threshold * abs(prior))
             rising = shown_after > shown_before
             facing_before = (up_all if rising else down_all)[start:end]
             facing_after = (down_all if rising else up_all)[start:end]
@@ -444,9 +629,17 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
             sources = {str(s) for s in source_all[start:end][left[0]:left[1]].tolist()
                        + source_all[start:end][right[0]:right[1]].tolist() if s is not None}
             scatter = None
+            if metric in one_reading and u_before is None and u_after is None:
+                spread = reading_scatter(shown, before, after)
+                if spread is not None:
+                    u_before = u_after = SCATTER_Z * spread
+                    sources = {"series run-to-run scatter, one reading per run"}
             if u_before is None or u_after is None:
                 scatter = _step_scatter(shown, (left, right))
             scale_before, scale_after = scale_all[start + before], scale_all[start + after]
+            seconds_before, seconds_after = seconds_all[start + before], seconds_all[start + after]
+            host_before = periods.get((machine_all[start], commits[before]), (0, ""))
+            host_after = periods.get((machine_all[start], commits[after]), (0, ""))
             row = {**dict(zip(keys, key, strict=True)), "metric": metric,
                    "direction": direction, "unit": unit_all[start],
                    "commit_before": commits[before],
@@ -455,9 +648,12 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
                    "position_after": position_all[start + after],
                    "value_before": shown_before * scale_before, "value_after": shown_after * scale_after,
                    # a step up from 0 (compiles, padding, status code): an infinite relative step
-                   "relative_change": (shown_after / shown_before - 1.0) if shown_before
+                   "relative_change": ((shown_after - shown_before) / abs(shown_before)) if shown_before
                    else float("inf"),
-                   "run_shift": scale_after / scale_before - 1.0,
+                   # how far the run moved across the step, in seconds per step (0: not judged by it)
+                   "run_shift": seconds_after / seconds_before - 1.0,
+                   "host_changed": _host_change(host_before, host_after, periods, machine_all[start]),
+                   "_excursion": excursion,
                    "_levels": (shown_before, shown_after),
                    "versions_changed": _versions_changed(group, before, after),
                    "definitions_before": metrics.definitions_version(definitions_all[start + before]),
@@ -485,7 +681,9 @@ def _judge(row: dict, machine_scatter: dict, repo: str | None) -> dict:
     level_before, level_after = row.pop("_levels")  # against the run (find_steps' relative_to_run)
     platform, regime, machine = row.pop("_platform"), row.pop("_regime"), row.pop("_machine")
     used = set()
-    if u_before is not None or u_after is not None:
+    if sources and all(s.startswith("series run-to-run") for s in sources):
+        used |= sources
+    elif u_before is not None or u_after is not None:
         used.add("intervals (" + "/".join(sorted(sources)) + ")" if sources else "intervals")
     if (u_before is None or u_after is None) and scatter is None:
         scatter = machine_scatter.get((machine, row["metric"]))
@@ -506,10 +704,22 @@ def _judge(row: dict, machine_scatter: dict, repo: str | None) -> dict:
     row.update(uncertainty=combined, noise_source=source,
                noise_relative=combined / abs(level_before) if level_before else float("nan"),
                code_changed=None, why="")
-    run = f" (against its run, which moved {row['run_shift']:+.1%})" if row["run_shift"] else ""
+    run = (f" (against its run, whose seconds per step moved {row['run_shift']:+.1%})"
+           if row["run_shift"] else "")
+    host, prior = row.pop("host_changed"), row.pop("_excursion")
+    row["host_changed"] = bool(host)
     if combined == combined and not step > combined:
         row.update(verdict=WITHIN_NOISE,
                    why=f"step {step:.3g} within the combined uncertainty {combined:.3g} ({source}){run}")
+        return row
+    if prior:
+        row.update(verdict=WITHIN_NOISE,
+                   why=f"a one-run excursion: {row['value_before']:.3g} at {str(row['commit_before'])[:8]} "
+                       "alone, between levels that agree within the threshold; the series returns to its "
+                       f"level before that run{run}")
+        return row
+    if host:
+        row.update(verdict=HOST_CHANGED, why=f"the two runs ran on different hosts: {host}{run}")
         return row
     changes = metrics.definition_changes(row["metric"], row["definitions_before"], row["definitions_after"],
                                          regime=regime, platform=platform)
@@ -533,6 +743,15 @@ def _judge(row: dict, machine_scatter: dict, repo: str | None) -> dict:
         row.update(verdict=REGRESSION, why=f"measured code changed: {listed}")
     row["why"] += run if row["verdict"] != WITHIN_NOISE else ""
     return row
+
+
+def _host_change(before: tuple, after: tuple, periods: dict, machine: str) -> str:
+    """Why the host differs between two runs' host periods (``host_periods``); "" for the same host."""
+    if before[0] == after[0]:
+        return ""
+    whys = [why for (m, _), (period, why) in periods.items()
+            if m == machine and before[0] < period <= after[0] and why]
+    return "; ".join(dict.fromkeys(whys)) or "host changed"
 
 
 def find_regressions(frame, thresholds: dict | None = None, *, min_size: int = 1,
@@ -650,6 +869,25 @@ def run_factors(shifts) -> dict:
         before = factors.setdefault((*group, row["commit_before"]), last.get(group, 1.0))
         last[group] = factors[(*group, row["commit_after"])] = before * (1.0 + row["shift"])
     return factors
+
+
+def _factor_chains(factors: dict) -> dict:
+    """``{(machine, env_name, class): class}``: whose chain of ``run_factors`` a class's figures are
+    divided by: its own, or for a class too small ever to say (fewer than three static series, as
+    torch_xla's Training), the chain of its environment's class with the most runs."""
+    from collections import Counter
+
+    runs = Counter((m, e, c) for m, e, c, _ in factors)
+    best = {}
+    for (m, e, c), n in runs.items():
+        if n > runs.get((m, e, best.get((m, e))), 0):
+            best[(m, e)] = c
+
+    class Chains(dict):
+        def __missing__(self, key):
+            return best.get(key[:2])
+
+    return Chains({key: key[2] for key in runs})
 
 
 def _versions_changed(group, before: int, after: int) -> str:

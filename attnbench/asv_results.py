@@ -12,7 +12,8 @@ One row per machine x environment x commit x benchmark x parameter combination. 
     sidecar's record of the case's timing: see below), version_<library> (from asv's requirements
     and the suite's sidecar),
     setting_<name> (the suite and its settings from the sidecar: setting_suite,
-    setting_compile_cache, setting_min_seconds, ...), file
+    setting_compile_cache, setting_min_seconds, ...), host_<field> (the host it ran on:
+    ``attnbench/hardware/fingerprint.py``), file
 
 What a case *was* comes from the sidecar the suite wrote when it measured it
 (``attnbench/sidecar.py``): ``label``, ``execution``, ``platform`` (the platform the framework ran
@@ -160,12 +161,14 @@ def _setting(value):
 
 
 def _sidecar(results_dir, machine, commit, env) -> tuple[dict, dict]:
-    """(``version_<library>`` and ``setting_<name>`` columns, case index) from the suite's sidecar."""
+    """(``version_<library>``, ``setting_<name>`` and ``host_<field>`` columns, case index) from the
+    suite's sidecar."""
     from attnbench import sidecar
 
     data = sidecar.read(results_dir, machine, commit, env)
     columns = {**{f"version_{k}": v for k, v in (data.get("versions") or {}).items()},
-               **{f"setting_{k}": _setting(v) for k, v in (data.get("settings") or {}).items()}}
+               **{f"setting_{k}": _setting(v) for k, v in (data.get("settings") or {}).items()},
+               **{f"host_{k}": _setting(v) for k, v in (data.get("host") or {}).items()}}
     return columns, _case_index(data.get("cases"))
 
 

@@ -209,8 +209,12 @@ def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = No
     refuses and cases outside the suite size are recorded without starting a worker
     (``plan_cases``: asked of a spawned process, never of this one). Writes the sidecar (inside asv).
     """
+    import contextlib
+    import tempfile
+
     from attnbench.engine import Options
-    from attnbench.process_env import pin_threads
+    from attnbench.hardware import PROBE_DIR_ENV
+    from attnbench.process_env import pin_threads, scoped_environ
     from attnbench.sweep import run_sweep
 
     groups = {suite: list(cases), **(also or {})}
@@ -240,12 +244,16 @@ def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = No
                 handed[key] = row
                 on_record(key, row)
 
-    rows = run_sweep(to_run, options_for, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False,
-                     on_record=measured if on_record else None, rounds=settings.get("rounds", 1),
-                     fresh_process=settings.get("fresh_process", True), deadline=deadline())
-    for (name, workload, regime), row in zip(to_run, rows, strict=True):
-        out[case_key(name, workload, regime)] = row
-    write_sidecar(groups, out, settings)
+    with contextlib.ExitStack() as stack:  # the run's CPU GEMM probe, kept for the host fingerprint
+        if not os.environ.get(PROBE_DIR_ENV):
+            probes = stack.enter_context(tempfile.TemporaryDirectory(prefix="attnbench-probes-"))
+            stack.enter_context(scoped_environ(**{PROBE_DIR_ENV: probes}))
+        rows = run_sweep(to_run, options_for, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False,
+                         on_record=measured if on_record else None, rounds=settings.get("rounds", 1),
+                         fresh_process=settings.get("fresh_process", True), deadline=deadline())
+        for (name, workload, regime), row in zip(to_run, rows, strict=True):
+            out[case_key(name, workload, regime)] = row
+        write_sidecar(groups, out, settings)
     return out
 
 
@@ -543,6 +551,8 @@ def write_sidecar(groups: dict[str | None, list[tuple[str, Workload, str]]], mea
     under its class) what was recorded when it was measured. Merged into what this commit and
     environment already hold; ``None`` outside asv."""
     from attnbench import sidecar
+    from attnbench.hardware import PROBE_DIR_ENV
+    from attnbench.hardware.fingerprint import host_fingerprint
     from attnbench.sweep import library_versions
 
     ctx = asv_context()
@@ -557,4 +567,5 @@ def write_sidecar(groups: dict[str | None, list[tuple[str, Workload, str]]], mea
                     sidecar.case_entry(record)
     versions = {k.removeprefix("version_"): v for k, v in library_versions().items() if v}
     return sidecar.write(ctx["results_dir"], ctx["machine"], ctx["commit"], ctx["env"], versions=versions,
-                         settings=provenance_settings(settings), cases=entries)
+                         settings=provenance_settings(settings), cases=entries,
+                         host=host_fingerprint(os.environ.get(PROBE_DIR_ENV)))

@@ -67,6 +67,22 @@ class Metric:
     # Whether the figure depends on how long something took, so that other load on the machine can
     # move it: a contended measurement (``records`` ``contended``) makes such a figure unreliable.
     timed: bool = True
+    # How the figure moves when the whole run is faster or slower (the host, not one kernel): +1 with
+    # the run's seconds, -1 inversely, 0 not at all; None: as ``time_exponent``. The analysis divides
+    # each figure by its run's shift to this power (``analysis.find_steps``). First-call and compile
+    # seconds, and the costs and rates built on them, follow the run though they carry no samples.
+    run_exponent: int | None = None
+    # Already divided by a peak measured in the same run (a CPU's GEMM probe): such a figure is not
+    # divided by the run's shift again where the peak was that probe (``analysis``: CPU rows).
+    per_run_peak: bool = False
+    # One reading per run, with no samples and no interval (a first call, a compile, the process's
+    # resident growth): judged by its series' run-to-run scatter (``analysis.find_steps``).
+    one_reading: bool = False
+
+    @property
+    def shift_exponent(self) -> int:
+        """``run_exponent``, else ``time_exponent``: the power of the run's shift this figure follows."""
+        return self.time_exponent if self.run_exponent is None else self.run_exponent
 
     def value(self, record: dict) -> float:
         """The metric of one engine record (NaN where the record has no value for it)."""
@@ -137,33 +153,36 @@ METRICS: list[Metric] = [
     Metric("tflops", "tflops", "TFLOP/s", H, "compute", twin="seconds_per_pflop", time_exponent=-1),
     Metric("seconds_per_pflop", "tflops", "seconds", L, "compute", derive=_seconds_per_pflop,
            time_exponent=1),
-    Metric("mfu", "mfu", "fraction", H, "compute", twin="mfu_shortfall", time_exponent=-1),
-    Metric("mfu_shortfall", "mfu", "fraction", L, "compute", derive=_mfu_shortfall),
-    Metric("first_call_seconds", "first_call_s", "seconds", L, "compile", record_unit="s", companion=True),
+    Metric("mfu", "mfu", "fraction", H, "compute", twin="mfu_shortfall", time_exponent=-1, per_run_peak=True),
+    Metric("mfu_shortfall", "mfu", "fraction", L, "compute", derive=_mfu_shortfall, per_run_peak=True),
+    Metric("first_call_seconds", "first_call_s", "seconds", L, "compile", record_unit="s", companion=True,
+           run_exponent=1, one_reading=True),
     Metric("compile_seconds", "compile_seconds_total", "seconds", L, "compile", record_unit="s",
-           companion=True),
-    Metric("first_call_compile_seconds", "first_call_compile_s", "seconds", L, "compile", record_unit="s"),
+           companion=True, run_exponent=1, one_reading=True),
+    Metric("first_call_compile_seconds", "first_call_compile_s", "seconds", L, "compile", record_unit="s",
+           run_exponent=1, one_reading=True),
     Metric("compiles", "compiles", "count", L, "compile", companion=True, timed=False),
     Metric("padding_waste", "padding_waste", "fraction", L, "shapes", companion=True, timed=False),
     Metric("useful_tokens_per_s", "useful_tokens_per_s", "tokens/s", H, "shapes",
-           twin="seconds_per_million_useful_tokens"),
+           twin="seconds_per_million_useful_tokens", run_exponent=-1),
     Metric("seconds_per_million_useful_tokens", "useful_tokens_per_s", "seconds", L, "shapes",
-           derive=_seconds_per_million_useful_tokens),
+           derive=_seconds_per_million_useful_tokens, run_exponent=1),
     Metric("device_peak_bytes", "device_peak_bytes", "bytes", L, "memory", companion=True, timed=False),
     Metric("compiler_temp_bytes", "compiler_temp_bytes", "bytes", L, "memory", companion=True,
            timed=False),
     Metric("compiler_peak_bytes", "compiler_peak_bytes", "bytes", L, "memory", companion=True,
            timed=False),
     Metric("host_profiler_peak_bytes", "host_profiler_peak_bytes", "bytes", L, "memory", companion=True,
-           timed=False),
+           timed=False, one_reading=True),
     Metric("host_rss_growth_bytes", "host_rss_growth_bytes", "bytes", L, "memory", companion=True,
-           timed=False),
+           timed=False, one_reading=True),
     Metric("usd_per_step", "usd_per_step_on_demand", "USD", L, "cost", time_exponent=1),
-    Metric("usd_per_step_with_compiles", "usd_per_step_with_compiles_on_demand", "USD", L, "cost"),
+    Metric("usd_per_step_with_compiles", "usd_per_step_with_compiles_on_demand", "USD", L, "cost",
+           run_exponent=1),
     Metric("usd_per_million_tokens", "usd_per_million_tokens_on_demand", "USD", L, "cost", time_exponent=1),
     # The figure to compare across shape regimes: padding and compile stalls both cost here.
     Metric("usd_per_million_useful_tokens_with_compiles",
-           "usd_per_million_useful_tokens_with_compiles_on_demand", "USD", L, "cost"),
+           "usd_per_million_useful_tokens_with_compiles_on_demand", "USD", L, "cost", run_exponent=1),
     Metric("max_abs_error", "max_abs_err", "abs error", L, "numerics", record_unit="", timed=False),
     # 0 ok, then rising trouble (records.STATUS_CODES): lower is better, and a rise is a regression.
     Metric("status", "status", "code", L, "status", derive=_status_code, timed=False),

@@ -5,6 +5,9 @@ one sidecar, ``results/<machine>/sidecars/<commit8>-<env>.sidecar`` (JSON):
 
 * ``versions``: every library version the suite imported (asv's existing-environment mode records
   none);
+* ``host``: the host the run ran on (``attnbench/hardware/fingerprint.py``: CPU model and flags, cores,
+  caches, memory, accelerator and driver, the run's CPU GEMM probe), which the analysis reads to tell a
+  different host from a regression;
 * ``settings``: the suite size (``suite``: default/full/...) and its settings (lengths, dtypes,
   timing budget and grace, regime lengths and steps, interpreter length limit), the compile-cache
   policy, the case timeout, the implementation subset and the pinned threads: everything that
@@ -106,17 +109,20 @@ def case_entry(record: dict) -> dict:
 
 
 def write(results_dir: str, machine: str, commit: str, env: str, *, versions: dict, settings: dict,
-          cases: dict[str, dict]) -> str:
+          cases: dict[str, dict], host: dict | None = None) -> str:
     """Write (atomically) the sidecar, merging ``cases`` into those already recorded for this commit
     and environment (asv measures each benchmark class in its own process, and keeps earlier results
-    of benchmarks a run skipped); ``versions`` and ``settings`` are this run's."""
+    of benchmarks a run skipped); ``versions`` and ``settings`` are this run's, and so is ``host``
+    (``hardware.fingerprint``), whose fields this process could not read keep what was recorded."""
     from attnbench.atomic import atomic_write_text
 
     file = path(results_dir, machine, commit, env)
     old = _load(file) or {}
     merged = dict(old.get("cases") or {})
     merged.update(cases)
+    fingerprint = dict(old.get("host") or {})
+    fingerprint.update({k: v for k, v in (host or {}).items() if v is not None or k not in fingerprint})
     payload = {"commit_hash": commit, "env_name": env, "machine": machine, "versions": versions,
-               "settings": settings, "cases": merged}
+               "settings": settings, "host": fingerprint, "cases": merged}
     atomic_write_text(file, json.dumps(payload, indent=1, sort_keys=True) + "\n")
     return file

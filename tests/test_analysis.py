@@ -461,7 +461,8 @@ def test_one_kernels_step_is_found_against_its_run_and_a_whole_run_move_is_not_a
     assert step["implementation"] == "k1" and step["commit_after"] == COMMITS[2]
     assert step["relative_change"] == pytest.approx(0.15) and step["run_shift"] == pytest.approx(1 / 1.14 - 1)
     assert (step["value_before"], step["value_after"]) == pytest.approx((1.14, 1.15))  # the series' own
-    assert step["verdict"] == REGRESSION and "against its run, which moved -12.3%" in step["why"]
+    assert step["verdict"] == REGRESSION
+    assert "against its run, whose seconds per step moved -12.3%" in step["why"]
     # Without the run's factor, k1's step lands on the machine's drift (run 2, which changed no
     # code of k1's), not on the commit that slowed it; the other kernels came back (no regression).
     [raw] = find_steps(frame, relative_to_run=False).to_dict("records")
@@ -506,3 +507,147 @@ def test_cost_spikes_are_judged_against_the_run_of_the_whole_results():
     [spike] = find_cost_spikes(pd.DataFrame(rows)).to_dict("records")
     assert (spike["implementation"], spike["commit_after"]) == ("k1", COMMITS[2])
     assert spike["relative_change"] == pytest.approx(0.15)
+
+
+# -- a different host is not a regression (the same code on a faster or slower machine) ------------
+# Every figure a run gives, as the engine derives it from its step time: the rates are the inverse of
+# the time-like figures, MFU is TFLOP/s over the run's own CPU probe (which moves with the host),
+# memory and counts do not move with the host at all.
+FLOPS, TOKENS, PRICE = 1e9, 256, 1e-4  # per step; USD per second
+
+
+def _run_rows(position, seconds: dict, *, probe=0.2, host="cpu A", first_call=2.0, compile_s=1.5):
+    rows = []
+    for impl, t in seconds.items():
+        figures = {"seconds_per_step": t, "tokens_per_s": TOKENS / t, "tflops": FLOPS / t / 1e12,
+                   "mfu": FLOPS / t / 1e12 / probe, "first_call_seconds": first_call * t,
+                   "compile_seconds": compile_s * t, "usd_per_step": PRICE * t,
+                   "usd_per_step_with_compiles": PRICE * (t + compile_s * t),
+                   "useful_tokens_per_s": 0.8 * TOKENS / t, "host_rss_growth_bytes": 4e6, "compiles": 3.0}
+        for metric, value in figures.items():
+            m = metrics.get(metric)
+            timed = metric in ("seconds_per_step", "tokens_per_s", "tflops", "mfu", "usd_per_step")
+            rows.append({"machine": "cpu-2core", "machine_platform": "cpu", "env_name": "e",
+                         "benchmark": f"attention.Forward.track_{metric}", "implementation": impl,
+                         "seq_len": 1024, "regime": "static", "dtype": "float32", "metric": metric,
+                         "unit": m.unit, "direction": m.direction, "status": "ok",
+                         "commit_hash": COMMITS[position], "commit_position": position, "value": value,
+                         # ±2% intervals over rounds where the engine gives samples
+                         "ci_low": value * 0.98 if timed else float("nan"),
+                         "ci_high": value * 1.02 if timed else float("nan"),
+                         "case_ci_basis": "rounds" if timed else None,
+                         "host_cpu_model": host, "host_logical_cores": 2,
+                         "host_gemm_peak_tflops": probe, "host_gemm_median_tflops": probe * 0.99})
+    return rows
+
+
+BASE = {"k1": 0.010, "k2": 0.020, "k3": 0.030, "k4": 0.040, "k5": 0.050}
+
+
+def _history(last_factor: float, *, slow: str | None = None, slowdown: float = 1.0, host_b: bool = False):
+    """Five runs of unchanged kernels on one host, then a sixth on a host ``last_factor`` times as slow
+    (its probe moving with it), optionally with one kernel ``slowdown`` times slower on top."""
+    rows = []
+    for position in range(5):
+        rows += _run_rows(position, BASE, probe=0.2 * (1.0, 1.01, 0.99, 1.0, 1.01)[position])
+    last = {k: v * last_factor * (slowdown if k == slow else 1.0) for k, v in BASE.items()}
+    rows += _run_rows(5, last, probe=0.2 / last_factor, host="cpu B" if host_b else "cpu A")
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("factor", [1 / 1.6, 1.5])
+def test_the_same_code_on_a_uniformly_faster_or_slower_host_reports_nothing(factor):
+    """A 1.6x faster and a 1.5x slower host, same fingerprint fields but the probe: no regression in
+    any figure. The time-like figures all move by the factor, and each is judged against its run
+    (first-call and compile seconds, with-compiles cost and useful tokens/s included); MFU, already
+    over the run's own probe, does not move at all and is not divided again."""
+    frame = _history(factor)
+    thresholds = dict.fromkeys(metrics.names(), 0.1)
+    assert find_steps(frame, thresholds).empty  # no step at all: not even "host changed" is needed
+    unrecorded = frame.drop(columns=[c for c in frame if c.startswith("host_")])  # older sidecars
+    assert find_steps(unrecorded, thresholds).empty
+    mfu = frame[frame["metric"] == "mfu"].groupby("commit_position")["value"].first().to_numpy()
+    assert mfu == pytest.approx([0.5 / p for p in (1.0, 1.01, 0.99, 1.0, 1.01, 1.0)])  # k1's, 0.1/0.2
+
+
+def test_a_real_slowdown_of_one_kernel_on_the_same_host_is_flagged():
+    """k3 20% slower, nothing else moved, same host: its time-like figures step +20% (rates -1/6),
+    beyond their ±2% intervals; the run as a whole did not move (median of the five ratios is 1)."""
+    frame = _history(1.0, slow="k3", slowdown=1.2)
+    found = find_regressions(frame, dict.fromkeys(metrics.names(), 0.1))
+    assert set(found["implementation"]) == {"k3"}
+    by_metric = found.set_index("metric")
+    assert by_metric.loc["seconds_per_step", "relative_change"] == pytest.approx(0.2)
+    assert by_metric.loc["tokens_per_s", "relative_change"] == pytest.approx(1 / 1.2 - 1)
+    assert by_metric.loc["mfu", "relative_change"] == pytest.approx(1 / 1.2 - 1)
+    assert by_metric.loc["seconds_per_step", "run_shift"] == pytest.approx(0.0)
+    assert (found["host_changed"] == False).all()  # noqa: E712
+
+
+def test_steps_across_a_host_change_are_shown_as_such_and_never_regress():
+    """The sixth run on another CPU (fingerprint cpu_model A -> B), 1.5x slower, and k3 20% slower on
+    top: every step there is "host changed", none a regression or a cost spike, and the history holds
+    two hosts."""
+    from attnbench.analysis import HOST_CHANGED, host_changes, hosts_table
+
+    frame = _history(1.5, slow="k3", slowdown=1.2, host_b=True)
+    thresholds = dict.fromkeys(metrics.names(), 0.1)
+    steps = find_steps(frame, thresholds)
+    assert len(steps) and set(steps["verdict"]) == {HOST_CHANGED}
+    assert steps.iloc[0]["why"].startswith("the two runs ran on different hosts: cpu_model cpu A -> cpu B")
+    assert find_regressions(frame, thresholds).empty and find_cost_spikes(frame, thresholds).empty
+    [table] = hosts_table(frame).to_dict("records")
+    assert (table["runs"], table["fingerprinted"], table["hosts"], table["host_changes"]) == (6, 6, 2, 1)
+    changes = host_changes(frame)
+    assert changes["changed"].tolist() == [False] * 4 + [True]
+    # the probe alone also tells: 0.2 -> 0.133 is -33%, far beyond its run-to-run band (successive
+    # moves +1%, -2%, +1%, +1%: median 1.0% x 1.4826 x 2.576 = 3.8%)
+    assert changes.iloc[-1]["probe_move"] == pytest.approx(1 / 1.5 / 1.01 - 1)
+    assert changes.iloc[-1]["probe_noise"] == pytest.approx(2.576 * 1.4826 * 0.0101, rel=0.05)
+    same_cpu = _history(1.5)
+    assert "CPU GEMM probe" in host_changes(same_cpu).iloc[-1]["why"]
+
+
+def test_mfu_is_judged_against_the_run_only_where_its_peak_is_not_the_runs_own():
+    from attnbench.analysis import run_exponent
+
+    assert run_exponent("mfu", "cpu") == 0 and run_exponent("mfu_shortfall", "cpu") == 0
+    assert run_exponent("mfu", "gpu") == -1  # a spec-sheet peak does not move with the host
+    assert run_exponent("first_call_seconds", "cpu") == 1 and run_exponent("useful_tokens_per_s", "cpu") == -1
+    assert run_exponent("usd_per_step_with_compiles", "cpu") == 1
+    assert run_exponent("host_rss_growth_bytes", "cpu") == 0 and run_exponent("compiles", "cpu") == 0
+
+
+def test_a_figure_read_once_per_run_is_judged_by_its_series_run_to_run_scatter():
+    """Resident growth (MB) as one kernel's committed series read: 2.1 for six runs, then ~0, 2.1,
+    ~0, ~0, and 2.1 again (the newest step, 0.008 -> 2.1). Its differences but the step's own (the
+    one from position 9 to 10): 0 x5, -2.09, +2.09, -2.09, 0, 0 (MB): RMS 1.208 MB, so one figure's
+    sigma is 0.854 MB and the combined 99% band 2.576 x 0.854 x sqrt(2) = 3.11 MB: the 2.09 MB step
+    is within the series' scatter. A series that was flat and stepped once keeps its step."""
+    low, high = 8192.0, 2.1e6
+    flips = [high] * 6 + [low, high, low, low] + [high] * 2
+    frame = synthetic({"host_rss_growth_bytes": flips}).assign(unit="bytes")
+    steps = find_steps(frame)
+    assert len(steps) and not (steps["verdict"] == REGRESSION).any()
+    last = steps[steps["commit_after"] == COMMITS[10]].iloc[0]
+    assert last["noise_source"] == "series run-to-run scatter, one reading per run"
+    d = high - low
+    diffs = [0.0] * 5 + [-d, d, -d, 0.0, 0.0]
+    sigma = math.sqrt(sum(x * x for x in diffs) / len(diffs)) / math.sqrt(2)
+    assert last["uncertainty"] == pytest.approx(Z99 * sigma * math.sqrt(2), rel=1e-6)
+    assert last["verdict"] == WITHIN_NOISE
+    flat = synthetic({"host_rss_growth_bytes": [1e6, 1e6, 1e6, 1e6, 8e6, 8e6, 8e6]}).assign(unit="bytes")
+    assert len(find_regressions(flat)) == 1
+
+
+def test_a_one_run_excursion_is_no_step():
+    """1.0 for three runs, 0.6 for one (a fast outlier), 1.0 again: the way back is no regression."""
+    frame = synthetic({"seconds_per_step": [1.0, 1.0, 1.0, 0.6, 1.0, 1.0, 1.0]})
+    frame["ci_low"], frame["ci_high"] = frame["value"] * 0.99, frame["value"] * 1.01
+    steps = find_steps(frame)
+    back = steps[steps["commit_after"] == COMMITS[4]].iloc[0]
+    assert back["verdict"] == WITHIN_NOISE and back["why"].startswith("a one-run excursion")
+    assert find_regressions(frame).empty
+    stays = synthetic({"seconds_per_step": [1.0, 1.0, 1.0, 0.6, 1.4, 1.4, 1.4]})
+    stays["ci_low"], stays["ci_high"] = stays["value"] * 0.99, stays["value"] * 1.01
+    assert len(find_regressions(stays)) == 1  # 0.6 -> 1.4 lands 40% above where it was: a step

@@ -126,6 +126,9 @@ def test_asv_run_records_ok_and_skipped_not_failed(asv_run):
     assert sidecar["settings"]["compile_cache"] == "cold"
     assert sidecar["settings"]["suite"] == "smoke" and sidecar["settings"]["forward_seqs"] == "128,256"
     assert sidecar["settings"]["min_seconds"] == 0.05 and sidecar["settings"]["impls"] == SUBSET
+    # the host it ran on, with the run's own CPU GEMM probe (the MFU of its cases divides by it)
+    assert sidecar["host"]["cpu_model"] and sidecar["host"]["usable_cores"] >= 1
+    assert sidecar["host"]["gemm_peak_tflops"] > 0
     # what each case was, recorded when it was measured (both benchmark classes, merged)
     cases = sidecar["cases"]
     jax_xla = cases["Training|jax-xla|128|static|float32"]

@@ -271,7 +271,8 @@ def test_suite_size_is_read_from_attnbench_suite(monkeypatch, capsys):
     assert asv_suite.suite_name() == "full"
     assert capsys.readouterr().err == ""
     monkeypatch.setenv("ATTNBENCH_SUITE", "huge")
-    with pytest.raises(ValueError, match=r"ATTNBENCH_SUITE must be one of \['default', 'full', 'gpu', 'smoke'\]"):
+    sizes = r"\['default', 'full', 'gpu', 'smoke'\]"
+    with pytest.raises(ValueError, match=rf"ATTNBENCH_SUITE must be one of {sizes}"):
         asv_suite.suite_settings()
 
 

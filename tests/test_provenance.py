@@ -446,3 +446,45 @@ def test_with_an_accelerator_attached_the_frameworks_name_the_machine_in_another
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == [f"cpu-{len(os.sched_getaffinity(0))}core", []]
+
+
+# -- 9. the host each run ran on -----------------------------------------------------------------------
+def test_the_host_fingerprint_names_the_host_and_carries_the_runs_probe(tmp_path):
+    import subprocess as sp
+
+    from attnbench.hardware import fingerprint
+
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    (probes / "gemm-0123.json").write_text(json.dumps({"framework": "torch", "dtype": "fp32", "size": 1024,
+                                                       "threads": 2, "best_tflops": 0.2, "median_tflops": 0.19,
+                                                       "rounds": 3}))
+
+    def smi(cmd, **_kwargs):
+        assert cmd[1] == "--query-gpu=name,driver_version"
+        return sp.CompletedProcess(cmd, 0, stdout="NVIDIA H200, 580.159.04\nNVIDIA H200, 580.159.04\n")
+
+    found = fingerprint.host_fingerprint(str(probes), which=lambda _n: "/usr/bin/nvidia-smi", run=smi)
+    assert set(found) == set(fingerprint.IDENTITY) | set(fingerprint.PROBE)
+    assert (found["accelerator"], found["driver"]) == ("2 x NVIDIA H200", "580.159.04")
+    assert (found["gemm_peak_tflops"], found["gemm_median_tflops"]) == (0.2, 0.19)
+    assert found["usable_cores"] >= 1 and found["cpu_model"]
+    assert found["cpu_flags"] is None or "flags, sha256 " in found["cpu_flags"]
+    plain = fingerprint.host_fingerprint(None, which=lambda _n: None)
+    assert plain["gemm_peak_tflops"] is None and plain["driver"] is None
+    assert fingerprint.identity(plain) == fingerprint.identity(dict(plain, gemm_peak_tflops=9.9))  # probe aside
+    assert fingerprint.identity({}) is None
+
+
+def test_the_sidecar_keeps_the_host_and_the_loader_gives_it_columns(tmp_path):
+    results = tmp_path / "results"
+    commit = "3" * 40
+    write_tree(results, "cpu-2core", commit, {"torch-sdpa-flash": 0.002}, date_ms=1_000)
+    host = {"cpu_model": "AMD EPYC", "usable_cores": 2, "gemm_peak_tflops": 0.19, "driver": None}
+    sidecar.write(str(results), "cpu-2core", commit, ENV, versions={}, settings={}, cases={}, host=host)
+    # a later class's process could not read the probe: what was recorded stays
+    sidecar.write(str(results), "cpu-2core", commit, ENV, versions={}, settings={}, cases={},
+                  host=dict(host, gemm_peak_tflops=None))
+    assert sidecar.read(str(results), "cpu-2core", commit, ENV)["host"]["gemm_peak_tflops"] == 0.19
+    row = load(results).loc["torch-sdpa-flash"]
+    assert (row["host_cpu_model"], row["host_usable_cores"], row["host_gemm_peak_tflops"]) == ("AMD EPYC", 2, 0.19)

@@ -122,6 +122,8 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
         find_cost_spikes,
         find_steps,
         find_trace_spikes,
+        host_changes,
+        hosts_table,
         load_traces,
         noise_floor,
         run_factors,
@@ -139,6 +141,8 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     regressions = steps[steps["verdict"] == REGRESSION].reset_index(drop=True) if not steps.empty else steps
     spikes = find_cost_spikes(frame, thresholds, repo=repo, factors=factors)
     noise = noise_floor(frame, thresholds)
+    changes = host_changes(frame)  # which runs ran on which host of each machine name
+    hosts = hosts_table(frame, changes)
     trace_spikes = find_trace_spikes(traces, factor=trace_factor)
     best = best_native_vs_forced(frame)
     costs = regime_costs(frame)
@@ -165,13 +169,15 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     atomic_write_bytes(paths["tidy.parquet"], buffer.getvalue())
     tables = {}
     for name, table in (("regressions.csv", regressions), ("steps.csv", steps), ("noise_floor.csv", noise),
-                        ("run_shifts.csv", shifts), ("cost_spikes.csv", spikes),
+                        ("run_shifts.csv", shifts), ("host_changes.csv", changes),
+                        ("cost_spikes.csv", spikes),
                         ("trace_spikes.csv", trace_spikes)):
         tables[name] = os.path.join(out_dir, name)
         atomic_write_text(tables[name], table.to_csv(index=False))
 
     ctx = context(frame, results_dir, regressions, spikes, traces, trace_spikes, best, costs, pngs,
-                  thresholds, trace_factor, steps=steps, noise=noise, shifts=shifts, ordering=ordering)
+                  thresholds, trace_factor, steps=steps, noise=noise, shifts=shifts, ordering=ordering,
+                  hosts=hosts, changes=changes)
     # "Compiled for, not measured" (report/compiled.py): the compile-for records, when there are any.
     from attnbench.report.compiled import compiled_part
 

@@ -159,6 +159,29 @@ def noise_sentences(noise) -> list[str]:
     return out
 
 
+def host_rows(hosts) -> list[dict]:
+    """``analysis.hosts_table`` as display rows."""
+    return [{"machine": r["machine"], "runs": r["runs"], "with a recorded fingerprint": r["fingerprinted"],
+             "hosts": r["hosts"], "host changes": r["host_changes"],
+             "probe's run-to-run band": "±" + percent(r["probe_noise"])
+             if r["probe_noise"] == r["probe_noise"] else "unknown"}
+            for _, r in hosts.iterrows()]
+
+
+def host_sentences(hosts, changes) -> list[str]:
+    """Per machine: how many hosts its history holds, and each change with why."""
+    out = []
+    for _, r in hosts.iterrows():
+        text = (f"{r['machine']}: its history holds {r['hosts']} host(s) over {r['runs']} runs "
+                f"({r['fingerprinted']} with a recorded fingerprint)")
+        mine = [] if changes is None else changes[(changes["machine"] == r["machine"]) & changes["changed"]]
+        if len(mine):
+            text += "; changed " + "; ".join(f"at {str(c['commit_after'])[:8]} ({c['why']})"
+                                             for _, c in mine.iterrows())
+        out.append(text + ".")
+    return out
+
+
 def shift_rows(shifts) -> list[dict]:
     """``analysis.run_shifts`` as display rows, newest pair first."""
     return [{"machine": r["machine"], "env": short_env(r["env_name"]),
@@ -192,7 +215,7 @@ def spike_sentences(spikes) -> list[str]:
 # -- the document ---------------------------------------------------------------------------------
 def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best, costs, pngs: dict,
             thresholds, trace_factor, *, steps=None, noise=None, shifts=None,
-            ordering: str | None = None) -> dict:
+            ordering: str | None = None, hosts=None, changes=None) -> dict:
     """What ``templates/report.j2`` shows: tables, sentences and the plots (PNG bytes by file name).
 
     ``steps``: every step beyond the threshold with its verdict (``analysis.find_steps``); ``noise``:
@@ -200,7 +223,14 @@ def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best,
     ``asv_results.ordering_note``'s sentence, if any."""
     import pandas as pd
 
-    from attnbench.analysis import DEFINITION_CHANGED, NO_CODE_CHANGE, SCATTER_Z, WITHIN_NOISE, is_contended
+    from attnbench.analysis import (
+        DEFINITION_CHANGED,
+        HOST_CHANGED,
+        NO_CODE_CHANGE,
+        SCATTER_Z,
+        WITHIN_NOISE,
+        is_contended,
+    )
 
     steps = pd.DataFrame() if steps is None else steps
     noise = pd.DataFrame() if noise is None else noise
@@ -216,7 +246,7 @@ def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best,
                                    total=len(regressions))
     explained, within = None, 0
     if not steps.empty:
-        other = steps[steps["verdict"].isin([DEFINITION_CHANGED, NO_CODE_CHANGE])]
+        other = steps[steps["verdict"].isin([HOST_CHANGED, DEFINITION_CHANGED, NO_CODE_CHANGE])]
         within = int((steps["verdict"] == WITHIN_NOISE).sum())
         if not other.empty:
             rows = regression_rows(select.largest_first(other), attribution=False, verdict=True)
@@ -252,6 +282,8 @@ def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best,
         "noise": Table.of(noise_rows(noise)) if not noise.empty else None,
         "shifts": Table.of(shift_rows(shifts)) if shifts is not None and not shifts.empty else None,
         "noise_sentences": noise_sentences(noise) if not noise.empty else [],
+        "hosts": Table.of(host_rows(hosts)) if hosts is not None and not hosts.empty else None,
+        "host_sentences": host_sentences(hosts, changes) if hosts is not None and not hosts.empty else [],
         "explained": explained,
         "within_noise": within,
         "contended": contended,
