@@ -305,7 +305,7 @@ def run_hosts(frame):
     recorded, ``hardware.fingerprint.identity``; None where none was), ``probe`` (its CPU GEMM probe's
     TFLOP/s: the fingerprint's, else the run's float32 TFLOP/s over its MFU on a CPU machine, which
     divides by the same probe), ``probe_source`` and ``probe_spread`` (the probe's best round over its
-    median - 1, where recorded)."""
+    median - 1, where recorded), and the identity fields themselves (``fingerprint``, a dict)."""
     import numpy as np
     import pandas as pd
 
@@ -330,9 +330,9 @@ def run_hosts(frame):
             probe = derived.get((machine, commit), float("nan"))
             source, spread = ("tflops / mfu" if probe == probe else None), float("nan")
         rows.append({"machine": machine, "commit_hash": commit, "order": run[order_col].min(),
-                     "identity": identity(fingerprint), "probe": probe, "probe_source": source,
-                     "probe_spread": spread})
-    out = pd.DataFrame(rows, columns=columns)
+                     "identity": identity(fingerprint), "fingerprint": fingerprint, "probe": probe,
+                     "probe_source": source, "probe_spread": spread})
+    out = pd.DataFrame(rows, columns=[*columns, "fingerprint"])
     out = out[np.isfinite(pd.to_numeric(out["order"], errors="coerce"))]
     return out.sort_values(["machine", "order"]).reset_index(drop=True)
 
@@ -391,9 +391,10 @@ def host_changes(frame, hosts=None):
             own = SCATTER_Z * math.hypot(*spreads)
             noise = max(scatter_band, own) if scatter_band == scatter_band else float("nan")
             why = []
-            if a["identity"] and b["identity"] and a["identity"] != b["identity"]:
-                before, after = (dict(p.split("=", 1) for p in x["identity"].split("; ")) for x in (a, b))
-                why += [f"{k} {before[k]} -> {after[k]}" for k in before if before[k] != after.get(k)]
+            if _text(a["identity"]) and _text(b["identity"]) and a["identity"] != b["identity"]:
+                before, after = a["fingerprint"], b["fingerprint"]
+                why += [f"{k} {before.get(k)} -> {after.get(k)}" for k in before
+                        if before.get(k) != after.get(k)]
             if move == move and noise == noise and abs(move) > noise:
                 why.append(f"CPU GEMM probe {a['probe']:.3g} -> {b['probe']:.3g} TFLOP/s ({move:+.1%}, "
                            f"beyond its noise ±{noise:.1%})")
@@ -429,7 +430,7 @@ def hosts_table(frame, changes=None):
     for machine, runs in hosts.groupby("machine", sort=True):
         mine = changes[changes["machine"] == machine]
         rows.append({"machine": machine, "runs": len(runs),
-                     "fingerprinted": int(runs["identity"].notna().sum()),
+                     "fingerprinted": int(runs["identity"].map(_text).notna().sum()),
                      "hosts": 1 + int(mine["changed"].sum()), "host_changes": int(mine["changed"].sum()),
                      "probe_noise": float(mine["probe_noise"].median()) if len(mine) else float("nan")})
     return pd.DataFrame(rows, columns=["machine", "runs", "fingerprinted", "hosts", "host_changes",

@@ -606,6 +606,17 @@ def test_steps_across_a_host_change_are_shown_as_such_and_never_regress():
     assert changes.iloc[-1]["probe_noise"] == pytest.approx(2.576 * 1.4826 * 0.0101, rel=0.05)
     same_cpu = _history(1.5)
     assert "CPU GEMM probe" in host_changes(same_cpu).iloc[-1]["why"]
+    # runs from before the sidecar recorded a host (no host_* values) beside newer ones: the probe
+    # (TFLOP/s over MFU for those) still tells, and the fingerprints only compare where both exist
+    mixed = frame.copy()
+    early = mixed["commit_position"] < 3
+    for column in [c for c in mixed if c.startswith("host_")]:
+        mixed[column] = mixed[column].where(~early)  # NaN, as the loader leaves a missing field
+    changes = host_changes(mixed)
+    assert changes["changed"].tolist() == [False] * 4 + [True]
+    assert "cpu_model cpu A -> cpu B" in changes.iloc[-1]["why"]
+    [table] = hosts_table(mixed).to_dict("records")
+    assert (table["fingerprinted"], table["hosts"]) == (3, 2)
 
 
 def test_mfu_is_judged_against_the_run_only_where_its_peak_is_not_the_runs_own():
