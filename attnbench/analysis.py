@@ -23,8 +23,9 @@
     compile seconds, resident growth, the host profiler's peak) is judged by its series' run-to-run
     scatter instead (``reading_scatter``: every successive difference but the step's own), which
     sees a series that flips between two levels;
-  - ``within noise`` too: the level before the step is one figure between two levels that agree
-    (within the threshold): an excursion of one run, from which the series returns;
+  - ``within noise`` too: the level before the step is one figure, and the level after it is no
+    worse (beyond the threshold) than the one before that figure: an excursion of one run, from which
+    the series returns;
   - ``host changed``: the two runs ran on different hosts of the same machine name
     (``host_changes``: their recorded fingerprints differ, or the run's CPU GEMM probe moved by more
     than its noise): a faster or slower host is no kernel's step;
@@ -618,10 +619,10 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
                 continue
             left = next(((a, b) for a, b in segments if b - 1 == before), (before, before + 1))
             right = next(((a, b) for a, b in segments if a == after), (after, after + 1))
-            # A one-figure level between two that agree is an excursion of one run, not a step.
+            # Out of a one-figure level back to (or below) the level before it: a one-run excursion.
             prior = next((levels[(a, b)] for a, b in segments if b == left[0]), None)
-            excursion = (left[1] - left[0] == 1 and prior is not None and prior != 0
-                         and abs(value_after - prior) <= threshold * abs(prior))
+            excursion = (left[1] - left[0] == 1 and prior is not None
+                         and value_after <= prior + threshold * abs(prior))
             rising = shown_after > shown_before
             facing_before = (up_all if rising else down_all)[start:end]
             facing_after = (down_all if rising else up_all)[start:end]
@@ -716,8 +717,7 @@ def _judge(row: dict, machine_scatter: dict, repo: str | None) -> dict:
     if prior:
         row.update(verdict=WITHIN_NOISE,
                    why=f"a one-run excursion: {row['value_before']:.3g} at {str(row['commit_before'])[:8]} "
-                       "alone, between levels that agree within the threshold; the series returns to its "
-                       f"level before that run{run}")
+                       f"alone; the series returns to (or beyond) its level before that run{run}")
         return row
     if host:
         row.update(verdict=HOST_CHANGED, why=f"the two runs ran on different hosts: {host}{run}")

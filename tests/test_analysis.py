@@ -652,13 +652,18 @@ def test_a_figure_read_once_per_run_is_judged_by_its_series_run_to_run_scatter()
 
 
 def test_a_one_run_excursion_is_no_step():
-    """1.0 for three runs, 0.6 for one (a fast outlier), 1.0 again: the way back is no regression."""
+    """1.0 for three runs, 0.6 for one (a fast outlier), 1.0 again: the way back is no regression; nor
+    is a way back to 1.05 (within the 5% threshold of where it was) or to 0.9 (better than before)."""
     frame = synthetic({"seconds_per_step": [1.0, 1.0, 1.0, 0.6, 1.0, 1.0, 1.0]})
     frame["ci_low"], frame["ci_high"] = frame["value"] * 0.99, frame["value"] * 1.01
     steps = find_steps(frame)
     back = steps[steps["commit_after"] == COMMITS[4]].iloc[0]
     assert back["verdict"] == WITHIN_NOISE and back["why"].startswith("a one-run excursion")
     assert find_regressions(frame).empty
+    for back_to in (1.05, 0.9):
+        other = synthetic({"seconds_per_step": [1.0, 1.0, 1.0, 0.6, back_to, back_to, back_to]})
+        other["ci_low"], other["ci_high"] = other["value"] * 0.99, other["value"] * 1.01
+        assert find_regressions(other).empty
     stays = synthetic({"seconds_per_step": [1.0, 1.0, 1.0, 0.6, 1.4, 1.4, 1.4]})
     stays["ci_low"], stays["ci_high"] = stays["value"] * 0.99, stays["value"] * 1.01
     assert len(find_regressions(stays)) == 1  # 0.6 -> 1.4 lands 40% above where it was: a step
