@@ -567,13 +567,13 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
     if factors:
         benchmark_all = ok["benchmark"].to_numpy()[order]
         env_all = ok["env_name"].to_numpy()[order]
-        exponents, chains = {}, _factor_chains(factors)
+        exponents, chain_of = {}, _factor_chains(factors)
         for i in range(len(value_all)):
             where = (metric_all[i], _text(platform_all[i]) or _text(machine_platform_all[i]))
             exponent = exponents.get(where)
             if exponent is None:
                 exponent = exponents[where] = run_exponent(*where)
-            suite = chains[(machine_all[i], env_all[i], str(benchmark_all[i]).rsplit(".", 1)[0])]
+            suite = chain_of((machine_all[i], env_all[i], str(benchmark_all[i]).rsplit(".", 1)[0]))
             factor = factors.get((machine_all[i], env_all[i], suite, commit_all[i])) if exponent else None
             if factor:
                 scale_all[i], seconds_all[i] = factor ** exponent, factor
@@ -872,8 +872,8 @@ def run_factors(shifts) -> dict:
     return factors
 
 
-def _factor_chains(factors: dict) -> dict:
-    """``{(machine, env_name, class): class}``: whose chain of ``run_factors`` a class's figures are
+def _factor_chains(factors: dict):
+    """``(machine, env_name, class) -> class``: whose chain of ``run_factors`` a class's figures are
     divided by: its own, or for a class too small ever to say (fewer than three static series, as
     torch_xla's Training), the chain of its environment's class with the most runs."""
     from collections import Counter
@@ -883,12 +883,7 @@ def _factor_chains(factors: dict) -> dict:
     for (m, e, c), n in runs.items():
         if n > runs.get((m, e, best.get((m, e))), 0):
             best[(m, e)] = c
-
-    class Chains(dict):
-        def __missing__(self, key):
-            return best.get(key[:2])
-
-    return Chains({key: key[2] for key in runs})
+    return lambda key: key[2] if key in runs else best.get(key[:2])
 
 
 def _versions_changed(group, before: int, after: int) -> str:

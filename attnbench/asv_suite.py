@@ -209,13 +209,9 @@ def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = No
     refuses and cases outside the suite size are recorded without starting a worker
     (``plan_cases``: asked of a spawned process, never of this one). Writes the sidecar (inside asv).
     """
-    import contextlib
-    import tempfile
-
     from attnbench.engine import Options
-    from attnbench.hardware import PROBE_DIR_ENV
-    from attnbench.process_env import pin_threads, scoped_environ
-    from attnbench.sweep import run_sweep
+    from attnbench.process_env import pin_threads
+    from attnbench.sweep import run_probe_dir, run_sweep
 
     groups = {suite: list(cases), **(also or {})}
     every = list({case_key(*case): case for group in groups.values() for case in group}.values())
@@ -244,10 +240,7 @@ def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = No
                 handed[key] = row
                 on_record(key, row)
 
-    with contextlib.ExitStack() as stack:  # the run's CPU GEMM probe, kept for the host fingerprint
-        if not os.environ.get(PROBE_DIR_ENV):
-            probes = stack.enter_context(tempfile.TemporaryDirectory(prefix="attnbench-probes-"))
-            stack.enter_context(scoped_environ(**{PROBE_DIR_ENV: probes}))
+    with run_probe_dir():  # the run's CPU GEMM probe, kept until the sidecar's host fingerprint reads it
         rows = run_sweep(to_run, options_for, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False,
                          on_record=measured if on_record else None, rounds=settings.get("rounds", 1),
                          fresh_process=settings.get("fresh_process", True), deadline=deadline())

@@ -67,22 +67,14 @@ def run_sweep(cases, options_for, *, isolate: bool = True, timeout_s: float = 30
     ``fresh_process``: each case gets a new worker, as asv gives each benchmark a new process.
     Compile caches live per process (torch_xla's cannot be cleared), so a regime's compile count is
     only honest when no earlier case compiled the same shapes in the same process. Without it,
-    consecutive static cases of one framework share a worker (on a GPU host a worker's start, its
-    imports and device initialisation, costs more than most cases); a regime case still gets its own.
+    consecutive static cases share a worker (on a GPU host a worker's start, its imports and device
+    initialisation, cost more than most cases); a regime case still gets a process of its own.
 
     ``deadline`` (``time.time()`` seconds): no case starts after it, and none runs past it; the
     cases left are recorded ``unsupported`` with that reason (asv: n/a), so a run that is out of time
     stops cleanly with everything measured so far.
     """
-    import tempfile
-
-    from attnbench.hardware import PROBE_DIR_ENV
-    from attnbench.process_env import scoped_environ
-
-    with contextlib.ExitStack() as stack:
-        if not os.environ.get(PROBE_DIR_ENV):  # one CPU GEMM probe per run, shared by its workers
-            probes = stack.enter_context(tempfile.TemporaryDirectory(prefix="attnbench-probes-"))
-            stack.enter_context(scoped_environ(**{PROBE_DIR_ENV: probes}))
+    with run_probe_dir():
         rows = _run_cases(cases, options_for, isolate=isolate, timeout_s=timeout_s,
                           memory_cap_bytes=memory_cap_bytes, threads=threads, progress=progress,
                           fresh_process=fresh_process, on_record=on_record, deadline=deadline)
@@ -91,6 +83,22 @@ def run_sweep(cases, options_for, *, isolate: bool = True, timeout_s: float = 30
                                   memory_cap_bytes=memory_cap_bytes, threads=threads, progress=progress,
                                   on_record=on_record, deadline=deadline)
         return rows
+
+
+@contextlib.contextmanager
+def run_probe_dir():
+    """One CPU GEMM probe per run, shared by its workers (``hardware.PROBE_DIR_ENV``): the run's own
+    folder for as long as the block lasts, unless an enclosing run set one."""
+    import tempfile
+
+    from attnbench.hardware import PROBE_DIR_ENV
+    from attnbench.process_env import scoped_environ
+
+    with contextlib.ExitStack() as stack:
+        if not os.environ.get(PROBE_DIR_ENV):
+            probes = stack.enter_context(tempfile.TemporaryDirectory(prefix="attnbench-probes-"))
+            stack.enter_context(scoped_environ(**{PROBE_DIR_ENV: probes}))
+        yield os.environ[PROBE_DIR_ENV]
 
 
 EXTRA_ROUNDS_FOR_CONTENTION = 2
