@@ -185,8 +185,22 @@ def test_the_device_run_rehearses_here_from_a_copy_without_git(tmp_path):
                             text=True).stdout
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTNBENCH_", "ASV"))}
     env.update(DEVICE_DRY_RUN="1", DEVICE_PYTHON=sys.executable, OUT=str(out), ACCEL="")
-    proc = subprocess.run(["bash", str(copy / "tools" / "device-run.sh")], env=env, capture_output=True,
-                          text=True, timeout=900)
+    # the copy is this working tree's: a developer's uncommitted edits are not the bundled commit
+    code = ["attnbench", "attention_impls", "benchmarks", "tools", "asv.conf.json", "pyproject.toml"]
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *code], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip()
+    script = ["bash", str(copy / "tools" / "device-run.sh")]
+    if dirty:
+        env["DEVICE_ALLOW_DIRTY"] = "1"
+    else:  # an edit to the copied code is refused before anything runs
+        edited = copy / "attnbench" / "cli.py"
+        original = edited.read_text()
+        edited.write_text(original + "# edited\n")
+        refused = subprocess.run(script, env=env, capture_output=True, text=True, timeout=300)
+        assert refused.returncode == 1 and "is not the bundled commit" in refused.stdout
+        assert " M attnbench/cli.py" in refused.stdout
+        edited.write_text(original)
+    proc = subprocess.run(script, env=env, capture_output=True, text=True, timeout=900)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert f"commit {head.stdout.strip()}" in log and "machine name: cpu-" in log

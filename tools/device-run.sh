@@ -4,7 +4,8 @@
 #   bash tools/device-run.sh                     the image's python3, the gpu suite, ACCEL=cuda
 #   DEVICE_DRY_RUN=1 bash tools/device-run.sh    .venv/bin/python, the smoke suite, ACCEL=cpu
 # Needs, where asv is missing, the wheels of tools/device-wheels.sh in .whl/ (carried there), and the
-# history (.git, or .whl/head.bundle) to file results under HEAD. Writes under $OUT (a new temporary
+# history (.git, or .whl/head.bundle, whose commit the copied code must be: else it stops, unless
+# DEVICE_ALLOW_DIRTY=1) to file results under HEAD. Writes under $OUT (a new temporary
 # folder when unset): results-<machine>.tar.gz (results/<machine>/: asv results, sidecars, traces; and
 # benchmarks.json), cases.tar.gz (every case's full record, kept even if asv does not finish) and
 # device-run.log. Ends within DEVICE_BUDGET_S seconds (480): no case starts after the sweep's deadline,
@@ -57,6 +58,15 @@ elif [ -f .whl/head.bundle ]; then
   git init -q "$work/repo" && git -C "$work/repo" fetch -q "$root/.whl/head.bundle" "HEAD:refs/heads/main" &&
     git -C "$work/repo" symbolic-ref HEAD refs/heads/main || exit 1
   repo=$work/repo commit=$(git -C "$repo" rev-parse main)
+  # The results are filed under the bundled commit: the code that runs must be that commit's.
+  tree=(git --git-dir="$repo/.git" --work-tree="$root")
+  "${tree[@]}" read-tree main && "${tree[@]}" update-index -q --refresh >/dev/null
+  changed=$("${tree[@]}" status --porcelain -- attnbench attention_impls benchmarks tools asv.conf.json pyproject.toml)
+  if [ -n "$changed" ]; then
+    echo "device-run: the code here is not the bundled commit $commit (run tools/device-wheels.sh again):"
+    echo "$changed" | head -20
+    [ -n "${DEVICE_ALLOW_DIRTY:-}" ] || exit 1
+  fi
 else
   echo "device-run: no git history here (.git or .whl/head.bundle): asv files results under a commit"; exit 1
 fi
