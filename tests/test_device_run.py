@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -177,7 +178,7 @@ def test_the_device_run_rehearses_here_from_a_copy_without_git(tmp_path):
         source = ROOT / name
         if source.is_file():
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            (copy / name).write_bytes(source.read_bytes())
+            shutil.copy2(source, copy / name)
     (copy / ".whl").mkdir()
     subprocess.run(["git", "bundle", "create", "-q", str(copy / ".whl" / "head.bundle"), "HEAD"], cwd=ROOT,
                    check=True)

@@ -59,7 +59,7 @@ elif [ -f .whl/head.bundle ]; then
     git -C "$work/repo" symbolic-ref HEAD refs/heads/main || exit 1
   repo=$work/repo commit=$(git -C "$repo" rev-parse main)
   # The results are filed under the bundled commit: the code that runs must be that commit's.
-  tree=(git --git-dir="$repo/.git" --work-tree="$root")
+  tree=(git --git-dir="$repo/.git" --work-tree="$root" -c core.fileMode=false)  # a copy may drop modes
   "${tree[@]}" read-tree main && "${tree[@]}" update-index -q --refresh >/dev/null
   changed=$("${tree[@]}" status --porcelain -- attnbench attention_impls benchmarks tools asv.conf.json pyproject.toml)
   if [ -n "$changed" ]; then
