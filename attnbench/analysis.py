@@ -319,11 +319,14 @@ def run_hosts(frame):
     derived = _derived_probes(frame)
     host_cols = [f"host_{k}" for k in IDENTITY if f"host_{k}" in frame]
     rows = []
+    probe_cols = [c for c in ("host_gemm_peak_tflops", "host_gemm_median_tflops") if c in frame]
     for (machine, commit), run in frame.groupby(["machine", "commit_hash"], sort=False):
-        first = run.iloc[0]
-        fingerprint = {c.removeprefix("host_"): (None if first[c] != first[c] else first[c])
+        # a run's environments without a sidecar host (the compiled-for tier's) leave these empty
+        recorded = {c: run[c].dropna() for c in host_cols + probe_cols}
+        fingerprint = {c.removeprefix("host_"): (recorded[c].iloc[0] if len(recorded[c]) else None)
                        for c in host_cols}
-        best, median = (_number(first.get(f"host_{k}")) for k in ("gemm_peak_tflops", "gemm_median_tflops"))
+        best, median = (_number(recorded[c].iloc[0]) if c in recorded and len(recorded[c]) else float("nan")
+                        for c in ("host_gemm_peak_tflops", "host_gemm_median_tflops"))
         if best == best:
             probe, source = best, "recorded"
             spread = best / median - 1.0 if median == median and median > 0 else float("nan")
@@ -419,13 +422,14 @@ def host_periods(changes) -> dict:
     return periods
 
 
-def hosts_table(frame, changes=None):
+def hosts_table(frame, changes=None, hosts=None):
     """Per machine: ``runs``, ``fingerprinted`` (runs whose sidecar recorded their host), ``hosts``
     (host periods in its history: 1 + the host changes between consecutive runs), ``host_changes``,
-    ``probe_noise`` (the probe's run-to-run band, ``host_changes``)."""
+    ``probe_noise`` (the probe's run-to-run band, ``host_changes``). ``hosts``, ``changes``:
+    ``run_hosts`` and ``host_changes`` of ``frame`` where already computed."""
     import pandas as pd
 
-    hosts = run_hosts(frame)
+    hosts = run_hosts(frame) if hosts is None else hosts
     changes = host_changes(frame, hosts) if changes is None else changes
     rows = []
     for machine, runs in hosts.groupby("machine", sort=True):
@@ -495,7 +499,7 @@ def run_exponent(metric: str, platform: str | None) -> int:
 
 def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
                min_absolute_step: dict | None = None, repo: str | None = None, relative_to_run: bool = True,
-               factors: dict | None = None):
+               factors: dict | None = None, changes=None):
     """One row per step beyond the threshold, each with its ``verdict`` (``VERDICTS``): series, commit
     range, values before/after, relative step, the combined ``uncertainty`` of the two levels (in the
     metric's units) with ``noise_relative`` (it over the level before) and ``noise_source``,
@@ -512,7 +516,8 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
     verdict are then against the run; ``value_before``/``value_after`` stay the series' own
     levels and ``run_shift`` says how far its run moved across the step. How the whole runs moved
     is ``run_shifts``' (the report's run-shift table). ``factors``: ``run_factors`` of the whole
-    results, where ``frame`` is a part of them (default: ``frame``'s own).
+    results, where ``frame`` is a part of them (default: ``frame``'s own); ``changes`` likewise
+    ``host_changes`` of the whole results (a part may lack the rows that hold the runs' probes).
     """
     import numpy as np
     import pandas as pd
@@ -579,7 +584,7 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
                 scale_all[i], seconds_all[i] = factor ** exponent, factor
         value_all, low_all, high_all = value_all / scale_all, low_all / scale_all, high_all / scale_all
         ci_low_all, ci_high_all = ci_low_all / scale_all, ci_high_all / scale_all
-    periods = host_periods(host_changes(frame))
+    periods = host_periods(host_changes(frame) if changes is None else changes)
     one_reading = {m.name for m in metrics.METRICS if m.one_reading}
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         commits = commit_all[start:end]
@@ -757,11 +762,11 @@ def _host_change(before: tuple, after: tuple, periods: dict, machine: str) -> st
 
 def find_regressions(frame, thresholds: dict | None = None, *, min_size: int = 1,
                      min_absolute_step: dict | None = None, repo: str | None = None,
-                     factors: dict | None = None):
+                     factors: dict | None = None, changes=None):
     """One row per regression: a step beyond the threshold and the noise, in measured code, with no
     definition change across it (``find_steps``' verdict ``regression``)."""
     steps = find_steps(frame, thresholds, min_size=min_size, min_absolute_step=min_absolute_step, repo=repo,
-                       factors=factors)
+                       factors=factors, changes=changes)
     if steps.empty:
         return steps
     return steps[steps["verdict"] == REGRESSION].reset_index(drop=True)
@@ -900,16 +905,18 @@ def _versions_changed(group, before: int, after: int) -> str:
 
 
 def find_cost_spikes(frame, thresholds: dict | None = None, *, repo: str | None = None,
-                     factors: dict | None = None):
+                     factors: dict | None = None, changes=None):
     """Cost regressions (``find_regressions``: beyond the noise, in measured code, no definition
     change), each with the companion metrics' change across the same two commits. The cost metrics
-    are judged against their run as in ``find_steps``, by the run factors of the whole ``frame``
-    (``factors``, default: computed here), not of the cost rows alone, which hold no step times."""
+    are judged against their run as in ``find_steps``, by the run factors and host changes of the
+    whole ``frame`` (``factors``, ``changes``; default: computed here), not of the cost rows alone,
+    which hold no step times and no probe."""
     import pandas as pd
 
     factors = run_factors(run_shifts(frame)) if factors is None else factors
+    changes = host_changes(frame) if changes is None else changes
     regressions = find_regressions(frame[frame["metric"].isin(metrics.names("cost"))], thresholds, repo=repo,
-                                   factors=factors)
+                                   factors=factors, changes=changes)
     if regressions.empty:
         return regressions
     ok = frame[frame["status"] == "ok"]

@@ -68,11 +68,11 @@ PROBE = ("import json, sys; from attnbench import environment as e; "
          "print(json.dumps({'python': '%d.%d' % sys.version_info[:2], 'versions': e.versions()}))")
 
 
-def probe(executable: str, extra_path: str | None = None) -> dict:
+def probe(executable: str) -> dict:
     """``{"python": "3.12", "versions": {...}}`` of the interpreter ``executable``."""
     env = dict(os.environ)
     checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (checkout, extra_path, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (checkout, env.get("PYTHONPATH")) if p)
     out = subprocess.run([executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=120)
     if out.returncode:
         raise RuntimeError(f"{executable} could not report its versions: {out.stderr.strip()[-500:]}")

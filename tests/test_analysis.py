@@ -617,6 +617,26 @@ def test_steps_across_a_host_change_are_shown_as_such_and_never_regress():
     assert "cpu_model cpu A -> cpu B" in changes.iloc[-1]["why"]
     [table] = hosts_table(mixed).to_dict("records")
     assert (table["fingerprinted"], table["hosts"]) == (3, 2)
+    # a run's other environment without a sidecar host (the compiled-for tier's) does not hide it
+    tier = frame[frame["commit_position"] == 5].assign(env_name="compiled-for")
+    tier = tier.assign(**{c: float("nan") for c in tier if c.startswith("host_")})
+    [table] = hosts_table(pd.concat([tier, frame], ignore_index=True)).to_dict("records")
+    assert (table["fingerprinted"], table["hosts"]) == (6, 2)
+
+
+def test_cost_spikes_see_the_host_change_of_the_whole_results():
+    """Runs from before the host fingerprint: only the probe (TFLOP/s over MFU, rows the cost rows
+    lack) tells that the sixth run is on a 1.5x slower host. k3's cost step there is "host changed"
+    in ``find_steps`` and so no cost spike either, though the cost rows alone hold no probe."""
+    from attnbench.analysis import HOST_CHANGED
+
+    frame = _history(1.5, slow="k3", slowdown=1.2)
+    frame = frame.drop(columns=[c for c in frame if c.startswith("host_")])
+    thresholds = dict.fromkeys(metrics.names(), 0.1)
+    steps = find_steps(frame, thresholds)
+    cost = steps[steps["metric"] == "usd_per_step"]
+    assert len(cost) == 1 and cost.iloc[0]["verdict"] == HOST_CHANGED
+    assert find_cost_spikes(frame, thresholds).empty
 
 
 def test_mfu_is_judged_against_the_run_only_where_its_peak_is_not_the_runs_own():

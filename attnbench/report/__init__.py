@@ -127,6 +127,7 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
         load_traces,
         noise_floor,
         run_factors,
+        run_hosts,
         run_shifts,
     )
     from attnbench.asv_results import load_results, ordering_note
@@ -137,12 +138,13 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     traces = load_traces(results_dir)
     shifts = run_shifts(frame)  # how whole runs moved: the timed metrics are judged against them
     factors = run_factors(shifts)
-    steps = find_steps(frame, thresholds, repo=repo, factors=factors)
+    hosts = run_hosts(frame)  # which host of each machine name ran each run
+    changes = host_changes(frame, hosts)
+    steps = find_steps(frame, thresholds, repo=repo, factors=factors, changes=changes)
     regressions = steps[steps["verdict"] == REGRESSION].reset_index(drop=True) if not steps.empty else steps
-    spikes = find_cost_spikes(frame, thresholds, repo=repo, factors=factors)
+    spikes = find_cost_spikes(frame, thresholds, repo=repo, factors=factors, changes=changes)
     noise = noise_floor(frame, thresholds)
-    changes = host_changes(frame)  # which runs ran on which host of each machine name
-    hosts = hosts_table(frame, changes)
+    host_table = hosts_table(frame, changes, hosts)
     trace_spikes = find_trace_spikes(traces, factor=trace_factor)
     best = best_native_vs_forced(frame)
     costs = regime_costs(frame)
@@ -177,7 +179,7 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
 
     ctx = context(frame, results_dir, regressions, spikes, traces, trace_spikes, best, costs, pngs,
                   thresholds, trace_factor, steps=steps, noise=noise, shifts=shifts, ordering=ordering,
-                  hosts=hosts, changes=changes)
+                  hosts=host_table, changes=changes)
     # "Compiled for, not measured" (report/compiled.py): the compile-for records, when there are any.
     from attnbench.report.compiled import compiled_part
 
