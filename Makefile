@@ -47,7 +47,7 @@ FLEET_STAMP := $(VENV)/.fleet-installed
 
 MAIN_FRAMEWORKS := numpy,jax,torch
 # The torch_xla venv has no pandas/asv: it runs the framework tests only.
-XLA_TESTS := tests/test_correctness.py tests/test_conformance.py tests/test_workload.py \
+XLA_TESTS := tests/test_correctness.py tests/test_mask_correctness.py tests/test_conformance.py tests/test_workload.py \
              tests/test_support_torch_xla.py
 
 export PJRT_DEVICE
@@ -216,6 +216,7 @@ list: setup
 
 matrix: $(MAIN_STAMP)
 	$(VENV)/bin/python -m attnbench matrix --markdown
+	$(VENV)/bin/python -m attnbench matrix --features --markdown
 
 # pip unpacks next to the downloaded wheels, so the check asks for more than the venv's final size
 # (.venv ~2 GB; .venv-xla ~7.6 GB, mostly the CUDA wheels PyPI's torch 2.9.0 depends on).

@@ -10,6 +10,18 @@ cuda/sdp_utils.cpp`` ``can_use_{flash,mem_efficient,cudnn}_attention``; on CPU
 (``torch._fused_sdp_choice`` on zero-stride views of the real shapes: nothing is allocated), which
 catches what a torch or cuDNN version changed. GPU rules read the device's compute capability
 when there is one, and are those of sm80+ (A100/H100/H200) when reasoning from a host without one.
+
+Mask features (``attnbench.masks``): a sliding window and segment ids go in as SDPA's own
+``attn_mask``, one boolean ``[B or 1, 1, Sq, Sk]`` tensor (True = keep) built on the device inside
+each call from ``arange`` and the segment ids, with the bottom-right causal rule folded in (SDPA
+refuses ``attn_mask`` together with ``is_causal``); building it is part of the timed call, as in a
+model's attention layer. Which backend takes an explicit mask is torch's gate: MATH and CPU FLASH
+(``check_attn_mask_shape``), CUDA EFFICIENT (no mask check; ``preprocess_mask`` pads it), CUDNN
+(``check_attn_mask_shape`` in ``can_use_cudnn_attention``); CUDA FLASH does not
+(``check_for_attn_mask``). Logit soft-capping is refused by all four: SDPA has no option for it.
+GQA goes in as ``enable_gqa``: MATH repeats the kv heads (``attention.cpp``
+``pre_process_group_query_attention_input``: ``repeat_interleave``), the fused kernels index the
+shared kv head themselves.
 """
 
 from __future__ import annotations
@@ -30,15 +42,54 @@ CUDA_ONLY = ("{kernel} is a CUDA-only kernel: on CPU torch's SDPA dispatcher has
 HALF = ("float16", "bfloat16")
 
 
-def sdpa(q, k, v, *, causal: bool, scale: float, backend=None):
-    """SDPA on [B, S, H, D] tensors (transposed to torch's [B, H, S, D]), bottom-right causal."""
+# SDPA's signature (F.scaled_dot_product_attention: attn_mask, dropout_p, is_causal, scale,
+# enable_gqa) has nothing that could soft-cap the logits: a mask only adds to or masks the scores.
+NO_SOFTCAP = ("torch SDPA has no logit soft-capping option: F.scaled_dot_product_attention takes "
+              "attn_mask, is_causal, scale and enable_gqa, and a mask can only add to or mask the "
+              "scores, not apply softcap * tanh(s / softcap)")
+
+
+def keep_mask(seq_q: int, seq_k: int, device, *, causal: bool, window: int | None = None,
+              q_segment_ids=None, kv_segment_ids=None):
+    """Boolean ``[B or 1, 1, Sq, Sk]``: True where ``attnbench.masks`` keeps the pair.
+
+    Built on ``device`` from ``arange`` and the ``[B, S]`` segment-id tensors (no Python value of
+    the ids is read), bottom-right causal when ``causal``.
+    """
+    import torch
+
+    pos = torch.arange(seq_q, device=device)[:, None] + (seq_k - seq_q)
+    keys = torch.arange(seq_k, device=device)[None, :]
+    keep = torch.ones(seq_q, seq_k, dtype=torch.bool, device=device)
+    if causal:
+        keep = keep & (keys <= pos)
+    if window is not None:
+        keep = keep & (keys > pos - window)
+    keep = keep[None, None]
+    if q_segment_ids is not None:
+        keep = keep & (q_segment_ids[:, None, :, None] == kv_segment_ids[:, None, None, :])
+    return keep
+
+
+def sdpa(q, k, v, *, causal: bool, scale: float, backend=None, window: int | None = None,
+         q_segment_ids=None, kv_segment_ids=None):
+    """SDPA on [B, S, H, D] tensors (transposed to torch's [B, H, S, D]), bottom-right causal.
+
+    Without a window or segment ids, causal goes in as ``is_causal`` (square) or torch's
+    ``causal_lower_right`` bias; with them, as one boolean ``attn_mask`` (``keep_mask``).
+    """
     import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel
 
+    seq_q, seq_k = q.shape[1], k.shape[1]
+    masked = window is not None or q_segment_ids is not None
+    attn_mask = keep_mask(seq_q, seq_k, q.device, causal=causal, window=window, q_segment_ids=q_segment_ids,
+                          kv_segment_ids=kv_segment_ids) if masked else None
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     kwargs = {"scale": scale, "enable_gqa": k.shape[1] != q.shape[1]}
-    seq_q, seq_k = q.shape[2], k.shape[2]
-    if causal and seq_q != seq_k:
+    if masked:
+        kwargs["attn_mask"] = attn_mask
+    elif causal and seq_q != seq_k:
         from torch.nn.attention.bias import causal_lower_right
 
         kwargs["attn_mask"] = causal_lower_right(seq_q, seq_k)  # is_causal is top-left aligned
@@ -76,7 +127,8 @@ def dispatcher_reason(backend: str, messages: list[str], error: str) -> str:
 def dispatch_refusal(backend: str, workload: Workload, device) -> str | None:
     """Ask torch's SDPA dispatcher whether ``backend`` takes ``workload`` the way ``sdpa`` calls it.
 
-    Mirrors ``sdpa``: a bottom-right causal bias reaches CUDA flash/efficient natively
+    Mirrors ``sdpa``: a window or segment ids go in as a boolean ``[B or 1, 1, Sq, Sk]`` mask with
+    ``is_causal`` off; without them a bottom-right causal bias reaches CUDA flash/efficient natively
     (``torch/nn/attention/bias.py`` ``CausalBias._dispatch``), every other backend as a
     materialized boolean mask. Returns ``None`` when torch would run it.
     """
@@ -92,11 +144,17 @@ def dispatch_refusal(backend: str, workload: Workload, device) -> str | None:
         base = torch.zeros(1, 1, 1, workload.head_dim, dtype=dtype, device=device, requires_grad=grad)
         return base.expand(workload.batch, heads, seq, workload.head_dim)
 
+    def bool_mask(*shape):  # a zero-stride view: the dispatcher reads shapes, never values
+        return torch.ones((1,) * len(shape), dtype=torch.bool, device=device).expand(*shape)
+
     mask, is_causal = None, workload.causal
-    if workload.causal and workload.seq_q != workload.seq_k:
+    if workload.window is not None or workload.segmented:
+        is_causal = False
+        mask = bool_mask(workload.batch if workload.segmented else 1, 1, workload.seq_q, workload.seq_k)
+    elif workload.causal and workload.seq_q != workload.seq_k:
         is_causal = False
         if not (device.type == "cuda" and backend in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION")):
-            mask = torch.ones(1, 1, dtype=torch.bool, device=device).expand(workload.seq_q, workload.seq_k)
+            mask = bool_mask(workload.seq_q, workload.seq_k)
     with warnings.catch_warnings(record=True) as caught, torch.set_grad_enabled(grad), \
             sdpa_kernel([getattr(SDPBackend, backend)]):
         warnings.simplefilter("always")
@@ -122,11 +180,16 @@ class SdpaBackendKernel(AttentionImpl):
     sdpa_backend: str  # name of the torch.nn.attention.SDPBackend member
     evidence_from_ops = staticmethod(sdpa_evidence)
     platform_support = {"cpu": RUNS, "gpu": RUNS, "tpu": NO_TPU}
+    # A backend that cannot take an explicit mask somewhere refuses it in ``rules`` (CUDA FLASH).
+    supports = frozenset({"window", "segment_ids"})
+    feature_notes = {"softcap": NO_SOFTCAP}
+    gqa = "native"  # enable_gqa: the fused kernels read the shared kv head; MATH overrides this
 
-    def attention(self, q, k, v, *, causal, scale):
+    def attention(self, q, k, v, *, causal, scale, **mask):
         from torch.nn.attention import SDPBackend
 
-        return sdpa(q, k, v, causal=causal, scale=scale, backend=getattr(SDPBackend, self.sdpa_backend))
+        return sdpa(q, k, v, causal=causal, scale=scale, backend=getattr(SDPBackend, self.sdpa_backend),
+                    **mask)
 
     def rules(self, w: Workload, platform: str, sm: tuple[int, int] | None) -> str | None:
         """This backend's own constraints, written out from torch's checks; ``None`` when met."""

@@ -1,8 +1,12 @@
 """What every kernel declares, and the conformance entry point they all share.
 
 A kernel is one file holding one small class: its framework, the hardware it was designed for, a
-per-platform support table, shape rules, and ``attention(q, k, v, causal=, scale=)`` written in the
-framework's own arrays. The framework's backend (``attnbench/backends/``) turns that into the
+per-platform support table, shape rules, the mask features it takes (``supports``), how it runs
+grouped-query heads (``gqa``), and ``attention(q, k, v, causal=, scale=, **mask)`` written in the
+framework's own arrays, where ``mask`` holds only the features the workload uses: ``window`` (int),
+``softcap`` (float), ``q_segment_ids`` / ``kv_segment_ids`` (the framework's int32 ``[B, S]``
+arrays). The semantics are ``attnbench.masks``'. The framework's backend (``attnbench/backends/``)
+turns that into the
 conformance entry point ``run_numpy`` / ``grad_numpy`` and into a timed ``make_step``.
 
 Framework imports happen inside methods, never at module import, so that the registry can list
@@ -23,6 +27,10 @@ from attnbench.workload import Workload
 PLATFORMS = ("cpu", "gpu", "tpu")
 FORCED_FLASH = "forced-flash"
 NATIVE = "native"
+# The mask features a kernel may declare in ``supports`` (``Workload.mask_features``), in words.
+MASK_FEATURES = {"window": "sliding window", "softcap": "logit soft-capping",
+                 "segment_ids": "segment ids (packed documents, a ragged cache's padding)"}
+GQA_MODES = ("native", "repeated")  # kv heads read once per query group, or repeated to Hq first
 
 
 class Unsupported(NotImplementedError):
@@ -76,15 +84,35 @@ class AttentionImpl(abc.ABC):
     is_flash: bool = False  # a tiled online-softmax (FlashAttention-style) kernel
     summary: str = ""
     platform_support: dict[str, PlatformSupport] = {p: RUNS for p in PLATFORMS}
+    # Mask features (keys of MASK_FEATURES) ``attention`` takes; any other is refused with
+    # ``feature_notes[feature]`` as the reason, or a sentence naming the feature.
+    supports: frozenset[str] = frozenset()
+    feature_notes: dict[str, str] = {}
+    # "native": the kernel reads each kv head once for its query group (GQA/MQA in the kernel);
+    # "repeated": kv heads are repeated to q_heads before the kernel. Records say which (``gqa``).
+    gqa: str = "repeated"
 
     @abc.abstractmethod
-    def attention(self, q, k, v, *, causal: bool, scale: float):
+    def attention(self, q, k, v, *, causal: bool, scale: float, **mask):
         """The kernel on the framework's arrays in ``[B, S, H, D]``, bottom-right causal; returns
-        ``[B, Sq, Hq, D]`` in q's dtype. Import the framework inside, never at module level."""
+        ``[B, Sq, Hq, D]`` in q's dtype. ``mask``: only features in ``supports`` that the workload
+        uses (module doc). Import the framework inside, never at module level."""
 
     def shape_reason(self, workload: Workload, platform: str) -> str | None:
         """Why this kernel cannot run ``workload`` (shapes, dtype, masking); ``None`` when it can."""
         return None
+
+    def feature_reason(self, workload: Workload) -> str | None:
+        """Why this kernel cannot take ``workload``'s mask: the first feature it does not support."""
+        for feature in workload.mask_features:
+            if feature not in self.supports:
+                return self.feature_notes.get(feature) or (
+                    f"{self.name} takes no {MASK_FEATURES[feature]}: the kernel has no such option")
+        return None
+
+    def gqa_mode(self, workload: Workload) -> str | None:
+        """How this kernel runs ``workload``'s grouped heads (``None``: not grouped)."""
+        return self.gqa if workload.is_gqa else None
 
     # -- what the kernel is -------------------------------------------------------------------
     def label(self, platform: str) -> str:
@@ -141,7 +169,7 @@ class AttentionImpl(abc.ABC):
         support = self.platform_support[platform]
         if support.status == "unsupported":
             return support.note
-        return self.api_missing() or self.shape_reason(workload, platform)
+        return self.api_missing() or self.feature_reason(workload) or self.shape_reason(workload, platform)
 
     def require(self, workload: Workload) -> str:
         """Raise ``Unsupported`` unless ``workload`` runs here; return the platform."""
@@ -152,21 +180,31 @@ class AttentionImpl(abc.ABC):
 
     # -- the conformance entry point ------------------------------------------------------------
     def run_numpy(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool,
-                  scale: float | None = None) -> np.ndarray:
-        """Run the real kernel on ``[B, S, H, D]`` numpy inputs in their dtype.
+                  scale: float | None = None, window: int | None = None,
+                  q_segment_ids: np.ndarray | None = None, kv_segment_ids: np.ndarray | None = None,
+                  softcap: float | None = None) -> np.ndarray:
+        """Run the real kernel on ``[B, S, H, D]`` numpy inputs in their dtype, under the mask
+        ``attnbench.masks`` defines (segment ids: int ``[B, Sq]`` and ``[B, Sk]``, both or neither).
 
-        Returns the output as float64 ``[B, Sq, Hq, D]``; raises ``Unsupported`` with the reason.
+        Returns the output as float64 ``[B, Sq, Hq, D]``; raises ``Unsupported`` with the reason,
+        ``ValueError`` naming what is wrong with the inputs.
         """
-        self.require(workload_of(q, k, v, causal=causal))
+        mask = mask_kwargs(q, k, causal=causal, window=window, q_segment_ids=q_segment_ids,
+                           kv_segment_ids=kv_segment_ids, softcap=softcap)
+        self.require(workload_of(q, k, v, causal=causal, **mask))
         return self.backend().run_numpy(self, q, k, v, causal=causal,
-                                        scale=default_scale(q.shape[3], scale))
+                                        scale=default_scale(q.shape[3], scale), **mask)
 
     def grad_numpy(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, *, causal: bool,
-                   scale: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                   scale: float | None = None, window: int | None = None,
+                   q_segment_ids: np.ndarray | None = None, kv_segment_ids: np.ndarray | None = None,
+                   softcap: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Gradients (dq, dk, dv) of ``sum(out * do)``, as float64 arrays shaped like q, k, v."""
-        self.require(workload_of(q, k, v, causal=causal, mode="fwd_bwd"))
+        mask = mask_kwargs(q, k, causal=causal, window=window, q_segment_ids=q_segment_ids,
+                           kv_segment_ids=kv_segment_ids, softcap=softcap)
+        self.require(workload_of(q, k, v, causal=causal, mode="fwd_bwd", **mask))
         return self.backend().grad_numpy(self, q, k, v, do, causal=causal,
-                                         scale=default_scale(q.shape[3], scale))
+                                         scale=default_scale(q.shape[3], scale), **mask)
 
     # -- measurement (the backend's; kept here so one object is all a caller needs) -------------
     def make_step(self, workload: Workload, seed: int = 0):
@@ -181,8 +219,46 @@ class AttentionImpl(abc.ABC):
         return f"<{type(self).__name__} {self.name!r}>"
 
 
-def workload_of(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool, mode: str = "fwd") -> Workload:
-    """The workload that numpy inputs describe; shape mismatches raise ``ValueError`` naming them."""
+def mask_kwargs(q, k, *, causal: bool, window=None, q_segment_ids=None, kv_segment_ids=None,
+                softcap=None) -> dict:
+    """The mask features that are set, checked against q and k; ``ValueError`` names what is wrong."""
+    mask = {}
+    if window is not None:
+        if isinstance(window, bool) or int(window) != window or window <= 0:
+            raise ValueError(f"window must be a positive integer (keys), got {window!r}")
+        if not causal:
+            raise ValueError("window needs causal=True: a sliding window is the last W keys up to the query")
+        mask["window"] = int(window)
+    if softcap is not None:
+        if isinstance(softcap, bool) or not np.isfinite(softcap) or softcap <= 0:
+            raise ValueError(f"softcap must be a positive number, got {softcap!r}")
+        mask["softcap"] = float(softcap)
+    if (q_segment_ids is None) != (kv_segment_ids is None):
+        raise ValueError("q_segment_ids and kv_segment_ids go together: pass both or neither")
+    if q_segment_ids is not None:
+        q_ids, kv_ids = np.asarray(q_segment_ids), np.asarray(kv_segment_ids)
+        for label, ids, x in (("q_segment_ids", q_ids, q), ("kv_segment_ids", kv_ids, k)):
+            if ids.shape != x.shape[:2] or ids.dtype.kind not in "iu":
+                raise ValueError(f"{label} must be an integer array [B, S] = {x.shape[:2]}, "
+                                 f"got {ids.dtype} {ids.shape}")
+        from attnbench.masks import empty_rows
+
+        empty = empty_rows(q.shape[1], k.shape[1], causal=causal, window=mask.get("window"),
+                           q_segment_ids=q_ids, kv_segment_ids=kv_ids)
+        if empty:
+            raise ValueError(f"the mask leaves {empty} query row(s) with no visible key: their softmax "
+                             "is undefined and kernels disagree on it (0, NaN, mean of V)")
+        mask["q_segment_ids"], mask["kv_segment_ids"] = q_ids.astype(np.int32), kv_ids.astype(np.int32)
+    return mask
+
+
+def workload_of(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool, mode: str = "fwd",
+                window=None, softcap=None, q_segment_ids=None, kv_segment_ids=None) -> Workload:
+    """The workload that numpy inputs describe; shape mismatches raise ``ValueError`` naming them.
+
+    Caller-given segment ids are described by their kind, for the support checks: ``documents``
+    (as many as the distinct ids) when queries and keys are one sequence, else a ``ragged`` cache.
+    """
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(f"q, k, v must be [B, S, H, D]; got shapes {q.shape}, {k.shape}, {v.shape}")
     if k.shape != v.shape:
@@ -191,8 +267,29 @@ def workload_of(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool, mo
         raise ValueError(f"q and k must agree on batch and head_dim; got {q.shape} and {k.shape}")
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    segments = {}
+    if q_segment_ids is not None:
+        if q.shape[1] == k.shape[1]:
+            segments["documents"] = min(q.shape[1], max(1, len(np.unique(q_segment_ids))))
+        else:
+            segments["ragged"] = True
     return Workload(batch=q.shape[0], seq_q=q.shape[1], q_heads=q.shape[2], head_dim=q.shape[3],
-                    seq_k=k.shape[1], kv_heads=k.shape[2], dtype=str(q.dtype), causal=causal, mode=mode)
+                    seq_k=k.shape[1], kv_heads=k.shape[2], dtype=str(q.dtype), causal=causal, mode=mode,
+                    window=window, softcap=softcap, **segments)
+
+
+def static_mask(workload: Workload) -> dict:
+    """The mask features a kernel takes as Python values (traced as constants): window, softcap."""
+    return {name: value for name, value in (("window", workload.window), ("softcap", workload.softcap))
+            if value is not None}
+
+
+def mask_call(static: dict, arrays: tuple) -> dict:
+    """``attention``'s mask keywords from the static features and the placed segment-id arrays."""
+    mask = dict(static)
+    if arrays:
+        mask["q_segment_ids"], mask["kv_segment_ids"] = arrays
+    return mask
 
 
 def default_scale(head_dim: int, scale: float | None) -> float:

@@ -9,11 +9,21 @@ Query blocks are a ``lax.map`` and key blocks a ``lax.scan`` inside it, so the t
 the same size for every sequence length. Under a causal mask a key block lying entirely above the
 diagonal is skipped with ``lax.cond``, as the CUDA kernel skips it. Lengths that are not multiples
 of the tiles are padded internally; padded keys are masked out and padded query rows are dropped.
+
+Mask features (``attnbench.masks``): the sliding window and segment ids are conditions of each
+tile's mask, logit soft-capping is ``softcap * tanh(s / softcap)`` on the float32 scores before
+masking. Block skipping covers them as FA2 covers local attention: a key block entirely before
+the window of the query block's first row is skipped too, and so is one whose segment ids cannot
+meet the query block's (their [min, max] ranges, computed from the traced ids inside the loop, do
+not overlap in any batch row; exact, and cheap for contiguous documents and a ragged cache's
+padding, which is where it skips).
 Gradients come from jax autodiff through the loops (no hand-written FA2 backward), so the backward
 pass keeps per-tile residuals like ``torch_blockwise`` does under autograd.
 """
 
 from __future__ import annotations
+
+import functools
 
 from attention_impls.base import AttentionImpl
 from attention_impls.registry import register
@@ -26,12 +36,16 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def blockwise_attention(q, k, v, *, causal: bool, scale: float, block_q: int = BLOCK_Q,
-                        block_k: int = BLOCK_K):
+def blockwise_attention(q, k, v, *, causal: bool, scale: float, window: int | None = None,
+                        softcap: float | None = None, q_segment_ids=None, kv_segment_ids=None,
+                        block_q: int = BLOCK_Q, block_k: int = BLOCK_K):
     """Online-softmax attention on [B, S, H, D] arrays; never materializes more than one tile.
 
-    Accumulates in float32 whatever the input dtype, like the CUDA kernels do; causal masks are
-    bottom-right aligned (query i sees keys j <= i + seq_k - seq_q). Returns q's dtype.
+    Accumulates in float32 whatever the input dtype, like the CUDA kernels do; the mask is
+    ``attnbench.masks``': causal bottom-right aligned (query i sits at p = i + seq_k - seq_q and
+    sees keys j <= p), sliding ``window`` (p - W < j), ``softcap`` (``softcap * tanh(s / softcap)``
+    on the scaled scores, before masking), segment ids ([B, Sq] / [B, Sk] int arrays, traced).
+    Returns q's dtype.
     """
     import jax.numpy as jnp
     from jax import lax
@@ -43,6 +57,7 @@ def blockwise_attention(q, k, v, *, causal: bool, scale: float, block_q: int = B
     n_q, n_k = _cdiv(seq_q, block_q), _cdiv(seq_k, block_k)
     f32 = jnp.float32
     highest = lax.Precision.HIGHEST  # a float32 kernel: no TF32 on GPUs
+    segmented = q_segment_ids is not None
 
     # [n_q, B, Hkv, group, block_q, D]: each kv head is read once for its whole query group (GQA).
     qf = q.astype(f32).transpose(0, 2, 1, 3).reshape(batch, kv_heads, group, seq_q, head_dim) * scale
@@ -59,46 +74,79 @@ def blockwise_attention(q, k, v, *, causal: bool, scale: float, block_q: int = B
     k_starts = jnp.arange(n_k, dtype=jnp.int32) * block_k
     ragged_k = seq_k % block_k != 0
 
-    def one_query_block(xs):
-        q_blk, q0 = xs  # [B, Hkv, group, block_q, D]
-        q_idx = q0 + jnp.arange(block_q, dtype=jnp.int32)
+    # [n, B, block] segment ids. Edge padding repeats the last real id, so a padded position never
+    # widens its block's id range (the block skip below compares ranges); padded keys stay masked
+    # by position.
+    def id_blocks(ids, length, n, block):
+        ids = jnp.pad(ids.astype(jnp.int32), ((0, 0), (0, n * block - length)), mode="edge")
+        return ids.reshape(batch, n, block).swapaxes(0, 1)
 
-        def tile(carry, k_blk, v_blk, k0):
+    if segmented:
+        q_ids = id_blocks(q_segment_ids, seq_q, n_q, block_q)
+        kv_ids = id_blocks(kv_segment_ids, seq_k, n_k, block_k)
+    else:  # placeholders, so that map and scan carry the same structure either way
+        q_ids, kv_ids = jnp.zeros((n_q, 1, 1), jnp.int32), jnp.zeros((n_k, 1, 1), jnp.int32)
+
+    def one_query_block(xs):
+        q_blk, q_id, q0 = xs  # [B, Hkv, group, block_q, D], [B, block_q], first row
+        q_pos = q0 + offset + jnp.arange(block_q, dtype=jnp.int32)
+
+        def tile(carry, k_blk, v_blk, k_id, k0):
             acc, row_max, row_sum = carry
             scores = jnp.einsum("bhgqd,bhkd->bhgqk", q_blk, k_blk, precision=highest)
+            if softcap is not None:
+                scores = softcap * jnp.tanh(scores / softcap)
             k_idx = k0 + jnp.arange(block_k, dtype=jnp.int32)
-            visible = None
+            keep = []  # [block_q or 1, block_k] position rules, then [B, block_q, block_k] ids
             if ragged_k:
-                visible = jnp.broadcast_to(k_idx[None, :] < seq_k, (block_q, block_k))
+                keep.append(k_idx[None, :] < seq_k)
             if causal:
-                diag = k_idx[None, :] <= q_idx[:, None] + offset
-                visible = diag if visible is None else visible & diag
-            if visible is not None:
+                keep.append(k_idx[None, :] <= q_pos[:, None])
+            if window is not None:
+                keep.append(k_idx[None, :] > q_pos[:, None] - window)
+            if segmented:
+                keep.append(q_id[:, :, None] == k_id[:, None, :])
+            if keep:
+                visible = functools.reduce(jnp.logical_and, keep)
+                if visible.ndim == 3:  # per batch row: broadcast over the heads
+                    visible = visible[:, None, None]
                 scores = jnp.where(visible, scores, -jnp.inf)
             new_max = jnp.maximum(row_max, scores.max(axis=-1, keepdims=True))
-            probs = jnp.exp(scores - new_max)
-            correction = jnp.exp(row_max - new_max)
+            # A row that has seen no visible key yet (window, documents): keep exp() finite.
+            safe_max = jnp.where(jnp.isneginf(new_max), 0.0, new_max)
+            probs = jnp.exp(scores - safe_max)
+            correction = jnp.exp(row_max - safe_max)
             row_sum = row_sum * correction + probs.sum(axis=-1, keepdims=True)
             acc = acc * correction + jnp.einsum("bhgqk,bhkd->bhgqd", probs, v_blk, precision=highest)
             return acc, new_max, row_sum
 
         def step(carry, xs):
-            k_blk, v_blk, k0 = xs
-            if not causal:
-                return tile(carry, k_blk, v_blk, k0), None
-            # The block's first key is above the diagonal for every row of this query block:
-            # nothing in it is visible, skip it as FA2 does.
-            needed = k0 <= q0 + block_q - 1 + offset
-            return lax.cond(needed, lambda c: tile(c, k_blk, v_blk, k0), lambda c: c, carry), None
+            k_blk, v_blk, k_id, k0 = xs
+            # Skip a key block that the mask hides from every row of this query block, as FA2 does
+            # for causal and local attention: all its keys after the last row's position (causal),
+            # or all before the first row's window (p - W < j), or no segment id in common (the two
+            # blocks' id ranges do not overlap, in any batch row: exact, never skips a visible pair).
+            needed = []
+            if causal:
+                needed.append(k0 <= q0 + block_q - 1 + offset)
+            if window is not None:
+                needed.append(k0 + block_k - 1 > q0 + offset - window)
+            if segmented:
+                overlap = (q_id.min(axis=1) <= k_id.max(axis=1)) & (k_id.min(axis=1) <= q_id.max(axis=1))
+                needed.append(overlap.any())
+            if not needed:
+                return tile(carry, k_blk, v_blk, k_id, k0), None
+            run = functools.reduce(jnp.logical_and, needed)
+            return lax.cond(run, lambda c: tile(c, k_blk, v_blk, k_id, k0), lambda c: c, carry), None
 
         init = (jnp.zeros(q_blk.shape, f32),
                 jnp.full(q_blk.shape[:-1] + (1,), -jnp.inf, f32),
                 jnp.zeros(q_blk.shape[:-1] + (1,), f32))
-        (acc, _, row_sum), _ = lax.scan(step, init, (k_blocks, v_blocks, k_starts))
-        return acc / row_sum
+        (acc, _, row_sum), _ = lax.scan(step, init, (k_blocks, v_blocks, kv_ids, k_starts))
+        return acc / jnp.where(row_sum == 0.0, 1.0, row_sum)  # 0 only on padded query rows
 
     q_starts = jnp.arange(n_q, dtype=jnp.int32) * block_q
-    out = lax.map(one_query_block, (q_blocks, q_starts))  # [n_q, B, Hkv, group, block_q, D]
+    out = lax.map(one_query_block, (q_blocks, q_ids, q_starts))  # [n_q, B, Hkv, group, block_q, D]
     out = jnp.moveaxis(out, 0, 3).reshape(batch, q_heads, n_q * block_q, head_dim)[:, :, :seq_q]
     return jnp.swapaxes(out, 1, 2).astype(q.dtype)
 
@@ -110,7 +158,10 @@ class JaxBlockwise(AttentionImpl):
     designed_for = frozenset({"gpu"})
     is_flash = True
     summary = ("FlashAttention-2 online softmax in jax (lax.map over 128-row query tiles, lax.scan "
-               "over 64-key tiles, GPU tile sizes), compiled by XLA on every backend")
+               "over 128-key tiles, GPU tile sizes), compiled by XLA on every backend")
 
-    def attention(self, q, k, v, *, causal, scale):
-        return blockwise_attention(q, k, v, causal=causal, scale=scale)
+    supports = frozenset({"window", "softcap", "segment_ids"})
+    gqa = "native"  # q is [B, Hkv, group, ...]: each kv tile is read once for its query group
+
+    def attention(self, q, k, v, *, causal, scale, **mask):
+        return blockwise_attention(q, k, v, causal=causal, scale=scale, **mask)

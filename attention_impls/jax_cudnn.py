@@ -4,6 +4,27 @@ Only NVIDIA GPUs have it. The shape rules below are the ones jax itself enforces
 call to cuDNN (jax ``_src/cudnn/fused_attention_stablehlo.py``: ``check_layout`` and
 ``check_is_flash_attention``; ``_src/nn/functions.py``: ``dot_product_attention``), written as
 reasons so that a refused case is skipped with its cause instead of crashing mid-sweep.
+
+Mask features, as ``jax.nn.dot_product_attention``'s cuDNN branch takes them (``_src/nn/functions.py``):
+
+- sliding window: ``local_window_size=(W - 1, 0)`` with ``is_causal=True``; jax hands cuDNN
+  ``sliding_window_length = left + 1 = W`` ("CuDNN supports only the left window with an exclusive
+  boundary when causal mask is enabled"), which keeps ``(pos - W, pos]``
+  (``fused_attention_stablehlo.dot_product_attention``'s docstring). Like cuDNN's causal mask it
+  counts query and key positions from 0 (top-left), so it is ours only when ``Sq == Sk``; the
+  causal rule below already refuses the other lengths;
+- segment ids: a boolean ``mask`` [B, 1, Sq, Sk] (documented as broadcastable to BNTS);
+  ``combine_bias_and_mask`` turns it into an additive bias, so the call becomes
+  ``__cudnn$fmhaScaleBiasSoftmax``: a dense [B, 1, Sq, Sk] bias in the input dtype is built and
+  read, and training with a bias needs even lengths (``check_is_flash_attention``). cuDNN's own
+  packed-segment form (``q_offsets`` / ``kv_offsets``) is not reachable from
+  ``jax.nn.dot_product_attention``; its ``key_value_seq_lengths`` padding is right-padding, not a
+  left-padded cache;
+- logit soft-capping: refused, ``jax.nn.dot_product_attention`` has no soft-cap option.
+
+Grouped-query heads are native: jax passes k and v with their own head count to cuDNN
+(``check_layout`` only asks k and v to agree), nothing is repeated. None of this has run on a GPU
+from this machine; only jax's side (the options and the call it lowers to) is checked here.
 """
 
 from __future__ import annotations
@@ -56,6 +77,13 @@ class JaxCudnn(AttentionImpl):
         "tpu": unsupported("cuDNN needs an NVIDIA GPU; a TPU has no cuDNN"),
     }
 
+    supports = frozenset({"window", "segment_ids"})
+    feature_notes = {
+        "softcap": ("jax.nn.dot_product_attention takes no logit soft-capping, so its cuDNN path "
+                    "has none: the function has no soft-cap option"),
+    }
+    gqa = "native"  # k, v keep their own heads in the cuDNN call (check_layout), no repeat
+
     def shape_reason(self, workload, platform):
         if platform == "gpu":
             import jax
@@ -73,13 +101,27 @@ class JaxCudnn(AttentionImpl):
                     f"(256 from Hopper sm90 on, 128 before); got {workload.head_dim} "
                     "(jax check_is_flash_attention)")
         if workload.causal and workload.seq_q != workload.seq_k:
-            return ("cuDNN's causal mask (jax is_causal -> MaskType.CAUSAL) is top-left aligned; "
-                    "bottom-right causal with seq_q != seq_k would need a dense [Sq, Sk] bias instead "
-                    "of the kernel's own mask")
+            window = (" and its sliding window (sliding_window_length counts from the same 0)"
+                      if workload.window is not None else "")
+            return (f"cuDNN's causal mask (jax is_causal -> MaskType.CAUSAL){window} is top-left "
+                    "aligned; bottom-right causal with seq_q != seq_k would need a dense [Sq, Sk] bias "
+                    "instead of the kernel's own mask")
+        if workload.segmented and workload.mode == "fwd_bwd" and (workload.seq_q % 2 or workload.seq_k % 2):
+            return ("segment ids reach cuDNN as a bias (jax combine_bias_and_mask), and training with a "
+                    f"bias needs even sequence lengths, got {workload.seq_q} and {workload.seq_k} "
+                    "(jax check_is_flash_attention)")
         return None
 
-    def attention(self, q, k, v, *, causal, scale):
+    def attention(self, q, k, v, *, causal, scale, window=None, q_segment_ids=None,
+                  kv_segment_ids=None):
         import jax
 
+        options = {}
+        if window is not None:
+            options["local_window_size"] = (window - 1, 0)  # jax: sliding_window_length = W - 1 + 1
+        if q_segment_ids is not None:
+            from attention_impls.jax_xla import segment_mask
+
+            options["mask"] = segment_mask(q_segment_ids, kv_segment_ids)  # -> cuDNN bias
         return jax.nn.dot_product_attention(q, k, v, is_causal=causal, scale=scale,
-                                            implementation="cudnn")
+                                            implementation="cudnn", **options)

@@ -7,6 +7,15 @@ looped over the grid (``pallas_call_hlo_interpret``), a lowering that exists on 
 
 Shape rules are from ``mha`` and ``_mha_backward`` (blocks are ``min(default, seq_len)``) and from
 Triton's block rules; the kernel is called as-is, so what it cannot do is refused.
+
+Mask features, from ``mha(q, k, v, segment_ids, sm_scale, causal, block_sizes, ...)``:
+
+- segment ids: its ``segment_ids`` argument, ONE ``[B, S]`` array for queries and keys alike (the
+  forward kernel reads it at the query block's positions and at the key block's, and masks where
+  they differ). So it expresses packed documents (``seq_q == seq_k``, the same ids for q and kv:
+  we pass ``kv_segment_ids``), not a ragged decode cache, whose query and key ids differ and whose
+  lengths differ (refused, naming segment ids);
+- sliding window and logit soft-capping: refused, ``mha`` has no option for either.
 """
 
 from __future__ import annotations
@@ -25,6 +34,11 @@ def _is_power_of_two(n: int) -> bool:
 
 def gpu_mha_shape_reason(workload) -> str | None:
     """Why the Pallas GPU mha kernel with default tiles cannot run ``workload``."""
+    if workload.segmented and (workload.ragged or workload.seq_q != workload.seq_k):
+        return ("its segment ids are one [B, S] array shared by queries and keys (mha's segment_ids, "
+                "read at both the query and the key positions), so they need seq_q == seq_k and "
+                f"the same ids for both: a ragged cache's query and key segment ids differ (got "
+                f"seq_q={workload.seq_q}, seq_k={workload.seq_k})")
     if workload.is_gqa:
         return (f"no GQA: the kernel indexes k and v with the query head, so head counts must be "
                 f"equal (got {workload.q_heads} vs {workload.kv_heads})")
@@ -57,6 +71,14 @@ class JaxPallasGpuMha(AttentionImpl):
     requires_modules = ("jax.experimental.pallas.ops.gpu.attention",)
     summary = ("Pallas GPU flash attention (jax.experimental.pallas.ops.gpu.attention.mha, Triton), "
                "default tiles; Pallas interpreter off-GPU")
+    supports = frozenset({"segment_ids"})
+    feature_notes = {
+        "window": ("Pallas GPU mha takes no sliding window: its only masks are causal (top-left) "
+                   "and segment_ids"),
+        "softcap": ("Pallas GPU mha takes no logit soft-capping: it has no soft-cap option "
+                    "(segment_ids, sm_scale, causal, block_sizes only)"),
+    }
+    gqa = "repeated"  # unused: GQA is refused (the kernel indexes k and v with the query head)
     platform_support = {
         "cpu": interpret_only(INTERPRETER),
         "gpu": RUNS,
@@ -67,8 +89,10 @@ class JaxPallasGpuMha(AttentionImpl):
     def shape_reason(self, workload, platform):
         return gpu_mha_shape_reason(workload)
 
-    def attention(self, q, k, v, *, causal, scale):
+    def attention(self, q, k, v, *, causal, scale, q_segment_ids=None, kv_segment_ids=None):
         from jax.experimental.pallas.ops.gpu.attention import BlockSizes, mha
 
-        return mha(q, k, v, segment_ids=None, sm_scale=scale, causal=causal,
+        # One array for both sides (module doc): packed documents give q and kv the same ids.
+        del q_segment_ids
+        return mha(q, k, v, segment_ids=kv_segment_ids, sm_scale=scale, causal=causal,
                    block_sizes=BlockSizes.get_default(), interpret=self.platform() != "gpu")

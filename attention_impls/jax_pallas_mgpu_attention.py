@@ -7,8 +7,16 @@ memory at head_dim 64 and 128. It has no softmax-scale argument, so q is scaled 
 
 Mosaic GPU has no interpreter and targets Hopper only, so everywhere else the kernel is refused. The
 shape rules are the module's own (``_attention_forward``, ``_attention_bwd``): float16/bfloat16,
-head_dim a multiple of 64, query length a multiple of 2 * block_q, kv length of block_kv, GQA by
-q_heads_per_kv_head, no causal backward.
+head_dim a multiple of 64, query length a multiple of 2 * block_q, kv length of block_kv, no causal
+backward.
+
+Mask features: none beyond causal. ``attention(q, k, v, config, save_residuals=False)`` takes only
+arrays and a ``TuningConfig`` whose one mask field is ``causal`` (top-left aligned); there is no
+segment-id, window or soft-cap argument, so those features are refused.
+
+GQA is native: the forward's memory warpgroup copies kv head ``q_head // q_heads_per_kv_head`` for
+each query head (no repeat before the kernel); the backward writes per-query-head dk/dv and sums
+each group after the kernel.
 """
 
 from __future__ import annotations
@@ -63,6 +71,15 @@ class JaxPallasMgpuAttention(AttentionImpl):
     requires_modules = (MODULE,)
     summary = ("Mosaic GPU flash attention for Hopper (jax.experimental.pallas.ops.gpu.attention_mgpu: "
                "warp-specialised, TMA + wgmma), 64x128 tiles")
+    feature_notes = {
+        "window": ("attention_mgpu.attention takes no sliding window: its TuningConfig's only mask "
+                   "is causal"),
+        "softcap": ("attention_mgpu.attention takes no logit soft-capping: it has no soft-cap "
+                    "option (q, k, v and a TuningConfig only)"),
+        "segment_ids": ("attention_mgpu.attention takes no segment ids: it has no segment-id or "
+                        "mask argument (q, k, v and a TuningConfig only)"),
+    }
+    gqa = "native"  # kv head q_head // q_heads_per_kv_head read in the kernel, no repeat
     platform_support = {
         "cpu": unsupported("Mosaic GPU compiles for an NVIDIA Hopper GPU only and has no interpreter"),
         "gpu": RUNS,

@@ -9,6 +9,20 @@ memory through host callbacks: ~100x slower than native, so it is labelled inter
 Shape rules come from the kernel source (``flash_attention``, ``_flash_attention_impl``,
 ``_flash_attention_bwd_dkv``/``_dq`` and their ``_verify_block`` calls, ``_flash_attention_kernel_
 single_batch``); the kernel is called as-is, so what it cannot do is refused, never emulated.
+
+Mask features, from ``flash_attention(q, k, v, ab=None, segment_ids=None, *, causal, sm_scale,
+block_sizes)``:
+
+- segment ids: its ``segment_ids=SegmentIds(q=[B, Sq], kv=[B, Sk])`` argument (the kernels mask
+  ``q_ids == kv_ids`` per tile; the ids are traced arrays). Its one requirement, a kv block that is
+  a multiple of 128 lanes, holds for every tile we pick;
+- sliding window and logit soft-capping: refused, the kernel has no option for either (its only
+  masks are ``causal`` and ``segment_ids``; an additive ``ab`` bias would be our emulation).
+
+Its causal mask is top-left aligned (``col <= row``, query and key positions both counted from 0),
+so causal with ``seq_q != seq_k`` (decode against a cache, a ragged one included) is refused.
+Grouped-query heads are repeated: the kernel needs equal head counts ("Head count mismatch"), so the
+kv heads are ``jnp.repeat``-ed to q_heads before the call.
 """
 
 from __future__ import annotations
@@ -38,10 +52,6 @@ def block_sizes(seq_q: int, seq_k: int):
 
 def tpu_flash_shape_reason(workload) -> str | None:
     """Why the Pallas TPU flash kernel with default 128 tiles cannot run ``workload``."""
-    if workload.is_gqa:
-        return (f"no GQA: the kernel needs equal query and kv head counts "
-                f"(got {workload.q_heads} vs {workload.kv_heads}; flash_attention raises "
-                "'Head count mismatch')")
     if workload.seq_k % BLOCK:
         return (f"kv length must be a multiple of the {BLOCK}-key block (got {workload.seq_k}; "
                 "_verify_block: kv_seq_len divisible by block_k_major)")
@@ -68,6 +78,14 @@ class JaxPallasTpuFlash(AttentionImpl):
     requires_modules = ("jax.experimental.pallas.ops.tpu.flash_attention",)
     summary = ("Pallas TPU flash_attention (jax.experimental.pallas.ops.tpu), 512/256/128 tiles; "
                "TPU interpreter off-TPU")
+    supports = frozenset({"segment_ids"})
+    feature_notes = {
+        "window": ("Pallas TPU flash_attention takes no sliding window: its only masks are causal "
+                   "(top-left) and segment_ids"),
+        "softcap": ("Pallas TPU flash_attention takes no logit soft-capping: it has no soft-cap "
+                    "option (ab, segment_ids, causal, sm_scale, block_sizes only)"),
+    }
+    gqa = "repeated"  # equal head counts only ('Head count mismatch'): kv heads jnp.repeat-ed first
     platform_support = {
         "cpu": interpret_only("TPU interpreter (pltpu.force_tpu_interpret_mode), ~100x slower"),
         "gpu": unsupported(
@@ -87,10 +105,18 @@ class JaxPallasTpuFlash(AttentionImpl):
             return pltpu.force_tpu_interpret_mode()
         return contextlib.nullcontext()
 
-    def attention(self, q, k, v, *, causal, scale):
-        from jax.experimental.pallas.ops.tpu.flash_attention import flash_attention
+    def attention(self, q, k, v, *, causal, scale, q_segment_ids=None, kv_segment_ids=None):
+        import jax.numpy as jnp
+        from jax.experimental.pallas.ops.tpu.flash_attention import SegmentIds, flash_attention
 
+        groups = q.shape[2] // k.shape[2]
+        if groups > 1:  # the kernel reads kv head h for query head h: repeat each kv head per group
+            k, v = (jnp.repeat(x, groups, axis=2) for x in (k, v))
+        segment_ids = None
+        if q_segment_ids is not None:
+            segment_ids = SegmentIds(q=q_segment_ids, kv=kv_segment_ids)
         out = flash_attention(
             q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),
-            causal=causal, sm_scale=scale, block_sizes=block_sizes(q.shape[1], k.shape[1]))
+            segment_ids=segment_ids, causal=causal, sm_scale=scale,
+            block_sizes=block_sizes(q.shape[1], k.shape[1]))
         return out.transpose(0, 2, 1, 3)

@@ -7,10 +7,16 @@ Only one [q_chunk, k_chunk] score tile is live at a time, so memory grows with t
 not with the square of the length. The key-chunk body is ``jax.checkpoint``-ed, as in the paper,
 so the backward pass recomputes the tile's scores instead of storing every tile.
 
-Every tile is computed and masked (no causal tile skipping), so a causal step does the full
-non-causal matmul work; XLA compiles the whole loop for any backend, which is what makes it
-native everywhere (no Pallas, no Mosaic, no Triton). Lengths that the chunks do not divide are
-padded inside the kernel and the padded keys masked out.
+Every tile is computed and masked (no tile skipping for causal, window or documents), so a
+masked step does the full unmasked matmul work; XLA compiles the whole loop for any backend,
+which is what makes it native everywhere (no Pallas, no Mosaic, no Triton). Lengths that the
+chunks do not divide are padded inside the kernel and the padded keys masked out.
+
+Mask features (``attnbench.masks``), all in the tile: sliding window and segment ids as
+conditions of the tile's boolean mask (segment ids are traced [B, S] arrays, chunked with the
+keys), logit soft-capping as ``softcap * tanh(s / softcap)`` on the float32 scores before the
+mask. Grouped-query heads are grouped, not repeated: the query chunk is [B, qc, Hkv, G, D] and
+each score einsum reads a kv head once for its G query heads.
 """
 
 from __future__ import annotations
@@ -33,57 +39,74 @@ def _padded(x, length: int, axis: int = 1):
     return jnp.pad(x, widths)
 
 
-def chunked_attention(q, k, v, *, causal: bool, scale: float, query_chunk: int = QUERY_CHUNK,
-                      key_chunk: int = KEY_CHUNK):
-    """[B, Sq, Hq, D] x [B, Sk, Hkv, D] -> [B, Sq, Hq, D], bottom-right causal, GQA by repetition."""
+def chunked_attention(q, k, v, *, causal: bool, scale: float, window: int | None = None,
+                      softcap: float | None = None, q_segment_ids=None, kv_segment_ids=None,
+                      query_chunk: int = QUERY_CHUNK, key_chunk: int = KEY_CHUNK):
+    """[B, Sq, Hq, D] x [B, Sk, Hkv, D] -> [B, Sq, Hq, D] under ``attnbench.masks``' mask:
+    bottom-right causal, sliding ``window`` (W keys up to the query's position), ``softcap``
+    (``softcap * tanh(s / softcap)`` on the scaled float32 scores, before masking), segment ids
+    ([B, Sq] / [B, Sk] int arrays, traced). Grouped-query heads stay grouped: each kv head's tile
+    is multiplied with its whole query group in one einsum, nothing is repeated."""
     import jax
     import jax.numpy as jnp
     from jax import lax
 
     batch, seq_q, q_heads, head_dim = q.shape
     seq_k, kv_heads = k.shape[1], k.shape[2]
-    if kv_heads != q_heads:
-        k, v = (jnp.repeat(x, q_heads // kv_heads, axis=2) for x in (k, v))
+    group = q_heads // kv_heads
     qc, kc = min(query_chunk, seq_q), min(key_chunk, seq_k)
     n_q, n_k = -(-seq_q // qc), -(-seq_k // kc)
-    offset = seq_k - seq_q  # bottom-right: query i sees keys j <= i + offset
+    offset = seq_k - seq_q  # bottom-right: query i sits at position i + offset
+    segmented = q_segment_ids is not None
 
-    # [n, B, chunk, H, D]: chunks first, for lax.map / lax.scan.
-    q_chunks = _padded(q, n_q * qc).reshape(batch, n_q, qc, q_heads, head_dim).swapaxes(0, 1)
-    k_chunks = _padded(k, n_k * kc).reshape(batch, n_k, kc, q_heads, head_dim).swapaxes(0, 1)
-    v_chunks = _padded(v, n_k * kc).reshape(batch, n_k, kc, q_heads, head_dim).swapaxes(0, 1)
+    # [n, B, chunk, Hkv, (group,) D]: chunks first, for lax.map / lax.scan.
+    q_chunks = _padded(q, n_q * qc).reshape(batch, n_q, qc, kv_heads, group, head_dim).swapaxes(0, 1)
+    k_chunks = _padded(k, n_k * kc).reshape(batch, n_k, kc, kv_heads, head_dim).swapaxes(0, 1)
+    v_chunks = _padded(v, n_k * kc).reshape(batch, n_k, kc, kv_heads, head_dim).swapaxes(0, 1)
+    if segmented:  # [n, B, chunk]; padded positions are masked by position, their id is irrelevant
+        q_ids = _padded(q_segment_ids, n_q * qc).reshape(batch, n_q, qc).swapaxes(0, 1)
+        kv_ids = _padded(kv_segment_ids, n_k * kc).reshape(batch, n_k, kc).swapaxes(0, 1)
+    else:  # placeholders, so that map and scan carry the same structure either way
+        q_ids, kv_ids = jnp.zeros((n_q, 1, 1), jnp.int32), jnp.zeros((n_k, 1, 1), jnp.int32)
 
     def one_query_chunk(xs):
-        q_blk, q0 = xs
-        q_pos = q0 + jnp.arange(qc)
+        q_blk, q_id, q0 = xs
+        q_pos = q0 + jnp.arange(qc) + offset
 
         @jax.checkpoint
         def key_tile(carry, ys):
             m, denom, acc = carry
-            k_blk, v_blk, k0 = ys
+            k_blk, v_blk, k_id, k0 = ys
             k_pos = k0 + jnp.arange(kc)
-            s = jnp.einsum("bqhd,bkhd->bhqk", q_blk, k_blk, preferred_element_type=jnp.float32) * scale
-            visible = k_pos[None, :] < seq_k
+            s = jnp.einsum("bqhgd,bkhd->bhgqk", q_blk, k_blk, preferred_element_type=jnp.float32) * scale
+            if softcap is not None:
+                s = softcap * jnp.tanh(s / softcap)
+            visible = jnp.broadcast_to(k_pos[None, :] < seq_k, (qc, kc))  # padded keys never
             if causal:
-                visible = visible & (k_pos[None, :] <= q_pos[:, None] + offset)
-            s = jnp.where(visible, s, -jnp.inf)
+                visible = visible & (k_pos[None, :] <= q_pos[:, None])
+            if window is not None:
+                visible = visible & (k_pos[None, :] > q_pos[:, None] - window)
+            visible = visible[None]  # [1 or B, qc, kc]
+            if segmented:
+                visible = visible & (q_id[:, :, None] == k_id[:, None, :])
+            s = jnp.where(visible[:, None, None], s, -jnp.inf)
             m_new = jnp.maximum(m, s.max(axis=-1))
             m_safe = jnp.where(jnp.isneginf(m_new), 0.0, m_new)  # a row that saw no key yet
             p = jnp.exp(s - m_safe[..., None])
             correction = jnp.exp(m - m_safe)
             denom = denom * correction + p.sum(axis=-1)
             acc = acc * correction[..., None] + jnp.einsum(
-                "bhqk,bkhd->bhqd", p.astype(v_blk.dtype), v_blk, preferred_element_type=jnp.float32)
+                "bhgqk,bkhd->bhgqd", p.astype(v_blk.dtype), v_blk, preferred_element_type=jnp.float32)
             return (m_new, denom, acc), None
 
-        init = (jnp.full((batch, q_heads, qc), -jnp.inf, jnp.float32),
-                jnp.zeros((batch, q_heads, qc), jnp.float32),
-                jnp.zeros((batch, q_heads, qc, head_dim), jnp.float32))
-        (_, denom, acc), _ = lax.scan(key_tile, init, (k_chunks, v_chunks, jnp.arange(n_k) * kc))
+        init = (jnp.full((batch, kv_heads, group, qc), -jnp.inf, jnp.float32),
+                jnp.zeros((batch, kv_heads, group, qc), jnp.float32),
+                jnp.zeros((batch, kv_heads, group, qc, head_dim), jnp.float32))
+        (_, denom, acc), _ = lax.scan(key_tile, init, (k_chunks, v_chunks, kv_ids, jnp.arange(n_k) * kc))
         out = acc / jnp.where(denom == 0.0, 1.0, denom)[..., None]  # 0 only on padded query rows
-        return out.swapaxes(1, 2).astype(q.dtype)  # [B, qc, H, D]
+        return jnp.moveaxis(out, 3, 1).astype(q.dtype)  # [B, qc, Hkv, group, D]
 
-    out = lax.map(one_query_chunk, (q_chunks, jnp.arange(n_q) * qc))  # [n_q, B, qc, H, D]
+    out = lax.map(one_query_chunk, (q_chunks, q_ids, jnp.arange(n_q) * qc))  # [n_q, B, qc, Hkv, G, D]
     return out.swapaxes(0, 1).reshape(batch, n_q * qc, q_heads, head_dim)[:, :seq_q]
 
 
@@ -95,5 +118,8 @@ class JaxXlaChunked(AttentionImpl):
     summary = (f"memory-efficient chunked attention in plain jax (lax.map over {QUERY_CHUNK}-query "
                f"chunks, lax.scan online softmax over {KEY_CHUNK}-key chunks; Rabe & Staats), XLA-compiled")
 
-    def attention(self, q, k, v, *, causal, scale):
-        return chunked_attention(q, k, v, causal=causal, scale=scale)
+    supports = frozenset({"window", "softcap", "segment_ids"})
+    gqa = "native"  # one einsum per kv head and its query group (no repeat)
+
+    def attention(self, q, k, v, *, causal, scale, **mask):
+        return chunked_attention(q, k, v, causal=causal, scale=scale, **mask)

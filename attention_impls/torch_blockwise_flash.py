@@ -4,6 +4,19 @@ Tile sizes are the ones FlashAttention-2's forward picks on NVIDIA GPUs for head
 dropout (128 query rows x 128 keys; ``run_mha_fwd_hdim64`` in ``flash_fwd_launch_template.h``), so
 off a GPU this is a forced, GPU-shaped flash kernel.
 The same function is traced through XLA by ``torch_xla_blockwise``.
+
+Mask features, as FlashAttention-2 has them (``attnbench.masks``' semantics):
+
+- sliding window (FA2's ``window_size_left``): the key blocks left of every row's window are
+  skipped, like those above the causal diagonal, and tiles the window cuts are masked;
+- logit soft-capping (FA2's ``softcap``): ``softcap * tanh(s / softcap)`` on each tile's scaled
+  scores, before the mask;
+- segment ids: each tile is masked where the query's and the key's ids differ; with
+  ``skip_segments`` (the eager kernel here) a tile whose query ids and key ids cannot meet (their
+  [min, max] ranges are disjoint in every batch row) is skipped, from one small host-side table
+  per call. Off by default, since reading tensor values on the host would cut an XLA trace.
+
+GQA is native: each kv head is read once for its whole query group.
 """
 
 from __future__ import annotations
@@ -16,11 +29,34 @@ BLOCK_Q = 128
 BLOCK_K = 128
 
 
+def _segment_tiles(q_ids, kv_ids, block_q: int, block_k: int) -> list[list[bool]]:
+    """``meet[i][j]``: whether query block i and key block j share a segment id range in some row.
+
+    Ranges per block are the ids' min and max; disjoint ranges cannot hold an equal pair. One
+    host transfer of an ``[n_q_blocks, n_k_blocks]`` table.
+    """
+    import torch
+
+    def ranges(ids, block):
+        pad = (-ids.shape[1]) % block  # pad with the last id: it adds no new value to the range
+        ids = torch.cat([ids, ids[:, -1:].expand(-1, pad)], dim=1) if pad else ids
+        tiles = ids.reshape(ids.shape[0], -1, block)
+        return tiles.amin(dim=-1), tiles.amax(dim=-1)
+
+    q_lo, q_hi = ranges(q_ids, block_q)
+    k_lo, k_hi = ranges(kv_ids, block_k)
+    meet = (q_lo[:, :, None] <= k_hi[:, None, :]) & (k_lo[:, None, :] <= q_hi[:, :, None])
+    return meet.any(dim=0).tolist()
+
+
 def blockwise_attention(q, k, v, *, causal: bool, scale: float, block_q: int = BLOCK_Q,
-                        block_k: int = BLOCK_K):
+                        block_k: int = BLOCK_K, window: int | None = None, softcap: float | None = None,
+                        q_segment_ids=None, kv_segment_ids=None, skip_segments: bool = False):
     """Online-softmax attention on [B, S, H, D] tensors; never materializes more than one tile.
 
-    Accumulates in float32 whatever the input dtype, like the CUDA kernels do.
+    Accumulates in float32 whatever the input dtype, like the CUDA kernels do. The mask keywords
+    are ``attnbench.masks``'; ``skip_segments`` skips tiles whose segment ids cannot meet (reads
+    the ids on the host once per call).
     """
     import torch
 
@@ -29,29 +65,57 @@ def blockwise_attention(q, k, v, *, causal: bool, scale: float, block_q: int = B
     group = q_heads // kv_heads
     # [B, Hkv, group, S, D]: each kv head is read once for its whole query group (GQA).
     qf = q.float().transpose(1, 2).reshape(batch, kv_heads, group, seq_q, head_dim) * scale
-    kf = k.float().transpose(1, 2).unsqueeze(2)
-    vf = v.float().transpose(1, 2).unsqueeze(2)
+    kf = k.float().transpose(1, 2)  # [B, Hkv, S, D]
+    vf = v.float().transpose(1, 2)
     offset = seq_k - seq_q  # bottom-right causal alignment
+    segmented = q_segment_ids is not None
+    meet = _segment_tiles(q_segment_ids, kv_segment_ids, block_q, block_k) if segmented and skip_segments \
+        else None
     out_blocks = []
-    for q0 in range(0, seq_q, block_q):
+    for qb, q0 in enumerate(range(0, seq_q, block_q)):
         q_blk = qf[..., q0:q0 + block_q, :]
         rows = q_blk.shape[-2]
+        # The query group's rows stacked, [B, Hkv, group * rows, D]: one matmul per kv head, so a
+        # kv tile is read once for the group, never broadcast (copied) to every query head.
+        q_rows = q_blk.reshape(batch, kv_heads, group * rows, head_dim)
         acc = torch.zeros_like(q_blk)
         row_max = torch.full(q_blk.shape[:-1] + (1,), float("-inf"), device=q.device)
         row_sum = torch.zeros_like(row_max)
-        # Causal: key blocks entirely above the diagonal are skipped, as the CUDA kernel does.
+        # Key blocks entirely above the causal diagonal, or left of every row's window, are
+        # skipped, as the CUDA kernel does. Row i sits at position i + offset.
         k_end = min(seq_k, q0 + rows + offset) if causal else seq_k
-        for k0 in range(0, k_end, block_k):
-            scores = q_blk @ kf[..., k0:k0 + block_k, :].transpose(-1, -2)
-            if causal and k0 + block_k > q0 + offset + 1:
-                q_idx = torch.arange(q0, q0 + rows, device=q.device)[:, None]
-                k_idx = torch.arange(k0, k0 + scores.shape[-1], device=q.device)[None, :]
-                scores = scores.masked_fill(k_idx > q_idx + offset, float("-inf"))
+        k_begin = (max(0, q0 + offset - window + 1) // block_k) * block_k if window is not None else 0
+        q_idx = torch.arange(q0, q0 + rows, device=q.device)[:, None] + offset
+        for k0 in range(k_begin, k_end, block_k):
+            if meet is not None and not meet[qb][k0 // block_k]:
+                continue  # no query of this block shares a document with a key of that one
+            scores = (q_rows @ kf[..., k0:k0 + block_k, :].transpose(-1, -2)).view(
+                batch, kv_heads, group, rows, -1)
+            if softcap is not None:
+                scores = softcap * torch.tanh(scores / softcap)
+            cols = scores.shape[-1]
+            k_idx = torch.arange(k0, k0 + cols, device=q.device)[None, :]
+            drop = None
+            if causal and k0 + cols > q0 + offset + 1:  # the diagonal cuts this tile
+                drop = k_idx > q_idx
+            if window is not None and k0 <= q0 + rows - 1 + offset - window:  # the window cuts it
+                cut = k_idx <= q_idx - window
+                drop = cut if drop is None else drop | cut
+            if segmented:  # [B, 1, 1, rows, cols], broadcast over kv heads and the query group
+                other = (q_segment_ids[:, None, None, q0:q0 + rows, None]
+                         != kv_segment_ids[:, None, None, None, k0:k0 + cols])
+                drop = other if drop is None else drop | other
+            if drop is not None:
+                scores = scores.masked_fill(drop, float("-inf"))
             new_max = torch.maximum(row_max, scores.amax(dim=-1, keepdim=True))
-            probs = torch.exp(scores - new_max)
-            correction = torch.exp(row_max - new_max)
+            # A row this tile masks entirely, with nothing seen before, keeps max -inf: shift by 0
+            # there so that exp(-inf - -inf) does not make a NaN (FA2's Check_inf).
+            shift = torch.where(new_max == float("-inf"), torch.zeros_like(new_max), new_max)
+            probs = torch.exp(scores - shift)
+            correction = torch.exp(row_max - shift)
             row_sum = row_sum * correction + probs.sum(dim=-1, keepdim=True)
-            acc = acc * correction + probs @ vf[..., k0:k0 + block_k, :]
+            tile_out = probs.reshape(batch, kv_heads, group * rows, -1) @ vf[..., k0:k0 + block_k, :]
+            acc = acc * correction + tile_out.view(batch, kv_heads, group, rows, head_dim)
             row_max = new_max
         out_blocks.append(acc / row_sum)
     out = torch.cat(out_blocks, dim=-2).reshape(batch, q_heads, seq_q, head_dim)
@@ -78,6 +142,8 @@ class TorchBlockwise(AttentionImpl):
                                            "see torch-xla-blockwise-flash")}
     summary = "FlashAttention-2 online softmax in torch ops with GPU tile sizes (128x128), eager"
     evidence_from_ops = staticmethod(blockwise_evidence)
+    supports = frozenset({"window", "softcap", "segment_ids"})
+    gqa = "native"
 
-    def attention(self, q, k, v, *, causal, scale):
-        return blockwise_attention(q, k, v, causal=causal, scale=scale)
+    def attention(self, q, k, v, *, causal, scale, **mask):
+        return blockwise_attention(q, k, v, causal=causal, scale=scale, skip_segments=True, **mask)

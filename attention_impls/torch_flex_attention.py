@@ -4,10 +4,27 @@ Inductor generates the kernel from a template: Triton on CUDA, a C++ template on
 2.6), both tiled online-softmax (flash-style) kernels, so it is native on either. Compiled with
 ``fullgraph=True`` and ``dynamic=False``: a graph break or the recompile limit raises instead of
 falling back to the unfused eager path (``flex_attention`` called outside ``torch.compile``
-materializes the full score matrix, with only a warning). Each (shapes, dtype, causal, grad mode)
-gets its own compiled function, with its own code object, so a sweep over many shapes never
-meets dynamo's per-function recompile limit (8), and its own block mask built once, outside the
-timed call.
+materializes the full score matrix, with only a warning). Each (shapes, dtype, causal, window,
+softcap, grad mode) gets its own compiled function, with its own code object, so a sweep over
+many shapes never meets dynamo's per-function recompile limit (8), and its own block mask built
+once, outside the timed call.
+
+Mask features, all in flex's own options (``torch.nn.attention.flex_attention``):
+
+- bottom-right causal, the sliding window and segment ids in one ``mask_mod`` given to
+  ``create_block_mask``, so the kernel skips the key blocks it masks entirely (causal, window,
+  other documents) and applies ``mask_mod`` only to partial blocks; the ``[B, S]`` segment-id
+  tensors are captured by the ``mask_mod`` (dynamo lifts them as graph inputs, so new ids of the
+  same shape reuse the compiled kernel). The block mask depends on the ids' values: it is rebuilt
+  when the call's segment-id tensors are not the ones it was built from.
+- logit soft-capping as a ``score_mod``, ``softcap * tanh(score / softcap)`` on the scaled score,
+  applied before the mask as ``attnbench.masks`` defines.
+- GQA with ``enable_gqa=True``: native, each kv head is read for its query group in the kernel
+  (the Triton template's ``GQA_SHARED_HEADS``, the C++ template's ``gqa_shards``).
+
+Decode (few queries): on CUDA, Inductor's flex lowering picks its split-KV decoding template
+(``_inductor/kernel/flex/flex_decoding.py``) by itself for short query lengths; on CPU the one C++
+template serves every length.
 """
 
 from __future__ import annotations
@@ -22,10 +39,11 @@ from attention_impls.registry import register
 from attnbench.backends.torch_backend import attention_ops
 
 
-def _flex_call(q, k, v, block_mask, scale, enable_gqa):
+def _flex_call(q, k, v, block_mask, scale, enable_gqa, score_mod):
     from torch.nn.attention.flex_attention import flex_attention
 
-    return flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa)
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                          enable_gqa=enable_gqa)
 
 
 def _own_copy(fn, name: str, defaults: tuple):
@@ -34,16 +52,47 @@ def _own_copy(fn, name: str, defaults: tuple):
     return types.FunctionType(fn.__code__.replace(co_name=name), fn.__globals__, name, defaults)
 
 
-def causal_block_mask(seq_q: int, seq_k: int, device):
-    """Bottom-right causal: query i sees keys j <= i + (seq_k - seq_q)."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
+def keep_mod(seq_q: int, seq_k: int, *, causal: bool, window: int | None = None,
+             q_segment_ids=None, kv_segment_ids=None):
+    """The ``mask_mod`` of ``attnbench.masks``: bottom-right causal, window, segment ids (captured)."""
     offset = seq_k - seq_q
 
-    def bottom_right(b, h, q_idx, kv_idx):
-        return kv_idx <= q_idx + offset
+    def keep(b, h, q_idx, kv_idx):
+        pos = q_idx + offset
+        ok = kv_idx <= pos if causal else kv_idx >= 0
+        if window is not None:
+            ok = ok & (kv_idx > pos - window)
+        if q_segment_ids is not None:
+            ok = ok & (q_segment_ids[b, q_idx] == kv_segment_ids[b, kv_idx])
+        return ok
 
-    return create_block_mask(bottom_right, None, None, seq_q, seq_k, device=device)
+    return keep
+
+
+def causal_block_mask(seq_q: int, seq_k: int, device):
+    """Bottom-right causal: query i sees keys j <= i + (seq_k - seq_q)."""
+    return keep_block_mask(seq_q, seq_k, device, causal=True)
+
+
+def keep_block_mask(seq_q: int, seq_k: int, device, *, causal: bool, window: int | None = None,
+                    q_segment_ids=None, kv_segment_ids=None):
+    """``create_block_mask`` of ``keep_mod``: per batch row when there are segment ids, else shared."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    mod = keep_mod(seq_q, seq_k, causal=causal, window=window, q_segment_ids=q_segment_ids,
+                   kv_segment_ids=kv_segment_ids)
+    batch = q_segment_ids.shape[0] if q_segment_ids is not None else None
+    return create_block_mask(mod, batch, None, seq_q, seq_k, device=device)
+
+
+def softcap_mod(softcap: float):
+    """The ``score_mod`` of logit soft-capping: ``softcap * tanh(score / softcap)``."""
+    import torch
+
+    def capped(score, b, h, q_idx, kv_idx):
+        return softcap * torch.tanh(score / softcap)
+
+    return capped
 
 
 def cpu_template_missing() -> str | None:
@@ -86,6 +135,8 @@ class TorchFlexAttention(AttentionImpl):
     is_flash = True
     summary = "torch.compile(flex_attention) + block mask: Inductor flash-style kernel (Triton / C++)"
     evidence_from_ops = staticmethod(flex_evidence)
+    supports = frozenset({"window", "softcap", "segment_ids"})
+    gqa = "native"
     platform_support = {
         "cpu": RUNS, "gpu": RUNS,
         "tpu": unsupported("FlexAttention takes CUDA, CPU, XPU, HPU and MPS tensors only "
@@ -93,7 +144,7 @@ class TorchFlexAttention(AttentionImpl):
     }
 
     def __init__(self):
-        self._compiled = {}  # key -> (compiled function, block mask or None)
+        self._compiled = {}  # key -> (compiled function, block mask or None, segment ids or None)
 
     def shape_reason(self, workload, platform):
         if platform == "cpu":
@@ -110,20 +161,39 @@ class TorchFlexAttention(AttentionImpl):
                 return "FlexAttention on CUDA needs triton, which is not installed"
         return None
 
-    def _entry(self, q, k, causal: bool, scale: float):
+    def _entry(self, q, k, causal: bool, scale: float, window=None, softcap=None, q_segment_ids=None,
+               kv_segment_ids=None):
+        """``(compiled function, block mask or None, segment ids it was built from)`` for this call.
+
+        Keyed on everything the compiled graph bakes in; the segment ids' values only shape the
+        block mask, so new id tensors rebuild the mask (outside the timed call when the step
+        reuses its inputs) and keep the compiled function.
+        """
         import torch
 
-        key = (tuple(q.shape), tuple(k.shape), q.dtype, q.device, causal, scale, torch.is_grad_enabled())
+        key = (tuple(q.shape), tuple(k.shape), q.dtype, q.device, causal, scale, torch.is_grad_enabled(),
+               window, softcap, q_segment_ids is not None)
+        segments = (q_segment_ids, kv_segment_ids) if q_segment_ids is not None else None
         entry = self._compiled.get(key)
+        same_ids = segments is None or (entry is not None and all(
+            mine is theirs for mine, theirs in zip(entry[2], segments, strict=True)))
+        if entry is not None and same_ids:
+            return entry
         if entry is None:
-            fn = _own_copy(_flex_call, f"flex_attention_{len(self._compiled)}",
-                           (scale, k.shape[1] != q.shape[1]))
-            mask = causal_block_mask(q.shape[2], k.shape[2], q.device) if causal else None
-            entry = self._compiled[key] = (torch.compile(fn, fullgraph=True, dynamic=False), mask)
+            score_mod = softcap_mod(softcap) if softcap is not None else None
+            fn = torch.compile(_own_copy(_flex_call, f"flex_attention_{len(self._compiled)}",
+                                         (scale, k.shape[1] != q.shape[1], score_mod)),
+                               fullgraph=True, dynamic=False)
+        else:
+            fn = entry[0]
+        masked = causal or window is not None or segments is not None
+        mask = keep_block_mask(q.shape[2], k.shape[2], q.device, causal=causal, window=window,
+                               q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids) if masked else None
+        entry = self._compiled[key] = (fn, mask, segments)
         return entry
 
-    def attention(self, q, k, v, *, causal, scale):
+    def attention(self, q, k, v, *, causal, scale, **mask):
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, S, D]
-        fn, mask = self._entry(q, k, causal, scale)
-        out = fn(q, k, v, mask)
+        fn, block_mask, _ = self._entry(q, k, causal, scale, **mask)
+        out = fn(q, k, v, block_mask)
         return out.transpose(1, 2)

@@ -2,6 +2,13 @@
 
 The backend is forced with ``sdpa_kernel([backend])``: torch raises instead of falling back, so
 the name is the kernel that ran. Rules and the dispatcher check live in ``_sdpa.py``.
+
+Mask features: a sliding window and segment ids as SDPA's boolean ``attn_mask`` (``_sdpa.sdpa``):
+``can_use_cudnn_attention`` checks only its shape (``check_attn_mask_shape``: 2-D, or 4-D with
+batch and heads equal or 1) and ``attention.cpp`` hands it to cuDNN as ``attn_bias``
+(``convert_boolean_attn_mask_cudnn``). No logit soft-capping (SDPA has no option for it).
+GQA is native: the gate takes grouped heads (``check_batch_size_and_num_heads_dense<true, false>``)
+and cuDNN's SDPA graph reads the shared kv head itself.
 """
 
 from __future__ import annotations

@@ -2,6 +2,15 @@
 
 The backend is forced with ``sdpa_kernel([backend])``: torch raises instead of falling back, so
 the name is the kernel that ran. Rules and the dispatcher check live in ``_sdpa.py``.
+
+Mask features: a sliding window and segment ids as SDPA's boolean ``attn_mask`` (``_sdpa.sdpa``)
+on CPU, where torch's flash kernel takes one (``sdp_utils_cpp.cpp`` ``use_flash_attention_cpp``
+checks only ``check_attn_mask_shape``; ``_scaled_dot_product_flash_attention_for_cpu`` and its
+backward take ``attn_mask``, verified on torch 2.13). On CUDA both are refused: the FLASH gate
+rejects any explicit mask (``sdp_utils.cpp`` ``check_for_attn_mask``: "Flash Attention does not
+support non-null attn_mask"), and SDPA does not expose FlashAttention-2's own ``window_size``.
+No logit soft-capping (SDPA has no option for it). GQA is native on both: the CPU kernel and FA2
+index the shared kv head (no ``repeat_interleave`` in the profile).
 """
 
 from __future__ import annotations
@@ -21,6 +30,12 @@ class TorchSdpaFlash(SdpaBackendKernel):
     def rules(self, w, platform, sm):
         if platform != "gpu":  # CPU kernel: fp32/fp64/bf16/fp16, any head_dim, masks, GQA
             return None
+        needs_mask = [f for f, on in (("a sliding window", w.window is not None),
+                                      ("segment ids", w.segmented)) if on]
+        if needs_mask:  # check_for_attn_mask
+            return (f"the torch SDPA FLASH backend on CUDA takes no explicit mask (sdp_utils.cpp "
+                    f"check_for_attn_mask), and {' and '.join(needs_mask)} "
+                    f"{'needs' if needs_mask == ['a sliding window'] else 'need'} one")
         if w.dtype not in HALF:  # check_dtypes_flash_attention
             return f"FLASH_ATTENTION on CUDA takes float16/bfloat16 only, not {w.dtype}"
         if sm and not (8, 0) <= sm <= (12, 1):  # check_flash_attention_hardware_support

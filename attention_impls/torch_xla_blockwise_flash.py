@@ -2,13 +2,18 @@
 
 The Python loops over 128x128 tiles unroll into one XLA graph per shape; XLA compiles it, so this is
 the GPU-shaped flash algorithm as XLA schedules it, not a hand-written kernel.
+
+Mask features: exactly those of the shared loop, ``torch_blockwise_flash.blockwise_attention``
+(its ``window``, ``softcap`` and ``q_segment_ids`` / ``kv_segment_ids`` keywords), so
+``supports``, ``feature_notes`` and ``gqa`` are ``torch-blockwise-flash``'s: the same code, traced
+instead of run eagerly.
 """
 
 from __future__ import annotations
 
 from attention_impls.base import AttentionImpl
 from attention_impls.registry import register
-from attention_impls.torch_blockwise_flash import blockwise_attention
+from attention_impls.torch_blockwise_flash import TorchBlockwise, blockwise_attention
 
 
 @register
@@ -18,6 +23,10 @@ class TorchXlaBlockwise(AttentionImpl):
     designed_for = frozenset({"gpu"})
     is_flash = True
     summary = "FlashAttention-2 online softmax in torch ops with GPU tile sizes (128x128), XLA-compiled"
+    # The shared loop's declarations: this kernel is that loop under XLA.
+    supports = TorchBlockwise.supports
+    feature_notes = TorchBlockwise.feature_notes
+    gqa = TorchBlockwise.gqa
 
-    def attention(self, q, k, v, *, causal, scale):
-        return blockwise_attention(q, k, v, causal=causal, scale=scale)
+    def attention(self, q, k, v, *, causal, scale, **mask):
+        return blockwise_attention(q, k, v, causal=causal, scale=scale, **mask)

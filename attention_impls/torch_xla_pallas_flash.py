@@ -20,6 +20,16 @@ Shape rules (``shape_reason``) come from torch_xla's wrapper (``FlashAttention.D
 ``_fa_custom_forward_single_device``, ``_fa_custom_backward_single_device``) and jax's kernel; each
 was reproduced by tracing the torch_xla wrapper with the kernel lowered for TPU on this CPU machine
 (trace-time checks only: Mosaic's own compile-time checks need a TPU).
+
+Mask features: segment ids only, through the wrapper's own ``q_segment_ids`` / ``kv_segment_ids``
+arguments (torch_xla 2.9 ``flash_attention(q, k, v, causal, q_segment_ids, kv_segment_ids,
+sm_scale, *, ab, partition_spec, mesh)``; jax's kernel keeps the pairs whose ids are equal).
+Its other options are ``sm_scale`` and ``ab`` (an additive bias): no sliding window and no logit
+soft-capping, so both are refused. Traced for TPU here with segment ids, the wrapper fails on two
+more shapes: a kv block (``min(512, seq_k)``) that is not a multiple of 128 lanes
+(``NotImplementedError: kv block size must be a multiple of 128``), and K/V it pads to a multiple
+of 512 without padding ``kv_segment_ids`` (``TypeError: broadcast_in_dim operand dimension sizes
+...``, e.g. seq_k=640).
 """
 
 from __future__ import annotations
@@ -38,6 +48,12 @@ GPU_REASON = ("Pallas TPU kernel: torch_xla embeds it as a Mosaic tpu_custom_cal
               "PJRT runtime (libtpu) executes; torch_xla tests it only when device_type() == 'TPU' "
               "(v3+, test/test_pallas.py)")
 
+NO_WINDOW = ("torch_xla's flash_attention takes no sliding window: its only options are causal, "
+             "segment ids, sm_scale and an additive bias (ab)")
+NO_SOFTCAP = ("torch_xla's flash_attention takes no logit soft-capping: its only options are causal, "
+              "segment ids, sm_scale and an additive bias (ab); jax's kernel applies no tanh")
+
+
 def _divides(block_cap: int, n: int) -> bool:
     """torch_xla clips each block to ``min(cap, n)`` and jax requires it to divide ``n``."""
     return n % min(block_cap, n) == 0
@@ -51,6 +67,8 @@ class TorchXlaPallasFlash(AttentionImpl):
     is_flash = True
     summary = "torch_xla.experimental.custom_kernel.flash_attention: jax's Pallas TPU flash kernel"
     platform_support = {"cpu": unsupported(CPU_REASON), "gpu": unsupported(GPU_REASON), "tpu": RUNS}
+    supports = frozenset({"segment_ids"})
+    feature_notes = {"window": NO_WINDOW, "softcap": NO_SOFTCAP}
 
     def shape_reason(self, workload, platform):
         w = workload
@@ -63,6 +81,10 @@ class TorchXlaPallasFlash(AttentionImpl):
         if not w.causal and w.seq_k > BLOCK_MAJOR and w.seq_k % BLOCK_MAJOR:
             return (f"torch_xla pads K/V with zeros to a multiple of {BLOCK_MAJOR} without masking "
                     f"the padding, so non-causal seq_k={w.seq_k} would attend to padded keys")
+        if w.segmented and (w.seq_k % LANES or (w.seq_k > BLOCK_MAJOR and w.seq_k % BLOCK_MAJOR)):
+            return (f"with segment ids seq_k must be a multiple of {LANES} (the kv block min({BLOCK_MAJOR}, "
+                    f"seq_k) masks in {LANES}-lane steps), and of {BLOCK_MAJOR} above it (torch_xla pads "
+                    f"K/V but not kv_segment_ids); got seq_k={w.seq_k}")
         if w.mode == "fwd_bwd":
             # The backward pass does not pad: dq and dkv kernels need blocks dividing the lengths.
             if not (_divides(BLOCK_Q_DQ, w.seq_q) and _divides(BLOCK_MAJOR, w.seq_q)):
@@ -73,8 +95,9 @@ class TorchXlaPallasFlash(AttentionImpl):
                         f"{BLOCK_MAJOR} kv blocks (128, 256 or a multiple of 512), got {w.seq_k}")
         return None
 
-    def attention(self, q, k, v, *, causal, scale):
+    def attention(self, q, k, v, *, causal, scale, q_segment_ids=None, kv_segment_ids=None):
         from torch_xla.experimental.custom_kernel import flash_attention
 
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, S, D]
-        return flash_attention(q, k, v, causal=causal, sm_scale=scale).transpose(1, 2)
+        return flash_attention(q, k, v, causal=causal, q_segment_ids=q_segment_ids,
+                               kv_segment_ids=kv_segment_ids, sm_scale=scale).transpose(1, 2)

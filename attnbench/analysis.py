@@ -68,7 +68,8 @@ import subprocess
 
 from attnbench import metrics
 
-PARAMS = ["implementation", "seq_len", "regime", "dtype", "target", "mode"]  # target, mode: CompiledFor
+PARAMS = ["implementation", "seq_len", "workload", "phase", "regime", "dtype", "target", "mode", "length"]
+# workload, phase: Models; target, mode: CompiledFor; workload, phase, length: CompiledForModels
 SERIES = ["machine", "env_name", "benchmark", *PARAMS]
 DEFAULT_THRESHOLD = 0.05
 # Steps smaller than this in absolute terms are noise whatever their relative size: the process's

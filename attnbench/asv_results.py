@@ -61,7 +61,8 @@ if TYPE_CHECKING:
 SCHEMA = ["machine", "machine_platform", "platform", "env_name", "commit_hash", "commit_position",
           "commit_date", "commit_order", "commit_order_source", "started_at", "suite", "metric", "benchmark",
           "unit", "direction", "implementation", "label", "execution", "category", "device", "labels_source",
-          "seq_len", "regime", "dtype", "value", "ci_low", "ci_high", "q_25", "q_75", "status", "contended",
+          "seq_len", "workload", "phase", "regime", "dtype", "value", "ci_low", "ci_high", "q_25", "q_75",
+          "status", "contended",
           "contention_reason", "case_ci_low_s", "case_ci_high_s", "case_ci_basis", "rounds", "file"]
 GIT, DATE, NONE = "git", "date", "none"  # commit_order_source
 RECORDED, RECOMPUTED = "recorded", "recomputed"
@@ -311,7 +312,9 @@ def _expand(base, name, spec, fields, directions, labels, cases=({}, {}), timed=
             continue
         entry = None
         seq_len = row.get("seq_len")
-        if full and isinstance(seq_len, int):
+        if row.get("workload") and row.get("phase"):  # Models: a preset and phase fix the length
+            seq_len = f"{row['workload']}:{row['phase']}"
+        if full and (isinstance(seq_len, int) or isinstance(seq_len, str)):
             head = sidecar.case_head(suite, impl, seq_len, row.get("regime"))
             if row.get("dtype") is not None:
                 entry = full.get(f"{head}|{row['dtype']}")

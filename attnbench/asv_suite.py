@@ -30,11 +30,20 @@ from __future__ import annotations
 import os
 import sys
 
-from attnbench import metrics, records
+from attnbench import metrics, presets, records
 from attnbench.hardware.dtypes import MACHINE_DTYPES
 from attnbench.metrics import METRIC_VERSION, Metric  # noqa: F401  (the suite's names for them)
-from attnbench.workload import Workload
+from attnbench.workload import CUSTOM, PHASES, Workload
 
+# Models (benchmarks/attention.py): the presets each size measures, at which lengths
+# (attnbench/presets.py SIZES), and whether kernels that only run in an interpreter here take part.
+# The default size keeps four presets that between them hold every mask and head structure of the
+# catalogue (GQA 4:1; a window; window + soft cap at head dim 256; a bidirectional encoder) and
+# leaves out the interpreted kernels, whose speed says nothing about any hardware, so that make
+# bench stays within 10 minutes (README, "Measured here"); full runs every preset for real, gpu the
+# default's four for real (its run has about 8 minutes).
+DEFAULT_PRESETS = ("llama-3.1-8b", "mistral-7b", "gemma-2-9b", "vit-b-16")
+ALL_PRESETS = tuple(presets.PRESETS)
 SUITES = {
     # max_interpret_seq: Pallas kernels that only run here through an interpreter (100x slower than
     # native) are skipped above it, with that reason; it keeps the default suite within 10 minutes
@@ -53,15 +62,18 @@ SUITES = {
     "default": {"forward_seqs": (256, 1024), "training_seqs": (512,), "dtypes": ("float32",),
                 "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 0.2,
                 "max_interpret_seq": 256, "max_reference_seq": 256, "regime_seqs": (1024,), "rounds": 6,
-                "round_seconds": 0.1},
+                "round_seconds": 0.1, "model_presets": DEFAULT_PRESETS, "preset_size": "default",
+                "preset_interpret": False},
     "smoke": {"forward_seqs": (128, 256), "training_seqs": (128,), "dtypes": ("float32",),
               "regime_steps": 3, "min_seconds": 0.05, "max_extra_seconds": 0.5,
               "max_interpret_seq": 256, "max_reference_seq": None, "regime_seqs": None, "rounds": 2,
-              "round_seconds": 0.05},  # the tests' quick run
+              "round_seconds": 0.05, "model_presets": ("mistral-7b",), "model_phases": ("decode",),
+              "preset_size": "smoke", "preset_interpret": False},  # the tests' quick run
     "full": {"forward_seqs": (256, 512, 1024, 2048, 4096, 8192), "training_seqs": (512, 1024, 2048),
              "dtypes": ("float32", "bfloat16"), "regime_steps": 12, "min_seconds": 0.5,
              "max_extra_seconds": 3.0, "max_interpret_seq": None, "max_reference_seq": None,
-             "regime_seqs": None, "rounds": 9, "round_seconds": 0.2},
+             "regime_seqs": None, "rounds": 9, "round_seconds": 0.2, "model_presets": ALL_PRESETS,
+             "preset_size": "real", "preset_interpret": True},
     # One short run on a GPU (tools/device-run.sh: about 8 minutes on the H200). Device timer (CUDA
     # events for torch; jax blocks on its own work and is wall-clocked), one timing window per case: a
     # dedicated GPU does not drift between processes as a shared CPU does. Static cases share a worker
@@ -72,7 +84,8 @@ SUITES = {
     "gpu": {"forward_seqs": (1024, 4096, 16384), "training_seqs": (4096,), "dtypes": ("bfloat16", "float32"),
             "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 0.3, "max_interpret_seq": 512,
             "max_reference_seq": 1024, "regime_seqs": (4096,), "regime_dtypes": ("bfloat16",), "rounds": 1,
-            "round_seconds": 0.1, "timer": "device", "fresh_process": False, "length_first": True},
+            "round_seconds": 0.1, "timer": "device", "fresh_process": False, "length_first": True,
+            "model_presets": DEFAULT_PRESETS, "preset_size": "real", "preset_interpret": False},
 }
 DEADLINE_ENV = "ATTNBENCH_DEADLINE"  # time.time() after which no case starts (tools/device-run.sh)
 FORWARD = Workload(batch=1, q_heads=8, head_dim=64, seq_q=1024, causal=True, mode="fwd")
@@ -160,6 +173,9 @@ def provenance_settings(settings: dict | None = None) -> dict:
     return {"suite": suite_name(), "accelerator": accelerator_kind(), "compile_cache": compile_cache(),
             "dtypes": seqs(suite_dtypes(settings)), "forward_seqs": seqs(settings["forward_seqs"]),
             "training_seqs": seqs(settings["training_seqs"]), "regime_steps": settings["regime_steps"],
+            "model_presets": seqs(settings.get("model_presets") or ()) or "none",
+            "preset_size": settings.get("preset_size", "default"),
+            "model_phases": seqs(settings.get("model_phases", PHASES)),
             "regime_seqs": seqs(settings["regime_seqs"]) if settings["regime_seqs"] else "every length",
             "min_seconds": settings["min_seconds"], "max_extra_seconds": settings["max_extra_seconds"],
             "max_interpret_seq": settings["max_interpret_seq"] or "no limit",
@@ -388,7 +404,11 @@ def outside_suite(impl, workload: Workload, regime: str, settings: dict) -> str 
     initialised (``check_cases``), never in the asv process.
     """
     limit, regime_seqs = settings["max_interpret_seq"], settings["regime_seqs"]
-    if limit and workload.seq_q > limit and impl.execution(impl.platform()) == "interpret":
+    interpreted = impl.execution(impl.platform()) == "interpret"
+    if workload.name != CUSTOM and interpreted and not settings.get("preset_interpret", True):
+        return (f"runs only in an interpreter here; the {suite_name()} suite measures model presets with "
+                f"kernels that run natively ({SUITE_ENV}=full runs it)")
+    if limit and workload.seq_q > limit and interpreted:
         return (f"runs only in an interpreter here; the {suite_name()} suite stops interpreted "
                 f"kernels at {limit} tokens ({SUITE_ENV}=full runs it)")
     reference_limit = settings.get("max_reference_seq")
@@ -403,6 +423,21 @@ def outside_suite(impl, workload: Workload, regime: str, settings: dict) -> str 
         return (f"the {suite_name()} suite runs the {regime} regime in {', '.join(regime_dtypes)} only "
                 f"({SUITE_ENV}=full runs every dtype)")
     return None
+
+
+def case_length(workload: Workload) -> int | str:
+    """The sidecar's length field of a case: the sequence length, or ``<preset>:<phase>`` for a
+    preset's workload (Models has no length parameter: a preset and phase fix it)."""
+    return workload.seq_q if workload.name == CUSTOM else f"{workload.name}:{workload.phase}"
+
+
+def preset_workloads(settings: dict | None = None, dtype: str = "float32") -> dict[tuple[str, str], Workload]:
+    """``{(preset, phase): Workload}`` the Models class measures at this suite size."""
+    settings = suite_settings() if settings is None else settings
+    size, phases = settings.get("preset_size", "default"), settings.get("model_phases", PHASES)
+    return {(name, phase): presets.workload(name, phase, size=size, dtype=dtype)
+            for name in settings.get("model_presets") or () for phase in presets.get(name).phases
+            if phase in phases}
 
 
 def case_key(name: str, workload: Workload, regime: str) -> str:
@@ -556,7 +591,7 @@ def write_sidecar(groups: dict[str | None, list[tuple[str, Workload, str]]], mea
         for name, workload, regime in cases:
             record = measured.get(case_key(name, workload, regime))
             if record is not None:
-                entries[sidecar.case_id(suite, name, workload.seq_q, regime, workload.dtype)] = \
+                entries[sidecar.case_id(suite, name, case_length(workload), regime, workload.dtype)] = \
                     sidecar.case_entry(record)
     versions = {k.removeprefix("version_"): v for k, v in library_versions().items() if v}
     return sidecar.write(ctx["results_dir"], ctx["machine"], ctx["commit"], ctx["env"], versions=versions,

@@ -54,8 +54,27 @@ def support_matrix_rows(impls) -> list[dict]:
     return rows
 
 
+def feature_matrix_rows(impls) -> list[dict]:
+    """Per kernel: how it runs grouped-query heads and which mask features it declares."""
+    from attention_impls.base import MASK_FEATURES
+
+    titles = {"window": "window", "softcap": "softcap", "segment_ids": "segment ids"}
+    rows = []
+    for impl in impls:
+        row = {"implementation": f"`{impl.name}`", "gqa": impl.gqa}
+        for feature in MASK_FEATURES:
+            row[titles[feature]] = "yes" if feature in impl.supports else "no"
+        rows.append(row)
+    return rows
+
+
 def cmd_matrix(args) -> int:
-    """The static implementation x platform matrix that the README shows."""
+    """The static implementation x platform matrix that the README shows (``--features``: the
+    kernels' GQA and mask declarations)."""
+    if args.features:
+        rows = feature_matrix_rows(_impls(None))
+        print(_render(rows, list(rows[0]), args))
+        return 0
     rows = support_matrix_rows(_impls(None))
     print(_render(rows, ["implementation", "framework", "designed for", "cpu", "gpu", "tpu"], args))
     return 0
@@ -73,7 +92,8 @@ def parse_bytes(text: str) -> int:
         raise ValueError(f"--memory-cap must look like 8G, 512M or a byte count, got {text!r}") from None
 
 
-RUN_COLUMNS = ["impl", "seq_q", "regime", "label", "execution", "status", "seconds_per_step", "tflops",
+RUN_COLUMNS = ["impl", "workload", "phase", "mask", "seq_q", "seq_k", "gqa", "regime", "label", "execution",
+               "status", "seconds_per_step", "tflops",
                "mfu", "compiler_temp_bytes", "host_rss_growth_bytes", "compiles", "compile_seconds_total",
                "padding_waste", "usd_per_step_on_demand", "usd_per_step_with_compiles_on_demand"]
 
@@ -96,8 +116,13 @@ def cmd_run(args) -> int:
 
     threads = args.threads or len(os.sched_getaffinity(0))
     memory_cap = parse_bytes(args.memory_cap) if args.memory_cap else None
-    template = Workload(batch=args.batch, q_heads=args.heads, kv_heads=args.kv_heads, seq_q=args.seq[0],
-                        head_dim=args.head_dim, dtype=args.dtype, causal=args.causal, mode=args.mode)
+    workloads = run_workloads(args)
+    template = workloads[0]
+    regimes = args.regime or (["static"] if args.workload or template.phase == "decode"
+                              else ["static", "dynamic", "bucketed"])
+    if template.phase == "decode" and regimes != ["static"]:
+        raise ValueError(f"--regime {' '.join(regimes)}: decode runs the static regime only (the dynamic "
+                         "and bucketed regimes vary the query length; decode's queries are fixed)")
     impls = [i.name for i in _impls(args.impl, args.framework) if not i.framework_missing()]
     if not impls:
         raise ValueError("no implementation of the chosen ones is installed in this environment")
@@ -114,8 +139,7 @@ def cmd_run(args) -> int:
                        price_per_hour=args.price_per_hour, spot_price_per_hour=args.spot_price_per_hour,
                        trace_dir=trace_dir, compile_cache=args.compile_cache, timer=args.timer)
 
-    cases = [(name, template.replace(seq_q=seq, seq_k=seq), regime)
-             for name in impls for seq in args.seq for regime in args.regime]
+    cases = [(name, workload, regime) for name in impls for workload in workloads for regime in regimes]
     kwargs = {"isolate": not args.no_isolate, "timeout_s": args.timeout, "memory_cap_bytes": memory_cap,
               "threads": threads}
     meta = sweep.run_metadata()
@@ -147,6 +171,55 @@ def cmd_run(args) -> int:
     return 0
 
 
+def run_workloads(args) -> list[Workload]:
+    """The workloads ``run`` measures: a preset's (``--workload``) or the custom template's, one per
+    ``--seq`` (or decode ``--kv-len``), the mask options overriding. Bad combinations raise
+    ``ValueError`` naming what is wrong and the valid choices."""
+    from attnbench import presets
+    from attnbench.workload import PHASE_MODES
+
+    if args.softcap is not None and args.softcap <= 0:
+        raise ValueError(f"--softcap must be a positive number, got {args.softcap}")
+    if args.window is not None and not args.causal:
+        raise ValueError("--window needs a causal mask (drop --no-causal): a sliding window is the last W "
+                         "keys up to the query's own position")
+    if args.workload:
+        phase = args.phase or "prefill"
+        preset = presets.get(args.workload)
+        if args.mode != "fwd" or any(x is not None for x in (args.heads, args.kv_heads, args.head_dim)):
+            raise ValueError(f"--workload {args.workload} fixes the heads and the mode (use --phase); drop "
+                             "--heads/--kv-heads/--head-dim/--mode")
+        if args.window is not None and not preset.causal:
+            raise ValueError(f"--window needs a causal mask; {args.workload} is bidirectional")
+        common = {"batch": args.batch, "window": args.window, "softcap": args.softcap,
+                  "documents": args.documents, "layer": args.layer, "dtype": args.dtype, "size": args.size}
+        if phase == "decode":
+            return [presets.workload(args.workload, phase, seq=(args.seq or [None])[0], kv_len=kv, **common)
+                    for kv in (args.kv_len or [None])]
+        if args.kv_len:
+            raise ValueError(f"--kv-len is decode's cache length; --phase {phase} runs seq x seq (use --seq)")
+        return [presets.workload(args.workload, phase, seq=seq, **common) for seq in (args.seq or [None])]
+    if args.layer != "windowed" or args.size != "real":
+        raise ValueError("--layer and --size pick a preset's layer and lengths: they need --workload NAME")
+    phase = args.phase or ("training" if args.mode == "fwd_bwd" else "prefill")
+    mode = PHASE_MODES[phase]
+    base = dict(batch=args.batch or 1, q_heads=args.heads or 8, kv_heads=args.kv_heads,
+                head_dim=args.head_dim or 64, dtype=args.dtype, causal=args.causal, mode=mode,
+                window=args.window, softcap=args.softcap, documents=args.documents)
+    if phase == "decode":
+        if not args.kv_len:
+            raise ValueError("--phase decode needs --kv-len N (the KV cache's length)")
+        queries = (args.seq or [1])[0]
+        bad = [kv for kv in args.kv_len if queries > kv]
+        if bad:
+            raise ValueError(f"decode runs seq={queries} new tokens against kv_len={bad[0]}: seq must not "
+                             "exceed kv_len")
+        return [Workload(seq_q=queries, seq_k=kv, ragged=base["batch"] > 1, **base) for kv in args.kv_len]
+    if args.kv_len:
+        raise ValueError(f"--kv-len is decode's cache length; --phase {phase} runs seq x seq (use --seq)")
+    return [Workload(seq_q=seq, seq_k=seq, **base) for seq in (args.seq or [256, 512, 1024])]
+
+
 def check_run_inputs(hardware_profile: str | None, dtype: str) -> None:
     """Refuse, naming the valid choices, a hardware profile that does not exist or a dtype this
     machine's accelerator cannot run (``hardware.dtypes.machine_dtype_problem``)."""
@@ -163,6 +236,20 @@ def check_run_inputs(hardware_profile: str | None, dtype: str) -> None:
     problem = machine_dtype_problem(attached.platform if attached else "cpu", dtype)
     if problem:
         raise ValueError(f"--dtype {dtype}: {problem}")
+
+
+def cmd_workloads(args) -> int:
+    """The workload catalogue: each preset's heads, head dim, mask, phases, real lengths and source."""
+    from attnbench import presets
+
+    rows = presets.table()
+    columns = ["name", "heads", "kv_heads", "head_dim", "gqa", "mask", "phases", "lengths", "source"]
+    if not args.sources:
+        columns.remove("source")
+    print(_render([{c: str(r[c]) for c in columns} for r in rows], columns, args))
+    if not args.sources:
+        print("\n(--sources: where every value comes from)")
+    return 0
 
 
 def cmd_rename_env(args) -> int:
@@ -337,6 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("matrix", help="implementation x cpu/gpu/tpu support matrix")
+    p.add_argument("--features", action="store_true", help="GQA and mask features per implementation")
     p.add_argument("--markdown", action="store_true")
     p.set_defaults(func=cmd_matrix)
 
@@ -349,6 +437,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=int, default=100, help="characters of evidence or reason shown")
     p.add_argument("--markdown", action="store_true")
     p.set_defaults(func=cmd_cases)
+
+    p = sub.add_parser("workloads", help="the model presets: heads, kv heads, head dim, mask, source")
+    p.add_argument("--sources", action="store_true", help="also each value's source (the model's config)")
+    p.add_argument("--markdown", action="store_true")
+    p.set_defaults(func=cmd_workloads)
 
     p = sub.add_parser("rename-env", help="file an asv environment's results under another (stable) name")
     p.add_argument("old", help="the name the results carry (existing-py_work_main_.venv_bin_python)")
@@ -401,15 +494,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="measurement sweep (timing, memory, regimes, numerics, cost) to a table")
     p.add_argument("--impl", nargs="*", help="only these implementations")
     p.add_argument("--framework", nargs="*", help="only these frameworks (numpy, jax, torch, torch_xla)")
-    p.add_argument("--seq", type=int, nargs="+", default=[256, 512, 1024], help="max length per case")
-    p.add_argument("--regime", nargs="+", default=["static", "dynamic", "bucketed"],
-                   choices=["static", "dynamic", "bucketed"])
+    p.add_argument("--workload", help="a model preset (python -m attnbench workloads): its heads, head dim "
+                   "and mask; the options below override it")
+    p.add_argument("--phase", choices=("prefill", "training", "decode"),
+                   help="prefill (forward), training (forward + backward), decode (queries vs a KV cache)")
+    p.add_argument("--seq", type=int, nargs="+", help="max length per case (decode: new query tokens, "
+                   "default 1); default 256 512 1024, or the preset's")
+    p.add_argument("--kv-len", type=int, nargs="+", help="decode: the KV cache's length per case")
+    p.add_argument("--window", type=int, help="sliding window of W keys (causal only)")
+    p.add_argument("--softcap", type=float, help="logit soft cap C: C * tanh(score / C) before the mask")
+    p.add_argument("--documents", type=int,
+                   help="documents packed per sequence (segment ids; seeded lengths)")
+    p.add_argument("--layer", choices=("windowed", "global"), default="windowed",
+                   help="a preset that alternates windowed and global layers: which one")
+    p.add_argument("--size", choices=("real", "default"), default="real",
+                   help="a preset's lengths: the model's own (real) or the 2-core CPU suite's (default)")
+    p.add_argument("--regime", nargs="+", choices=["static", "dynamic", "bucketed"],
+                   help="shape regimes (default all three; static only for a preset or decode)")
     p.add_argument("--bucket-policy", default="multiple-128", help="multiple-N or pow2")
     p.add_argument("--steps", type=int, default=8, help="steps in each regime's length stream")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--batch", type=int, help="sequences per step (default 1; a preset's decode: its own)")
+    p.add_argument("--heads", type=int, help="query heads (default 8)")
     p.add_argument("--kv-heads", type=int, default=None)
-    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--head-dim", type=int, help="default 64")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--mode", default="fwd", choices=["fwd", "fwd_bwd"])
     p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)

@@ -105,9 +105,7 @@ class _RevisionWorker:
                                         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def measure(self, impl: str, workload: Workload, min_seconds: float) -> dict:
-        import dataclasses
-
-        task = {"impl": impl, "workload": dataclasses.asdict(workload), "min_seconds": min_seconds}
+        task = {"impl": impl, "workload": workload.to_dict(), "min_seconds": min_seconds}
         self.process.stdin.write(json.dumps(task) + "\n")
         self.process.stdin.flush()
         line = self.process.stdout.readline()

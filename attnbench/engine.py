@@ -104,7 +104,7 @@ def measure_case(impl_spec, workload: Workload, options: Options = Options()) ->
     except Exception as exc:  # unknown name, bad plugin path
         record.update(impl=str(impl_spec), status=records.ERROR, reason=f"{type(exc).__name__}: {exc}")
         return record
-    record.update(impl=impl.name, framework=impl.framework)
+    record.update(impl=impl.name, framework=impl.framework, gqa=impl.gqa_mode(workload))
     reason = impl.check(workload)
     if reason:
         record.update(status=records.UNSUPPORTED, reason=reason)
@@ -200,7 +200,7 @@ def _run_regime(impl, workload, options, record):
     """The regime's stream; its first step is the case's first call (trace + compile + run)."""
     from attnbench import regimes
 
-    lengths = regimes.length_stream(workload.seq_q, options.regime_steps, options.seed)
+    lengths = regimes.length_stream(workload.stream_length, options.regime_steps, options.seed)
     template = workload.replace(seq_k=workload.seq_q) if workload.seq_k == workload.seq_q else workload
     result = regimes.run_regime(impl, template, options.regime, lengths, options.bucket_policy)
     first = result.trace[0] if result.trace else None
@@ -265,6 +265,9 @@ def _throughput_and_cost(device, workload, options, record, regime_result):
                                price_per_hour=options.price_per_hour,
                                spot_price_per_hour=options.spot_price_per_hour, cores=record["threads"])
     record.update(peak_tflops=peak.tflops, peak_source=peak.source)
+    if profile is not None and profile.hbm_tb_s is not None:  # decode is memory-bound: bytes/s against it
+        record.update(peak_bytes_per_s=profile.hbm_tb_s.value * 1e12,
+                      bandwidth_source=f"{profile.name}: {profile.hbm_tb_s.source}")
     tokens_per_s, flops_per_s = throughput(workload, options.regime, record["seconds_per_step"],
                                            regime_result)
     derive_figures(record, pricing, tokens_per_s, flops_per_s)
@@ -281,6 +284,11 @@ def derive_figures(record: dict, pricing, tokens_per_s: float | None, flops_per_
                   seconds_per_million_tokens=1e6 / tokens_per_s if tokens_per_s else None)
     if record.get("peak_tflops") and record["tflops"]:
         record["mfu"] = record["tflops"] / record["peak_tflops"]
+    # The workload's minimum bytes over the step (static steps only: a regime's steps differ).
+    if record.get("min_bytes") and seconds and record.get("regime", "static") == "static":
+        record["bytes_per_s"] = record["min_bytes"] / seconds
+        if record.get("peak_bytes_per_s"):
+            record["bandwidth_utilisation"] = record["bytes_per_s"] / record["peak_bytes_per_s"]
     tokens_per_step = tokens_per_s * seconds if tokens_per_s else None
     costs = cost.cost_per_step(seconds, pricing, tokens_per_step=tokens_per_step)
     record.update({k: v for k, v in costs.items() if k in record})
@@ -342,11 +350,23 @@ def _rounds_reason(rounds: list[dict]) -> str:
 
 
 def numerics_workload(workload: Workload) -> Workload:
-    """The workload itself, or a smaller proxy when the float64 reference would not fit."""
+    """The workload itself, or a smaller proxy when the float64 reference would not fit: one
+    sequence of ``PROXY_SEQ`` keys (a decode keeps its queries; a window shrinks with the length)."""
     fwd = workload.replace(mode="fwd")
     if fwd.batch * fwd.q_heads * fwd.seq_q * fwd.seq_k <= REFERENCE_MAX_SCORE_ELEMENTS:
         return fwd
-    return fwd.replace(batch=1, seq_q=PROXY_SEQ, seq_k=PROXY_SEQ)
+    seq_q = min(fwd.seq_q, PROXY_SEQ) if fwd.seq_q < fwd.seq_k else PROXY_SEQ
+    window = None if fwd.window is None else max(1, fwd.window * PROXY_SEQ // fwd.seq_k)
+    documents = None if fwd.documents is None else min(fwd.documents, seq_q)
+    return fwd.replace(batch=1 if not fwd.ragged else min(fwd.batch, 2), seq_q=seq_q, seq_k=PROXY_SEQ,
+                       window=window, documents=documents)
+
+
+def reference_mask(workload: Workload, x) -> dict:
+    """The mask keywords of ``workload`` with its inputs' segment ids, for the float64 reference."""
+    from attention_impls.base import mask_call, static_mask
+
+    return mask_call(static_mask(workload), x.mask_arrays())
 
 
 def check_numerics(impl, workload: Workload, step, seed: int) -> dict:
@@ -364,10 +384,11 @@ def check_numerics(impl, workload: Workload, step, seed: int) -> dict:
     checked = numerics_workload(workload)
     if checked.replace(mode=workload.mode) == workload:
         x = make_inputs(workload, seed)
+        mask = reference_mask(workload, x)
         actual = impl.backend().host_arrays(step.run())
-        expected = [attention_fwd(x.q, x.k, x.v, causal=workload.causal)]
+        expected = [attention_fwd(x.q, x.k, x.v, causal=workload.causal, **mask)]
         if workload.mode == "fwd_bwd":
-            expected += attention_grads(x.q, x.k, x.v, x.do, causal=workload.causal)
+            expected += attention_grads(x.q, x.k, x.v, x.do, causal=workload.causal, **mask)
         if len(actual) != len(expected):
             raise ValueError(f"the timed step returned {len(actual)} arrays; expected {len(expected)} "
                              f"(output{', dq, dk, dv' if workload.mode == 'fwd_bwd' else ''})")
@@ -378,8 +399,9 @@ def check_numerics(impl, workload: Workload, step, seed: int) -> dict:
         if impl.check(checked):
             return {"numerics_workload": f"proxy {checked.describe()}", "numerics_ok": None}
         x = make_inputs(checked, seed=7)
-        results = [compare(impl.run_numpy(x.q, x.k, x.v, causal=checked.causal),
-                           attention_fwd(x.q, x.k, x.v, causal=checked.causal), checked.dtype)]
+        mask = reference_mask(checked, x)
+        results = [compare(impl.run_numpy(x.q, x.k, x.v, causal=checked.causal, **mask),
+                           attention_fwd(x.q, x.k, x.v, causal=checked.causal, **mask), checked.dtype)]
         label = (f"proxy {checked.describe()} (the reference at {workload.describe()} would exceed "
                  f"{REFERENCE_MAX_SCORE_ELEMENTS} score elements)")
     broken = [r for r in results if not r.finite]  # NaN/inf: reported as such, never as a small error
@@ -389,7 +411,10 @@ def check_numerics(impl, workload: Workload, step, seed: int) -> dict:
 
 
 def _workload_columns(w: Workload) -> dict:
-    return {**dataclasses.asdict(w), "flops": w.flops, "min_bytes": w.min_bytes, "tokens": w.tokens}
+    columns = dataclasses.asdict(w)
+    columns["workload"] = columns.pop("name")
+    return {**columns, "phase": w.phase, "mask": w.mask, "mask_density": w.mask_density, "flops": w.flops,
+            "dense_flops": w.dense_flops, "min_bytes": w.min_bytes, "tokens": w.tokens}
 
 
 def thread_count() -> int | None:

@@ -132,6 +132,10 @@ def _mfu_shortfall(record: dict) -> float:
     return _num(1.0 - record["mfu"]) if record.get("mfu") is not None else math.nan
 
 
+def _seconds_per_gb(record: dict) -> float:
+    return 1e9 / record["bytes_per_s"] if record.get("bytes_per_s") else math.nan
+
+
 def _seconds_per_pflop(record: dict) -> float:
     return 1e-3 / record["tflops"] if record.get("tflops") else math.nan
 
@@ -155,6 +159,10 @@ METRICS: list[Metric] = [
            time_exponent=1),
     Metric("mfu", "mfu", "fraction", H, "compute", twin="mfu_shortfall", time_exponent=-1, per_run_peak=True),
     Metric("mfu_shortfall", "mfu", "fraction", L, "compute", derive=_mfu_shortfall, per_run_peak=True),
+    # The workload's minimum bytes per second: what bounds decode (records' bandwidth_utilisation
+    # divides it by the device's HBM bandwidth where a hardware profile gives one).
+    Metric("bytes_per_s", "bytes_per_s", "bytes/s", H, "compute", twin="seconds_per_gb", time_exponent=-1),
+    Metric("seconds_per_gb", "bytes_per_s", "seconds", L, "compute", derive=_seconds_per_gb, time_exponent=1),
     Metric("first_call_seconds", "first_call_s", "seconds", L, "compile", record_unit="s", companion=True,
            run_exponent=1, one_reading=True),
     Metric("compile_seconds", "compile_seconds_total", "seconds", L, "compile", record_unit="s",
@@ -198,7 +206,7 @@ del L, H
 # cannot name its own hash); results whose sidecar has no ``definitions`` are version "1". A step
 # across commits whose versions differ, in a metric a change between them covers, is shown as
 # "definition changed", never as a regression.
-DEFINITIONS = "2"
+DEFINITIONS = "3"
 UNRECORDED_DEFINITIONS = "1"  # results written before the sidecar recorded a definitions version
 
 
@@ -246,6 +254,9 @@ DEFINITION_CHANGES: list[DefinitionChange] = [
     DefinitionChange("2", "2026-11-30", ("mfu", "mfu_shortfall"),
                      "MFU on a CPU divides by one torch GEMM peak per run, whatever the framework (was a "
                      "per-framework probe)", platforms=("cpu",)),
+    DefinitionChange("3", "2026-12-01", ("tflops", "seconds_per_pflop", "mfu", "mfu_shortfall"),
+                     "FLOPs count exactly the (query, key) pairs the mask keeps: a causal square step "
+                     "counts S(S+1)/2 pairs per head (was flash-attention's S^2/2; +0.4% at 256 tokens)"),
 ]
 
 

@@ -31,9 +31,12 @@ LAYOUT = {
     "impl": "", "framework": "", "label": "", "execution": "", "platform": "", "device": "",
     "kernel_evidence": "", "kernel_verified": "bool", "status": "", "reason": "",
     # the workload
-    "batch": "", "q_heads": "", "kv_heads": "", "seq_q": "tokens", "seq_k": "tokens", "head_dim": "",
-    "dtype": "", "causal": "bool", "mode": "", "flops": "FLOP", "min_bytes": "bytes",
-    "tokens": "tokens",
+    "workload": "", "phase": "",
+    "batch": "", "q_heads": "", "kv_heads": "", "gqa": "", "seq_q": "tokens", "seq_k": "tokens",
+    "head_dim": "",
+    "dtype": "", "causal": "bool", "mode": "", "mask": "", "window": "tokens", "softcap": "",
+    "documents": "count", "ragged": "bool", "mask_density": "fraction", "flops": "FLOP",
+    "dense_flops": "FLOP", "min_bytes": "bytes", "tokens": "tokens",
     # shape regime
     "regime": "", "bucket_policy": "", "regime_steps": "steps", "compile_cache": "", "compiles": METRIC,
     "compile_seconds_total": METRIC, "compile_cache_hits": "count", "padding_waste": METRIC,
@@ -53,6 +56,8 @@ LAYOUT = {
     # throughput
     "tokens_per_s": METRIC, "tflops": METRIC, "peak_tflops": "TFLOP/s", "peak_source": "",
     "mfu": METRIC, "seconds_per_million_tokens": METRIC,
+    "bytes_per_s": METRIC, "peak_bytes_per_s": "bytes/s", "bandwidth_source": "",
+    "bandwidth_utilisation": "fraction",
     # memory, by source
     "device_peak_bytes": METRIC, "compiler_temp_bytes": METRIC, "compiler_argument_bytes": "bytes",
     "compiler_output_bytes": "bytes", "compiler_peak_bytes": METRIC,

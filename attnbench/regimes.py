@@ -159,8 +159,9 @@ def run_regime(impl, template: Workload, regime: str, lengths: Sequence[int],
                policy: str = "multiple-128", *, seed: int = 0) -> RegimeResult:
     """Run ``lengths`` through one fresh ``impl.make_runner(template, seed)`` under ``regime``.
 
-    ``max_len`` is ``template.seq_q``: the static shape and the cap of every bucket; a length
-    above it is an error. Every step runs with ``seq_q = seq_k`` (``template.seq_k`` is unused).
+    ``max_len`` is ``template.stream_length``: the static shape and the cap of every bucket; a
+    length above it is an error. Every step runs ``template.at_length(length)`` (``seq_q = seq_k``;
+    a decode template only runs static: its stream is the cache, not the query tokens).
     Each step: its inputs are prepared (untimed), then ``runner.step`` is timed; ``compiled`` is
     whether ``runner.compiles()`` rose during it. ``Unsupported`` from the implementation (a
     length its kernel refuses) propagates.
@@ -173,7 +174,10 @@ def run_regime(impl, template: Workload, regime: str, lengths: Sequence[int],
     if regime not in REGIMES:
         raise ValueError(f"unknown regime {regime!r}; valid: {', '.join(REGIMES)}")
     bucket_policy(policy)  # a bad name fails before anything runs, whatever the regime
-    max_len = template.seq_q
+    if template.phase == "decode" and regime != "static":
+        raise ValueError(f"the {regime} regime varies the query length of prefill and training; a "
+                         "decode step's queries are fixed (run decode in the static regime)")
+    max_len = template.stream_length
     padded = [padded_length(int(n), regime, max_len, policy) for n in lengths]
 
     runner = impl.make_runner(template, seed)
@@ -221,25 +225,28 @@ def _summarize(name: str, regime: str, policy: str, template: Workload, runner,
     computed = sum(t.padded_length for t in trace)
 
     def flops(length: int) -> float:
-        return template.replace(seq_q=length, seq_k=length).flops
+        return template.at_length(length).flops
 
     steady_seconds = sum(seconds for _, seconds in steady)
     steady_rate = steady_seconds > 0
+    decode = template.phase == "decode"
 
     real_flops = sum(flops(t.length) for t in trace)
     computed_flops = sum(flops(t.padded_length) for t in trace)
     return RegimeResult(
         impl=name, regime=regime, policy=policy if regime == "bucketed" else None,
-        max_len=template.seq_q, workload=template.describe(), batch=template.batch,
+        max_len=template.stream_length, workload=template.describe(), batch=template.batch,
         execution=runner.execution, compiles=runner.compiles(),
         compile_seconds_total=runner.compile_seconds(),
         compile_cache_hits=runner.cache_hits(),
         steady_seconds_per_step=statistics.median(s for _, s in steady) if steady else None,
-        steady_tokens_per_s=(template.batch * sum(n for n, _ in steady) / steady_seconds
-                             if steady_rate else None),
+        steady_tokens_per_s=(template.batch * sum(template.at_length(n).seq_q for n, _ in steady)
+                             / steady_seconds if steady_rate else None),
         steady_flops_per_s=sum(flops(n) for n, _ in steady) / steady_seconds if steady_rate else None,
         total_seconds=total,
-        useful_tokens_per_s=template.batch * real / total if total > 0 else float("nan"),
+        # decode: every step's useful tokens are its queries; its padding is the cache's
+        useful_tokens_per_s=(template.batch * (template.seq_q * len(trace) if decode else real) / total
+                             if total > 0 else float("nan")),
         padding_waste=1.0 - real / computed if computed else 0.0,
         padding_flops_waste=1.0 - real_flops / computed_flops if computed_flops else 0.0,
         shapes=tuple(dict.fromkeys(t.padded_length for t in trace)),

@@ -25,7 +25,7 @@ from attnbench.atomic import atomic_write_text
 
 ARGS_FILE = "run-args.json"
 IDENTITY = ("impl", "batch", "q_heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype", "causal", "mode",
-            "regime")
+            "window", "softcap", "documents", "ragged", "regime")
 # cmd_run's options that change what a case's record means without changing which case it is
 MEASUREMENT_OPTIONS = ("steps", "min_seconds", "bucket_policy", "no_numerics", "compile_cache", "timer",
                        "threads", "timeout", "memory_cap", "no_isolate", "hardware_profile", "price_per_hour",
@@ -35,7 +35,7 @@ MEASUREMENT_OPTIONS = ("steps", "min_seconds", "bucket_policy", "no_numerics", "
 def case_identity(impl: str, workload, regime: str) -> tuple[str, ...]:
     """The identity of a planned case, as strings, the way a written table holds it."""
     values = {"impl": impl, "regime": regime, **{f: getattr(workload, f) for f in IDENTITY[1:-1]}}
-    return tuple(str(values[f]) for f in IDENTITY)
+    return tuple("" if values[f] is None else str(values[f]) for f in IDENTITY)
 
 
 def row_identity(row: dict) -> tuple[str, ...]:

@@ -41,7 +41,8 @@ FOLDER = "sidecars"
 SUFFIX = ".sidecar"
 LEGACY_FOLDER = "versions"  # up to this change: results/<machine>/versions/<commit8>-<env>.json
 CASE_FIELDS = ("label", "execution", "platform", "device", "status", "reason", "contended",
-               "contention_reason", "ci_low_s", "ci_high_s", "ci_basis", "ci_coverage", "rounds")
+               "contention_reason", "ci_low_s", "ci_high_s", "ci_basis", "ci_coverage", "rounds",
+               "mask", "gqa", "flops")  # what a preset's case computed (Models)
 TEXT_FIELDS = ("reason", "contention_reason")  # cut to MAX_REASON characters
 MAX_REASON = 500
 
@@ -60,8 +61,10 @@ def legacy_path(results_dir: str, machine: str, commit: str, env: str) -> str:
 
 
 def case_head(suite: str | None, implementation: str, seq_len, regime: str | None) -> str:
-    """``case_id`` without its dtype: ``Training|jax-xla|512|static``."""
-    return f"{suite}|{implementation}|{int(seq_len)}|{regime or 'static'}"
+    """``case_id`` without its dtype: ``Training|jax-xla|512|static``; a preset's case has
+    ``<preset>:<phase>`` for its length (``Models|jax-xla|mistral-7b:decode|static``)."""
+    length = seq_len if isinstance(seq_len, str) else int(seq_len)
+    return f"{suite}|{implementation}|{length}|{regime or 'static'}"
 
 
 def case_id(suite: str | None, implementation: str, seq_len, regime: str | None, dtype: str | None) -> str:

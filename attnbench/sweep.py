@@ -196,7 +196,7 @@ def max_feasible_lengths(impl_names, template, lengths, options, **sweep_kwargs)
     for name in impl_names:
         best, stopped_by, reason = None, None, None
         for length in sorted(lengths):
-            workload = template.replace(seq_q=length, seq_k=length)
+            workload = template.at_length(length)
             [record] = run_sweep([(name, workload, "static")], lambda _regime: options,
                                  progress=False, **sweep_kwargs)
             if record["status"] == records.OK:

@@ -1,22 +1,35 @@
-"""The workload value type: one attention problem, its FLOPs and its minimum bytes.
+"""The workload value type: one attention problem, its mask, its FLOPs and its minimum bytes.
 
-FLOPs follow flash-attention's convention (``benchmarks/benchmark_attn.py``):
+FLOPs count the (query, key) pairs the mask keeps, exactly (``attnbench.masks.visible_pairs``),
+with flash-attention's factors (``benchmarks/benchmark_attn.py``):
 
-    fwd     = 4 * B * Hq * Sq * avg_k * D
-    avg_k   = Sk                            (non-causal)
-            = (max(0, Sk - Sq) + Sk) / 2    (causal, bottom-right aligned)
-    fwd_bwd = 3.5 * fwd                     (bwd = 2.5 * fwd)
+    fwd       = 4 * D * Hq * pairs          (pairs summed over the batch)
+    fwd_bwd   = 3.5 * fwd                   (bwd = 2.5 * fwd)
+    dense_fwd = 4 * D * Hq * B * Sq * Sk    (no mask at all: beside it, for comparison)
 
-Only the two matmuls count; softmax exponentials and masking are not FLOPs here.
+Only the two matmuls count; softmax exponentials and masking are not FLOPs here. A kernel that
+computes masked blocks anyway does more work than ``flops`` credits it with: it shows as a lower
+TFLOP/s, never as more FLOPs. Causal is exact too: ``S (S + 1) / 2`` pairs per head and row block,
+where flash-attention's convention counts ``S^2 / 2``.
+
+The phase follows from the shapes: ``training`` is ``fwd_bwd``; a forward whose queries are fewer
+than its keys is ``decode`` (queries against a KV cache); every other forward is ``prefill``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from dataclasses import dataclass
+
+from attnbench import masks
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 MODES = ("fwd", "fwd_bwd")
+PHASES = ("prefill", "training", "decode")
+PHASE_MODES = {"prefill": "fwd", "training": "fwd_bwd", "decode": "fwd"}
+CUSTOM = "custom"  # the ``name`` of a workload that is no preset's
 BWD_FLOPS_FACTOR = 2.5
 
 
@@ -28,6 +41,11 @@ class Workload:
     ``q_heads // kv_heads`` query heads). ``causal`` masks are bottom-right aligned:
     query ``i`` sees keys ``j <= i + (seq_k - seq_q)``, the convention of
     flash-attention >= 2.1 and of KV-cache decoding.
+
+    The mask (``attnbench.masks``): ``window`` (sliding window of W keys, causal only), ``softcap``
+    (logit soft-capping), ``documents`` (that many packed documents per sequence, seeded lengths,
+    as segment ids) and ``ragged`` (decode: the batch's caches hold different, seeded lengths,
+    left-padded). ``name`` is the preset it came from (``attnbench.presets``), or ``custom``.
     """
 
     batch: int = 1
@@ -39,6 +57,11 @@ class Workload:
     dtype: str = "float32"
     causal: bool = False
     mode: str = "fwd"
+    window: int | None = None
+    softcap: float | None = None
+    documents: int | None = None
+    ragged: bool = False
+    name: str = CUSTOM
 
     def __post_init__(self) -> None:
         if self.kv_heads is None:
@@ -66,6 +89,37 @@ class Workload:
                 f"Workload.seq_q must not exceed seq_k when causal (bottom-right aligned): "
                 f"seq_q={self.seq_q} > seq_k={self.seq_k} leaves query rows with no keys"
             )
+        self._check_mask()
+
+    def _check_mask(self) -> None:
+        if self.window is not None:
+            if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window <= 0:
+                raise ValueError(f"Workload.window must be a positive integer (keys), got {self.window!r}")
+            if not self.causal:
+                raise ValueError("Workload.window needs causal=True: a sliding window is the last W keys "
+                                 "up to the query's own position")
+        if self.softcap is not None:
+            if isinstance(self.softcap, bool) or not isinstance(self.softcap, (int, float)) \
+                    or not math.isfinite(self.softcap) or self.softcap <= 0:
+                raise ValueError(f"Workload.softcap must be a positive number, got {self.softcap!r}")
+            object.__setattr__(self, "softcap", float(self.softcap))
+        if self.documents is not None:
+            if isinstance(self.documents, bool) or not isinstance(self.documents, int) \
+                    or not 1 <= self.documents <= self.seq_q:
+                raise ValueError(f"Workload.documents must be an integer in 1..seq_q={self.seq_q}, "
+                                 f"got {self.documents!r}")
+            if self.seq_q != self.seq_k:
+                raise ValueError("Workload.documents packs one sequence of queries and keys: it needs "
+                                 f"seq_q == seq_k, got {self.seq_q} and {self.seq_k}")
+        if not isinstance(self.ragged, bool):
+            raise ValueError(f"Workload.ragged must be a bool, got {self.ragged!r}")
+        if self.ragged and not self.seq_q < self.seq_k:
+            raise ValueError("Workload.ragged is a decode batch's ragged KV cache: it needs seq_q < seq_k, "
+                             f"got {self.seq_q} and {self.seq_k}")
+        if self.ragged and self.documents is not None:
+            raise ValueError("Workload.ragged and Workload.documents both set segment ids: choose one")
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Workload.name must be a preset name or {CUSTOM!r}, got {self.name!r}")
 
     # -- shapes ---------------------------------------------------------------------------------
     @property
@@ -85,17 +139,84 @@ class Workload:
         """Query tokens processed by one step (what tokens/s counts)."""
         return self.batch * self.seq_q
 
+    @property
+    def phase(self) -> str:
+        if self.mode == "fwd_bwd":
+            return "training"
+        return "decode" if self.seq_q < self.seq_k else "prefill"
+
+    # -- the mask -------------------------------------------------------------------------------
+    @property
+    def segmented(self) -> bool:
+        """Whether the mask has segment ids (documents, or a ragged cache's padding)."""
+        return self.documents is not None or self.ragged
+
+    def segment_ids(self):
+        """``(q_segment_ids [B, Sq], kv_segment_ids [B, Sk])`` int32 numpy arrays, or ``None``."""
+        if self.documents is not None:
+            ids = masks.document_segment_ids(self.batch, self.seq_q, self.documents)
+            return ids, ids.copy()
+        if self.ragged:
+            return masks.ragged_segment_ids(self.batch, self.seq_q, self.seq_k)
+        return None
+
+    def cache_lengths(self):
+        """A decode batch's valid cache length per sequence (all ``seq_k`` unless ragged)."""
+        if self.ragged:
+            return masks.cache_lengths(self.batch, self.seq_k, self.seq_q)
+        return [self.seq_k] * self.batch
+
+    @property
+    def mask_features(self) -> tuple[str, ...]:
+        """The mask features beyond causal this workload uses, by the name kernels declare."""
+        used = (("window", self.window is not None), ("softcap", self.softcap is not None),
+                ("segment_ids", self.segmented))
+        return tuple(feature for feature, on in used if on)
+
+    @property
+    def mask(self) -> str:
+        """The mask in words: ``causal+window(4096)+softcap(50)``, ``none``..."""
+        parts = ["causal"] if self.causal else []
+        if self.window is not None:
+            parts.append(f"window({self.window})")
+        if self.documents is not None:
+            parts.append(f"documents({self.documents})")
+        if self.ragged:
+            parts.append("ragged-cache")
+        if self.softcap is not None:
+            parts.append(f"softcap({self.softcap:g})")
+        return "+".join(parts) or "none"
+
+    @functools.cached_property
+    def pairs(self) -> int:
+        """(query, key) pairs the mask keeps, summed over the batch, per query head (exact)."""
+        segments = self.segment_ids()
+        if segments is None:
+            return self.batch * masks.visible_pairs(self.seq_q, self.seq_k, causal=self.causal,
+                                                    window=self.window)
+        return masks.visible_pairs(self.seq_q, self.seq_k, causal=self.causal, window=self.window,
+                                   q_segment_ids=segments[0], kv_segment_ids=segments[1])
+
+    @property
+    def mask_density(self) -> float:
+        """The unmasked fraction of the batch's Sq x Sk pairs."""
+        return self.pairs / (self.batch * self.seq_q * self.seq_k)
+
     # -- cost model -----------------------------------------------------------------------------
     @property
     def avg_k(self) -> float:
         """Keys each query attends to, on average."""
-        if not self.causal:
-            return float(self.seq_k)
-        return (max(0, self.seq_k - self.seq_q) + self.seq_k) / 2
+        return self.pairs / (self.batch * self.seq_q)
 
     @property
     def fwd_flops(self) -> float:
-        return 4.0 * self.batch * self.q_heads * self.seq_q * self.avg_k * self.head_dim
+        return 4.0 * self.q_heads * self.head_dim * self.pairs
+
+    @property
+    def dense_flops(self) -> float:
+        """FLOPs of this step with no mask at all (every Sq x Sk pair), in this mode."""
+        factor = 1.0 + (BWD_FLOPS_FACTOR if self.mode == "fwd_bwd" else 0.0)
+        return 4.0 * self.batch * self.q_heads * self.seq_q * self.seq_k * self.head_dim * factor
 
     @property
     def flops(self) -> float:
@@ -108,15 +229,39 @@ class Workload:
         """Bytes any kernel must move at least: read q, k, v and write o once.
 
         ``fwd_bwd`` adds the backward pass's own minimum: read q, k, v, o and dO, write dq, dk, dv.
+        For decode that is the KV cache, read once: a ragged cache counts only its valid keys (a
+        kernel that reads the padding moves more than this minimum). Segment ids are not counted.
         """
         itemsize = DTYPE_BYTES[self.dtype]
         q_elems = self.batch * self.seq_q * self.q_heads * self.head_dim
-        kv_elems = self.batch * self.seq_k * self.kv_heads * self.head_dim
+        kv_elems = int(sum(self.cache_lengths())) * self.kv_heads * self.head_dim
         fwd = q_elems + 2 * kv_elems + q_elems
         bwd = (3 * q_elems + 2 * kv_elems) + (q_elems + 2 * kv_elems)
         return itemsize * (fwd + (bwd if self.mode == "fwd_bwd" else 0))
 
+    # -- lengths --------------------------------------------------------------------------------
+    @property
+    def stream_length(self) -> int:
+        """The length a stream of steps varies: the KV cache's for decode, else the sequence's."""
+        return self.seq_k if self.phase == "decode" else self.seq_q
+
+    def at_length(self, length: int) -> Workload:
+        """This workload at another ``stream_length`` (decode: the cache; else seq_q = seq_k)."""
+        if self.phase == "decode":
+            return self.replace(seq_k=length)
+        documents = None if self.documents is None else min(self.documents, length)
+        return self.replace(seq_q=length, seq_k=length, documents=documents)
+
     # -- helpers --------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """The fields, less the mask fields left at their defaults: what an older release's
+        ``Workload(**fields)`` also takes (``attnbench compare`` hands it to another revision)."""
+        fields = dataclasses.asdict(self)
+        for name in ("window", "softcap", "documents", "ragged", "name"):
+            if fields[name] == _DEFAULTS[name]:
+                del fields[name]
+        return fields
+
     def replace(self, **changes) -> Workload:
         return dataclasses.replace(self, **changes)
 
@@ -124,7 +269,13 @@ class Workload:
         gqa = f"/{self.kv_heads}kv" if self.is_gqa else ""
         seq = f"{self.seq_q}" if self.seq_q == self.seq_k else f"{self.seq_q}x{self.seq_k}"
         causal = " causal" if self.causal else ""
+        # Only what is set: a workload without a mask keeps the description (and case key) it had.
+        extra = "".join(f" {p}" for p in self.mask.split("+") if p not in ("causal", "none"))
+        name = f"{self.name} " if self.name != CUSTOM else ""
         return (
-            f"B{self.batch} H{self.q_heads}{gqa} S{seq} D{self.head_dim} "
-            f"{self.dtype}{causal} {self.mode}"
+            f"{name}B{self.batch} H{self.q_heads}{gqa} S{seq} D{self.head_dim} "
+            f"{self.dtype}{causal}{extra} {self.mode}"
         )
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Workload)}

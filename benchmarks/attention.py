@@ -98,4 +98,37 @@ class Training:
         self.record = suite.record_for(cache, key)
 
 
-MEASURED = (Forward, Training)  # the classes whose cases one sweep can measure together
+@with_metrics
+class Models:
+    """Real models' attention (``python -m attnbench workloads``): implementation x preset x phase,
+    static shapes, in the suite's first dtype. Each preset keeps its heads, head dim and mask; the
+    lengths are the suite size's (``attnbench/presets.py`` SIZES: default prefill 512 tokens,
+    training 256 with 4 packed documents, decode 1 token x 4 ragged caches of up to 1024 keys;
+    full and gpu: the models' own, 8k tokens and 32k caches). A phase a preset lacks (an encoder's
+    decode) is n/a."""
+
+    params = (suite.impl_names(), list(SUITE["model_presets"]),
+              list(SUITE.get("model_phases", suite.PHASES)))
+    param_names = ["implementation", "workload", "phase"]
+    timeout = 3600
+
+    @staticmethod
+    def workloads():
+        return suite.preset_workloads(SUITE, dtype=TRAINING_DTYPE)
+
+    @classmethod
+    def cases(cls):
+        impls = cls.params[0]
+        return [(i, w, "static") for i in impls for w in cls.workloads().values()]
+
+    def setup_cache(self):
+        return measure(Models)
+
+    def setup(self, cache, implementation, workload, phase):
+        found = self.workloads().get((workload, phase))
+        if found is None:
+            raise NotImplementedError(f"{workload} has no {phase} phase")
+        self.record = suite.record_for(cache, suite.case_key(implementation, found, "static"))
+
+
+MEASURED = (Forward, Training, Models)  # the classes whose cases one sweep can measure together

@@ -63,23 +63,26 @@ def test_asv_check_discovers_every_benchmark(tmp_path):
 
 
 def test_every_metric_has_a_unit_a_version_and_a_lower_is_better_twin():
-    from benchmarks.attention import Forward, Training
+    from benchmarks.attention import Forward, Models, Training
 
-    for cls in (Forward, Training):
+    for cls in (Forward, Training, Models):
         for metric in asv_suite.METRICS:
             track = getattr(cls, f"track_{metric.name}")
             assert track.unit == metric.unit and track.unit
             assert track.version == asv_suite.METRIC_VERSION
     names = {m.name for m in asv_suite.METRICS}
     twins = {"tokens_per_s": "seconds_per_million_tokens", "tflops": "seconds_per_pflop",
-             "mfu": "mfu_shortfall", "useful_tokens_per_s": "seconds_per_million_useful_tokens"}
+             "mfu": "mfu_shortfall", "useful_tokens_per_s": "seconds_per_million_useful_tokens",
+             "bytes_per_s": "seconds_per_gb"}
     for higher in (m.name for m in asv_suite.METRICS if m.direction == "higher"):
         assert twins[higher] in names, f"{higher} needs a lower-is-better twin for asv"
 
 
 def test_twins_are_exact_inverses():
-    record = {"tflops": 0.5, "mfu": 0.25, "useful_tokens_per_s": 2e5, "status": records.OK}
+    record = {"tflops": 0.5, "mfu": 0.25, "useful_tokens_per_s": 2e5, "bytes_per_s": 4e9,
+              "status": records.OK}
     value = {m.name: m.value(record) for m in asv_suite.METRICS}
+    assert value["seconds_per_gb"] == pytest.approx(0.25)
     assert value["seconds_per_pflop"] == pytest.approx(1e-3 / 0.5)
     assert value["mfu_shortfall"] == pytest.approx(0.75)
     assert value["seconds_per_million_useful_tokens"] == pytest.approx(5.0)
@@ -151,14 +154,20 @@ def test_asv_run_records_ok_and_skipped_not_failed(asv_run):
     assert dict(zip(names, entry["stats_repeat"], strict=True))["jax-xla"] == rounds
     # One sweep measured both classes: Forward's setup_cache measured the Training cases too and
     # handed them over through the run's case cache; Training's setup_cache only read them.
-    from benchmarks.attention import Forward, Training
+    from benchmarks.attention import Forward, Models, Training
 
     handed = list((tmp / "handover").rglob("*.case"))
-    assert len(handed) == 2 * 3 * 4 + 4, handed  # Forward: 2 lengths x 3 regimes x 4 impls; Training: 4
+    # Forward: 2 lengths x 3 regimes x 4 impls; Training: 4; Models (smoke: mistral-7b decode): 4
+    assert len(handed) == 2 * 3 * 4 + 4 + 4, handed
     setup = {key: seconds for key, seconds in data["durations"].items() if "setup_cache attention" in key}
-    forward_s, training_s = (setup[f"<setup_cache attention:{cls.setup_cache.__code__.co_firstlineno}>"]
-                             for cls in (Forward, Training))
-    assert training_s < forward_s / 5, setup
+    forward_s, training_s, models_s = (
+        setup[f"<setup_cache attention:{cls.setup_cache.__code__.co_firstlineno}>"]
+        for cls in (Forward, Training, Models))
+    assert training_s < forward_s / 5 and models_s < forward_s / 5, setup
+    # The preset's case, recorded under <preset>:<phase>, with its mask
+    decode = cases["Models|jax-xla|mistral-7b:decode|static|float32"]
+    assert (decode["label"], decode["status"], decode["gqa"]) == ("native", "ok", "native")
+    assert decode["mask"] == "causal+window(32)+ragged-cache"  # 4096 of a 32k cache: 32 of 256
 
 
 def test_loader_reads_real_asv_output(asv_run):
@@ -168,10 +177,10 @@ def test_loader_reads_real_asv_output(asv_run):
     tmp, _, head = asv_run
     frame = load_results(str(tmp / "results"), repo=str(ROOT))
     # The compiled-for tier (benchmarks/compiled_for.py) needs libtpu and the CUDA plugin: n/a here.
-    compiled = frame[frame["suite"] == "CompiledFor"]
+    compiled = frame[frame["suite"].str.startswith("CompiledFor")]
     assert len(compiled) and set(compiled["status"]) == {"skipped"}
     assert set(compiled["metric"]) == {m for m in compiled["metric"] if m.startswith("compiled_")}
-    frame = frame[frame["suite"] != "CompiledFor"]
+    frame = frame[~frame["suite"].str.startswith("CompiledFor")]
     assert set(frame["metric"]) == {m.name for m in asv_suite.METRICS}
     assert set(frame["status"]) == {"ok", "skipped"}
     ok = frame[(frame.metric == "seconds_per_step") & (frame.status == "ok")]
@@ -230,3 +239,19 @@ def test_published_site_renders_our_graphs_offline(asv_run):
     pages = check_published_site(tmp / "html", ["attention.Forward.track_seconds_per_step",
                                                 "attention.Training.track_usd_per_step"], screenshot)
     assert pages and screenshot.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("suite_name", sorted(asv_suite.SUITES))
+def test_every_suite_size_imports_every_benchmark_module(suite_name, monkeypatch):
+    """asv imports every module under benchmarks/ whatever it runs: a size one module does not know
+    (the gpu suite of tools/device-run.sh) must not break discovery."""
+    import importlib
+    import sys as _sys
+
+    monkeypatch.setenv("ATTNBENCH_SUITE", suite_name)
+    for module in ("benchmarks.attention", "benchmarks.compiled_for"):
+        monkeypatch.delitem(_sys.modules, module, raising=False)
+        loaded = importlib.import_module(module)
+        assert loaded.__name__ == module
+    for module in ("benchmarks.attention", "benchmarks.compiled_for"):
+        _sys.modules.pop(module, None)  # later tests import the default size again

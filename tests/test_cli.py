@@ -38,6 +38,14 @@ def test_readme_matrix_rows_are_the_generated_ones(capsys):
         assert line == rows[name], f"README row of {name} is stale: paste `make matrix` output"
 
 
+def test_readme_feature_matrix_is_the_generated_one(capsys):
+    """The README's GQA / mask-feature table is exactly `attnbench matrix --features --markdown`."""
+    assert main(["matrix", "--features", "--markdown"]) == 0
+    generated = capsys.readouterr().out.strip()
+    section = (ROOT / "README.md").read_text().split("## Your model's attention", 1)[1].split("\n## ", 1)[0]
+    assert generated in section, "README feature matrix is stale: paste `make matrix` output"
+
+
 @pytest.mark.parametrize("argv,message", [
     (["run", "--impl", "no-such-kernel"], "unknown implementation 'no-such-kernel'"),
     (["run", "--dtype", "float64", "--impl", "reference-float64"], "Workload.dtype must be one of"),

@@ -423,3 +423,135 @@ def test_report_section_says_compiled_not_measured(tmp_path):
             compiled_for=part, fmt=fmt, images=images)
         assert "Compiled for, not measured" in text and "Compiled for tpu-v5e" in text
         assert "model" in text and "splash_mha_fwd_no_residuals" in text
+
+
+# ------------------------------------------------------------------ the models grid (no compiler)
+def test_a_preset_workloads_record_carries_its_mask_and_exact_flops():
+    from attnbench import presets
+    from attnbench.compiled_for.records import COLUMNS, new_record
+
+    [h200] = get_targets(["h200"])
+    gemma = presets.workload("gemma-2-9b", "prefill", size="real", dtype="bfloat16", seq=8192)
+    record = new_record(h200, "jax-xla-chunked", gemma)
+    assert {"workload", "phase", "mask", "mask_density", "window", "softcap", "documents"} <= set(COLUMNS)
+    assert (record["workload"], record["phase"], record["mask"]) == \
+        ("gemma-2-9b", "prefill", "causal+window(4096)+softcap(50)")
+    assert (record["window"], record["softcap"], record["documents"]) == (4096, 50.0, None)
+    # Row i keeps min(i + 1, 4096) keys: a triangle of 4096 rows, then 4096 rows of 4096 keys.
+    pairs = 4096 * 4097 // 2 + 4096 * 4096
+    assert record["mask_density"] == pytest.approx(pairs / 8192**2)
+    assert record["flops"] == 4 * 16 * 256 * pairs
+    decode = presets.workload("llama-3.1-8b", "decode", size="real", dtype="bfloat16", kv_len=131072)
+    record = new_record(h200, "jax-xla", decode)
+    assert (record["phase"], record["mask"], record["batch"], record["seq_q"]) == \
+        ("decode", "causal+ragged-cache", 8, 1)
+    assert 0.25 < record["mask_density"] < 1  # the ragged caches' padding is not attended
+    # The roofline's bytes floor for decode is the KV cache, its valid keys read once.
+    kv_bytes = 2 * sum(decode.cache_lengths()) * 8 * 128 * 2
+    assert decode.min_bytes == kv_bytes + 2 * 8 * 32 * 128 * 2
+
+
+def test_models_grid_marks_impossible_cases_na_with_the_reason(monkeypatch):
+    from attnbench.compiled_for import suite
+
+    monkeypatch.setenv("ATTNBENCH_SUITE", "full")
+    cases = {
+        ("vit-b-16", "decode", 32768): "vit-b-16 has no decode phase (bidirectional encoder",
+        ("bert-base", "prefill", 8192): "bert-base is an encoder of 512 tokens",
+        ("gemma-2-9b", "prefill", 32768): "gemma-2-9b's context is 8192 tokens",
+        ("gemma-2-9b", "decode", 32768): "shorter than a 32768-key cache",
+        ("mistral-7b", "decode", 131072): "mistral-7b's context is 32768 tokens",
+        ("llama-3.1-8b", "prefill", 131072): "prefill compiles prompts of 8192 and 32768 tokens",
+        ("llama-3.1-8b", "decode", 8192): "decode compiles caches of 32768 and 131072 keys",
+    }
+    for (preset, phase, length), reason in cases.items():
+        workload, why = suite.model_case(preset, phase, length)
+        assert workload is None and reason in why, (preset, phase, length, why)
+    decode, _ = suite.model_case("llama-3.1-8b", "decode", 131072)
+    assert (decode.batch, decode.seq_q, decode.seq_k, decode.ragged, decode.dtype) == \
+        (8, 1, 131072, True, "bfloat16")
+    prefill, _ = suite.model_case("mistral-7b", "prefill", 32768)
+    assert (prefill.batch, prefill.seq_q, prefill.window, prefill.name) == (1, 32768, 4096, "mistral-7b")
+    training, _ = suite.model_case("llama-3.1-70b", "training", 32768)
+    assert (training.mode, training.documents, training.q_heads, training.kv_heads) == ("fwd_bwd", 4, 64, 8)
+    monkeypatch.setenv("ATTNBENCH_SUITE", "default")
+    workload, why = suite.model_case("llama-3.1-8b", "prefill", 8192)
+    assert workload is None and why.startswith("left out of the default suite size, which compiles "
+                                               "llama-3.1-8b prefill 32768, llama-3.1-8b decode 131072")
+    # An impossible case says why it is impossible, not that the size left it out.
+    assert "context is 8192" in suite.model_case("gemma-2-9b", "decode", 131072)[1]
+
+
+def test_models_class_params_per_size(monkeypatch):
+    from attnbench import presets
+
+    monkeypatch.delenv("ATTNBENCH_IMPLS", raising=False)
+    monkeypatch.delenv("ATTNBENCH_COMPILE_TARGETS", raising=False)
+    monkeypatch.setenv("ATTNBENCH_SUITE", "full")
+    full = _benchmark_module().CompiledForModels
+    assert full.param_names == ["target", "implementation", "workload", "phase", "length"]
+    targets, impls, workloads, phases, lengths = full.params
+    assert targets == ["tpu-v5e", "tpu-v6e", "h200"] and workloads == list(presets.PRESETS)
+    assert phases == ["prefill", "training", "decode"] and lengths == [8192, 32768, 131072]
+    assert "jax-pallas-tpu-splash" in impls and "jax-cudnn" in impls
+    monkeypatch.setenv("ATTNBENCH_SUITE", "default")
+    default = _benchmark_module().CompiledForModels
+    assert default.params[0] == ["tpu-v5e", "h200"] and default.params[2] == ["llama-3.1-8b", "gemma-2-9b"]
+    assert default.params[3] == ["prefill", "decode"] and default.params[4] == [8192, 32768, 131072]
+    assert set(default.params[1]) <= set(impls) and "jax-blockwise-flash" not in default.params[1]
+    monkeypatch.setenv("ATTNBENCH_IMPLS", "jax-blockwise-flash,torch-sdpa-math")
+    # ATTNBENCH_IMPLS replaces the size's kernels (its jax ones)
+    assert _benchmark_module().CompiledForModels.params[1] == ["jax-blockwise-flash"]
+    # Both classes track the same figures, from one shared definition.
+    module = _benchmark_module()
+    for name in dir(module.CompiledFor):
+        if name.startswith("track_"):
+            assert getattr(module.CompiledForModels, name) is getattr(module.CompiledFor, name)
+
+
+def test_models_setup_cache_compiles_only_the_chosen_cases(monkeypatch):
+    """The default grid with a stand-in compiler: what it sends, and the n/a reasons of the rest."""
+    from attnbench.compiled_for import run, suite, targets
+
+    monkeypatch.setenv("ATTNBENCH_SUITE", "default")
+    monkeypatch.delenv("ATTNBENCH_IMPLS", raising=False)
+    monkeypatch.delenv("ATTNBENCH_COMPILE_TARGETS", raising=False)
+    monkeypatch.setattr(targets, "environment_problem", lambda platform: None)
+    sent = []
+
+    def fake_run_cases(cases, **kwargs):
+        sent.extend(cases)
+        ok = {"status": "ok", "fits": True, "peak_bytes": 1e9, "model_roofline_usd": 1e-6}
+        refused = {"status": "unsupported", "reason": "a shape rule"}
+        return [ok if c.impl == "jax-xla" else refused for c in cases]
+
+    monkeypatch.setattr(run, "run_cases", fake_run_cases)
+    bench = _benchmark_module().CompiledForModels()
+    cache = bench.setup_cache()
+    chosen = {(c.workload.name, c.workload.phase, c.workload.stream_length) for c in sent}
+    assert chosen == set(suite.MODELS["default"]["cases"])
+    assert {c.workload.dtype for c in sent} == {"bfloat16"}
+    # Interpret-only kernels are left out without compiling: the GPU decode kernel on a TPU.
+    assert ("tpu-v5e", "jax-pallas-gpu-decode") not in {(c.target.name, c.impl) for c in sent}
+    assert ("h200", "jax-pallas-gpu-decode") in {(c.target.name, c.impl) for c in sent}
+    bench.setup(cache, "h200", "jax-xla", "llama-3.1-8b", "decode", 131072)
+    assert bench.track_compiled_status(cache) == 0 and bench.track_compiled_peak_bytes(cache) == 1e9
+    with pytest.raises(NotImplementedError, match="a shape rule"):
+        bench.setup(cache, "h200", "jax-cudnn", "llama-3.1-8b", "decode", 131072)
+    with pytest.raises(NotImplementedError, match="interpret-only"):
+        bench.setup(cache, "tpu-v5e", "jax-pallas-gpu-decode", "llama-3.1-8b", "decode", 131072)
+    with pytest.raises(NotImplementedError, match="context is 8192 tokens"):
+        bench.setup(cache, "h200", "jax-xla", "gemma-2-9b", "decode", 131072)
+    with pytest.raises(NotImplementedError, match="left out of the default suite size"):
+        bench.setup(cache, "h200", "jax-xla", "llama-3.1-8b", "decode", 32768)
+
+
+def test_models_class_is_na_with_the_install_step_where_the_compilers_are_missing(monkeypatch):
+    from attnbench.compiled_for import targets
+
+    monkeypatch.setattr(targets, "environment_problem",
+                        lambda platform: f"no {platform} compiler here; make setup-targets")
+    bench = _benchmark_module().CompiledForModels()
+    cache = bench.setup_cache()  # nothing compiles: no worker, no jax
+    with pytest.raises(NotImplementedError, match="compiler here; make setup-targets"):
+        bench.setup(cache, "h200", bench.params[1][0], "llama-3.1-8b", "decode", 131072)

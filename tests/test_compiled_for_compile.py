@@ -51,8 +51,10 @@ def test_splash_compiles_to_a_mosaic_kernel_for_v5e_not_the_interpreter():
     assert record["inserted_copies"] >= 2 and record["inserted_copy_bytes"] >= 2 * 1024 * 8 * 64 * 2
     assert "no cost estimate" in record["compiler_flops_source"]
     assert record["compiler_bytes_accessed"] > 0 and record["roofline_bytes_source"].startswith("compiler")
-    # The workload's convention, causal fwd: 4 B H Sq avg_k D with avg_k = Sk / 2.
-    assert record["flops"] == 4 * 1 * 8 * 1024 * 512 * 64
+    # The workload's count, causal fwd: 4 H D x the kept pairs, S (S + 1) / 2 exactly.
+    assert record["flops"] == 4 * 8 * 64 * (1024 * 1025 // 2)
+    assert (record["workload"], record["phase"], record["mask"], record["mask_density"]) == \
+        ("custom", "prefill", "causal", 1025 / 2048)
     assert record["model_roofline_seconds"] == pytest.approx(
         max(record["flops"] / 197e12, record["roofline_bytes"] / 0.819e12))
     assert record["model_roofline_usd"] == pytest.approx(record["model_roofline_seconds"] * 1.20 / 3600)
@@ -171,3 +173,107 @@ def test_asv_class_tracks_the_compilers_figures(monkeypatch):
         bench.setup(cache, "tpu-v5e", "jax-cudnn", 1024, "fwd", "bfloat16")
     with pytest.raises(NotImplementedError, match="interpret-only"):
         bench.setup(cache, "h200", "jax-pallas-tpu-splash", 1024, "fwd", "bfloat16")
+
+
+def _entry_parameters(hlo_dir) -> list[str]:
+    [path] = list(hlo_dir.iterdir())
+    text = path.read_text()
+    return [line for line in text[text.index("ENTRY"):].splitlines() if "parameter(" in line]
+
+
+def test_a_preset_workload_compiles_with_its_mask_its_columns_and_segment_ids(tmp_path):
+    """Llama-3.1-8B decode (smoke size: 2 ragged caches of 256 keys) for v5e: the segment ids are
+    traced int32 arguments after q, k, v; the record says which preset, phase and mask it was."""
+    from attnbench import presets
+
+    decode = presets.workload("llama-3.1-8b", "decode", size="smoke", dtype="bfloat16")
+    record = compile_case("tpu-v5e", "jax-xla", decode, hlo_dir=str(tmp_path))
+    assert record["status"] == classify.OK and record["fits"] is True
+    assert (record["workload"], record["phase"], record["mask"]) == \
+        ("llama-3.1-8b", "decode", "causal+ragged-cache")
+    assert record["mask_density"] == pytest.approx(decode.mask_density) and record["mask_density"] < 1
+    assert (record["window"], record["softcap"], record["documents"]) == (None, None, None)
+    assert record["flops"] == decode.flops and record["roofline_bytes"] >= decode.min_bytes
+    params = _entry_parameters(tmp_path)
+    assert len(params) == 5  # q, k, v, then the two segment-id arrays
+    assert any("s32[2,1]" in p and "parameter(3)" in p for p in params)
+    assert any("s32[2,256]" in p and "parameter(4)" in p for p in params)
+
+
+def test_packed_documents_and_a_window_with_softcap_reach_the_compiled_kernels(tmp_path):
+    from attnbench import presets
+
+    bert = presets.workload("bert-base", "prefill", size="smoke", dtype="bfloat16")  # 512 tokens, 4 documents
+    record = compile_case("h200", "jax-xla", bert, hlo_dir=str(tmp_path / "bert"))
+    assert record["status"] == classify.OK and (record["documents"], record["mask"]) == (4, "documents(4)")
+    assert sum("s32[1,512]" in p for p in _entry_parameters(tmp_path / "bert")) == 2
+    gemma = presets.workload("gemma-2-9b", "prefill", size="smoke", dtype="bfloat16")
+    splash = compile_case("tpu-v5e", "jax-pallas-tpu-splash", gemma)
+    assert splash["status"] == classify.OK and splash["kernel_evidence"].startswith("tpu_custom_call: splash")
+    assert (splash["window"], splash["softcap"]) == (gemma.window, 50.0)
+    refused = compile_case("h200", "jax-cudnn", gemma)  # a kernel without soft-capping says so
+    assert refused["status"] == classify.UNSUPPORTED and "soft" in refused["reason"]
+
+
+def test_segment_ids_under_the_head_sharding_of_a_slice_and_in_the_backward():
+    from attnbench import presets
+
+    training = presets.workload("llama-3.1-8b", "training", size="smoke", dtype="bfloat16")  # documents
+    sliced = compile_case("tpu-v5e-2x2", "jax-xla", training)
+    assert sliced["status"] == classify.OK and sliced["devices"] == 4 and sliced["phase"] == "training"
+    single = compile_case("h200", "jax-xla", training)
+    assert single["status"] == classify.OK and single["mode"] == "fwd_bwd"
+
+
+def test_models_asv_class_compiles_the_smoke_grid(monkeypatch):
+    monkeypatch.setenv("ATTNBENCH_SUITE", "smoke")
+    monkeypatch.delenv("ATTNBENCH_IMPLS", raising=False)
+    spec = importlib.util.spec_from_file_location(
+        "compiled_for_bench", os.path.join(os.path.dirname(__file__), "..", "benchmarks", "compiled_for.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    bench = module.CompiledForModels()
+    assert bench.params == (["tpu-v5e", "h200"], ["jax-xla"], ["llama-3.1-8b", "gemma-2-9b", "vit-b-16"],
+                            ["prefill", "decode"], [8192, 32768, 131072])
+    cache = bench.setup_cache()
+    for target in ("tpu-v5e", "h200"):  # B8 ragged caches of 32768 keys, 32 query / 8 kv heads, D128
+        bench.setup(cache, target, "jax-xla", "llama-3.1-8b", "decode", 32768)
+        assert bench.track_compiled_status(cache) == 0 and bench.track_compiled_does_not_fit(cache) == 0
+        assert bench.record["batch"] == 8 and bench.record["mask"] == "causal+ragged-cache"
+        assert bench.track_compiled_peak_bytes(cache) > 2 * 8 * 32768 * 8 * 128 * 2 * 0.5
+        assert bench.track_compiled_model_roofline_seconds(cache) > 0
+    with pytest.raises(NotImplementedError, match="no decode phase"):
+        bench.setup(cache, "h200", "jax-xla", "vit-b-16", "decode", 32768)
+    with pytest.raises(NotImplementedError, match="left out of the smoke suite size"):
+        bench.setup(cache, "h200", "jax-xla", "llama-3.1-8b", "prefill", 32768)
+
+
+def test_cudnn_lowers_window_and_segment_ids_to_its_own_options_for_an_h200():
+    """Deviceless, in the targets venv: the window reaches cuDNN as sliding_window_length = W, the
+    segment ids as the bias operand of __cudnn$fmhaScaleBiasSoftmax (jax's side only: cuDNN
+    itself first sees the call on a GPU)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import SingleDeviceSharding
+
+    from attention_impls._compile_target import compiling_for
+    from attnbench.compiled_for.compile import target_devices
+    from attnbench.compiled_for.targets import load_targets
+
+    target = load_targets()["h200"]
+    devices, _ = target_devices(target)
+    sharding = SingleDeviceSharding(devices[0])
+    q = jax.ShapeDtypeStruct((2, 1024, 8, 64), jnp.bfloat16, sharding=sharding)
+    kv = jax.ShapeDtypeStruct((2, 1024, 2, 64), jnp.bfloat16, sharding=sharding)
+    ids = jax.ShapeDtypeStruct((2, 1024), jnp.int32, sharding=sharding)
+    import attention_impls
+
+    cudnn = attention_impls.get("jax-cudnn")
+    with compiling_for("gpu", name=target.name, compute_capability=target.compute_capability):
+        window = jax.jit(lambda q, k, v: cudnn.attention(q, k, v, causal=True, scale=0.125, window=128))
+        text = window.lower(q, kv, kv).as_text()
+        assert "__cudnn$fmhaSoftmax" in text and "sliding_window_length\\22: 128" in text
+        segments = jax.jit(lambda q, k, v, a, b: cudnn.attention(q, k, v, causal=True, scale=0.125,
+                                                                 q_segment_ids=a, kv_segment_ids=b))
+        text = segments.lower(q, kv, kv, ids, ids).as_text()
+        assert "__cudnn$fmhaScaleBiasSoftmax" in text

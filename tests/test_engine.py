@@ -29,9 +29,13 @@ def test_ok_record_has_every_metric_group():
     assert r["label"] == "native" and r["platform"] == "cpu" and r["execution"] == "compiled"
     assert r["compile_cache"] == "cold"
     assert r["seconds_per_step"] > 0 and r["iqr_s"] >= 0 and r["samples"] >= 5
-    # B1 x 128 tokens per step; causal fwd FLOPs = 4 * B1 * H2 * S128 * (128 / 2 keys) * D32
+    # B1 x 128 tokens per step; causal fwd FLOPs = 4 * H2 * D32 * (128 * 129 / 2 visible pairs)
     assert r["tokens_per_s"] * r["seconds_per_step"] == pytest.approx(128)
-    assert r["tflops"] * 1e12 * r["seconds_per_step"] == pytest.approx(4 * 2 * 128 * 64 * 32)
+    assert r["tflops"] * 1e12 * r["seconds_per_step"] == pytest.approx(4 * 2 * 32 * (128 * 129 // 2))
+    assert (r["workload"], r["phase"], r["mask"], r["mask_density"]) == ("custom", "prefill", "causal",
+                                                                         pytest.approx(129 / 256))
+    assert r["dense_flops"] == 4 * 2 * 32 * 128 * 128 and r["gqa"] is None
+    assert r["bytes_per_s"] * r["seconds_per_step"] == pytest.approx(r["min_bytes"])
     assert r["peak_tflops"] > 0 and r["mfu"] == pytest.approx(r["tflops"] / r["peak_tflops"])
     assert r["compiler_temp_bytes"] > 0 and r["compile_s"] > 0
     assert r["compiles"] == 1 and r["padding_waste"] > 0  # static pads the stream to the max

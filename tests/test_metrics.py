@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ASV_UNITS = {
     "seconds_per_step": "seconds", "tokens_per_s": "tokens/s", "seconds_per_million_tokens": "seconds",
     "tflops": "TFLOP/s", "seconds_per_pflop": "seconds", "mfu": "fraction", "mfu_shortfall": "fraction",
-    "first_call_seconds": "seconds", "compile_seconds": "seconds", "first_call_compile_seconds": "seconds",
+    "bytes_per_s": "bytes/s", "seconds_per_gb": "seconds", "first_call_seconds": "seconds",
+    "compile_seconds": "seconds", "first_call_compile_seconds": "seconds",
     "compiles": "count",
     "padding_waste": "fraction", "useful_tokens_per_s": "tokens/s",
     "seconds_per_million_useful_tokens": "seconds", "device_peak_bytes": "bytes",
@@ -34,13 +35,18 @@ ASV_UNITS = {
     "max_abs_error": "abs error", "status": "code",
 }
 HIGHER = {"tokens_per_s": "seconds_per_million_tokens", "tflops": "seconds_per_pflop",
-          "mfu": "mfu_shortfall", "useful_tokens_per_s": "seconds_per_million_useful_tokens"}
+          "mfu": "mfu_shortfall", "useful_tokens_per_s": "seconds_per_million_useful_tokens",
+          "bytes_per_s": "seconds_per_gb"}
 # The record's columns, in the order written tables have them, with their units.
 RECORD_UNITS = {
     "impl": "", "framework": "", "label": "", "execution": "", "platform": "", "device": "",
     "kernel_evidence": "", "kernel_verified": "bool", "status": "", "reason": "",
-    "batch": "", "q_heads": "", "kv_heads": "", "seq_q": "tokens", "seq_k": "tokens", "head_dim": "",
-    "dtype": "", "causal": "bool", "mode": "", "flops": "FLOP", "min_bytes": "bytes", "tokens": "tokens",
+    "workload": "", "phase": "",
+    "batch": "", "q_heads": "", "kv_heads": "", "gqa": "", "seq_q": "tokens", "seq_k": "tokens",
+    "head_dim": "",
+    "dtype": "", "causal": "bool", "mode": "", "mask": "", "window": "tokens", "softcap": "",
+    "documents": "count", "ragged": "bool", "mask_density": "fraction", "flops": "FLOP",
+    "dense_flops": "FLOP", "min_bytes": "bytes", "tokens": "tokens",
     "regime": "", "bucket_policy": "", "regime_steps": "steps", "compile_cache": "", "compiles": "count",
     "compile_seconds_total": "s", "compile_cache_hits": "count", "padding_waste": "fraction",
     "useful_tokens_per_s": "tokens/s", "seconds_per_step_with_compiles": "s", "trace_file": "",
@@ -53,6 +59,8 @@ RECORD_UNITS = {
     "cpu_pressure_share": "fraction", "load_1min": "",
     "tokens_per_s": "tokens/s", "tflops": "TFLOP/s", "peak_tflops": "TFLOP/s", "peak_source": "",
     "mfu": "fraction", "seconds_per_million_tokens": "s",
+    "bytes_per_s": "bytes/s", "peak_bytes_per_s": "bytes/s", "bandwidth_source": "",
+    "bandwidth_utilisation": "fraction",
     "device_peak_bytes": "bytes", "compiler_temp_bytes": "bytes", "compiler_argument_bytes": "bytes",
     "compiler_output_bytes": "bytes", "compiler_peak_bytes": "bytes",
     "host_profiler_peak_bytes": "bytes", "host_rss_growth_bytes": "bytes", "memory_note": "",
@@ -81,12 +89,13 @@ def _tracks(cls) -> dict[str, tuple[str, str]]:
 
 # -- what the table gives today --------------------------------------------------------------------
 def test_asv_benchmarks_keep_their_names_units_and_version():
-    from benchmarks.attention import Forward, Training
+    from benchmarks.attention import Forward, Models, Training
 
     expected = {name: (unit, "1") for name, unit in ASV_UNITS.items()}
     assert metrics.METRIC_VERSION == asv_suite.METRIC_VERSION == "1"
     assert _tracks(Forward) == expected
     assert _tracks(Training) == expected
+    assert _tracks(Models) == expected
     for higher, twin in HIGHER.items():
         assert metrics.get(higher).twin == twin and metrics.get(twin).direction == "lower"
     assert {m.name for m in metrics.METRICS if m.direction == "higher"} == set(HIGHER)
@@ -95,7 +104,7 @@ def test_asv_benchmarks_keep_their_names_units_and_version():
 def test_committed_asv_history_matches_the_suite():
     """results/benchmarks.json (what asv recorded) has exactly these benchmarks, units and versions:
     a renamed or re-unit-ed metric would start a new history there."""
-    from benchmarks.attention import Forward, Training
+    from benchmarks.attention import Forward, Models, Training
 
     path = ROOT / "results" / "benchmarks.json"
     if not path.is_file():
@@ -103,7 +112,7 @@ def test_committed_asv_history_matches_the_suite():
     recorded = {name: (spec["unit"], str(spec["version"]))
                 for name, spec in json.loads(path.read_text()).items() if name.startswith("attention.")}
     ours = {f"attention.{cls.__name__}.track_{metric}": value
-            for cls in (Forward, Training) for metric, value in _tracks(cls).items()}
+            for cls in (Forward, Training, Models) for metric, value in _tracks(cls).items()}
     assert ours == recorded
 
 

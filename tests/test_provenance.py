@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from attnbench import asv_suite, sidecar
+from attnbench import asv_suite, presets, sidecar
 from attnbench.hardware import Attached, Device, accelerator_present, load_hardware_profiles
 from tests.conftest import FRAMEWORKS
 
@@ -176,12 +176,14 @@ def test_the_sidecar_records_contention_and_the_timing_interval_per_case(tmp_pat
     record = {"label": "native", "execution": "eager", "platform": "cpu", "device": "AMD EPYC",
               "status": "ok", "reason": None, "contended": True,
               "contention_reason": "other processes used 0.8 cores", "ci_low_s": 0.0019, "ci_high_s": 0.0023,
-              "ci_basis": "rounds", "ci_coverage": 0.75, "rounds": 3, "seconds_per_step": 0.002}
+              "ci_basis": "rounds", "ci_coverage": 0.75, "rounds": 3, "seconds_per_step": 0.002,
+              "mask": "causal+window(256)", "gqa": "native", "flops": 1.5e9}
     recorded = sidecar.case_entry(record)
     assert recorded == {"label": "native", "execution": "eager", "platform": "cpu", "device": "AMD EPYC",
                      "status": "ok", "reason": None, "contended": True,
                      "contention_reason": "other processes used 0.8 cores", "ci_low_s": 0.0019,
-                     "ci_high_s": 0.0023, "ci_basis": "rounds", "ci_coverage": 0.75, "rounds": 3}
+                     "ci_high_s": 0.0023, "ci_basis": "rounds", "ci_coverage": 0.75, "rounds": 3,
+                     "mask": "causal+window(256)", "gqa": "native", "flops": 1.5e9}
     assert sidecar.case_entry({**record, "ci_low_s": float("nan"), "rounds": None})["ci_low_s"] is None
 
     results = tmp_path / "results"
@@ -389,7 +391,8 @@ def test_the_sidecar_records_the_suite_and_its_settings(monkeypatch):
     assert (settings["min_seconds"], settings["max_extra_seconds"]) == (0.5, 3.0)
     assert settings["regime_seqs"] == "every length" and settings["max_interpret_seq"] == "no limit"
     assert settings["case_timeout_s"] == 600.0
-    assert settings["definitions"] == "2"  # metrics.DEFINITION_CHANGES of this release
+    assert settings["definitions"] == "3"  # metrics.DEFINITION_CHANGES of this release
+    assert settings["model_presets"] == ",".join(presets.PRESETS) and settings["preset_size"] == "real"
     for value in settings.values():  # one scalar cell each in the tidy table
         assert isinstance(value, (str, int, float))
 
@@ -490,3 +493,52 @@ def test_the_sidecar_keeps_the_host_and_the_loader_gives_it_columns(tmp_path):
     row = load(results).loc["torch-sdpa-flash"]
     assert (row["host_cpu_model"], row["host_usable_cores"]) == ("AMD EPYC", 2)
     assert row["host_gemm_peak_tflops"] == 0.19
+
+
+def test_a_models_row_finds_its_sidecar_entry_and_the_report_tables_it_per_workload(tmp_path):
+    """Models has no length parameter: its sidecar key is ``<preset>:<phase>``, and the loaded rows
+    carry ``workload`` and ``phase`` for the report's per-workload section."""
+    pytest.importorskip("pandas")
+    from attnbench.report import workload_tables
+
+    results = tmp_path / "results"
+    commit = "c" * 40
+    impls, phases = ["jax-xla", "jax-blockwise-flash"], ["prefill", "decode"]
+    params = [[repr(i) for i in impls], [repr("mistral-7b")], [repr(p) for p in phases]]
+    name = "attention.Models.track_seconds_per_step"
+    results.mkdir(parents=True)
+    (results / "benchmarks.json").write_text(json.dumps(
+        {name: {"name": name, "param_names": ["implementation", "workload", "phase"], "params": params,
+                "type": "track", "unit": "seconds", "version": "1"}, "version": 2}))
+    (results / "cpu-2core").mkdir()
+    (results / "cpu-2core" / "machine.json").write_text(json.dumps({"machine": "cpu-2core", "version": 1}))
+    # impl-major, then preset, then phase: jax-xla prefill, decode; blockwise prefill, decode
+    values = [0.010, 0.002, 0.030, 0.001]
+    payload = {"commit_hash": commit, "env_name": ENV, "date": 1_000, "params": {"machine": "cpu-2core"},
+               "requirements": {}, "result_columns": COLUMNS, "version": 2,
+               "results": {name: [values, params, "1", 1_000, 1.0]}}
+    (results / "cpu-2core" / f"{commit[:8]}-{ENV}.json").write_text(json.dumps(payload))
+    sidecar.write(str(results), "cpu-2core", commit, ENV, versions={}, settings={"suite": "default"},
+                  cases={"Models|jax-xla|mistral-7b:prefill|static|float32":
+                         entry("native", "compiled", "cpu", "AMD EPYC"),
+                         "Models|jax-xla|mistral-7b:decode|static|float32":
+                         entry("native", "compiled", "cpu", "AMD EPYC"),
+                         "Models|jax-blockwise-flash|mistral-7b:prefill|static|float32":
+                         entry("forced-flash", "compiled", "cpu", "AMD EPYC"),
+                         "Models|jax-blockwise-flash|mistral-7b:decode|static|float32":
+                         entry("forced-flash", "compiled", "cpu", "AMD EPYC")})
+    from attnbench.asv_results import load_results
+
+    frame = load_results(str(results), repo=str(results))
+    rows = frame[frame["metric"] == "seconds_per_step"]
+    assert set(rows["labels_source"]) == {"recorded"}
+    assert set(zip(rows["implementation"], rows["phase"], rows["label"], strict=True)) == {
+        ("jax-xla", "prefill", "native"), ("jax-xla", "decode", "native"),
+        ("jax-blockwise-flash", "prefill", "forced-flash"), ("jax-blockwise-flash", "decode", "forced-flash")}
+    table = workload_tables(frame)["mistral-7b"]
+    assert list(zip(table["phase"], table["implementation"], strict=True)) == [
+        ("prefill", "jax-xla"), ("prefill", "jax-blockwise-flash"),
+        ("decode", "jax-blockwise-flash"), ("decode", "jax-xla")]  # phase order, fastest first
+    assert list(table["ms/step"]) == pytest.approx([10.0, 30.0, 1.0, 2.0])
+    assert list(table["best"]) == ["fastest native", "fastest forced-flash", "fastest forced-flash",
+                                   "fastest native"]

@@ -121,9 +121,14 @@ def test_padding_waste_by_hand():
     bucketed = run_regime(FakeCompiler(0, 0), TEMPLATE, "bucketed", lengths)
     assert [t.padded_length for t in bucketed.trace] == [128, 256, 300, 128]
     assert bucketed.padding_waste == pytest.approx(1 - 700 / (128 + 256 + 300 + 128))
-    # attention FLOPs grow with length squared: padding wastes a larger share of them
-    flops = 100**2 + 200**2 + 300**2 + 100**2
-    assert bucketed.padding_flops_waste == pytest.approx(1 - flops / (128**2 + 256**2 + 300**2 + 128**2))
+    # attention FLOPs grow with length squared: padding wastes a larger share of them (causal: the
+    # template's pairs are exactly S(S+1)/2)
+    def pairs(n):
+        return n * (n + 1) // 2 if TEMPLATE.causal else n * n
+
+    flops = sum(pairs(n) for n in (100, 200, 300, 100))
+    padded = sum(pairs(n) for n in (128, 256, 300, 128))
+    assert bucketed.padding_flops_waste == pytest.approx(1 - flops / padded)
     dynamic = run_regime(FakeCompiler(0, 0), TEMPLATE, "dynamic", lengths)
     assert dynamic.padding_waste == 0 and dynamic.padding_flops_waste == 0
 

@@ -159,7 +159,6 @@ def test_cudnn_takes_gqa():
 
 # -- jax-pallas-tpu-flash -------------------------------------------------------------------------
 @pytest.mark.parametrize("change, fragment", [
-    (dict(q_heads=4, kv_heads=2), "no GQA"),
     (dict(seq_q=200, seq_k=200), "multiple of the 128-key block"),
     (dict(seq_q=64, seq_k=128), "at least the 128-row block"),
     (dict(seq_q=128, seq_k=256, causal=True), "top-left"),
@@ -317,3 +316,385 @@ def test_blockwise_uses_gpu_tiles_and_never_holds_the_score_matrix():
         x, x, x).compile()
     score_bytes = heads * seq * seq * 4
     assert compiled.memory_analysis().temp_size_in_bytes < score_bytes / 8
+
+
+# -- mask features of the Pallas kernels ------------------------------------------------------------
+MGPU = "jax-pallas-mgpu-attention"
+
+
+def _masked_check(name, workload, seed=0, grads=False):
+    """Run ``workload`` through the conformance entry point and compare with the float64 reference."""
+    from attention_impls.reference_float64 import attention_fwd, attention_grads
+    from attnbench.numerics import GRAD_SLACK, compare
+
+    x = make_inputs(workload, seed)
+    mask = {k: v for k, v in (("window", workload.window), ("softcap", workload.softcap)) if v is not None}
+    if workload.segmented:
+        mask.update(q_segment_ids=x.q_segment_ids, kv_segment_ids=x.kv_segment_ids)
+    kernel = impl(name)
+    assert kernel.check(workload) is None, kernel.check(workload)
+    out = kernel.run_numpy(x.q, x.k, x.v, causal=workload.causal, **mask)
+    result = compare(out, attention_fwd(x.q, x.k, x.v, causal=workload.causal, **mask), workload.dtype)
+    assert result.finite and result.ok, result.describe()
+    if grads:
+        got = kernel.grad_numpy(x.q, x.k, x.v, x.do, causal=workload.causal, **mask)
+        want = attention_grads(x.q, x.k, x.v, x.do, causal=workload.causal, **mask)
+        for label, g, w in zip("qkv", got, want, strict=True):
+            result = compare(g, w, workload.dtype, slack=GRAD_SLACK)
+            assert result.finite and result.ok, f"d{label}: {result.describe()}"
+
+
+@pytest.mark.parametrize("name, supports, gqa", [
+    (TPU_FLASH, {"segment_ids"}, "repeated"),
+    (SPLASH, {"window", "softcap", "segment_ids"}, "native"),
+    (GPU_MHA, {"segment_ids"}, "repeated"),
+    (MGPU, set(), "native"),
+])
+def test_pallas_mask_declarations(name, supports, gqa):
+    assert impl(name).supports == supports
+    assert impl(name).gqa == gqa
+
+
+@pytest.mark.parametrize("name, workload, words", [
+    (TPU_FLASH, BASE.replace(causal=True, window=64), ("window", "flash_attention")),
+    (TPU_FLASH, BASE.replace(causal=True, softcap=30.0), ("soft-cap", "flash_attention")),
+    (GPU_MHA, BASE.replace(causal=True, window=64), ("window", "mha")),
+    (GPU_MHA, BASE.replace(causal=True, softcap=30.0), ("soft-cap", "mha")),
+    (MGPU, BASE.replace(causal=True, window=64), ("window", "attention_mgpu")),
+    (MGPU, BASE.replace(causal=True, softcap=30.0), ("soft-cap", "attention_mgpu")),
+    (MGPU, BASE.replace(causal=True, documents=2), ("segment ids", "attention_mgpu")),
+])
+def test_pallas_feature_refusals_name_the_feature_and_the_api(name, workload, words):
+    reason = impl(name).feature_reason(workload)
+    assert reason is not None and all(w in reason for w in words), reason
+
+
+def test_tpu_flash_gqa_runs_with_repeated_kv_heads():
+    """Equal head counts only ('Head count mismatch'), so kv heads are repeated before the call."""
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.tpu.flash_attention import flash_attention
+
+    q, kv = jnp.zeros((1, 4, 128, 64)), jnp.zeros((1, 2, 128, 64))
+    with impl(TPU_FLASH).trace_context("cpu"), pytest.raises(ValueError, match="Head count mismatch"):
+        flash_attention(q, kv, kv)
+    _masked_check(TPU_FLASH, Workload(batch=1, q_heads=4, kv_heads=2, seq_q=256, head_dim=64, causal=True,
+                                      documents=3, mode="fwd_bwd"), grads=True)
+
+
+def test_tpu_flash_segment_ids_across_kv_blocks():
+    """Three 128-key blocks (384 is no multiple of 256): ids masked per tile, forward and backward."""
+    from attention_impls.jax_pallas_tpu_flash import tile
+
+    assert tile(384) == 128
+    _masked_check(TPU_FLASH, Workload(batch=2, q_heads=2, seq_q=384, head_dim=64, causal=True, documents=4,
+                                      mode="fwd_bwd"), grads=True)
+
+
+def test_tpu_flash_ragged_cache_runs_without_causal_and_is_refused_with_it():
+    ragged = Workload(batch=2, q_heads=2, seq_q=128, seq_k=256, head_dim=64, ragged=True)
+    _masked_check(TPU_FLASH, ragged)
+    assert "top-left" in impl(TPU_FLASH).check(ragged.replace(causal=True))
+
+
+@pytest.mark.parametrize("seq_q, seq_k, window", [(128, 128, 1), (128, 384, 100), (256, 256, 300),
+                                                  (256, 512, 64)])
+def test_splash_local_mask_is_our_bottom_right_window(seq_q, seq_k, window):
+    from attention_impls.jax_pallas_tpu_splash import head_mask
+    from attnbench.masks import dense_mask
+
+    np.testing.assert_array_equal(np.asarray(head_mask(seq_q, seq_k, True, window)[:, :]),
+                                  dense_mask(seq_q, seq_k, causal=True, window=window)[0])
+
+
+@pytest.mark.parametrize("workload", [
+    # cross-length window over three 128-key tiles, grouped heads (block-sparse tiles skipped)
+    Workload(batch=1, q_heads=4, kv_heads=2, seq_q=128, seq_k=384, head_dim=64, causal=True, window=100),
+    # a ragged cache against 128 queries: CausalMask offset and SegmentIds together
+    Workload(batch=2, q_heads=2, kv_heads=1, seq_q=128, seq_k=384, head_dim=64, causal=True, ragged=True),
+    Workload(batch=2, q_heads=2, seq_q=128, seq_k=256, head_dim=64, ragged=True),
+], ids=["cross-window-gqa", "ragged-causal", "ragged-encoder"])
+def test_splash_masks_beyond_one_tile(workload):
+    _masked_check(SPLASH, workload)
+
+
+def test_splash_window_documents_softcap_gradients_over_several_tiles():
+    _masked_check(SPLASH, Workload(batch=1, q_heads=4, kv_heads=1, seq_q=384, head_dim=64, causal=True,
+                                   window=64, documents=3, softcap=2.0, mode="fwd_bwd"), grads=True)
+
+
+def test_splash_softcap_is_the_kernels_own_option():
+    from attention_impls.jax_pallas_tpu_splash import _kernel
+
+    assert _kernel(128, 128, 2, True, None, 2.0, True).kwargs["attn_logits_soft_cap"] == 2.0
+    assert _kernel(128, 128, 2, True, None, None, True).kwargs["attn_logits_soft_cap"] is None
+
+
+def test_gpu_mha_refuses_a_ragged_cache_naming_segment_ids():
+    for w in (Workload(batch=2, q_heads=2, seq_q=128, seq_k=256, head_dim=64, ragged=True),
+              Workload(batch=2, q_heads=2, seq_q=1, seq_k=256, head_dim=64, causal=True, ragged=True)):
+        reason = impl(GPU_MHA).check(w)
+        assert reason is not None and "segment ids" in reason
+
+
+def test_gpu_mha_one_segment_array_cannot_express_a_ragged_cache():
+    """Why it is refused: mha reads its one segment_ids array at the query positions too, so a
+    left-padded cache's ids give the first queries the padding's id."""
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.gpu.attention import mha
+
+    from attention_impls.reference_float64 import attention_fwd
+
+    w = Workload(batch=1, q_heads=1, seq_q=128, seq_k=256, head_dim=64)
+    x = make_inputs(w, 0)
+    q_ids = np.zeros((1, 128), np.int32)
+    kv_ids = np.r_[np.full(64, -1), np.zeros(192)].astype(np.int32)[None]
+    out = mha(jnp.asarray(x.q), jnp.asarray(x.k), jnp.asarray(x.v), jnp.asarray(kv_ids), sm_scale=0.125,
+              interpret=True)
+    want = attention_fwd(x.q, x.k, x.v, causal=False, q_segment_ids=q_ids, kv_segment_ids=kv_ids)
+    assert np.abs(np.asarray(out) - want).max() > 0.1
+
+
+def test_gpu_mha_documents_over_two_blocks_forward_and_backward():
+    _masked_check(GPU_MHA, Workload(batch=2, q_heads=2, seq_q=256, head_dim=32, causal=True, documents=4,
+                                    mode="fwd_bwd"), grads=True)
+
+
+# -- mask features of the portable kernels (jax-xla, jax-xla-chunked, jax-blockwise-flash) ----------
+XLA, CHUNKED = "jax-xla", "jax-xla-chunked"
+
+# Lengths that no tile divides, so padded query rows and padded keys are in play; small tiles, so
+# every mask crosses several of them.
+SMALL_TILE_MASKS = {
+    "decode-window": (Workload(batch=1, q_heads=4, kv_heads=2, seq_q=37, seq_k=150, head_dim=16,
+                               causal=True, window=20), {}),
+    "documents-causal": (Workload(batch=2, q_heads=2, seq_q=130, head_dim=16, causal=True, documents=4), {}),
+    "documents-encoder": (Workload(batch=2, q_heads=2, seq_q=130, head_dim=16, documents=3), {}),
+    "ragged-decode": (Workload(batch=3, q_heads=4, kv_heads=1, seq_q=5, seq_k=150, head_dim=16,
+                               causal=True, ragged=True), {}),
+    "gqa-window-documents-softcap": (Workload(batch=1, q_heads=4, kv_heads=2, seq_q=150, head_dim=16,
+                                              causal=True, window=33, documents=3, softcap=1.5), {}),
+}
+
+
+def _small_tile_kernel(name):
+    from attention_impls.jax_blockwise_flash import blockwise_attention
+    from attention_impls.jax_xla_chunked import chunked_attention
+
+    if name == CHUNKED:
+        return lambda q, k, v, **kw: chunked_attention(q, k, v, query_chunk=48, key_chunk=40, **kw)
+    return lambda q, k, v, **kw: blockwise_attention(q, k, v, block_q=32, block_k=48, **kw)
+
+
+def _mask_of(workload, x):
+    mask = {key: value for key, value in (("window", workload.window), ("softcap", workload.softcap))
+            if value is not None}
+    if workload.segmented:
+        mask.update(q_segment_ids=x.q_segment_ids, kv_segment_ids=x.kv_segment_ids)
+    return mask
+
+
+@pytest.mark.parametrize("case", SMALL_TILE_MASKS)
+@pytest.mark.parametrize("name", [CHUNKED, BLOCKWISE])
+def test_tiled_kernels_match_the_reference_under_every_mask_across_many_tiles(name, case):
+    """Forward and gradients, with tiles far smaller than the sequences: window lower bounds,
+    document boundaries and a left-padded cache fall inside and across tiles."""
+    import jax
+    import jax.numpy as jnp
+
+    from attention_impls.reference_float64 import attention_fwd, attention_grads
+
+    workload = SMALL_TILE_MASKS[case][0]
+    x = make_inputs(workload, seed=5)
+    mask = _mask_of(workload, x)
+    traced = {key: jnp.asarray(value) if key.endswith("segment_ids") else value
+              for key, value in mask.items()}
+    kernel = _small_tile_kernel(name)
+
+    def run(q, k, v):
+        return kernel(q, k, v, causal=workload.causal, scale=0.25, **traced)
+
+    out, vjp = jax.vjp(jax.jit(run), *(jnp.asarray(a) for a in (x.q, x.k, x.v)))
+    grads = vjp(jnp.asarray(x.do))
+    np.testing.assert_allclose(np.asarray(out), attention_fwd(x.q, x.k, x.v, causal=workload.causal,
+                                                              scale=0.25, **mask), atol=2e-5)
+    expected = attention_grads(x.q, x.k, x.v, x.do, causal=workload.causal, scale=0.25, **mask)
+    for label, got, want in zip("qkv", grads, expected, strict=True):
+        np.testing.assert_allclose(np.asarray(got), want, atol=1e-4, err_msg=f"d{label}")
+
+
+def _poisoned_value_rows(workload, x, keys):
+    """v with NaN at ``keys``: any tile that reads them poisons every row it touches (0 * NaN), so
+    a row that stays finite proves the tiles holding those keys were skipped, not masked."""
+    v = x.v.copy()
+    v[:, keys] = np.nan
+    return v
+
+
+@pytest.mark.parametrize("change, skipped_keys, masked_but_read, rows", [
+    # window 64 at S=512, tiles 128: key block 0 is before the window of query blocks 2 and 3;
+    # key 130 is outside their rows' windows too, but in block 1, which query block 2 reads.
+    (dict(seq_q=512, seq_k=512, window=64), slice(0, 128), 130, slice(256, 512)),
+    # decode against a long cache: only the key blocks holding the last 100 keys are read; key 900
+    # is outside the window, in the block (896..1023) that is read.
+    (dict(seq_q=4, seq_k=1024, window=100), slice(0, 768), 900, slice(0, 4)),
+])
+def test_blockwise_skips_key_blocks_outside_the_window(change, skipped_keys, masked_but_read, rows):
+    import jax.numpy as jnp
+
+    from attention_impls.jax_blockwise_flash import blockwise_attention
+
+    w = Workload(batch=1, q_heads=2, head_dim=16, causal=True, **change)
+    x = make_inputs(w, 0)
+
+    def out(v):
+        return np.asarray(blockwise_attention(jnp.asarray(x.q), jnp.asarray(x.k), jnp.asarray(v),
+                                              causal=True, scale=0.25, window=w.window))[:, rows]
+
+    v = _poisoned_value_rows(w, x, skipped_keys)
+    assert np.isfinite(out(v)).all()  # those blocks were never read...
+    v[:, masked_but_read] = np.nan
+    assert not np.isfinite(out(v)).all()  # ...while a masked key in a block that is read poisons
+
+
+def test_blockwise_skips_key_blocks_of_other_documents_and_of_cache_padding():
+    import jax.numpy as jnp
+
+    from attention_impls.jax_blockwise_flash import blockwise_attention
+
+    # Two documents cut at a tile boundary (256): the second document's query blocks never read the
+    # first document's key blocks, though causal alone would read them.
+    w = Workload(batch=1, q_heads=2, seq_q=512, head_dim=16, causal=True)
+    x = make_inputs(w, 0)
+    ids = np.repeat(np.array([[0, 1]], np.int32), 256, axis=1)
+    v = _poisoned_value_rows(w, x, slice(0, 256))
+    out = np.asarray(blockwise_attention(jnp.asarray(x.q), jnp.asarray(x.k), jnp.asarray(v), causal=True,
+                                         scale=0.25, q_segment_ids=jnp.asarray(ids),
+                                         kv_segment_ids=jnp.asarray(ids)))
+    assert np.isfinite(out[:, 256:]).all() and not np.isfinite(out[:, :256]).all()
+
+    # A left-padded ragged cache: the padding's key blocks (id -1) meet no query (id 0).
+    w = Workload(batch=2, q_heads=2, seq_q=1, seq_k=512, head_dim=16, causal=True)
+    x = make_inputs(w, 0)
+    kv_ids = np.zeros((2, 512), np.int32)
+    kv_ids[:, :384] = -1  # both caches hold the last 128 keys
+    v = _poisoned_value_rows(w, x, slice(0, 384))
+    out = np.asarray(blockwise_attention(jnp.asarray(x.q), jnp.asarray(x.k), jnp.asarray(v), causal=True,
+                                         scale=0.25, q_segment_ids=jnp.zeros((2, 1), jnp.int32),
+                                         kv_segment_ids=jnp.asarray(kv_ids)))
+    assert np.isfinite(out).all()
+
+
+def _largest_intermediate(jaxpr) -> int:
+    """Elements of the largest value any equation makes, sub-jaxprs (scan, map, cond) included."""
+    import jax
+
+    def walk(j):
+        size = 0
+        for eqn in j.eqns:
+            for var in eqn.outvars:
+                size = max(size, int(np.prod(getattr(var.aval, "shape", ()))))
+            for param in eqn.params.values():
+                for sub in param if isinstance(param, (tuple, list)) else (param,):
+                    if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                        size = max(size, walk(sub.jaxpr))
+                    elif isinstance(sub, jax.extend.core.Jaxpr):
+                        size = max(size, walk(sub))
+        return size
+
+    return walk(jaxpr.jaxpr)
+
+
+@pytest.mark.parametrize("name", [XLA, CHUNKED, BLOCKWISE])
+def test_native_gqa_kernels_never_build_kv_with_the_query_heads(name):
+    """gqa == "native": no value as large as k repeated to q_heads exists in the traced program."""
+    import jax
+    import jax.numpy as jnp
+
+    assert impl(name).gqa == "native"
+    batch, seq_q, seq_k, q_heads, head_dim = 1, 4, 512, 8, 64
+    q = jnp.zeros((batch, seq_q, q_heads, head_dim), jnp.float32)
+    kv = jnp.zeros((batch, seq_k, 1, head_dim), jnp.float32)
+    jaxpr = jax.make_jaxpr(lambda q, k, v: impl(name).attention(q, k, v, causal=True, scale=0.125))(q, kv, kv)
+    assert _largest_intermediate(jaxpr) < batch * seq_k * q_heads * head_dim
+
+
+def test_xla_takes_window_and_segment_ids_and_refuses_softcap_by_name():
+    xla = impl(XLA)
+    assert xla.supports == {"window", "segment_ids"}
+    assert xla.check(BASE.replace(causal=True, window=32, documents=3)) is None
+    assert xla.check(BASE.replace(seq_q=1, seq_k=256, causal=True, window=32, ragged=True)) is None
+    reason = xla.check(BASE.replace(causal=True, softcap=30.0))
+    assert "soft-cap" in reason and "dot_product_attention" in reason
+
+
+def test_xla_local_window_size_is_top_left_so_decode_takes_the_mask():
+    """jax's local_window_size (and is_causal) count query and key positions from 0: at Sq == Sk
+    ``(W - 1, 0)`` is our window, at Sq < Sk it is not, which is why decode goes through ``mask``."""
+    import jax
+    import jax.numpy as jnp
+
+    from attention_impls.reference_float64 import attention_fwd
+
+    for seq_q, seq_k, same in ((64, 64, True), (4, 64, False)):
+        w = Workload(batch=1, q_heads=1, seq_q=seq_q, seq_k=seq_k, head_dim=16, causal=seq_q == seq_k)
+        x = make_inputs(w, 0)
+        q, k, v = (jnp.asarray(a) for a in (x.q, x.k, x.v))
+        option = jax.nn.dot_product_attention(q, k, v, is_causal=seq_q == seq_k, local_window_size=(7, 0),
+                                              scale=0.25, implementation="xla")
+        ours = attention_fwd(x.q, x.k, x.v, causal=True, window=8, scale=0.25)
+        assert np.allclose(np.asarray(option), ours, atol=1e-5) == same
+        kernel = impl(XLA).attention(q, k, v, causal=True, scale=0.25, window=8)
+        np.testing.assert_allclose(np.asarray(kernel), ours, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", [CHUNKED, BLOCKWISE])
+def test_tiled_kernels_take_every_feature(name):
+    assert impl(name).supports == {"window", "softcap", "segment_ids"}
+    assert impl(name).check(BASE.replace(q_heads=4, kv_heads=2, causal=True, window=32, documents=3,
+                                         softcap=30.0, mode="fwd_bwd")) is None
+
+
+# -- jax-cudnn's mask features ------------------------------------------------------------------------
+GPU_BF16 = BASE.replace(dtype="bfloat16")
+
+
+def test_cudnn_declares_window_and_segment_ids_and_refuses_softcap_by_name():
+    cudnn = impl(CUDNN)
+    assert cudnn.supports == {"window", "segment_ids"} and cudnn.gqa == "native"
+    reason = cudnn.feature_reason(GPU_BF16.replace(causal=True, softcap=30.0))
+    assert "soft-capping" in reason and "jax.nn.dot_product_attention" in reason
+    assert cudnn.feature_reason(GPU_BF16.replace(causal=True, window=64, documents=2)) is None
+
+
+@pytest.mark.parametrize("change, ok, fragments", [
+    (dict(causal=True, window=64), True, ()),
+    (dict(causal=True, documents=3, mode="fwd_bwd"), True, ()),
+    (dict(documents=2), True, ()),
+    (dict(seq_q=1, seq_k=256, ragged=True), True, ()),  # non-causal decode: the mask carries it
+    (dict(seq_q=1, seq_k=256, causal=True, window=64), False, ("window", "top-left")),
+    (dict(seq_q=1, seq_k=256, causal=True, ragged=True), False, ("top-left",)),
+    (dict(seq_q=255, seq_k=255, causal=True, documents=3, mode="fwd_bwd"), False, ("segment", "even")),
+])
+def test_cudnn_mask_rules_on_gpu(change, ok, fragments):
+    reason = impl(CUDNN).shape_reason(GPU_BF16.replace(**change), "gpu")
+    assert (reason is None) == ok, reason
+    for fragment in fragments:
+        assert fragment in reason
+
+
+def test_cudnn_masked_call_is_refused_on_cpu_before_jax_is_called(monkeypatch):
+    """On CPU the platform refusal comes first: the cuDNN call is never traced or lowered."""
+    cudnn = impl(CUDNN)
+
+    def never(*args, **kwargs):
+        raise AssertionError("jax-cudnn's attention was traced on CPU")
+
+    monkeypatch.setattr(type(cudnn), "attention", never)
+    w = GPU_BF16.replace(causal=True, window=64, documents=2)
+    x = make_inputs(w, 0)
+    with pytest.raises(Unsupported) as err:
+        cudnn.run_numpy(x.q, x.k, x.v, causal=True, window=64, q_segment_ids=x.q_segment_ids,
+                        kv_segment_ids=x.kv_segment_ids)
+    assert err.value.reason == CUDNN_CPU_REASON
+    with pytest.raises(Unsupported):
+        cudnn.make_step(w)

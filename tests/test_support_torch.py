@@ -303,3 +303,210 @@ def test_flex_is_unsupported_on_tpu_and_gpu_runs():
     assert impl(FLEX).platform_support["tpu"].status == "unsupported"
     assert "torch_xla has no lowering" in impl(FLEX).platform_support["tpu"].note
     assert all(impl(n).platform_support["gpu"].status == "runs" for n in SDPA + (FLEX,))
+
+
+# -- mask features: which kernel takes which, through which option, and what torch refuses -----------
+WINDOW = BASE.replace(seq_q=256, seq_k=256, causal=True, window=64)
+DOCS = BASE.replace(batch=2, seq_q=256, seq_k=256, causal=True, documents=3)
+RAGGED = BASE.replace(batch=3, q_heads=4, kv_heads=1, seq_q=1, seq_k=256, causal=True, ragged=True)
+SOFTCAP = BASE.replace(causal=True, softcap=30.0)
+
+
+@pytest.mark.parametrize("name, supports, gqa", [
+    (MATH, {"window", "segment_ids"}, "repeated"), (FLASH, {"window", "segment_ids"}, "native"),
+    (EFFICIENT, {"window", "segment_ids"}, "native"), (CUDNN, {"window", "segment_ids"}, "native"),
+    (FLEX, {"window", "softcap", "segment_ids"}, "native"),
+    (BLOCKWISE, {"window", "softcap", "segment_ids"}, "native"),
+])
+def test_declared_mask_features_and_gqa(name, supports, gqa):
+    assert impl(name).supports == supports
+    assert impl(name).gqa == gqa
+
+
+@pytest.mark.parametrize("name", SDPA)
+def test_sdpa_refuses_softcap_naming_it(name):
+    reason = impl(name).feature_reason(SOFTCAP)
+    assert reason.startswith("torch SDPA has no logit soft-capping option")
+
+
+@pytest.mark.parametrize("w", [WINDOW, DOCS, RAGGED, WINDOW.replace(dtype="bfloat16", mode="fwd_bwd")],
+                         ids=lambda w: w.describe())
+def test_cpu_flash_takes_an_explicit_mask_and_the_dispatcher_agrees(w):
+    """use_flash_attention_cpp checks only the mask's shape: window and segment ids run on CPU flash."""
+    import torch
+
+    from attention_impls._sdpa import dispatch_refusal
+
+    assert impl(FLASH).check(w) is None and impl(MATH).check(w) is None
+    assert dispatch_refusal("FLASH_ATTENTION", w, torch.device("cpu")) is None
+
+
+def test_the_dispatcher_probe_is_given_the_mask_the_real_call_passes(monkeypatch):
+    import torch
+
+    from attention_impls._sdpa import dispatch_refusal
+
+    seen = []
+
+    def choose(q, k, v, mask, dropout, is_causal, **kwargs):
+        seen.append((None if mask is None else tuple(mask.shape), mask is not None and mask.dtype, is_causal))
+
+    monkeypatch.setattr(torch, "_fused_sdp_choice", choose)
+    for w in (DOCS, WINDOW, BASE.replace(causal=True)):
+        assert dispatch_refusal("FLASH_ATTENTION", w, torch.device("cpu")) is None
+    assert seen == [((2, 1, 256, 256), torch.bool, False), ((1, 1, 256, 256), torch.bool, False),
+                    (None, False, True)]
+
+
+def test_cuda_flash_refuses_window_and_segment_ids_by_name():
+    half = WINDOW.replace(dtype="bfloat16")
+    assert gpu(FLASH, half) == ("the torch SDPA FLASH backend on CUDA takes no explicit mask (sdp_utils.cpp "
+                                "check_for_attn_mask), and a sliding window needs one")
+    assert "and segment ids need one" in gpu(FLASH, DOCS.replace(dtype="bfloat16"))
+    assert "a sliding window and segment ids need one" in gpu(FLASH, half.replace(documents=2))
+    for name in (EFFICIENT, CUDNN, MATH):  # their gates take attn_mask
+        assert gpu(name, half) is None and gpu(name, DOCS.replace(dtype="bfloat16")) is None
+
+
+def test_sdpa_keep_mask_is_the_harness_mask():
+    import torch
+
+    from attention_impls._sdpa import keep_mask
+    from attnbench.masks import dense_mask
+
+    q_ids, kv_ids = DOCS.segment_ids()
+    got = keep_mask(256, 256, "cpu", causal=True, window=96, q_segment_ids=torch.from_numpy(q_ids),
+                    kv_segment_ids=torch.from_numpy(kv_ids))
+    assert got.shape == (2, 1, 256, 256) and got.dtype == torch.bool
+    want = dense_mask(256, 256, causal=True, window=96, q_segment_ids=q_ids, kv_segment_ids=kv_ids)
+    np.testing.assert_array_equal(got[:, 0].numpy(), want)
+    ragged = keep_mask(1, 256, "cpu", causal=True, window=128)
+    np.testing.assert_array_equal(ragged[0, 0].numpy(), dense_mask(1, 256, causal=True, window=128)[0])
+
+
+@pytest.mark.parametrize("name, repeats", [(MATH, True), (FLASH, False)])
+def test_gqa_mode_is_what_the_profiler_sees(name, repeats):
+    """MATH repeat_interleaves the kv heads (pre_process_group_query_attention_input); CPU flash does not."""
+    from attnbench.backends.torch_backend import profiled_ops
+
+    step = impl(name).make_step(RAGGED)
+    assert ("aten::repeat_interleave" in profiled_ops(step.run)) == repeats
+
+
+def test_masked_sdpa_step_still_runs_the_forced_kernel():
+    step = impl(FLASH).make_step(DOCS.replace(mode="fwd_bwd"))
+    seen = set(step.evidence().removeprefix("profiler saw ").split(", "))
+    assert seen == {"aten::_scaled_dot_product_flash_attention_for_cpu",
+                    "aten::_scaled_dot_product_flash_attention_for_cpu_backward"}
+
+
+# -- FlexAttention: one mask_mod, a softcap score_mod, block masks rebuilt only for new ids ----------
+def test_flex_mask_mod_is_the_harness_mask():
+    import torch
+
+    from attention_impls.torch_flex_attention import keep_block_mask
+    from attnbench.masks import dense_mask
+
+    q_ids, kv_ids = DOCS.segment_ids()
+    mask = keep_block_mask(256, 256, "cpu", causal=True, window=96, q_segment_ids=torch.from_numpy(q_ids),
+                           kv_segment_ids=torch.from_numpy(kv_ids))
+    assert mask.shape == (2, 1, 256, 256)
+    want = dense_mask(256, 256, causal=True, window=96, q_segment_ids=q_ids, kv_segment_ids=kv_ids)
+    np.testing.assert_array_equal(mask.to_dense().numpy()[:, 0] > 0, _blocks_touched(want, 128))
+    q_idx, kv_idx = torch.arange(256)[:, None], torch.arange(256)[None, :]
+    for b in range(2):
+        dense = mask.mask_mod(torch.tensor(b), torch.tensor(0), q_idx, kv_idx).numpy()
+        np.testing.assert_array_equal(dense, want[b])
+
+
+def _blocks_touched(keep, block):
+    """Which (q block, kv block) tiles keep any pair: the tiles flex must visit."""
+    b, sq, sk = keep.shape
+    return keep.reshape(b, sq // block, block, sk // block, block).any(axis=(2, 4))
+
+
+def test_flex_softcap_is_a_score_mod_on_the_scaled_score():
+    import torch
+
+    from attention_impls.torch_flex_attention import softcap_mod
+
+    capped = softcap_mod(2.0)(torch.tensor([-100.0, 0.5, 100.0]), 0, 0, 0, 0)
+    np.testing.assert_allclose(capped.numpy(), 2.0 * np.tanh(np.array([-100.0, 0.5, 100.0]) / 2.0), rtol=1e-6)
+
+
+def test_flex_rebuilds_the_block_mask_for_new_segment_ids_and_keeps_the_compiled_function():
+    import torch
+
+    from attention_impls.torch_flex_attention import TorchFlexAttention
+
+    flex = TorchFlexAttention()
+    x = make_inputs(DOCS, seed=5)
+    q, k, v = (torch.from_numpy(a).transpose(1, 2) for a in (x.q, x.k, x.v))
+    ids = [torch.from_numpy(a) for a in x.mask_arrays()]
+    with torch.no_grad():
+        fn, mask, segments = flex._entry(q, k, True, 0.125, q_segment_ids=ids[0], kv_segment_ids=ids[1])
+        assert flex._entry(q, k, True, 0.125, q_segment_ids=ids[0], kv_segment_ids=ids[1])[1] is mask
+        fresh = [t.clone() for t in ids]
+        fn2, mask2, segments2 = flex._entry(q, k, True, 0.125, q_segment_ids=fresh[0],
+                                            kv_segment_ids=fresh[1])
+    assert fn2 is fn and mask2 is not mask and segments2[0] is fresh[0]
+    assert len(flex._compiled) == 1
+
+
+@pytest.mark.parametrize("w", [DOCS, RAGGED, WINDOW.replace(softcap=2.0, q_heads=4, kv_heads=2)],
+                         ids=lambda w: w.describe())
+def test_flex_masked_step_is_one_fused_region_compiled_once(w):
+    """The mask and score mods stay inside Inductor's template: no matmul, no recompile per call."""
+    from torch._dynamo.utils import counters
+
+    from attention_impls.torch_flex_attention import TorchFlexAttention
+
+    flex = TorchFlexAttention()
+    step = flex.make_step(w)
+    step.run()
+    graphs = counters["stats"]["unique_graphs"]
+    assert step.evidence().startswith("profiler saw one Torch-Compiled Region and no ATen matmul")
+    assert counters["stats"]["unique_graphs"] == graphs and len(flex._compiled) == 1
+
+
+# -- blockwise: tiles the causal mask, the window or the documents cut off are never computed -------
+def _tile_matmuls(**kwargs) -> int:
+    import torch
+
+    from attention_impls.torch_blockwise_flash import blockwise_attention
+    from attnbench.backends.torch_backend import profiled_ops
+
+    q = torch.randn(1, 512, 2, 64)
+    return profiled_ops(lambda: blockwise_attention(q, q, q, scale=0.125, **kwargs)).get("aten::bmm", 0)
+
+
+def test_blockwise_skips_the_tiles_left_of_the_window():
+    """S512 in 128-tiles: causal visits 10 tiles; a 128-key window only the diagonal and one left: 7."""
+    assert _tile_matmuls(causal=True) == 2 * 10
+    assert _tile_matmuls(causal=True, window=128) == 2 * 7
+    assert _tile_matmuls(causal=True, window=1) == 2 * 4  # each row sees itself only
+
+
+def test_blockwise_skips_tiles_whose_documents_cannot_meet():
+    import torch
+
+    ids = torch.zeros(1, 512, dtype=torch.int32)
+    ids[:, 256:] = 1  # two documents of two tiles each: 8 of the 16 tiles can meet
+    segments = {"q_segment_ids": ids, "kv_segment_ids": ids}
+    assert _tile_matmuls(causal=False, **segments) == 2 * 16  # default: masked, not skipped (XLA-safe)
+    assert _tile_matmuls(causal=False, skip_segments=True, **segments) == 2 * 8
+    assert _tile_matmuls(causal=True, skip_segments=True, **segments) == 2 * 6
+
+
+def test_blockwise_skipping_changes_no_value():
+    import torch
+
+    from attention_impls.torch_blockwise_flash import blockwise_attention
+
+    x = make_inputs(DOCS.replace(q_heads=4, kv_heads=2, window=100, softcap=2.0), seed=6)
+    q, k, v = (torch.from_numpy(a) for a in (x.q, x.k, x.v))
+    q_ids, kv_ids = (torch.from_numpy(a) for a in x.mask_arrays())
+    ids = {"q_segment_ids": q_ids, "kv_segment_ids": kv_ids}
+    kw = dict(causal=True, scale=0.125, window=100, softcap=2.0, **ids)
+    torch.testing.assert_close(blockwise_attention(q, k, v, skip_segments=True, **kw),
+                               blockwise_attention(q, k, v, **kw), rtol=0, atol=0)

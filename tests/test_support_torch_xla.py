@@ -225,3 +225,147 @@ def test_runner_compiles_once_per_distinct_length_and_not_on_repeats():
         assert (met.counter_value("UncachedCompile") or 0) - uncached == (1 if new else 0)
     assert counts == [1, 2, 2, 3, 3, 3, 3]
     assert runner.compile_seconds() > 0
+
+
+# -- mask features: what each torch_xla kernel takes, and its refusals ----------------------------
+WINDOWED = SMALL.replace(causal=True, window=32)
+DOCUMENTS = SMALL.replace(causal=True, documents=3)
+SOFTCAPPED = SMALL.replace(causal=True, softcap=30.0)
+
+
+def test_sdpa_takes_window_and_segment_ids_and_refuses_softcap_by_name():
+    i = impl(SDPA)
+    assert i.supports == {"window", "segment_ids"} and i.gqa == "repeated"
+    for workload in (WINDOWED, DOCUMENTS, WINDOWED.replace(documents=2, q_heads=4, kv_heads=2)):
+        assert i.check(workload) is None
+    reason = i.check(SOFTCAPPED)
+    assert "soft-capping" in reason and "scaled_dot_product_attention" in reason
+
+
+def test_sdpa_mask_is_one_traced_graph_with_no_custom_call():
+    """The window and segment ids are SDPA's attn_mask inside the graph: one XLA execution per call,
+    and still no custom call (XLA's own ops), whatever the segment ids' values."""
+    import numpy as np
+    import torch_xla.debug.metrics as met
+
+    from attnbench.inputs import make_inputs
+
+    workload = SMALL.replace(seq_q=152, seq_k=152, causal=True, window=40, documents=3)  # a fresh shape
+    x = make_inputs(workload, seed=0)
+    met.clear_all()
+    out = impl(SDPA).run_numpy(x.q, x.k, x.v, causal=True, window=40, q_segment_ids=x.q_segment_ids,
+                               kv_segment_ids=x.kv_segment_ids)
+    assert np.isfinite(out).all() and met.metric_data("ExecuteTime")[0] == 1
+    step = impl(SDPA).make_step(workload)
+    assert step.kernel_evidence == "forward HLO has no custom-call: XLA's own ops"
+
+
+def test_pallas_takes_segment_ids_and_refuses_window_and_softcap_by_name(on_platform):
+    on_platform("TPU")
+    i = impl(PALLAS)
+    assert i.supports == {"segment_ids"}
+    assert i.check(DOCUMENTS) is None
+    assert i.check(DOCUMENTS.replace(mode="fwd_bwd")) is None
+    for workload, word in ((WINDOWED, "sliding window"), (SOFTCAPPED, "soft-capping")):
+        reason = i.check(workload)
+        assert word in reason and "flash_attention" in reason
+
+
+@pytest.mark.parametrize("workload", [
+    SMALL.replace(seq_q=64, seq_k=64, documents=2),                  # kv block of 64: not 128 lanes
+    SMALL.replace(seq_q=200, seq_k=200, causal=True, documents=2),   # kv block of 200
+    SMALL.replace(seq_q=640, seq_k=640, causal=True, documents=2),   # K/V padded to 1024, ids not
+], ids=lambda w: w.describe())
+def test_pallas_segment_id_shape_rules_on_tpu(on_platform, workload):
+    on_platform("TPU")
+    assert impl(PALLAS).check(workload.replace(documents=None)) is None  # fine without segment ids
+    reason = impl(PALLAS).check(workload)
+    assert reason is not None and "segment ids" in reason
+
+
+def test_pallas_segment_id_rules_are_what_the_wrapper_does_traced_for_tpu():
+    """torch_xla's wrapper with jax's kernel lowered for TPU (trace only: nothing can execute it
+    here) accepts segment ids where ``shape_reason`` does and fails where it refuses. A fresh
+    interpreter: the patched tracer and the pending tpu_custom_calls stay out of this process."""
+    import os
+    import subprocess
+    import sys
+
+    body = '''
+import jax, torch, torch_xla
+from torch_xla.experimental import custom_kernel as ck
+
+def tpu_trace_pallas(kernel, *args, static_argnums=None, static_argnames=None, use_cache=False, **kw):
+    shapes = [ck.to_jax_shape_dtype_struct(a) if torch.is_tensor(a) else a for a in args]
+    ir = jax.jit(kernel, static_argnums=static_argnums, static_argnames=static_argnames).trace(
+        *shapes, **kw).lower(lowering_platforms=("tpu",)).compiler_ir()
+    return ck._extract_backend_config(ir), [a for a in args if torch.is_tensor(a)]
+
+ck.trace_pallas = tpu_trace_pallas
+dev = torch_xla.device()
+for sq, sk, causal, bwd in [(256, 256, True, True), (1, 256, False, True), (128, 1024, False, False),
+                            (64, 64, True, False), (200, 200, True, False), (640, 640, True, False)]:
+    q, k, v = (torch.randn(1, 2, s, 64).to(dev).requires_grad_(bwd) for s in (sq, sk, sk))
+    ids = [torch.zeros(1, s, dtype=torch.int32).to(dev) for s in (sq, sk)]
+    try:
+        out = ck.flash_attention(q, k, v, causal, *ids, 0.125)
+        if bwd:
+            out.sum().backward()
+        print("TRACED", sq, sk, int(causal), int(bwd))
+    except Exception as exc:
+        print("FAILED", sq, sk, int(causal), int(bwd), type(exc).__name__, str(exc).splitlines()[0][:120])
+'''
+    proc = subprocess.run([sys.executable, "-c", body], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PJRT_DEVICE": "CPU"})
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(("TRACED", "FAILED"))]
+    assert len(lines) == 6, proc.stdout + proc.stderr
+    for line in lines:
+        sq, sk, causal, bwd = (int(x) for x in line.split()[1:5])
+        workload = Workload(batch=1, q_heads=2, seq_q=sq, seq_k=sk, head_dim=64, causal=bool(causal),
+                            mode="fwd_bwd" if bwd else "fwd", ragged=sq != sk,
+                            documents=2 if sq == sk else None)
+        assert line.startswith("FAILED") == (impl(PALLAS).shape_reason(workload, "tpu") is not None), line
+    assert "kv block size must be a multiple of 128" in proc.stdout
+    assert "broadcast_in_dim" in proc.stdout
+
+
+def test_sdpa_gqa_is_repeated_in_the_hlo():
+    """SDPA's math path on XLA repeats the kv heads: its score matmul is batched over the q heads."""
+    import re
+
+    import torch
+    import torch_xla
+
+    dev = torch_xla.device()
+    q = torch.randn(1, 128, 4, 64).to(dev)
+    k, v = (torch.randn(1, 128, 2, 64).to(dev) for _ in range(2))
+    out = impl(SDPA).attention(q, k, v, causal=True, scale=0.125)
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo([out])
+    dots = re.findall(r"dot\(f32\[(\d+),128,64\]", hlo)
+    assert dots and set(dots) == {"4"}, dots  # batch Hq=4, the 2 kv heads repeated
+
+
+def test_blockwise_takes_every_mask_feature_of_the_shared_loop():
+    from attention_impls.torch_blockwise_flash import TorchBlockwise
+
+    i = impl(BLOCKWISE)
+    assert i.supports == TorchBlockwise.supports == {"window", "softcap", "segment_ids"}
+    assert i.gqa == TorchBlockwise.gqa
+    for workload in (WINDOWED, DOCUMENTS, SOFTCAPPED, WINDOWED.replace(documents=2, softcap=2.0)):
+        assert i.check(workload) is None
+
+
+def test_blockwise_mask_is_one_traced_graph():
+    """Under XLA the loop reads no segment-id value on the host (no tile skipping by ids): the
+    masked call is one graph, executed once."""
+    import numpy as np
+    import torch_xla.debug.metrics as met
+
+    from attnbench.inputs import make_inputs
+
+    workload = SMALL.replace(seq_q=168, seq_k=168, causal=True, window=40, documents=3, softcap=5.0)
+    x = make_inputs(workload, seed=0)
+    met.clear_all()
+    out = impl(BLOCKWISE).run_numpy(x.q, x.k, x.v, causal=True, window=40, softcap=5.0,
+                                    q_segment_ids=x.q_segment_ids, kv_segment_ids=x.kv_segment_ids)
+    assert np.isfinite(out).all() and met.metric_data("ExecuteTime")[0] == 1

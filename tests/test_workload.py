@@ -41,17 +41,20 @@ def test_flops_non_causal_by_hand():
     assert w.flops == 8_589_934_592
 
 
-def test_flops_causal_square_is_half_plus_diagonal_convention():
-    # flash-attention's convention: avg_k = (max(0, Sk - Sq) + Sk) / 2 = Sk / 2 when square.
+def test_flops_causal_square_count_the_diagonal_exactly():
+    # Exact pairs: row i sees i + 1 keys, S(S+1)/2 in all (flash-attention's convention says S^2/2).
     w = Workload(batch=1, q_heads=8, seq_q=2048, head_dim=128, causal=True)
-    assert w.avg_k == 1024
-    assert w.flops == 4 * 8 * 2048 * 1024 * 128
+    assert w.pairs == 2048 * 2049 // 2
+    assert w.avg_k == 1024.5
+    assert w.flops == 4 * 8 * 128 * (2048 * 2049 // 2)
 
 
 def test_flops_causal_bottom_right_rectangle():
+    # Row i sees keys j <= i + 384: 385 .. 512 keys, 448.5 on average.
     w = Workload(batch=1, q_heads=4, seq_q=128, seq_k=512, head_dim=64, causal=True)
-    assert w.avg_k == (384 + 512) / 2 == 448
-    assert w.flops == 4 * 4 * 128 * 448 * 64
+    assert w.pairs == sum(i + 385 for i in range(128))
+    assert w.avg_k == 448.5
+    assert w.flops == 4 * 4 * 64 * w.pairs
 
 
 def test_fwd_bwd_is_three_and_a_half_times_fwd():
@@ -79,3 +82,83 @@ def test_tokens_and_describe():
     w = Workload(batch=4, q_heads=8, kv_heads=2, seq_q=128, seq_k=256, causal=True)
     assert w.tokens == 512
     assert w.describe() == "B4 H8/2kv S128x256 D64 float32 causal fwd"
+
+
+# -- masks: the pairs they keep, the FLOPs that follow, and what is refused -----------------------
+def test_window_pairs_by_hand():
+    # S=8, W=3: rows 0, 1, 2 see 1, 2, 3 keys; rows 3..7 see 3 each -> 1 + 2 + 3 + 5 * 3 = 21.
+    w = Workload(batch=2, q_heads=2, seq_q=8, head_dim=4, causal=True, window=3)
+    assert w.pairs == 2 * 21
+    assert w.flops == 4 * 2 * 4 * 42
+    assert w.mask_density == 42 / (2 * 64)
+    assert w.dense_flops == 4 * 2 * 2 * 8 * 8 * 4
+
+
+def test_documents_pairs_match_the_dense_mask_and_are_seeded():
+    from attnbench import masks
+
+    w = Workload(batch=3, q_heads=1, seq_q=300, head_dim=8, causal=True, documents=5, window=40)
+    q_ids, kv_ids = w.segment_ids()
+    dense = masks.dense_mask(300, 300, causal=True, window=40, q_segment_ids=q_ids, kv_segment_ids=kv_ids)
+    assert w.pairs == int(dense.sum())
+    assert [len(set(row.tolist())) for row in q_ids] == [5, 5, 5]  # every document has a token
+    assert (w.segment_ids()[0] == q_ids).all()  # the same layout every time
+    assert not (q_ids[0] == q_ids[1]).all()  # each row its own cut points
+
+
+def test_ragged_decode_counts_only_the_valid_cache():
+    w = Workload(batch=4, q_heads=8, kv_heads=2, seq_q=1, seq_k=1000, head_dim=64, causal=True, ragged=True)
+    lengths = w.cache_lengths()
+    assert lengths[0] == 1000 and all(250 <= n <= 1000 for n in lengths)
+    assert w.phase == "decode"
+    assert w.pairs == sum(lengths)
+    assert w.flops == 4 * 8 * 64 * sum(lengths)
+    # the KV cache is the bytes that matter: its valid keys read once, k and v
+    assert w.min_bytes == 4 * (2 * 4 * 8 * 64 + 2 * sum(lengths) * 2 * 64)
+    q_ids, kv_ids = w.segment_ids()
+    assert (kv_ids[1, : 1000 - lengths[1]] == -1).all() and (kv_ids[1, 1000 - lengths[1]:] == 0).all()
+
+
+def test_softcap_changes_no_pair():
+    w = Workload(seq_q=256, causal=True)
+    assert w.replace(softcap=30.0).flops == w.flops
+    assert w.replace(softcap=30.0).mask == "causal+softcap(30)"
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"window": 16}, "window needs causal=True"),
+    ({"causal": True, "window": 0}, "window must be a positive integer"),
+    ({"causal": True, "softcap": 0.0}, "softcap must be a positive number"),
+    ({"causal": True, "softcap": float("nan")}, "softcap must be a positive number"),
+    ({"documents": 300}, r"documents must be an integer in 1..seq_q=256"),
+    ({"seq_k": 512, "documents": 2}, "needs seq_q == seq_k"),
+    ({"ragged": True}, "needs seq_q < seq_k"),
+])
+def test_bad_masks_are_refused_by_name(changes, message):
+    with pytest.raises(ValueError, match=message):
+        Workload(seq_q=256, **changes)
+
+
+def test_phase_follows_the_shapes_and_at_length_keeps_it():
+    assert Workload(seq_q=256).phase == "prefill"
+    assert Workload(seq_q=256, mode="fwd_bwd").phase == "training"
+    decode = Workload(batch=2, seq_q=1, seq_k=512, causal=True, ragged=True)
+    assert decode.phase == "decode" and decode.stream_length == 512
+    assert decode.at_length(256).seq_k == 256 and decode.at_length(256).seq_q == 1
+    packed = Workload(seq_q=256, causal=True, documents=4)
+    assert packed.at_length(2).documents == 2
+
+
+def test_a_plain_workload_keeps_its_description():
+    # case keys (asv_suite.case_key) of the toy workload must not change with the mask fields
+    assert Workload(seq_q=1024, causal=True).describe() == "B1 H8 S1024 D64 float32 causal fwd"
+    assert Workload(seq_q=64, causal=True, window=8, name="mistral-7b").describe() == \
+        "mistral-7b B1 H8 S64 D64 float32 causal window(8) fwd"
+
+
+def test_to_dict_leaves_out_unset_mask_fields_for_older_releases():
+    plain = Workload(seq_q=256, causal=True)
+    assert set(plain.to_dict()) == {"batch", "q_heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype",
+                                    "causal", "mode"}
+    masked = plain.replace(window=16, name="mistral-7b")
+    assert masked.to_dict()["window"] == 16 and Workload(**masked.to_dict()) == masked

@@ -53,8 +53,9 @@ class Step:
 class Runner:
     """One step function reused across sequence lengths, as a serving or training loop reuses it.
 
-    ``step(length)`` runs ``template.mode`` once with ``seq_q = seq_k = length`` (every other
-    dimension from ``template``) and blocks until the device is done. The compiled function is the
+    ``step(length)`` runs ``template.mode`` once at ``template.at_length(length)`` (``seq_q = seq_k =
+    length``; for decode, a cache of ``length`` keys; every other dimension from ``template``) and
+    blocks until the device is done. The compiled function is the
     same for the runner's whole life, so a new length costs whatever the framework does for a new
     shape (a trace and compile under ``jax.jit`` / ``torch.compile`` / XLA, nothing in eager mode).
 
@@ -83,7 +84,7 @@ class Runner:
 
     def workload(self, length: int) -> Workload:
         """The workload of one step at ``length`` (``Workload`` rejects a length below 1)."""
-        return self.template.replace(seq_q=length, seq_k=length)
+        return self.template.at_length(length)
 
     def prepare(self, length: int) -> None:
         if length not in self.inputs:
@@ -140,11 +141,12 @@ class Backend(abc.ABC):
     # -- the conformance entry point ----------------------------------------------------------
     @abc.abstractmethod
     def run_numpy(self, impl, q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool,
-                  scale: float) -> np.ndarray:
-        """``impl``'s kernel on numpy inputs in their dtype; float64 ``[B, Sq, Hq, D]``."""
+                  scale: float, **mask) -> np.ndarray:
+        """``impl``'s kernel on numpy inputs in their dtype; float64 ``[B, Sq, Hq, D]``. ``mask``:
+        the features set (``attention_impls.base.mask_kwargs``), segment ids as numpy int32."""
 
     @abc.abstractmethod
-    def grad_numpy(self, impl, q, k, v, do, *, causal: bool, scale: float):
+    def grad_numpy(self, impl, q, k, v, do, *, causal: bool, scale: float, **mask):
         """Gradients (dq, dk, dv) of ``sum(out * do)`` as float64 arrays shaped like q, k, v."""
 
     # -- measurement --------------------------------------------------------------------------

@@ -12,7 +12,6 @@ import contextlib
 import os
 import re
 import time
-from functools import partial
 
 import numpy as np
 
@@ -27,6 +26,19 @@ def _context(impl, platform: str):
 
 def to_float64(x) -> np.ndarray:
     return np.asarray(x).astype(np.float64)
+
+
+def _split(mask: dict) -> tuple[dict, tuple]:
+    """A conformance call's mask keywords -> (static features, segment-id arrays)."""
+    static = {k: v for k, v in mask.items() if k not in ("q_segment_ids", "kv_segment_ids")}
+    segments = (mask["q_segment_ids"], mask["kv_segment_ids"]) if "q_segment_ids" in mask else ()
+    return static, segments
+
+
+def _mask(static: dict, segments: tuple) -> dict:
+    from attention_impls.base import mask_call
+
+    return mask_call(static, segments)
 
 
 class JaxBackend(Backend):
@@ -72,53 +84,67 @@ class JaxBackend(Backend):
 
     # -- jitted functions of a kernel -----------------------------------------------------------
     @staticmethod
-    def forward(impl, causal: bool, scale: float):
+    def forward(impl, causal: bool, scale: float, static: dict | None = None):
+        """``jit(f)(q, k, v, *segment_ids)``: the static mask features (window, softcap) are bound,
+        segment ids (when the workload has them) are traced arguments after v."""
         import jax
 
-        return jax.jit(partial(impl.attention, causal=causal, scale=scale))
+        static = static or {}
+
+        def fwd(q, k, v, *segments):
+            return impl.attention(q, k, v, causal=causal, scale=scale, **_mask(static, segments))
+
+        return jax.jit(fwd)
 
     @staticmethod
-    def forward_backward(impl, causal: bool, scale: float):
+    def forward_backward(impl, causal: bool, scale: float, static: dict | None = None):
+        """``jit(f)(q, k, v, do, *segment_ids)`` -> (out, (dq, dk, dv))."""
         import jax
 
-        f = partial(impl.attention, causal=causal, scale=scale)
+        static = static or {}
 
-        def fwd_bwd(q, k, v, do):
+        def fwd_bwd(q, k, v, do, *segments):
+            def f(q, k, v):
+                return impl.attention(q, k, v, causal=causal, scale=scale, **_mask(static, segments))
+
             out, vjp = jax.vjp(f, q, k, v)
             return out, vjp(do)
 
         return jax.jit(fwd_bwd)
 
-    def run_numpy(self, impl, q, k, v, *, causal, scale):
+    def run_numpy(self, impl, q, k, v, *, causal, scale, **mask):
         import jax.numpy as jnp
 
+        static, segments = _split(mask)
         platform = self.platform()
         with _context(impl, platform):
-            out = self.forward(impl, causal, scale)(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v))
+            out = self.forward(impl, causal, scale, static)(*(jnp.asarray(x) for x in (q, k, v, *segments)))
         return to_float64(out)
 
-    def grad_numpy(self, impl, q, k, v, do, *, causal, scale):
+    def grad_numpy(self, impl, q, k, v, do, *, causal, scale, **mask):
         import jax.numpy as jnp
 
+        static, segments = _split(mask)
         with _context(impl, self.platform()):
-            _, grads = self.forward_backward(impl, causal, scale)(*(jnp.asarray(x) for x in (q, k, v, do)))
+            _, grads = self.forward_backward(impl, causal, scale, static)(
+                *(jnp.asarray(x) for x in (q, k, v, do, *segments)))
         return tuple(to_float64(g) for g in grads)
 
     def make_step(self, impl, workload: Workload, seed: int = 0) -> Step:
         import jax
 
-        from attention_impls.base import default_scale
+        from attention_impls.base import default_scale, static_mask
         from attnbench.inputs import make_inputs
 
         platform = impl.require(workload)
         mark = _device_peak()  # this process's high-water mark before the case (earlier cases' steps)
         x = make_inputs(workload, seed)
-        scale = default_scale(workload.head_dim, None)
+        scale, static = default_scale(workload.head_dim, None), static_mask(workload)
         if workload.mode == "fwd":
-            fn, args = self.forward(impl, workload.causal, scale), (x.q, x.k, x.v)
+            fn, args = self.forward(impl, workload.causal, scale, static), (x.q, x.k, x.v)
         else:
-            fn, args = self.forward_backward(impl, workload.causal, scale), (x.q, x.k, x.v, x.do)
-        args = tuple(jax.device_put(a) for a in args)
+            fn, args = self.forward_backward(impl, workload.causal, scale, static), (x.q, x.k, x.v, x.do)
+        args = tuple(jax.device_put(a) for a in args + x.mask_arrays())
 
         def run():
             with _context(impl, platform):
@@ -146,19 +172,20 @@ class JaxBackend(Backend):
         """
         import jax
 
-        from attention_impls.base import default_scale
+        from attention_impls.base import default_scale, static_mask
         from attnbench.inputs import make_inputs
 
         platform = impl.require(template)
         scale = default_scale(template.head_dim, None)
         fwd = template.mode == "fwd"
-        fn = (self.forward if fwd else self.forward_backward)(impl, template.causal, scale)
+        fn = (self.forward if fwd else self.forward_backward)(impl, template.causal, scale,
+                                                              static_mask(template))
         meter = CompileMeter()
 
         def place(workload: Workload):
             impl.require(workload)
             x = make_inputs(workload, seed)
-            args = (x.q, x.k, x.v) if fwd else (x.q, x.k, x.v, x.do)
+            args = ((x.q, x.k, x.v) if fwd else (x.q, x.k, x.v, x.do)) + x.mask_arrays()
             return jax.block_until_ready(tuple(jax.device_put(a) for a in args))
 
         def call(args):

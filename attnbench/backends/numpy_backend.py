@@ -38,28 +38,29 @@ class NumpyBackend(Backend):
         return make, blas_threads()
 
     # A numpy kernel computes in float64 whatever its inputs' dtype: it is the yardstick.
-    def run_numpy(self, impl, q, k, v, *, causal, scale):
-        return np.asarray(impl.attention(q, k, v, causal=causal, scale=scale), dtype=np.float64)
+    def run_numpy(self, impl, q, k, v, *, causal, scale, **mask):
+        return np.asarray(impl.attention(q, k, v, causal=causal, scale=scale, **mask), dtype=np.float64)
 
-    def grad_numpy(self, impl, q, k, v, do, *, causal, scale):
+    def grad_numpy(self, impl, q, k, v, do, *, causal, scale, **mask):
         return tuple(np.asarray(g, dtype=np.float64)
-                     for g in impl.attention_grads(q, k, v, do, causal=causal, scale=scale))
+                     for g in impl.attention_grads(q, k, v, do, causal=causal, scale=scale, **mask))
 
     def make_step(self, impl, workload: Workload, seed: int = 0) -> Step:
-        from attention_impls.base import default_scale
+        from attention_impls.base import default_scale, mask_call, static_mask
         from attnbench.inputs import make_inputs
 
         impl.require(workload)
         x = make_inputs(workload, seed)
         q, k, v, do = (a.astype(np.float64) for a in (x.q, x.k, x.v, x.do))
         scale, causal = default_scale(workload.head_dim, None), workload.causal
+        mask = mask_call(static_mask(workload), x.mask_arrays())
         if workload.mode == "fwd":
             def run():
-                return impl.attention(q, k, v, causal=causal, scale=scale)
+                return impl.attention(q, k, v, causal=causal, scale=scale, **mask)
         else:
             def run():  # the forward and its gradients, as every framework's fwd_bwd step
-                return (impl.attention(q, k, v, causal=causal, scale=scale),
-                        impl.attention_grads(q, k, v, do, causal=causal, scale=scale))
+                return (impl.attention(q, k, v, causal=causal, scale=scale, **mask),
+                        impl.attention_grads(q, k, v, do, causal=causal, scale=scale, **mask))
         return Step(run=run, execution="eager", kernel_evidence="numpy einsum (host, float64)",
                     framework=self.framework)
 

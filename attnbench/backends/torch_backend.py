@@ -111,10 +111,10 @@ def torch_profiler_peak_bytes(run) -> int:
     return peak
 
 
-def grads(impl, q, k, v, do, causal, scale):
+def grads(impl, q, k, v, do, causal, scale, **mask):
     """``impl``'s output and the gradients of ``sum(out * do)`` by autograd."""
     q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
-    out = impl.attention(q, k, v, causal=causal, scale=scale)
+    out = impl.attention(q, k, v, causal=causal, scale=scale, **mask)
     out.backward(do)
     return out, (q.grad, k.grad, v.grad)
 
@@ -173,50 +173,59 @@ class TorchBackend(Backend):
 
     # The conformance path synchronizes once before reading anything back: on a lazy device (XLA)
     # ``.cpu()`` on each unsynced result would compile and run a graph per tensor.
-    def run_numpy(self, impl, q, k, v, *, causal, scale):
+    def _device_mask(self, mask: dict) -> dict:
+        """A conformance call's mask keywords with the segment ids as tensors on the device."""
+        return {k: to_tensor(v, self.device()) if isinstance(v, np.ndarray) else v for k, v in mask.items()}
+
+    def run_numpy(self, impl, q, k, v, *, causal, scale, **mask):
         import torch
 
         dev = self.device()
         with torch.no_grad():
             out = impl.attention(to_tensor(q, dev), to_tensor(k, dev), to_tensor(v, dev),
-                                 causal=causal, scale=scale)
+                                 causal=causal, scale=scale, **self._device_mask(mask))
         self.synchronize()
         return to_float64(out)
 
-    def grad_numpy(self, impl, q, k, v, do, *, causal, scale):
+    def grad_numpy(self, impl, q, k, v, do, *, causal, scale, **mask):
         dev = self.device()
-        _, result = grads(impl, *(to_tensor(x, dev) for x in (q, k, v, do)), causal, scale)
+        _, result = grads(impl, *(to_tensor(x, dev) for x in (q, k, v, do)), causal, scale,
+                          **self._device_mask(mask))
         self.synchronize()
         return tuple(to_float64(g) for g in result)
 
     def _call(self, impl, workload: Workload):
-        """``call(tensors)``: one blocking step of ``workload.mode`` on placed tensors."""
+        """``call(placed)``: one blocking step of ``workload.mode`` on ``_place``'s tensors."""
         import torch
 
-        from attention_impls.base import default_scale
+        from attention_impls.base import default_scale, mask_call, static_mask
 
-        scale, causal = default_scale(workload.head_dim, None), workload.causal
+        scale, causal, static = default_scale(workload.head_dim, None), workload.causal, static_mask(workload)
         if workload.mode == "fwd":
-            def call(tensors):
+            def call(placed):
+                tensors, segments = placed
                 with torch.no_grad():
-                    out = impl.attention(*tensors[:3], causal=causal, scale=scale)
+                    out = impl.attention(*tensors, causal=causal, scale=scale, **mask_call(static, segments))
                 self.synchronize()
                 return out
         else:
-            def call(tensors):
-                result = grads(impl, *tensors, causal, scale)
+            def call(placed):
+                tensors, segments = placed
+                result = grads(impl, *tensors, causal, scale, **mask_call(static, segments))
                 self.synchronize()
                 return result
         return call
 
     def _place(self, workload: Workload, seed: int):
+        """``((q, k, v[, do]), segment ids)`` as tensors on the device; segment ids ``()`` without."""
         from attnbench.inputs import make_inputs
 
         x = make_inputs(workload, seed)
         arrays = (x.q, x.k, x.v) if workload.mode == "fwd" else (x.q, x.k, x.v, x.do)
         tensors = tuple(to_tensor(a, self.device()) for a in arrays)
+        segments = tuple(to_tensor(a, self.device()) for a in x.mask_arrays())
         self.synchronize()  # inputs really on the device (XLA transfers lazily) before any timing
-        return tensors
+        return tensors, segments
 
     def make_step(self, impl, workload: Workload, seed: int = 0) -> Step:
         platform = impl.require(workload)

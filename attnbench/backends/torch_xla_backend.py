@@ -95,16 +95,18 @@ class TorchXlaBackend(TorchBackend):
         """The torch step (run() ends in sync + wait), plus the forward HLO's custom calls as evidence."""
         import torch
 
-        from attention_impls.base import default_scale
+        from attention_impls.base import default_scale, mask_call, static_mask
         from attnbench.inputs import make_inputs
 
         step = super().make_step(impl, workload, seed)
         x = make_inputs(workload, seed)
         inputs = [to_tensor(a, self.device()) for a in (x.q, x.k, x.v)]
+        segments = tuple(to_tensor(a, self.device()) for a in x.mask_arrays())
         self.synchronize()  # inputs on the device: the traced (never executed) graph reads device data
         with torch.no_grad():
             out = impl.attention(*inputs, causal=workload.causal,
-                                 scale=default_scale(workload.head_dim, None))
+                                 scale=default_scale(workload.head_dim, None),
+                                 **mask_call(static_mask(workload), segments))
         targets = custom_calls([out])
         del out  # traced only: the graph is dropped unexecuted
         step.kernel_evidence = (f"forward HLO custom-calls: {', '.join(targets)}" if targets

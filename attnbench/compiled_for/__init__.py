@@ -9,7 +9,8 @@ decided (libtpu for TPUs; XLA:GPU with ptxas and cuDNN for NVIDIA GPUs), in the 
 * ``compile``: one case compiled and read (memory, kernel evidence, copies, cost, the model),
   traced as on the target (``attention_impls._compile_target.compiling_for``);
 * ``worker``: the killable process each compile runs in; ``run``: grids, the longest feasible
-  length, tables; ``cli``: ``python -m attnbench compile-for``; ``suite``: the asv class's grid;
+  length, tables; ``cli``: ``python -m attnbench compile-for``; ``suite``: the asv classes' grids
+  (the toy workload over lengths; the model presets at their real lengths, with their masks);
 * ``hlo``, ``classify``, ``roofline``, ``records``: pure logic (no jax), tested without a compiler.
 
 See the README's "Compiled for TPUs and GPUs (by the compiler, not measured)".

@@ -12,19 +12,25 @@ The kernel is traced as on its own hardware: inside ``compiling_for(target.platf
 it. On a target with several devices (a v4 chip's two TensorCores, a multi-chip slice) the heads
 are sharded over a 1-D mesh of all of them and the kernel runs under ``shard_map``, one shard of
 heads per device, as a data-parallel-over-heads deployment would run it.
+
+The step is the measured suite's (``JaxBackend.forward`` / ``forward_backward``) with the
+workload's mask (``attnbench.masks``): the static features (window, softcap:
+``attention_impls.base.static_mask``) bound, the segment ids (packed documents, a ragged decode
+cache's padding: ``Workload.segment_ids()``) abstract int32 ``[B, S]`` arguments after q, k, v
+(replicated over a multi-device mesh), so the compiled program takes them as inputs, as it would
+on the target. A kernel that lacks a feature the workload uses is ``unsupported`` with its reason.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from functools import partial
 
 from attnbench.compiled_for import classify, hlo
 from attnbench.compiled_for.records import new_record
 from attnbench.compiled_for.roofline import roofline, roofline_bytes
 from attnbench.compiled_for.targets import Target, gpu_target_config, library_versions, load_targets
-from attnbench.workload import Workload
+from attnbench.workload import CUSTOM, Workload
 
 _TOPOLOGIES: dict[str, tuple] = {}
 _VERSIONS: dict | None = None
@@ -63,6 +69,9 @@ def support_reason(impl, workload: Workload, target: Target, devices: int) -> st
     missing = impl.api_missing()  # a Pallas op this jax release lacks, or cannot import here
     if missing:
         return missing
+    refused = impl.feature_reason(workload)  # a mask feature (window, softcap, segment ids) it lacks
+    if refused:
+        return refused
     if devices > 1:
         if workload.q_heads % devices or workload.kv_heads % devices:
             return (f"heads are sharded over the target's {devices} devices: {workload.q_heads} query and "
@@ -74,31 +83,48 @@ def support_reason(impl, workload: Workload, target: Target, devices: int) -> st
 
 
 def _program(impl, workload: Workload, devices, mesh):
-    """The jitted step and its abstract arguments, placed on the target's devices."""
+    """The jitted step and its abstract arguments, placed on the target's devices.
+
+    The step is the measured suite's (``JaxBackend.forward`` / ``forward_backward``): the
+    workload's static mask features (window, softcap) bound, its segment ids (documents, a ragged
+    cache's padding; int32 ``[B, S]``) traced arguments after q, k, v (and dO).
+    """
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
-    from attention_impls.base import default_scale
+    from attention_impls.base import default_scale, static_mask
+    from attnbench.backends.jax_backend import JaxBackend
 
     dtype = jnp.dtype(workload.dtype)
-    step = partial(impl.attention, causal=workload.causal, scale=default_scale(workload.head_dim, None))
+    scale, static = default_scale(workload.head_dim, None), static_mask(workload)
+    segments = workload.segment_ids() or ()
     if mesh is None:
-        sharding = SingleDeviceSharding(devices[0])
+        sharding = ids_sharding = SingleDeviceSharding(devices[0])
     else:
-        spec = PartitionSpec(None, None, "heads", None)  # [B, S, H, D]: heads over the devices
-        sharding = NamedSharding(mesh, spec)
-        step = jax.shard_map(step, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
+        spec, ids_spec = PartitionSpec(None, None, "heads", None), PartitionSpec(None, None)
+        sharding, ids_sharding = NamedSharding(mesh, spec), NamedSharding(mesh, ids_spec)  # ids replicated
     q = jax.ShapeDtypeStruct(workload.q_shape, dtype, sharding=sharding)
     kv = jax.ShapeDtypeStruct(workload.kv_shape, dtype, sharding=sharding)
-    if workload.mode == "fwd":
-        return jax.jit(step), (q, kv, kv)
+    ids = tuple(jax.ShapeDtypeStruct(s.shape, jnp.int32, sharding=ids_sharding) for s in segments)
+    fwd = workload.mode == "fwd"
+    if mesh is None:
+        make = JaxBackend.forward if fwd else JaxBackend.forward_backward
+        step = make(impl, workload.causal, scale, static)
+        return step, ((q, kv, kv) if fwd else (q, kv, kv, q)) + ids
+    # Several devices: the forward under shard_map, one shard of heads per device; the backward (as
+    # JaxBackend.forward_backward) is the vjp of that sharded forward.
+    sharded = jax.jit(jax.shard_map(JaxBackend.forward(impl, workload.causal, scale, static), mesh=mesh,
+                                    in_specs=(spec,) * 3 + (ids_spec,) * len(ids), out_specs=spec,
+                                    check_vma=False))
+    if fwd:
+        return sharded, (q, kv, kv) + ids
 
-    def fwd_bwd(q, k, v, do):  # as JaxBackend.forward_backward: the output and its vjp
-        out, vjp = jax.vjp(step, q, k, v)
+    def fwd_bwd(q, k, v, do, *segment_ids):
+        out, vjp = jax.vjp(lambda q, k, v: sharded(q, k, v, *segment_ids), q, k, v)
         return out, vjp(do)
 
-    return jax.jit(fwd_bwd), (q, kv, kv, q)
+    return jax.jit(fwd_bwd), (q, kv, kv, q) + ids
 
 
 def _versions() -> dict:
@@ -130,6 +156,8 @@ def compile_case(target: Target | str, impl_name: str, workload: Workload,
     """One record (``attnbench.compiled_for.records.COLUMNS``) of compiling ``impl_name`` at
     ``workload`` for ``target`` (a ``Target`` or a name in ``targets.toml``); a refusal by the
     compiler or the implementation is a record, not an exception."""
+    import jax
+
     import attention_impls
     from attention_impls._compile_target import compiling_for
 
@@ -157,7 +185,12 @@ def compile_case(target: Target | str, impl_name: str, workload: Workload,
         hook = getattr(impl, "trace_context", None)
         context = hook(target.platform) if hook else contextlib.nullcontext()
         try:
-            with context:
+            # jax's default device is the host CPU here. A kernel whose lowering asks it which TPU it
+            # lowers for (Mosaic's tpu_info.get_tpu_info, in ragged_paged_attention) declares
+            # ``lowers_on_target_device``; not the rest: splash builds its masks eagerly on it.
+            on_target = jax.default_device(devices[0]) if getattr(impl, "lowers_on_target_device", False) \
+                else contextlib.nullcontext()
+            with context, on_target:
                 fn, args = _program(impl, workload, devices, mesh)
                 start = time.perf_counter()
                 lowered = fn.lower(*args)
@@ -196,7 +229,9 @@ def _read_compiled(record: dict, compiled, target: Target, workload: Workload, p
 
         from attnbench.atomic import atomic_write_text
 
-        name = f"{target.name}-{record['impl']}-{workload.seq_q}-{workload.mode}-{workload.dtype}.hlo.txt"
+        preset = "" if workload.name == CUSTOM else f"{workload.name}-{workload.phase}-"
+        seq = workload.seq_q if workload.seq_q == workload.seq_k else f"{workload.seq_q}x{workload.seq_k}"
+        name = f"{target.name}-{record['impl']}-{preset}{seq}-{workload.mode}-{workload.dtype}.hlo.txt"
         atomic_write_text(os.path.join(hlo_dir, name), text)
     module = hlo.parse_module(text)
     calls = hlo.kernel_calls(hlo.custom_calls(module))

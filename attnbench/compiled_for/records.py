@@ -7,13 +7,20 @@ profile's HBM per chip (GB x 1e9) divided among the chip's devices; ``fits`` com
 (``attnbench.compiled_for.classify.fits``). ``inserted_copy_bytes`` are the physical bytes the
 layout copies around custom calls write (``attnbench.compiled_for.hlo``).
 
-``flops`` is the workload's own convention (whole step, all chips); ``compiler_flops`` and
-``compiler_bytes_accessed`` are ``cost_analysis()``'s per device where the compiler gives one
-(``compiler_flops_source`` says whose FLOPs those are: XLA's count, a Pallas kernel's hand-written
-estimate, or nothing for a kernel without one). Columns starting with ``model_`` are the roofline
-model (``attnbench.compiled_for.roofline``) and libtpu's own cost-model estimate: models, not
-measurements; nothing here was run on the target. ``lower_seconds`` / ``compile_seconds`` are how
-long this host took, the only timings in the table.
+The workload: ``workload`` is its preset's name (``attnbench.presets``) or ``custom``, ``phase``
+prefill / training / decode; the mask (``attnbench.masks``) is ``mask`` in words
+(``causal+window(4096)+softcap(50)``), ``mask_density`` the kept fraction of the batch's Sq x Sk
+pairs, and its parts ``window`` (keys), ``softcap`` and ``documents`` (packed per sequence; a ragged
+decode cache shows in ``mask`` as ``ragged-cache``). The compiled step took the mask as the measured
+suite does: window and softcap bound, segment ids traced int32 ``[B, S]`` arguments.
+
+``flops`` is the workload's own count (``Workload.flops``: the pairs the mask keeps, exactly; the
+whole step, all chips); ``compiler_flops`` and ``compiler_bytes_accessed`` are ``cost_analysis()``'s
+per device where the compiler gives one (``compiler_flops_source`` says whose FLOPs those are: XLA's
+count, a Pallas kernel's hand-written estimate, or nothing for a kernel without one). Columns
+starting with ``model_`` are the roofline model (``attnbench.compiled_for.roofline``) and libtpu's
+own cost-model estimate: models, not measurements; nothing here was run on the target.
+``lower_seconds`` / ``compile_seconds`` are how long this host took, the only timings in the table.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from attnbench.workload import Workload
 COLUMNS = [
     "target", "platform", "hardware_profile", "topology", "chips", "devices",
     "impl", "framework", "label", "execution",
-    "seq_q", "seq_k", "batch", "q_heads", "kv_heads", "head_dim", "dtype", "causal", "mode",
+    "workload", "phase", "seq_q", "seq_k", "batch", "q_heads", "kv_heads", "head_dim", "dtype", "causal",
+    "mode", "mask", "mask_density", "window", "softcap", "documents",
     "status", "fits", "reason",
     "peak_bytes", "hbm_bytes", "argument_bytes", "output_bytes", "temp_bytes", "alias_bytes",
     "generated_code_bytes", "compiler_hbm_bytes", "compiler_required_bytes",
@@ -51,7 +59,9 @@ def new_record(target, impl_name: str, workload: Workload, **fields) -> dict:
                   seq_q=workload.seq_q, seq_k=workload.seq_k, batch=workload.batch,
                   q_heads=workload.q_heads, kv_heads=workload.kv_heads, head_dim=workload.head_dim,
                   dtype=workload.dtype, causal=workload.causal, mode=workload.mode,
-                  flops=workload.flops)
+                  workload=workload.name, phase=workload.phase, mask=workload.mask,
+                  mask_density=workload.mask_density, window=workload.window, softcap=workload.softcap,
+                  documents=workload.documents, flops=workload.flops)
     record.update(fields)
     return record
 

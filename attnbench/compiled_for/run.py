@@ -181,7 +181,8 @@ def write_table(rows: list[dict], path: str, columns: list[str] = COLUMNS) -> No
         values = frame[column]
         if values.dtype.kind == "f" and values.notna().any() and (values.dropna() % 1 == 0).all() \
                 and (column.endswith(("_bytes", "_seq")) or column in ("seq_q", "seq_k", "fusions",
-                                                                         "inserted_copies", "devices")):
+                                                                         "inserted_copies", "devices",
+                                                                         "window", "documents")):
             frame[column] = values.astype("Int64")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     if path.endswith(".parquet"):

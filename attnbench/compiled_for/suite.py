@@ -1,12 +1,19 @@
-"""What the asv class ``benchmarks/compiled_for.py`` compiles, and how it reads the records.
+"""What the asv classes of ``benchmarks/compiled_for.py`` compile, and how they read the records.
 
-Sizes follow ``ATTNBENCH_SUITE`` like the measured suite: ``default`` (``make bench``: two targets,
-forward, two lengths, kernels on their own or a portable lowering only; ~20 s of compiles here),
-``smoke`` (the tests), ``full`` (every target, both modes, 1k-128k, interpreted kernels too).
-``ATTNBENCH_COMPILE_TARGETS=tpu-v5e,h200`` and ``ATTNBENCH_IMPLS`` narrow a run.
+``CompiledFor``: the toy workload (B1 H8 D64 causal) over lengths. Sizes follow ``ATTNBENCH_SUITE``
+like the measured suite: ``default`` (``make bench``: two targets, forward, two lengths, kernels on
+their own or a portable lowering only; ~20 s of compiles here), ``smoke`` (the tests), ``full``
+(every target, both modes, 1k-128k, interpreted kernels too).
 
-The class runs where the compilers are: the targets venv (``.venv-targets``: libtpu and the CUDA
-plugin); ``make bench`` runs it there as an existing asv environment. Anywhere else every case is
+``CompiledForModels``: the model presets (``attnbench.presets``) at their real lengths, each with
+its mask (``MODELS``, ``model_case``): prefill prompts and training sequences of ``MODEL_LENGTHS``
+tokens (batch 1), decode against caches of that many keys (the preset's real decode batch, ragged).
+``default`` compiles a chosen subset (``MODELS["default"]["cases"]``), ``full`` the whole grid.
+
+``ATTNBENCH_COMPILE_TARGETS=tpu-v5e,h200`` and ``ATTNBENCH_IMPLS`` narrow a run (of either class).
+
+The classes run where the compilers are: the targets venv (``.venv-targets``: libtpu and the CUDA
+plugin); ``make bench`` runs them there as an existing asv environment. Anywhere else every case is
 skipped (``NotImplementedError`` with the install step: asv shows n/a), without importing jax.
 Figures tracked are the compiler's decisions, deterministic for a given commit and compiler
 versions: peak/temp bytes, inserted copy bytes, fits, the roofline model, a status code.
@@ -17,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 
+from attnbench import presets
 from attnbench.compiled_for import classify
 from attnbench.workload import Workload
 
@@ -31,6 +39,36 @@ SUITES = {
              "seqs": (1024, 4096, 16384, 32768, 65536, 131072), "modes": ("fwd", "fwd_bwd"),
              "dtypes": ("bfloat16",), "interpreted": True},
 }
+# CompiledForModels. Lengths per phase: prefill and training tokens per sequence, decode cache keys.
+MODEL_LENGTHS = {"prefill": (8192, 32768), "training": (8192, 32768), "decode": (32768, 131072)}
+MODEL_DTYPE = "bfloat16"
+# Per size: the targets, kernels (None: every jax one), presets (None: all), phases, and ``cases``:
+# the (preset, phase, length) compiled, None for every one the grid allows. The default's subset
+# fits make bench on a 2-core host (15 compiles; `time`: 21 s wall at a load of 2, 34 s at 4):
+# Llama-3.1-8B (GQA 4:1, 128k context) at a 32k prompt and a 128k cache, and Gemma-2-9B (window
+# 4096, softcap 50, head dim 256, context 8k) at its 8k prompt; on v5e and the H200; the kernels
+# quickest to compile that cover them (v5e: jax-xla, jax-xla-chunked, jax-pallas-tpu-flash,
+# jax-pallas-tpu-splash; H200: jax-xla, jax-xla-chunked, jax-cudnn, jax-pallas-gpu-decode). Splash
+# is the slowest of them (~5 s of host-side block-mask building at 32k before libtpu starts).
+# jax-blockwise-flash is left out: it compiles like jax-xla-chunked, slower.
+MODELS = {
+    "default": {"targets": ("tpu-v5e", "h200"),
+                "impls": ("jax-xla", "jax-xla-chunked", "jax-pallas-tpu-flash", "jax-pallas-tpu-splash",
+                          "jax-cudnn", "jax-pallas-gpu-decode"),
+                "presets": ("llama-3.1-8b", "gemma-2-9b"), "phases": ("prefill", "decode"),
+                "cases": (("llama-3.1-8b", "prefill", 32768), ("llama-3.1-8b", "decode", 131072),
+                          ("gemma-2-9b", "prefill", 8192)),
+                "interpreted": False, "timeout": 3600},
+    "smoke": {"targets": ("tpu-v5e", "h200"), "impls": ("jax-xla",),
+              "presets": ("llama-3.1-8b", "gemma-2-9b", "vit-b-16"), "phases": ("prefill", "decode"),
+              "cases": (("llama-3.1-8b", "decode", 32768),), "interpreted": False, "timeout": 3600},
+    "full": {"targets": ("tpu-v5e", "tpu-v6e", "h200"), "impls": None, "presets": None,
+             "phases": ("prefill", "training", "decode"), "cases": None, "interpreted": True,
+             "timeout": 12 * 3600},
+}
+# The GPU suite (tools/device-run.sh) compiles nothing ahead of time (there is no libtpu or CUDA
+# plugin venv there): its compiled-for classes import with the smoke grids, every case n/a.
+SUITES["gpu"], MODELS["gpu"] = SUITES["smoke"], MODELS["smoke"]
 COMPILE_TIMEOUT_S = 900.0
 # The status metric: lower is better, as asv assumes. unsupported cases are skipped (n/a) instead.
 STATUS_CODES = {classify.OK: 0, classify.DOES_NOT_FIT: 1, classify.KERNEL_REFUSED: 2,
@@ -78,10 +116,36 @@ def outside_suite(target, impl_name: str, grid: dict) -> str | None:
 
     support = attention_impls.get(impl_name).platform_support[target.platform]
     if support.status == "interpret-only" and not grid["interpreted"]:
+        from attnbench.asv_suite import suite_name
+
         return (f"{impl_name} is interpret-only on {target.platform} ({support.note}); the "
-                "default suite compiles kernels on their own hardware and portable lowerings only "
-                "(ATTNBENCH_SUITE=full compiles it too)")
+                f"{suite_name()} suite compiles kernels on their own hardware and portable lowerings "
+                "only (ATTNBENCH_SUITE=full compiles it too)")
     return None
+
+
+def _compile(entries: list[tuple]) -> dict:
+    """``{key: record}`` for ``(key, target, impl, workload, skip reason)`` entries: each one without
+    a skip reason compiled once, in order, in one killable worker; the others ``{"skip": reason}``."""
+    from attnbench.compiled_for.run import Case, run_cases
+
+    out, cases = {}, []
+    for k, target, impl, work, skip in entries:
+        if skip:
+            out[k] = {"skip": skip}
+        else:
+            cases.append((k, Case(target, impl, work)))
+    if cases:
+        rows = run_cases([c for _, c in cases], timeout_s=COMPILE_TIMEOUT_S, progress=False)
+        out.update({k: row for (k, _), row in zip(cases, rows, strict=True)})
+    return out
+
+
+def _left_out(target, impl: str, grid: dict) -> str | None:
+    """Why no case of ``impl`` on ``target`` compiles here: no compiler, or the suite leaves it out."""
+    from attnbench.compiled_for.targets import environment_problem
+
+    return environment_problem(target.platform) or outside_suite(target, impl, grid)
 
 
 def compile_grid(targets: list[str], impls: list[str], seqs: list[int], modes: list[str],
@@ -89,39 +153,139 @@ def compile_grid(targets: list[str], impls: list[str], seqs: list[int], modes: l
     """``{case key: record}``: every case compiled once (one killable worker), or a skip record
     ``{"skip": reason}`` where this environment lacks the target's compiler or the suite leaves
     the case out. Imports jax only in the worker."""
-    from attnbench.compiled_for.run import Case, run_cases
-    from attnbench.compiled_for.targets import environment_problem, get_targets
+    from attnbench.compiled_for.targets import get_targets
 
     grid = settings()
-    out, cases = {}, []
+    entries = []
     for target in get_targets(targets):
-        problem = environment_problem(target.platform)
         for impl in impls:
-            left_out = problem or outside_suite(target, impl, grid)
-            for mode in modes:
-                for dtype in dtypes:
-                    for seq in seqs:
-                        k = key(target.name, impl, seq, mode, dtype)
-                        if left_out:
-                            out[k] = {"skip": left_out}
-                        else:
-                            cases.append((k, Case(target, impl, workload(seq, mode, dtype))))
-    if cases:
-        rows = run_cases([c for _, c in cases], timeout_s=COMPILE_TIMEOUT_S, progress=False)
-        out.update({k: row for (k, _), row in zip(cases, rows, strict=True)})
-    return out
+            left_out = _left_out(target, impl, grid)
+            entries += [(key(target.name, impl, seq, mode, dtype), target, impl, workload(seq, mode, dtype),
+                         left_out) for mode in modes for dtype in dtypes for seq in seqs]
+    return _compile(entries)
 
 
-def record_for(cache: dict, target: str, impl: str, seq_len: int, mode: str, dtype: str) -> dict:
-    """The case's record; ``NotImplementedError`` (asv: n/a) for a skipped or unsupported case."""
-    record = cache.get(key(target, impl, seq_len, mode, dtype))
+def _lookup(cache: dict, k: str, target: str, impl: str, what: str) -> dict:
+    record = cache.get(k)
     if record is None:
-        raise NotImplementedError(f"{target} {impl} {seq_len} {mode} {dtype}: not compiled in this run")
+        raise NotImplementedError(f"{target} {impl} {what}: not compiled in this run")
     if "skip" in record:
         raise NotImplementedError(record["skip"])
     if record.get("status") == classify.UNSUPPORTED:
         raise NotImplementedError(f"{impl} on {target}: {record.get('reason')}")
     return record
+
+
+def record_for(cache: dict, target: str, impl: str, seq_len: int, mode: str, dtype: str) -> dict:
+    """The case's record; ``NotImplementedError`` (asv: n/a) for a skipped or unsupported case."""
+    return _lookup(cache, key(target, impl, seq_len, mode, dtype), target, impl,
+                   f"{seq_len} {mode} {dtype}")
+
+
+# ------------------------------------------------------------------------ CompiledForModels
+def model_settings() -> dict:
+    from attnbench.asv_suite import suite_name
+
+    settings()  # an unknown size fails here, naming the valid ones
+    return MODELS[suite_name()]
+
+
+def model_target_names() -> list[str]:
+    from attnbench.compiled_for.targets import get_targets
+
+    chosen = os.environ.get(TARGETS_ENV)
+    names = ([n.strip() for n in chosen.split(",") if n.strip()] if chosen
+             else list(model_settings()["targets"]))
+    return [t.name for t in get_targets(names)]
+
+
+def model_impl_names() -> list[str]:
+    """The size's kernels; ``ATTNBENCH_IMPLS`` replaces them (its jax ones, the registry's order)."""
+    chosen = model_settings()["impls"]
+    every = impl_names()  # the jax kernels, narrowed by ATTNBENCH_IMPLS when it is set
+    if chosen is None or os.environ.get("ATTNBENCH_IMPLS"):
+        return every
+    return [n for n in every if n in chosen]
+
+
+def model_preset_names() -> list[str]:
+    chosen = model_settings()["presets"]
+    return list(presets.PRESETS) if chosen is None else [presets.get(n).name for n in chosen]
+
+
+def model_phases() -> list[str]:
+    return list(model_settings()["phases"])
+
+
+def model_lengths() -> list[int]:
+    """Every length of the size's phases, ascending (the ``length`` parameter)."""
+    return sorted({n for phase in model_phases() for n in MODEL_LENGTHS[phase]})
+
+
+def _unit(phase: str) -> tuple[str, str]:
+    return ("cache", "keys") if phase == "decode" else (
+        "prompt" if phase == "prefill" else "packed sequence", "tokens")
+
+
+def _listing(cases) -> str:
+    return ", ".join(f"{p} {ph} {n}" for p, ph, n in cases)
+
+
+def model_case(preset: str, phase: str, length: int) -> tuple[Workload | None, str | None]:
+    """``(workload, None)`` for a case of the models grid, or ``(None, why it is n/a)``: a phase
+    the preset lacks (an encoder's decode), a length that is not the phase's, a context shorter
+    than the length, a case the suite size leaves out."""
+    p = presets.get(preset)
+    what, unit = _unit(phase)
+    if phase not in p.phases:
+        return None, f"{preset} has no {phase} phase ({p.notes or 'an encoder'}): it keeps no KV cache"
+    if length not in MODEL_LENGTHS[phase]:
+        return None, (f"{phase} compiles {what}s of {' and '.join(map(str, MODEL_LENGTHS[phase]))} {unit}; "
+                      f"{length} is not one of them")
+    if p.encoder_length and p.encoder_length < length:
+        return None, (f"{preset} is an encoder of {p.encoder_length} tokens, its own fixed length: it "
+                      f"runs no {length}-{unit[:-1]} {what}")
+    if p.context < length:
+        return None, (f"{preset}'s context is {p.context} tokens (the model's maximum positions), "
+                      f"shorter than a {length}-{unit[:-1]} {what}")
+    chosen = model_settings()["cases"]
+    if chosen is not None and (preset, phase, length) not in chosen:
+        from attnbench.asv_suite import suite_name
+
+        return None, (f"left out of the {suite_name()} suite size, which compiles {_listing(chosen)} "
+                      "(ATTNBENCH_SUITE=full compiles every preset at every length)")
+    extent = {"kv_len": length} if phase == "decode" else {"seq": length}
+    return presets.workload(preset, phase, size="real", dtype=MODEL_DTYPE, **extent), None
+
+
+def model_key(target: str, impl: str, preset: str, phase: str, length: int) -> str:
+    return f"models|{target}|{impl}|{preset}|{phase}|{length}"
+
+
+def compile_models_grid(targets: list[str], impls: list[str], workloads: list[str], phases: list[str],
+                        lengths: list[int]) -> dict:
+    """``{model key: record}`` over target x implementation x preset x phase x length, as
+    ``compile_grid``: n/a cases (``model_case``) and left-out kernels are skip records."""
+    from attnbench.compiled_for.targets import get_targets
+
+    grid = model_settings()
+    entries = []
+    for target in get_targets(targets):
+        for impl in impls:
+            left_out = _left_out(target, impl, grid)
+            for preset in workloads:
+                for phase in phases:
+                    for length in lengths:
+                        work, reason = model_case(preset, phase, length)
+                        entries.append((model_key(target.name, impl, preset, phase, length), target, impl,
+                                        work, reason or left_out))
+    return _compile(entries)
+
+
+def model_record_for(cache: dict, target: str, impl: str, preset: str, phase: str, length: int) -> dict:
+    """A models case's record; ``NotImplementedError`` (asv: n/a) with the reason where it has none."""
+    return _lookup(cache, model_key(target, impl, preset, phase, length), target, impl,
+                   f"{preset} {phase} {length}")
 
 
 def number(record: dict, column: str) -> float:

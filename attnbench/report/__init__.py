@@ -9,7 +9,8 @@ attribution, per-step trace spikes) and writes, each file atomically, into ``out
 * ``report.md``: machines, environments and commits covered (and how they were ordered: git, else
   the commit dates asv recorded, with a warning where neither could order them); best native vs
   best forced-flash per length with cost per step and per million tokens; static vs dynamic vs
-  bucketed cost per step; each machine's noise floor; regressions (beyond threshold and noise),
+  bucketed cost per step; per model workload (the Models class) each phase's kernels; each
+  machine's noise floor; regressions (beyond threshold and noise),
   the steps explained otherwise (definition changed, no measured code changed); cost spikes with
   attribution; per-step trace spikes; the plots below;
 * ``report.html``: the same content in one self-contained page (PNGs as base64 data URIs, no
@@ -49,6 +50,7 @@ from attnbench.report.plots import (
 )
 from attnbench.report.render import (
     MAX_TABLE_ROWS,
+    Table,
     context,
     render_html,
     render_markdown,
@@ -66,6 +68,7 @@ from attnbench.report.select import (
     series_name,
     short_env,
     trace_seq,
+    workload_tables,
 )
 
 if TYPE_CHECKING:
@@ -78,7 +81,7 @@ __all__ = [
     "DEFAULT_OUT", "MAX_TABLE_ROWS", "PLOTS", "REGIMES", "Report", "best_native_vs_forced",
     "commits_table", "coverage", "newest_commit", "newest_traces", "plot_cost_over_commits", "plot_memory",
     "plot_regime_cost", "plot_throughput", "plot_trace", "regime_costs", "series_name", "short_env",
-    "spike_sentences", "threshold_text", "trace_seq", "write_report",
+    "spike_sentences", "threshold_text", "trace_seq", "workload_tables", "write_report",
 ]
 
 
@@ -183,6 +186,8 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     # "Compiled for, not measured" (report/compiled.py): the compile-for records, when there are any.
     from attnbench.report.compiled import compiled_part
 
+    ctx["workloads"] = [{"name": name, "table": Table.of(table)}
+                        for name, table in workload_tables(frame).items()]
     ctx["compiled_for"] = compiled_part(results_dir, out_dir)
     if ctx["compiled_for"]:
         plots.update(ctx["compiled_for"]["plots"])

@@ -270,3 +270,62 @@ def worst_trace_steps(trace_spikes) -> pd.DataFrame:
 def largest_first(table) -> pd.DataFrame:
     """Regressions or spikes ordered by the size of their step, largest first."""
     return table.reindex(table["relative_change"].abs().sort_values(ascending=False).index)
+
+
+# Per preset workload (benchmarks/attention.py Models): what the kernels did in each phase.
+WORKLOAD_METRICS = {"seconds_per_step": ("ms/step", 1e3), "tflops": ("TFLOP/s", 1.0),
+                    "bytes_per_s": ("GB/s", 1e-9), "usd_per_million_tokens": ("USD/Mtok", 1.0)}
+MEMORY_METRICS = ("device_peak_bytes", "host_profiler_peak_bytes", "compiler_temp_bytes")
+
+
+def workload_tables(frame) -> dict[str, pd.DataFrame]:
+    """``{preset: table}`` from the Models class at each machine's newest commit: per machine, phase
+    and implementation its label, ms/step, TFLOP/s (the unmasked FLOPs), GB/s (the minimum bytes:
+    what bounds decode), USD per million tokens and its peak memory by the first source the machine
+    reports (MiB), fastest first within each phase; ``best`` marks the fastest native and the
+    fastest forced-flash of a phase. Interpreted and contended figures are left out, as in
+    ``best_native_vs_forced``; a case that did not run is absent (its n/a reason is in asv's HTML)."""
+    import pandas as pd
+
+    from attnbench.analysis import is_contended
+
+    if "workload" not in frame:
+        return {}
+    latest = not_interpreted(newest_commit(frame))
+    latest = latest[(latest["suite"] == "Models") & latest["workload"].notna() & (latest["status"] == "ok")]
+    if latest.empty:
+        return {}
+    keys = ["machine", "workload", "phase", "implementation"]
+    busy = latest[is_contended(latest) & (latest["metric"] == "seconds_per_step")]
+    if not busy.empty:
+        flagged = pd.MultiIndex.from_frame(busy[keys].drop_duplicates())
+        latest = latest[~pd.MultiIndex.from_frame(latest[keys]).isin(flagged)]
+    wide = latest.pivot_table(index=keys + ["label"], columns="metric", values="value",
+                              aggfunc="first").reset_index()
+    if "seconds_per_step" not in wide:
+        return {}
+    order = {"prefill": 0, "training": 1, "decode": 2}
+    tables = {}
+    for name, group in wide.groupby("workload", sort=True):
+        group = group.dropna(subset=["seconds_per_step"]).copy()
+        group["_phase"] = group["phase"].map(order)
+        group = group.sort_values(["machine", "_phase", "seconds_per_step"])
+        rows = []
+        for _, row in group.iterrows():
+            out = {"machine": row["machine"], "phase": row["phase"], "implementation": row["implementation"],
+                   "label": row["label"]}
+            for metric, (title, factor) in WORKLOAD_METRICS.items():
+                value = row.get(metric)
+                out[title] = value * factor if value is not None and value == value else None
+            memory = next((row[m] for m in MEMORY_METRICS if m in row and row[m] == row[m]), None)
+            out["peak MiB"] = memory / 2**20 if memory is not None else None
+            rows.append(out)
+        table = pd.DataFrame(rows)
+        best = []
+        for _, part in table.groupby(["machine", "phase"], sort=False):
+            for label in ("native", "forced-flash"):
+                side = part[part["label"] == label]
+                best.append(side.index[0] if not side.empty else None)
+        table["best"] = ["fastest " + table.at[i, "label"] if i in best else "" for i in table.index]
+        tables[name] = table
+    return tables

@@ -1,0 +1,116 @@
+"""What an attention mask keeps: causal, sliding window, documents (segment ids), ragged KV caches.
+
+One definition, in numpy, that the float64 reference, the FLOPs count and the seeded inputs share.
+Query row ``i`` of ``Sq`` sits at the bottom-right aligned position ``p = i + (Sk - Sq)``; it sees
+key ``j`` when every active rule keeps the pair:
+
+- causal: ``j <= p``;
+- sliding window ``W`` (causal only): ``p - W < j <= p``, W keys the query itself included (the
+  Mistral / Hugging Face convention);
+- segment ids: ``q_segment_ids[b, i] == kv_segment_ids[b, j]`` (packed documents; a ragged cache's
+  padding is a segment no query belongs to).
+
+Logit soft-capping (``softcap * tanh(s / softcap)`` on the scaled scores) is applied before the
+mask; it changes values, not which pairs are kept.
+
+Seeded layouts (both drawn from ``numpy.random.default_rng(seed)``, per batch row in order):
+
+- documents: a sequence of ``S`` tokens packed with ``N`` documents is cut at ``N - 1`` distinct
+  positions drawn uniformly without replacement from ``1 .. S-1`` (uniform spacings: document
+  lengths are the gaps, every document at least one token); ids are ``0 .. N-1``;
+- ragged decode: sequence 0's cache holds all ``kv_len`` keys, every other sequence's length is
+  drawn uniformly from ``[max(seq_q, kv_len // 4), kv_len]``; caches are left-padded (valid keys are
+  the last ``len_b`` positions), so the queries stay bottom-right aligned; padding has segment id
+  ``-1`` and the queries ``0``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+DOCUMENT_SEED = 20_241  # the documents' and the cache lengths' seed: the same layout in every run
+PADDING_SEGMENT = -1
+MIN_RAGGED_FRACTION = 4  # shortest drawn cache: kv_len // 4 keys
+
+
+def document_segment_ids(batch: int, seq: int, documents: int, seed: int = DOCUMENT_SEED) -> np.ndarray:
+    """``[batch, seq]`` int32 document ids: ``documents`` contiguous documents per row (module doc)."""
+    if not 1 <= documents <= seq:
+        raise ValueError(f"documents must be in 1..{seq} (the sequence length), got {documents}")
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((batch, seq), dtype=np.int32)
+    for b in range(batch):
+        cuts = np.sort(rng.choice(np.arange(1, seq), size=documents - 1, replace=False))
+        for cut in cuts:
+            ids[b, cut:] += 1
+    return ids
+
+
+def cache_lengths(batch: int, kv_len: int, seq_q: int, seed: int = DOCUMENT_SEED) -> np.ndarray:
+    """Per-sequence valid cache lengths of a ragged decode batch (module doc); row 0 is full."""
+    rng = np.random.default_rng(seed)
+    low = min(kv_len, max(seq_q, kv_len // MIN_RAGGED_FRACTION))
+    lengths = rng.integers(low, kv_len + 1, size=batch)
+    lengths[0] = kv_len
+    return lengths.astype(np.int64)
+
+
+def ragged_segment_ids(batch: int, seq_q: int, kv_len: int, seed: int = DOCUMENT_SEED):
+    """``(q_segment_ids [B, Sq], kv_segment_ids [B, Sk])`` of a left-padded ragged cache."""
+    lengths = cache_lengths(batch, kv_len, seq_q, seed)
+    kv = np.zeros((batch, kv_len), dtype=np.int32)
+    for b, length in enumerate(lengths):
+        kv[b, : kv_len - length] = PADDING_SEGMENT
+    return np.zeros((batch, seq_q), dtype=np.int32), kv
+
+
+def dense_mask(seq_q: int, seq_k: int, *, causal: bool, window: int | None = None,
+               q_segment_ids=None, kv_segment_ids=None) -> np.ndarray:
+    """Boolean ``[B or 1, Sq, Sk]``: True where the query may see the key (module doc)."""
+    pos = np.arange(seq_q)[:, None] + (seq_k - seq_q)
+    keys = np.arange(seq_k)[None, :]
+    keep = np.ones((seq_q, seq_k), dtype=bool)
+    if causal:
+        keep &= keys <= pos
+    if window is not None:
+        keep &= keys > pos - window
+    keep = keep[None]
+    if q_segment_ids is not None:
+        keep = keep & (np.asarray(q_segment_ids)[:, :, None] == np.asarray(kv_segment_ids)[:, None, :])
+    return keep
+
+
+def visible_pairs(seq_q: int, seq_k: int, *, causal: bool, window: int | None = None,
+                  q_segment_ids=None, kv_segment_ids=None) -> int:
+    """Exactly how many (query, key) pairs the mask keeps, summed over the batch (per head).
+
+    Row by row, without materialising ``Sq x Sk``: each row's visible keys are one interval when
+    every segment id occupies one contiguous run of keys (documents, ragged caches), the layouts
+    this harness makes. Other segment layouts are counted on the dense mask.
+    """
+    pos = np.arange(seq_q, dtype=np.int64) + (seq_k - seq_q)
+    hi = pos if causal else np.full(seq_q, seq_k - 1, dtype=np.int64)
+    lo = np.maximum(pos - window + 1, 0) if window is not None else np.zeros(seq_q, dtype=np.int64)
+    if q_segment_ids is None:
+        return int(np.maximum(hi - lo + 1, 0).sum())
+    q_ids, kv_ids = np.asarray(q_segment_ids), np.asarray(kv_segment_ids)
+    total = 0
+    for b in range(q_ids.shape[0]):
+        row = kv_ids[b]
+        starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
+        if len(np.unique(row)) != len(starts):  # an id in several runs: count densely
+            return int(dense_mask(seq_q, seq_k, causal=causal, window=window,
+                                  q_segment_ids=q_ids, kv_segment_ids=kv_ids).sum())
+        ends = np.r_[starts[1:], len(row)] - 1
+        first = dict(zip(row[starts].tolist(), starts.tolist(), strict=True))
+        last = dict(zip(row[starts].tolist(), ends.tolist(), strict=True))
+        seg_lo = np.array([first.get(i, 1) for i in q_ids[b].tolist()], dtype=np.int64)
+        seg_hi = np.array([last.get(i, 0) for i in q_ids[b].tolist()], dtype=np.int64)
+        total += int(np.maximum(np.minimum(hi, seg_hi) - np.maximum(lo, seg_lo) + 1, 0).sum())
+    return total
+
+
+def empty_rows(seq_q: int, seq_k: int, **mask) -> int:
+    """How many query rows see no key at all (their softmax is undefined)."""
+    keep = dense_mask(seq_q, seq_k, **mask)
+    return int((~keep.any(axis=-1)).sum())

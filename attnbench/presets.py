@@ -1,0 +1,190 @@
+"""The workload catalogue: real models' attention, by name, with where each number comes from.
+
+A preset holds one model's public attention config (query heads, kv heads, head dim, causal or
+not, sliding window and which layers use it, logit soft cap) and the lengths it runs at, and turns
+into a ``Workload`` per phase (``workload(preset, phase, ...)``):
+
+- ``prefill``: the forward over a prompt of ``seq`` tokens (batch ``batch``);
+- ``training``: forward and backward over packed sequences of ``seq`` tokens holding
+  ``documents`` documents each (document masks; seeded lengths: ``attnbench.masks``; an encoder
+  may pack its prefill too, as BERT does here);
+- ``decode``: ``seq`` new query tokens per sequence (1 by default) against a KV cache of
+  ``kv_len`` keys, for a batch whose cache lengths differ (ragged, seeded).
+
+Sizes (``SIZES``): ``real`` runs the model's own lengths (prefill and training at 8k tokens or the
+model's context if shorter, decode against a 32k cache); ``default`` is sized for a 2-core CPU:
+shorter sequences and caches and a smaller decode batch, with the head structure kept and every
+mask kept in proportion (a window covers the same fraction of the sequence or cache as at the real
+length, a training sequence holds the same number of documents). Encoders run at their own length.
+
+A model that alternates windowed and global layers (Gemma-2) is one preset whose ``layer`` is
+``windowed`` (the default) or ``global``. Every value was checked against the model's published
+config (``source``); the README says how.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnbench.workload import PHASE_MODES, PHASES, Workload
+
+LAYERS = ("windowed", "global")
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    source: str
+    causal: bool = True
+    window: int | None = None
+    window_layers: str = ""  # which layers are windowed, when not every layer is
+    softcap: float | None = None
+    context: int = 131072  # the model's maximum positions
+    encoder_length: int | None = None  # an encoder's own sequence length (ViT's 197 tokens)
+    documents: int = 4  # documents packed per sequence in the phases ``packed`` names
+    packed: tuple[str, ...] = ("training",)
+    notes: str = ""
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        return PHASES if self.causal else ("prefill", "training")  # an encoder has no KV cache
+
+    @property
+    def gqa(self) -> str:
+        if self.kv_heads == self.q_heads:
+            return "MHA"
+        return "MQA" if self.kv_heads == 1 else f"GQA {self.q_heads // self.kv_heads}:1"
+
+    @property
+    def mask(self) -> str:
+        parts = ["causal" if self.causal else "bidirectional"]
+        if self.window:
+            parts.append(f"window {self.window}" + (f" ({self.window_layers})" if self.window_layers else ""))
+        if self.softcap:
+            parts.append(f"softcap {self.softcap:g}")
+        if self.packed:
+            parts.append(f"{self.documents} documents ({'/'.join(self.packed)})")
+        return ", ".join(parts)
+
+
+HF = "https://huggingface.co/{}/blob/main/config.json"
+PRESETS: dict[str, Preset] = {p.name: p for p in (
+    Preset("llama-3.1-8b", 32, 8, 128, HF.format("meta-llama/Llama-3.1-8B") +
+           ": num_attention_heads 32, num_key_value_heads 8, hidden_size 4096 (head_dim 128), "
+           "max_position_embeddings 131072"),
+    Preset("llama-3.1-70b", 64, 8, 128, HF.format("meta-llama/Llama-3.1-70B") +
+           ": num_attention_heads 64, num_key_value_heads 8, hidden_size 8192 (head_dim 128), "
+           "max_position_embeddings 131072"),
+    Preset("mistral-7b", 32, 8, 128, HF.format("mistralai/Mistral-7B-v0.1") +
+           ": num_attention_heads 32, num_key_value_heads 8, hidden_size 4096 (head_dim 128), "
+           "sliding_window 4096, max_position_embeddings 32768; Jiang et al. 2023 (arXiv:2310.06825) "
+           "section 2: window W = 4096 on every layer", window=4096, context=32768,
+           notes="v0.1 (v0.2 and later set sliding_window null)"),
+    Preset("gemma-2-9b", 16, 8, 256, HF.format("google/gemma-2-9b") +
+           ": num_attention_heads 16, num_key_value_heads 8, head_dim 256, sliding_window 4096, "
+           "attn_logit_softcapping 50.0, query_pre_attn_scalar 256 (scale 1/16 = 1/sqrt(head_dim)), "
+           "max_position_embeddings 8192, 42 layers; transformers' Gemma2 layers are sliding when "
+           "layer_idx is even; Gemma Team 2024 (arXiv:2408.00118) section 2",
+           window=4096, window_layers="every other layer: 0, 2, 4, ...", softcap=50.0, context=8192),
+    Preset("qwen2.5-7b", 28, 4, 128, HF.format("Qwen/Qwen2.5-7B") +
+           ": num_attention_heads 28, num_key_value_heads 4, hidden_size 3584 (head_dim 128), "
+           "max_position_embeddings 131072, use_sliding_window false"),
+    Preset("vit-b-16", 12, 12, 64, HF.format("google/vit-base-patch16-224") +
+           ": num_attention_heads 12, hidden_size 768 (head_dim 64), image 224 / patch 16 = 196 "
+           "patches + [CLS] = 197 tokens; Dosovitskiy et al. 2021 (arXiv:2010.11929) table 1",
+           causal=False, context=197, encoder_length=197, packed=(),
+           notes="bidirectional encoder: no decode phase"),
+    Preset("bert-base", 12, 12, 64, HF.format("google-bert/bert-base-uncased") +
+           ": num_attention_heads 12, hidden_size 768 (head_dim 64), max_position_embeddings 512",
+           causal=False, context=512, encoder_length=512, packed=("prefill", "training"),
+           notes="bidirectional encoder with packed documents (segment ids) in every phase"),
+)}
+
+# Per size: lengths of each phase, and the decode batch. "real" is what a model serves or trains
+# at; "default" fits the 2-core CPU (make bench), masks kept in proportion.
+SIZES = {
+    "real": {"prefill": 8192, "training": 8192, "decode": 32768, "batch": 1, "decode_batch": 8},
+    "default": {"prefill": 512, "training": 256, "decode": 1024, "batch": 1, "decode_batch": 4},
+    "smoke": {"prefill": 128, "training": 128, "decode": 256, "batch": 1, "decode_batch": 2},  # tests
+}
+
+
+def get(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ValueError(f"unknown workload preset {name!r}; valid: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def real_length(preset: Preset, phase: str) -> int:
+    """The length (tokens, or cache keys for decode) this preset runs ``phase`` at for real."""
+    if preset.encoder_length:
+        return preset.encoder_length
+    return min(SIZES["real"][phase], preset.context)
+
+
+def workload(name: str, phase: str = "prefill", *, size: str = "real", seq: int | None = None,
+             kv_len: int | None = None, batch: int | None = None, window: int | None = None,
+             softcap: float | None = None, documents: int | None = None, layer: str = "windowed",
+             dtype: str = "float32") -> Workload:
+    """The ``Workload`` of preset ``name`` in ``phase`` at ``size``; the options override it.
+
+    ``seq``: prefill/training tokens per sequence, or decode's new query tokens (1 by default);
+    ``kv_len``: decode's cache. A window or a document count the caller does not give is the
+    preset's, scaled with the length when the size shortens it (module doc). ``layer="global"``
+    drops the window of a model whose windowed layers alternate with global ones. Bad values
+    raise ``ValueError`` naming the valid choices.
+    """
+    preset = get(name)
+    if phase not in PHASES:
+        raise ValueError(f"unknown phase {phase!r}; valid: {', '.join(PHASES)}")
+    if phase not in preset.phases:
+        raise ValueError(f"{name} has no {phase} phase ({preset.notes or 'encoder'}); "
+                         f"valid: {', '.join(preset.phases)}")
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; valid: {', '.join(SIZES)}")
+    if layer not in LAYERS:
+        raise ValueError(f"unknown layer {layer!r}; valid: {', '.join(LAYERS)}")
+    if layer == "global" and not preset.window_layers:
+        raise ValueError(f"{name} has no global layers beside windowed ones: --layer global applies to "
+                         f"{', '.join(p.name for p in PRESETS.values() if p.window_layers)}")
+    if softcap is not None and softcap <= 0:
+        raise ValueError(f"softcap must be a positive number, got {softcap}")
+    real = real_length(preset, phase)
+    sized = real if preset.encoder_length else min(SIZES[size][phase], real)
+    decode = phase == "decode"
+    if decode:
+        keys = kv_len if kv_len is not None else sized
+        queries = seq if seq is not None else 1
+        if queries > keys:
+            raise ValueError(f"decode runs seq={queries} new tokens against a cache of kv_len={keys}: "
+                             "seq must not exceed kv_len")
+        length = keys
+    else:
+        if kv_len is not None:
+            raise ValueError(f"--kv-len is decode's cache length; {phase} runs seq x seq (use --seq)")
+        length = queries = keys = seq if seq is not None else sized
+    if window is None and preset.window and layer == "windowed":
+        window = max(1, preset.window * length // real) if length < real else preset.window
+    if window is not None and not preset.causal:
+        raise ValueError(f"a sliding window needs a causal mask; {name} is bidirectional")
+    if documents is None and phase in preset.packed:
+        documents = min(preset.documents, length)
+    if documents is not None and decode:
+        raise ValueError("documents pack a prefill or training sequence; decode's cache is ragged instead")
+    batch = batch if batch is not None else SIZES[size]["decode_batch" if decode else "batch"]
+    return Workload(batch=batch, q_heads=preset.q_heads, kv_heads=preset.kv_heads, seq_q=queries,
+                    seq_k=keys, head_dim=preset.head_dim, dtype=dtype, causal=preset.causal,
+                    mode=PHASE_MODES[phase], window=window,
+                    softcap=softcap if softcap is not None else preset.softcap,
+                    documents=documents, ragged=decode and batch > 1, name=name)
+
+
+def table() -> list[dict]:
+    """One row per preset: what ``python -m attnbench workloads`` prints."""
+    return [{"name": p.name, "heads": p.q_heads, "kv_heads": p.kv_heads, "head_dim": p.head_dim,
+             "gqa": p.gqa, "mask": p.mask, "phases": "/".join(p.phases),
+             "lengths": ", ".join(f"{ph} {real_length(p, ph)}" for ph in p.phases), "source": p.source}
+            for p in PRESETS.values()]
