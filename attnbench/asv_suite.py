@@ -36,13 +36,15 @@ from attnbench.metrics import METRIC_VERSION, Metric  # noqa: F401  (the suite's
 from attnbench.workload import CUSTOM, PHASES, Workload
 
 # Models (benchmarks/attention.py): the presets each size measures, at which lengths
-# (attnbench/presets.py SIZES), and whether kernels that only run in an interpreter here take part.
-# The default size keeps four presets that between them hold every mask and head structure of the
-# catalogue (GQA 4:1; a window; window + soft cap at head dim 256; a bidirectional encoder) and
-# leaves out the interpreted kernels, whose speed says nothing about any hardware, so that make
-# bench stays within 10 minutes (README, "Measured here"); full runs every preset for real, gpu the
-# default's four for real (its run has about 8 minutes).
-DEFAULT_PRESETS = ("llama-3.1-8b", "mistral-7b", "gemma-2-9b", "vit-b-16")
+# (attnbench/presets.py SIZES), whether kernels that only run in an interpreter here take part, and
+# whether the float64 reference is timed on them. The default size keeps two presets that between
+# them hold every causal mask and head structure of the catalogue (GQA 4:1 at head dim 128; GQA 2:1
+# with window + soft cap at head dim 256; packed documents in training, ragged caches in decode),
+# leaves out the interpreted kernels (their speed says nothing about any hardware) and the reference
+# (the yardstick: every case's numerics are checked against it anyway), and lets preset cases share
+# a worker, so that make bench stays within 10 minutes (README, "Measured here"); full runs every
+# preset for real, gpu the default's two for real (its run has about 8 minutes).
+DEFAULT_PRESETS = ("llama-3.1-8b", "gemma-2-9b")
 ALL_PRESETS = tuple(presets.PRESETS)
 SUITES = {
     # max_interpret_seq: Pallas kernels that only run here through an interpreter (100x slower than
@@ -63,7 +65,7 @@ SUITES = {
                 "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 0.2,
                 "max_interpret_seq": 256, "max_reference_seq": 256, "regime_seqs": (1024,), "rounds": 6,
                 "round_seconds": 0.1, "model_presets": DEFAULT_PRESETS, "preset_size": "default",
-                "preset_interpret": False},
+                "preset_interpret": False, "preset_reference": False, "preset_fresh_process": False},
     "smoke": {"forward_seqs": (128, 256), "training_seqs": (128,), "dtypes": ("float32",),
               "regime_steps": 3, "min_seconds": 0.05, "max_extra_seconds": 0.5,
               "max_interpret_seq": 256, "max_reference_seq": None, "regime_seqs": None, "rounds": 2,
@@ -176,6 +178,9 @@ def provenance_settings(settings: dict | None = None) -> dict:
             "model_presets": seqs(settings.get("model_presets") or ()) or "none",
             "preset_size": settings.get("preset_size", "default"),
             "model_phases": seqs(settings.get("model_phases", PHASES)),
+            "preset_workers": ("one per case" if settings.get("preset_fresh_process",
+                                                               settings.get("fresh_process", True))
+                               else "shared by static cases"),
             "regime_seqs": seqs(settings["regime_seqs"]) if settings["regime_seqs"] else "every length",
             "min_seconds": settings["min_seconds"], "max_extra_seconds": settings["max_extra_seconds"],
             "max_interpret_seq": settings["max_interpret_seq"] or "no limit",
@@ -259,11 +264,24 @@ def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = No
     with run_probe_dir():  # the run's CPU GEMM probe, kept until the sidecar's host fingerprint reads it
         rows = run_sweep(to_run, options_for, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False,
                          on_record=measured if on_record else None, rounds=settings.get("rounds", 1),
-                         fresh_process=settings.get("fresh_process", True), deadline=deadline())
+                         fresh_process=fresh_process_of(settings), deadline=deadline())
         for (name, workload, regime), row in zip(to_run, rows, strict=True):
             out[case_key(name, workload, regime)] = row
         write_sidecar(groups, out, settings)
     return out
+
+
+def fresh_process_of(settings: dict):
+    """Whether a case gets a worker of its own: the size's ``fresh_process`` (default yes), and for
+    a preset's static case ``preset_fresh_process`` (default: the same). The default size lets
+    consecutive preset cases share a worker: a worker's start and imports (~4 s here) cost more than
+    most of them, and each still compiles its own shapes cold (jax and Inductor key their caches by
+    shape; the Inductor cache is empty per run)."""
+    fresh = settings.get("fresh_process", True)
+    preset = settings.get("preset_fresh_process", fresh)
+    if preset == fresh:
+        return fresh
+    return lambda case: preset if case[1].name != CUSTOM else fresh
 
 
 def deadline() -> float | None:
@@ -411,6 +429,9 @@ def outside_suite(impl, workload: Workload, regime: str, settings: dict) -> str 
     if limit and workload.seq_q > limit and interpreted:
         return (f"runs only in an interpreter here; the {suite_name()} suite stops interpreted "
                 f"kernels at {limit} tokens ({SUITE_ENV}=full runs it)")
+    if workload.name != CUSTOM and impl.framework == "numpy" and not settings.get("preset_reference", True):
+        return (f"the float64 reference is the yardstick for correctness, not a contender; the "
+                f"{suite_name()} suite times it on the B1 H8 D64 workload only ({SUITE_ENV}=full runs it)")
     reference_limit = settings.get("max_reference_seq")
     if reference_limit and workload.seq_q > reference_limit and impl.framework == "numpy":
         return (f"the float64 reference is the yardstick for correctness, not a contender; the "

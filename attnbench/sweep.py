@@ -64,7 +64,8 @@ def run_sweep(cases, options_for, *, isolate: bool = True, timeout_s: float = 30
     A burst of outside load thus hits one round of a case, not its figure, and the interval covers
     the noise between processes.
 
-    ``fresh_process``: each case gets a new worker, as asv gives each benchmark a new process.
+    ``fresh_process``: each case gets a new worker, as asv gives each benchmark a new process (a
+    callable: per case, ``fresh_process((impl, workload, regime))``).
     Compile caches live per process (torch_xla's cannot be cleared), so a regime's compile count is
     only honest when no earlier case compiled the same shapes in the same process. Without it,
     consecutive static cases share a worker (on a GPU host a worker's start, its imports and device
@@ -168,7 +169,8 @@ def _run_cases(cases, options_for, *, isolate, timeout_s, memory_cap_bytes, thre
                 record = new_record(workload, options, impl=impl if isinstance(impl, str) else impl.name,
                                     status=records.UNSUPPORTED, reason=OUT_OF_TIME)
             elif worker:
-                own_process = fresh_process or regime != "static"
+                fresh = fresh_process((impl, workload, regime)) if callable(fresh_process) else fresh_process
+                own_process = fresh or regime != "static"
                 if own_process:
                     worker.close()  # a fresh process: no earlier case's compiles or caches
                 record = worker.measure(impl, workload, options,

@@ -255,3 +255,19 @@ def test_every_suite_size_imports_every_benchmark_module(suite_name, monkeypatch
         assert loaded.__name__ == module
     for module in ("benchmarks.attention", "benchmarks.compiled_for"):
         _sys.modules.pop(module, None)  # later tests import the default size again
+
+
+def test_preset_cases_share_a_worker_only_where_the_size_says_so():
+    from attnbench import presets
+
+    toy = ("jax-xla", asv_suite.FORWARD, "static")
+    preset = ("jax-xla", presets.workload("llama-3.1-8b", "decode", size="smoke"), "static")
+    fresh = asv_suite.fresh_process_of(asv_suite.SUITES["default"])
+    assert fresh(toy) is True and fresh(preset) is False
+    assert asv_suite.fresh_process_of(asv_suite.SUITES["smoke"]) is True
+    assert asv_suite.fresh_process_of(asv_suite.SUITES["gpu"]) is False
+    # the default size leaves the reference out of the presets, with the reason
+    reference = __import__("attention_impls").get("reference-float64")
+    why = asv_suite.outside_suite(reference, preset[1], "static", asv_suite.SUITES["default"])
+    assert "yardstick" in why and asv_suite.outside_suite(reference, preset[1], "static",
+                                                          asv_suite.SUITES["full"]) is None
