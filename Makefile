@@ -81,6 +81,10 @@ REPORT_ARGS ?= --threshold 0.1
 # round workers, not one per class. Not when ASV_ARGS selects benchmarks (-b): a Training-only run
 # would otherwise measure Forward's cases too.
 HANDOVER = $(if $(filter -b% --bench%,$(ASV_ARGS)),,ATTNBENCH_CASE_CACHE=$$handover)
+# The measured environments run benchmarks/attention.py only (unless ASV_ARGS selects): the
+# compiled-for classes need .venv-targets (their own run below) and would only be n/a cells here,
+# each one an asv process per parameter combination (~1,300 per environment, about a minute).
+MEASURED_ONLY = $(if $(filter -b% --bench%,$(ASV_ARGS)),,-b '^attention\.')
 COMMIT = $$(git rev-parse HEAD)
 ifeq ($(ENV),existing)
 # The user's interpreter runs asv, the harness and the benchmarks; the checkout is put on its path
@@ -107,9 +111,9 @@ bench: $(BENCH_SETUP) html-deps
 	probes=$$(mktemp -d /tmp/attnbench-probes-XXXXXX) && handover=$$(mktemp -d /tmp/attnbench-cases-XXXXXX) && \
 	( export ATTNBENCH_MACHINE=$$machine ATTNBENCH_PROBE_DIR=$$probes $(HANDOVER); \
 	  $(if $(EXISTING_PYTHONS),for py in $(EXISTING_PYTHONS); do \
-	    $(ASV) run --machine $$machine -E existing:$$py --set-commit-hash $(COMMIT) $(ASV_ARGS) || \
+	    $(ASV) run --machine $$machine -E existing:$$py --set-commit-hash $(COMMIT) $(ASV_ARGS) $(MEASURED_ONLY) || \
 	    echo "asv run ($$py) reported failed benchmarks (status failed in the results); publishing anyway"; done, \
-	  $(ASV) run --machine $$machine $(ASV_ARGS) HEAD^! || \
+	  $(ASV) run --machine $$machine $(ASV_ARGS) $(MEASURED_ONLY) HEAD^! || \
 	  echo "asv run reported failed benchmarks (status failed in the results); publishing anyway") ); \
 	rm -rf $$probes $$handover
 	@# The compiled-for tier (benchmarks/compiled_for.py) needs libtpu and the CUDA plugin, which only

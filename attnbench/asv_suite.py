@@ -40,10 +40,12 @@ from attnbench.workload import CUSTOM, PHASES, Workload
 # whether the float64 reference is timed on them. The default size keeps two presets that between
 # them hold every causal mask and head structure of the catalogue (GQA 4:1 at head dim 128; GQA 2:1
 # with window + soft cap at head dim 256; packed documents in training, ragged caches in decode),
-# leaves out the interpreted kernels (their speed says nothing about any hardware) and the reference
-# (the yardstick: every case's numerics are checked against it anyway), and lets preset cases share
-# a worker, so that make bench stays within 10 minutes (README, "Measured here"); full runs every
-# preset for real, gpu the default's two for real (its run has about 8 minutes).
+# leaves out the interpreted kernels (their speed says nothing about any hardware), the reference
+# (the yardstick: every case's numerics are checked against it anyway) and the torch_xla kernels,
+# runs prefill and decode (training: the Training class, and full), and lets preset cases share a
+# worker, so that make bench stays within 10 minutes (README, "Measured here"); full runs every
+# preset, phase and kernel for real, gpu the default's two presets for real (its run has about 8
+# minutes).
 DEFAULT_PRESETS = ("llama-3.1-8b", "gemma-2-9b")
 ALL_PRESETS = tuple(presets.PRESETS)
 SUITES = {
@@ -65,7 +67,8 @@ SUITES = {
                 "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 0.2,
                 "max_interpret_seq": 256, "max_reference_seq": 256, "regime_seqs": (1024,), "rounds": 6,
                 "round_seconds": 0.1, "model_presets": DEFAULT_PRESETS, "preset_size": "default",
-                "preset_interpret": False, "preset_reference": False, "preset_fresh_process": False},
+                "preset_interpret": False, "preset_reference": False, "preset_fresh_process": False,
+                "model_phases": ("prefill", "decode"), "preset_frameworks": ("jax", "torch")},
     "smoke": {"forward_seqs": (128, 256), "training_seqs": (128,), "dtypes": ("float32",),
               "regime_steps": 3, "min_seconds": 0.05, "max_extra_seconds": 0.5,
               "max_interpret_seq": 256, "max_reference_seq": None, "regime_seqs": None, "rounds": 2,
@@ -444,6 +447,29 @@ def outside_suite(impl, workload: Workload, regime: str, settings: dict) -> str 
         return (f"the {suite_name()} suite runs the {regime} regime in {', '.join(regime_dtypes)} only "
                 f"({SUITE_ENV}=full runs every dtype)")
     return None
+
+
+def preset_impl_names(settings: dict | None = None) -> list[str]:
+    """The Models class's implementations: ``impl_names()`` less those this size leaves out of the
+    presets whatever the preset (declared, so both asv environments agree, and nothing is imported):
+    other frameworks than ``preset_frameworks``, the float64 reference unless ``preset_reference``,
+    and kernels that do not run natively on this machine's platform unless ``preset_interpret``.
+    A kernel that refuses one preset's mask stays in, n/a with its reason there."""
+    import attention_impls
+
+    settings = suite_settings() if settings is None else settings
+    platform = accelerator_kind()
+    frameworks = settings.get("preset_frameworks")
+
+    def kept(name: str) -> bool:
+        impl = attention_impls.get(name)
+        if frameworks and impl.framework not in frameworks + ("numpy",):
+            return False
+        if impl.framework == "numpy":
+            return settings.get("preset_reference", True)
+        return settings.get("preset_interpret", True) or impl.platform_support[platform].status == "runs"
+
+    return [name for name in impl_names() if kept(name)]
 
 
 def case_length(workload: Workload) -> int | str:

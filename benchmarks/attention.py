@@ -102,12 +102,13 @@ class Training:
 class Models:
     """Real models' attention (``python -m attnbench workloads``): implementation x preset x phase,
     static shapes, in the suite's first dtype. Each preset keeps its heads, head dim and mask; the
-    lengths are the suite size's (``attnbench/presets.py`` SIZES: default prefill 512 tokens,
-    training 256 with 4 packed documents, decode 1 token x 4 ragged caches of up to 1024 keys;
-    full and gpu: the models' own, 8k tokens and 32k caches). A phase a preset lacks (an encoder's
-    decode) is n/a."""
+    lengths are the suite size's (``attnbench/presets.py`` SIZES: default prefill 512 tokens and
+    decode 1 token x 4 ragged caches of up to 1024 keys, training (full) 256 with 4 packed
+    documents; full and gpu: the models' own, 8k tokens and 32k caches). The implementations are
+    the size's (``asv_suite.preset_impl_names``). A phase a preset lacks (an encoder's decode) is
+    n/a."""
 
-    params = (suite.impl_names(), list(SUITE["model_presets"]),
+    params = (suite.preset_impl_names(SUITE), list(SUITE["model_presets"]),
               list(SUITE.get("model_phases", suite.PHASES)))
     param_names = ["implementation", "workload", "phase"]
     timeout = 3600
