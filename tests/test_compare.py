@@ -40,8 +40,8 @@ def clone_with_a_slower_commit(tmp_path):
     subprocess.run(["git", "clone", "--quiet", "--shared", str(ROOT), str(clone)], check=True)
     kernel = clone / "attention_impls" / "reference_float64.py"
     text = kernel.read_text().replace(
-        "    def attention(self, q, k, v, *, causal, scale):\n        return attention_fwd(",
-        "    def attention(self, q, k, v, *, causal, scale):\n        __import__('time').sleep(0.03)\n"
+        "    def attention(self, q, k, v, *, causal, scale, **mask):\n        return attention_fwd(",
+        "    def attention(self, q, k, v, *, causal, scale, **mask):\n        __import__('time').sleep(0.03)\n"
         "        return attention_fwd(")
     assert "sleep(0.03)" in text
     kernel.write_text(text)
