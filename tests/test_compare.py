@@ -39,10 +39,10 @@ def clone_with_a_slower_commit(tmp_path):
     clone = tmp_path / "repo"
     subprocess.run(["git", "clone", "--quiet", "--shared", str(ROOT), str(clone)], check=True)
     kernel = clone / "attention_impls" / "reference_float64.py"
+    signature = "    def attention(self, q, k, v, *, causal, scale, **mask):\n"
     text = kernel.read_text().replace(
-        "    def attention(self, q, k, v, *, causal, scale, **mask):\n        return attention_fwd(",
-        "    def attention(self, q, k, v, *, causal, scale, **mask):\n        __import__('time').sleep(0.03)\n"
-        "        return attention_fwd(")
+        signature + "        return attention_fwd(",
+        signature + "        __import__('time').sleep(0.03)\n        return attention_fwd(")
     assert "sleep(0.03)" in text
     kernel.write_text(text)
     git = ["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t"]
