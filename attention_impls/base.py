@@ -30,7 +30,6 @@ NATIVE = "native"
 # The mask features a kernel may declare in ``supports`` (``Workload.mask_features``), in words.
 MASK_FEATURES = {"window": "sliding window", "softcap": "logit soft-capping",
                  "segment_ids": "segment ids (packed documents, a ragged cache's padding)"}
-GQA_MODES = ("native", "repeated")  # kv heads read once per query group, or repeated to Hq first
 
 
 class Unsupported(NotImplementedError):

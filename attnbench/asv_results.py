@@ -314,7 +314,7 @@ def _expand(base, name, spec, fields, directions, labels, cases=({}, {}), timed=
         seq_len = row.get("seq_len")
         if row.get("workload") and row.get("phase"):  # Models: a preset and phase fix the length
             seq_len = f"{row['workload']}:{row['phase']}"
-        if full and (isinstance(seq_len, int) or isinstance(seq_len, str)):
+        if full and isinstance(seq_len, (int, str)):
             head = sidecar.case_head(suite, impl, seq_len, row.get("regime"))
             if row.get("dtype") is not None:
                 entry = full.get(f"{head}|{row['dtype']}")
