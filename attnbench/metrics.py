@@ -206,7 +206,7 @@ del L, H
 # cannot name its own hash); results whose sidecar has no ``definitions`` are version "1". A step
 # across commits whose versions differ, in a metric a change between them covers, is shown as
 # "definition changed", never as a regression.
-DEFINITIONS = "3"
+DEFINITIONS = "4"
 UNRECORDED_DEFINITIONS = "1"  # results written before the sidecar recorded a definitions version
 
 
@@ -257,6 +257,12 @@ DEFINITION_CHANGES: list[DefinitionChange] = [
     DefinitionChange("3", "2026-12-01", ("tflops", "seconds_per_pflop", "mfu", "mfu_shortfall"),
                      "FLOPs count exactly the (query, key) pairs the mask keeps: a causal square step "
                      "counts S(S+1)/2 pairs per head (was flash-attention's S^2/2; +0.4% at 256 tokens)"),
+    DefinitionChange("4", "2026-12-01", ("first_call_seconds", "first_call_compile_seconds",
+                                         "compile_seconds", "host_rss_growth_bytes",
+                                         "host_profiler_peak_bytes"),
+                     "the default suite's static cases share one worker process (was one per case): each "
+                     "still compiles its own shapes cold, but its first call finds the runtime warm and "
+                     "its host memory can reuse what earlier cases freed", regimes=("static",)),
 ]
 
 

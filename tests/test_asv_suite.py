@@ -269,12 +269,21 @@ def test_the_presets_run_the_kernels_the_size_chooses(monkeypatch):
     assert set(full) == set(asv_suite.impl_names())
 
 
-def test_preset_cases_share_a_worker_only_where_the_size_says_so():
+def test_the_default_size_measures_its_static_cases_first_in_one_worker():
+    short, long = asv_suite.FORWARD.replace(seq_q=256, seq_k=256), asv_suite.FORWARD
+    cases = [("a", long, "dynamic"), ("a", long, "static"), ("b", short, "bucketed"), ("b", short, "static")]
+    assert asv_suite.run_order(cases, asv_suite.SUITES["default"]) == [cases[1], cases[3], cases[0], cases[2]]
+    assert asv_suite.run_order(cases, asv_suite.SUITES["gpu"]) == [cases[3], cases[2], cases[1], cases[0]]
+    assert asv_suite.run_order(cases, asv_suite.SUITES["smoke"]) == cases
+
+
+def test_static_cases_share_a_worker_only_where_the_size_says_so():
     from attnbench import presets
 
     toy = ("jax-xla", asv_suite.FORWARD, "static")
     preset = ("jax-xla", presets.workload("llama-3.1-8b", "decode", size="smoke"), "static")
-    fresh = asv_suite.fresh_process_of(asv_suite.SUITES["default"])
+    assert asv_suite.fresh_process_of(asv_suite.SUITES["default"]) is False
+    fresh = asv_suite.fresh_process_of({"fresh_process": True, "preset_fresh_process": False})
     assert fresh(toy) is True and fresh(preset) is False
     assert asv_suite.fresh_process_of(asv_suite.SUITES["smoke"]) is True
     assert asv_suite.fresh_process_of(asv_suite.SUITES["gpu"]) is False

@@ -292,3 +292,30 @@ def test_a_sweep_with_rounds_leaves_an_interpreted_kernel_at_its_one_window():
                               progress=False)
     assert interpreted["status"] == records.OK and interpreted["execution"] == "interpret"
     assert interpreted["rounds"] == 1 and interpreted["ci_basis"] == "samples"
+
+
+@needs_jax
+def test_the_timing_rounds_share_a_jax_compile_cache_that_lives_for_the_rounds_only(monkeypatch):
+    import glob
+    import os
+
+    from attnbench import sweep
+
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    seen = []
+    real = sweep._run_cases
+
+    def spy(cases, options_for, **kwargs):
+        folder = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+        out = real(cases, options_for, **kwargs)
+        seen.append((folder, folder and len(glob.glob(os.path.join(folder, "*")))))
+        return out
+
+    monkeypatch.setattr(sweep, "_run_cases", spy)
+    options = Options(min_seconds=0.05, regime_steps=2, numerics=False)
+    run_sweep([("jax-xla", SMALL, "static")], lambda regime: dataclasses.replace(options, regime=regime),
+              rounds=3, progress=False)
+    (first, _), *rounds = seen
+    assert first is None  # the first pass compiles cold
+    assert len(rounds) == 2 and rounds[0][0] == rounds[1][0] and rounds[0][1] > 0  # written, then read
+    assert not os.path.exists(rounds[0][0]) and "JAX_COMPILATION_CACHE_DIR" not in os.environ
