@@ -56,7 +56,7 @@ export PJRT_DEVICE
 export ACCEL
 
 .PHONY: setup bench html serve-html sweep html-deps browser-deps existing-bench existing-test test lint test-main test-xla list matrix system-check clean \
-        fleet-deps fleet-launch fleet-collect fleet-plan setup-targets test-targets
+        fleet-deps fleet-launch fleet-collect fleet-plan setup-targets test-targets releases
 
 setup: $(MAIN_STAMP) $(XLA_STAMP) $(TARGETS_STAMP)
 setup-targets: $(TARGETS_STAMP)
@@ -81,16 +81,17 @@ REPORT_ARGS ?= --threshold 0.1
 # round workers, not one per class. Not when ASV_ARGS selects benchmarks (-b): a Training-only run
 # would otherwise measure Forward's cases too.
 HANDOVER = $(if $(filter -b% --bench%,$(ASV_ARGS)),,ATTNBENCH_CASE_CACHE=$$handover)
-# The measured environments run benchmarks/attention.py only (unless ASV_ARGS selects): the
-# compiled-for classes need .venv-targets (their own run below) and would only be n/a cells here,
-# each one an asv process per parameter combination (~1,300 per environment, about a minute).
-MEASURED_ONLY = $(if $(filter -b% --bench%,$(ASV_ARGS)),,-b '^attention\.')
+# The measured environments run the parameter combinations of benchmarks/attention.py each can run
+# (attnbench/asv_selection.py; unless ASV_ARGS selects with -b): asv starts a process per benchmark
+# and combination, and the others (the other environment's framework, the compiled-for classes,
+# which need .venv-targets and have their own run below) would only be n/a cells, ~9,000 processes.
 COMMIT = $$(git rev-parse HEAD)
 ifeq ($(ENV),existing)
 # The user's interpreter runs asv, the harness and the benchmarks; the checkout is put on its path
 # (ASV_PYTHONPATH: asv drops PYTHONPATH in benchmark processes), nothing is installed into it.
 HARNESS := PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON)
-ASV := ASV_PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(HARNESS) -m asv
+ASV_ENV := ASV_PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}
+ASV := $(ASV_ENV) $(HARNESS) -m asv
 BENCH_SETUP := existing-bench
 EXISTING_PYTHONS := $(PYTHON)
 else
@@ -110,11 +111,8 @@ bench: $(BENCH_SETUP) html-deps
 	  $(or $(EXISTING_PYTHONS),asv.conf.json's virtualenvs)" && \
 	probes=$$(mktemp -d /tmp/attnbench-probes-XXXXXX) && handover=$$(mktemp -d /tmp/attnbench-cases-XXXXXX) && \
 	( export ATTNBENCH_MACHINE=$$machine ATTNBENCH_PROBE_DIR=$$probes $(HANDOVER); \
-	  $(if $(EXISTING_PYTHONS),for py in $(EXISTING_PYTHONS); do \
-	    $(ASV) run --machine $$machine -E existing:$$py --set-commit-hash $(COMMIT) $(ASV_ARGS) $(MEASURED_ONLY) || \
-	    echo "asv run ($$py) reported failed benchmarks (status failed in the results); publishing anyway"; done, \
-	  $(ASV) run --machine $$machine $(ASV_ARGS) $(MEASURED_ONLY) HEAD^! || \
-	  echo "asv run reported failed benchmarks (status failed in the results); publishing anyway") ); \
+	  $(ASV_ENV) $(HARNESS) -m attnbench.asv_selection run --machine $$machine \
+	    $(if $(EXISTING_PYTHONS),--existing $(EXISTING_PYTHONS)) -- $(ASV_ARGS) ); \
 	rm -rf $$probes $$handover
 	@# The compiled-for tier (benchmarks/compiled_for.py) needs libtpu and the CUDA plugin, which only
 	@# .venv-targets has: asv runs that class there as an existing environment (n/a in the others).
@@ -217,6 +215,13 @@ test-targets: $(TARGETS_STAMP)
 list: setup
 	$(VENV)/bin/python -m attnbench list
 	$(XLA_VENV)/bin/python -m attnbench list --framework torch_xla
+
+# The release matrix (attnbench/releases/, README "Fragility across releases"): every jax and torch
+# kernel over five jax releases, two torch releases and three libtpu releases; its own command, not
+# part of make bench. asv builds and caches the jax releases' venvs (.asv/releases-env); the torch
+# releases are the venvs make setup builds. Writes results/releases/releases.csv and html/releases/.
+releases: $(MAIN_STAMP) $(XLA_STAMP) html-deps
+	$(HARNESS) -m attnbench releases $(RELEASES_ARGS)
 
 matrix: $(MAIN_STAMP)
 	$(VENV)/bin/python -m attnbench matrix --markdown

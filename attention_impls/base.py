@@ -148,6 +148,11 @@ class AttentionImpl(abc.ABC):
                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300])
         return None
 
+    def release_shims(self) -> str:
+        """The adaptations this kernel made to the library release it runs on, ``; ``-joined (the
+        release matrix records them); ``""`` where it runs the release as written."""
+        return ""
+
     def platform(self) -> str:
         """The platform (cpu/gpu/tpu) of this framework's current default device; inside
         ``attention_impls._compile_target.compiling_for(p)`` (the compiled-for tier compiling for

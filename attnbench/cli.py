@@ -552,6 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
     from attnbench.compiled_for.cli import add_parser as add_compile_for
 
     add_compile_for(sub)  # compile-for: the compiled-for tier (attnbench/compiled_for/)
+    from attnbench.releases.run import add_parser as add_releases
+
+    add_releases(sub)  # releases: the release matrix (attnbench/releases/)
     return parser
 
 

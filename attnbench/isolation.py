@@ -16,44 +16,45 @@ from attnbench.engine import measure_case, new_record
 from attnbench.process_env import pin_threads
 
 
-def _worker_main(conn, threads: int | None, memory_cap_bytes: int | None) -> None:
+def _worker_main(conn, threads: int | None, memory_cap_bytes: int | None, task=measure_case) -> None:
     if threads:
         pin_threads(threads)
     if memory_cap_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (memory_cap_bytes, memory_cap_bytes))
     while True:
         try:
-            task = conn.recv()
+            args = conn.recv()
         except EOFError:
             return
-        impl, workload, options = task
-        conn.send(measure_case(impl, workload, options))
+        conn.send(task(*args))
 
 
 class Worker:
-    """One killable measuring process; restarted after a timeout or a crash."""
+    """One killable process that answers ``task(*args)`` (default: ``engine.measure_case``, one
+    record per case); restarted after a timeout or a crash. ``task`` is a module-level function."""
 
-    def __init__(self, threads: int | None = None, memory_cap_bytes: int | None = None):
-        self.threads, self.memory_cap_bytes = threads, memory_cap_bytes
+    def __init__(self, threads: int | None = None, memory_cap_bytes: int | None = None, task=measure_case):
+        self.threads, self.memory_cap_bytes, self.task = threads, memory_cap_bytes, task
         self._process = self._conn = None
 
     def _start(self):
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
-        self._process = ctx.Process(target=_worker_main, args=(child, self.threads, self.memory_cap_bytes),
-                                    daemon=True)
+        self._process = ctx.Process(target=_worker_main,
+                                    args=(child, self.threads, self.memory_cap_bytes, self.task), daemon=True)
         self._process.start()
         child.close()
         self._conn = parent
 
-    def measure(self, impl, workload, options, timeout_s: float) -> dict:
+    def call(self, args: tuple, timeout_s: float):
+        """``(answer, None)``, or ``(None, (status, reason))`` when the worker timed out or died (it is
+        closed then, and the next call starts a fresh one)."""
         if self._process is None or not self._process.is_alive():
             self._start()
-        failure = None
         try:
-            self._conn.send((impl, workload, options))
+            self._conn.send(args)
             if self._conn.poll(timeout_s):
-                return self._conn.recv()
+                return self._conn.recv(), None
             failure = (records.TIMEOUT, f"no result within {timeout_s:g} s; worker killed")
         except (EOFError, ConnectionError):  # the worker died: closed pipe, or reset mid-message
             self._process.join(5)
@@ -63,6 +64,12 @@ class Worker:
             else:
                 failure = (records.ERROR, f"worker died (exit code {code})")
         self.close()
+        return None, failure
+
+    def measure(self, impl, workload, options, timeout_s: float) -> dict:
+        record, failure = self.call((impl, workload, options), timeout_s)
+        if failure is None:
+            return record
         return new_record(workload, options, impl=impl if isinstance(impl, str) else impl.name,
                           threads=self.threads, status=failure[0], reason=failure[1])
 

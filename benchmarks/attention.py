@@ -64,6 +64,10 @@ class Forward:
         impls, seqs, regimes, dtypes = cls.params
         return [(i, cls.workload(s, d), r) for i in impls for s in seqs for r in regimes for d in dtypes]
 
+    @classmethod
+    def case_of(cls, implementation, seq_len, regime, dtype):
+        return implementation, cls.workload(seq_len, dtype), regime
+
     def setup_cache(self):
         return measure(Forward)
 
@@ -89,6 +93,10 @@ class Training:
     def cases(cls):
         impls, seqs = cls.params
         return [(i, cls.workload(s), "static") for i in impls for s in seqs]
+
+    @classmethod
+    def case_of(cls, implementation, seq_len):
+        return implementation, cls.workload(seq_len), "static"
 
     def setup_cache(self):
         return measure(Training)
@@ -121,6 +129,11 @@ class Models:
     def cases(cls):
         impls = cls.params[0]
         return [(i, w, "static") for i in impls for w in cls.workloads().values()]
+
+    @classmethod
+    def case_of(cls, implementation, workload, phase):
+        found = cls.workloads().get((workload, phase))
+        return None if found is None else (implementation, found, "static")
 
     def setup_cache(self):
         return measure(Models)

@@ -292,3 +292,49 @@ def test_static_cases_share_a_worker_only_where_the_size_says_so():
     why = asv_suite.outside_suite(reference, preset[1], "static", asv_suite.SUITES["default"])
     assert "yardstick" in why and asv_suite.outside_suite(reference, preset[1], "static",
                                                           asv_suite.SUITES["full"]) is None
+
+
+def test_each_asv_environment_runs_only_the_parameter_combinations_it_can(monkeypatch):
+    import itertools
+    import re
+    import sys
+
+    from attnbench import asv_selection
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import attention as suite_module
+
+    settings = asv_suite.SUITES["default"]
+
+    def kept(frameworks):
+        regexes = asv_selection.selection(suite_module.MEASURED, frameworks, settings, "cpu")
+        return {asv_selection._asv_name(f"attention.{cls.__name__}.track_mfu", p)
+                for cls in suite_module.MEASURED for p in itertools.product(*cls.params)
+                if any(re.search(r, asv_selection._asv_name(f"attention.{cls.__name__}.track_mfu", p))
+                       for r in regexes)}
+
+    main, xla = kept(asv_selection.MAIN_FRAMEWORKS), kept(asv_selection.XLA_FRAMEWORKS)
+    assert "attention.Forward.track_mfu('jax-xla', 1024, 'dynamic', 'float32')" in main
+    assert "attention.Forward.track_mfu('jax-xla', 256, 'dynamic', 'float32')" not in main  # regimes at 1024
+    assert "attention.Forward.track_mfu('jax-pallas-tpu-flash', 256, 'static', 'float32')" in main
+    assert "attention.Forward.track_mfu('jax-pallas-tpu-flash', 1024, 'static', 'float32')" not in main
+    assert "attention.Forward.track_mfu('jax-cudnn', 1024, 'static', 'float32')" not in main  # no GPU here
+    assert not [n for n in main if "torch-xla" in n] and xla and all("torch-xla" in n for n in xla)
+    # on an accelerator host nothing is guessed about the device: the GPU kernels stay selected
+    gpu = asv_selection.selection(suite_module.MEASURED, asv_selection.MAIN_FRAMEWORKS, settings, "gpu")
+    cudnn = "attention.Forward.track_mfu('jax-cudnn', 1024, 'static', 'float32')"
+    assert any(re.search(r, cudnn) for r in gpu)
+
+
+def test_each_virtualenv_gets_a_config_of_its_own_with_the_same_environment(tmp_path):
+    import shutil
+
+    from attnbench import asv_selection
+
+    shutil.copy(os.path.join(ROOT, "asv.conf.json"), tmp_path / "asv.conf.json")
+    configs = asv_selection.env_configs(str(tmp_path / "asv.conf.json"))
+    assert [fw for _, fw in configs] == [asv_selection.MAIN_FRAMEWORKS, asv_selection.XLA_FRAMEWORKS]
+    for path, _ in configs:
+        config = json.loads(open(path).read())
+        assert len(config["include"]) == 1 and config["results_dir"] == "results"
+    assert asv_selection._user_selects(["-b", "Training"]) and not asv_selection._user_selects(["--quick"])

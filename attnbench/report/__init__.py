@@ -193,6 +193,13 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
         plots.update(ctx["compiled_for"]["plots"])
         ctx["images"].update({name: base64.b64encode(png).decode("ascii")
                               for name, png in ctx["compiled_for"]["images"].items()})
+    from attnbench.report.releases import releases_part
+
+    ctx["releases"] = releases_part(results_dir, out_dir)  # "Fragility across releases", when measured
+    if ctx["releases"]:
+        plots.update(ctx["releases"]["plots"])
+        ctx["images"].update({name: base64.b64encode(png).decode("ascii")
+                              for name, png in ctx["releases"]["images"].items()})
     atomic_write_text(paths["report.md"], render_markdown(ctx))
     atomic_write_text(paths["report.html"], render_html(ctx, "attnbench report"))
     return Report(out_dir=out_dir, markdown=paths["report.md"], html=paths["report.html"],

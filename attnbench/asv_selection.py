@@ -1,0 +1,183 @@
+"""Which of the measured suite's parameter combinations each asv environment runs, and the runs.
+
+asv starts one process per benchmark and parameter combination: 27 metrics x 168 combinations per
+environment, about 9,000 processes and two minutes of ``make bench`` here, most of them n/a (the
+other environment's framework, a regime at a length the suite size does not run it at, a GPU
+kernel on a CPU host). ``selection`` names the combinations an environment can run, as asv ``-b``
+regexes over ``name(params)``; asv records the others n/a without starting a process. The sweep
+still measures or refuses every case, with its reason in the sidecar: this changes no record, only
+which of asv's cells are left empty without asking. Only certain exclusions are made (a kernel the
+support table marks unsupported on a CPU-only host, never a guess about a device).
+
+``python -m attnbench.asv_selection run --machine M [--existing PY ...] [-- ASV ARGS]`` is
+``make bench``'s asv step: one ``asv run`` per environment, each with its selection (a user's own
+``-b`` replaces it). asv's virtualenvs run one at a time from a config of their own
+(``.asv-env-<k>.conf.json``, asv.conf.json with one ``include`` entry: the same environment name,
+results and history).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+
+from attnbench.workload import Workload
+
+CONF = "asv.conf.json"
+MAIN_FRAMEWORKS = ("numpy", "jax", "torch")
+XLA_FRAMEWORKS = ("torch_xla",)
+
+
+def can_run(
+    impl_name: str, workload: Workload, regime: str, frameworks: tuple[str, ...], settings: dict, accel: str
+) -> bool:
+    """False only where the case is certainly n/a in an environment of ``frameworks`` on ``accel``."""
+    import attention_impls
+
+    impl = attention_impls.get(impl_name)
+    if impl.framework not in frameworks:
+        return False
+    regime_seqs, regime_dtypes = settings["regime_seqs"], settings.get("regime_dtypes")
+    if regime != "static" and (
+        (regime_seqs and workload.seq_q not in regime_seqs)
+        or (regime_dtypes and workload.dtype not in regime_dtypes)
+    ):
+        return False
+    reference_limit = settings.get("max_reference_seq")
+    if impl.framework == "numpy" and reference_limit and workload.seq_q > reference_limit:
+        return False
+    if accel == "cpu":  # a CPU-only host: every framework's platform is the CPU
+        support = impl.platform_support["cpu"].status
+        limit = settings["max_interpret_seq"]
+        if support == "unsupported" or (support == "interpret-only" and limit and workload.seq_q > limit):
+            return False
+    return True
+
+
+def _asv_name(benchmark: str, params: tuple) -> str:
+    """asv's name of one parameter combination: its params as ``repr`` strings."""
+    return f"{benchmark}({', '.join(repr(p) for p in params)})"
+
+
+def selection(
+    classes, frameworks: tuple[str, ...], settings: dict, accel: str, module: str = "attention"
+) -> list[str]:
+    """One ``-b`` regex per class: its combinations that ``can_run``. A class with none gets none."""
+    regexes = []
+    for cls in classes:
+        kept = []
+        for params in itertools.product(*cls.params):
+            case = cls.case_of(*params)
+            if case is not None and can_run(*case, frameworks, settings, accel):
+                kept.append(re.escape(_asv_name("X", params)[1:]))
+        if kept:
+            regexes.append(rf"^{module}\.{cls.__name__}\.track_\w+(?:{'|'.join(kept)})$")
+    return regexes
+
+
+def env_configs(conf: str = CONF) -> list[tuple[str, tuple[str, ...]]]:
+    """``[(config path, frameworks)]``: one config per ``include`` entry of ``conf``, written beside it."""
+    with open(conf) as f:
+        config = json.loads("\n".join(line for line in f if not line.lstrip().startswith("//")))
+    out = []
+    for k, entry in enumerate(config["include"]):
+        path = os.path.join(os.path.dirname(os.path.abspath(conf)), f".asv-env-{k}.conf.json")
+        from attnbench.atomic import atomic_write_text
+
+        atomic_write_text(path, json.dumps({**config, "include": [entry]}, indent=1))
+        out.append((path, XLA_FRAMEWORKS if "torch-xla" in entry.get("req", {}) else MAIN_FRAMEWORKS))
+    return out
+
+
+def existing_frameworks(python: str) -> tuple[str, ...]:
+    """What an existing interpreter measures (``asv_suite.this_env_frameworks``, asked of it)."""
+    found = subprocess.run(
+        [python, "-c", "import importlib.util as u; print(u.find_spec('torch_xla') is not None)"],
+        capture_output=True,
+        text=True,
+    )
+    return XLA_FRAMEWORKS if found.stdout.strip() == "True" else MAIN_FRAMEWORKS
+
+
+def _user_selects(asv_args: list[str]) -> bool:
+    return any(a in ("-b", "--bench") or a.startswith(("-b", "--bench=")) for a in asv_args)
+
+
+def _bench_args(frameworks, asv_args) -> list[str]:
+    if _user_selects(asv_args):
+        return []
+    sys.path.insert(0, os.getcwd())
+    spec = importlib.util.spec_from_file_location(
+        "benchmarks_attention", os.path.join("benchmarks", "attention.py")
+    )
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    from attnbench.asv_suite import accelerator_kind, suite_settings
+
+    regexes = selection(suite.MEASURED, frameworks, suite_settings(), accelerator_kind())
+    return [arg for r in regexes for arg in ("-b", r)] or ["-b", r"^$"]
+
+
+def run(machine: str, existing: list[str], commit: str | None, asv_args: list[str]) -> int:
+    """One ``asv run`` per environment; a run that reports failed benchmarks is said, not fatal."""
+    runs = []
+    if existing:
+        for python in existing:
+            runs.append(
+                (
+                    ["-E", f"existing:{python}", "--set-commit-hash", commit],
+                    existing_frameworks(python),
+                    python,
+                )
+            )
+    else:
+        runs = [
+            (["--config", path, "HEAD^!"], frameworks, os.path.basename(path))
+            for path, frameworks in env_configs()
+        ]
+    for where, frameworks, name in runs:
+        command = [
+            sys.executable,
+            "-m",
+            "asv",
+            "run",
+            "--machine",
+            machine,
+            *where,
+            *asv_args,
+            *_bench_args(frameworks, asv_args),
+        ]
+        print(f"asv run ({name}): {'/'.join(frameworks)} cases", file=sys.stderr, flush=True)
+        if subprocess.call(command) != 0:
+            print(
+                f"asv run ({name}) reported failed benchmarks (status failed in the results); "
+                "publishing anyway",
+                file=sys.stderr,
+            )
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="make bench's asv step")
+    r.add_argument("--machine", required=True)
+    r.add_argument(
+        "--existing", nargs="*", default=[], help="existing interpreters (one asv environment each)"
+    )
+    r.add_argument("--commit", help="--set-commit-hash for existing environments (default HEAD)")
+    r.add_argument("asv_args", nargs=argparse.REMAINDER, help="-- then arguments for every asv run")
+    args = p.parse_args(argv)
+    extra = args.asv_args[1:] if args.asv_args[:1] == ["--"] else args.asv_args
+    commit = args.commit or subprocess.check_output(["git", "rev-parse", "HEAD"], text=True).strip()
+    return run(args.machine, args.existing, commit, extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

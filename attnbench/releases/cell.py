@@ -1,0 +1,188 @@
+"""One cell of the release matrix, run in the release's own environment, stage by stage.
+
+Stages (``matrix.STAGES``): ``import`` (the kernel's own imports of the library, and its support
+check), ``compile`` (``make_step``: jax traces, lowers and compiles ahead of time; a torch kernel
+compiles on its first call, so for a compiled torch kernel the first call is this stage), ``run``,
+``numerics`` (the step's output against the float64 reference, ``engine.check_numerics``) and
+``time`` (a short timing window, the backend's own loop). The first stage that raises decides the
+status (``matrix.classify``) and its exception's first line is the reason, with the line of the
+project's code it came through. Each cell runs in a killable worker (``isolation.Worker``): a
+release whose jaxlib crashes or hangs ends that cell, not the matrix.
+
+    python -m attnbench.releases.cell --framework jax --out cells.json   # this environment's cells
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform as host_platform
+import sys
+import traceback
+
+from attnbench.releases import matrix
+
+CELL_TIMEOUT_S = 300.0
+TIMING = {"min_seconds": 0.2, "target_rel_iqr": 0.05, "max_seconds": 0.5}
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def versions() -> dict:
+    """The library versions this environment really has (``None``: not installed)."""
+    out = {"python": host_platform.python_version()}
+    for dist in ("jax", "jaxlib", "libtpu", "torch", "numpy"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def _project_line(exc: BaseException) -> str | None:
+    """``path:line: code`` of the innermost frame of this project's code the exception came through."""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if os.path.abspath(f.filename).startswith(_CHECKOUT)
+    ]
+    if not frames:
+        return None
+    frame = frames[-1]
+    return f"{os.path.relpath(frame.filename, _CHECKOUT)}:{frame.lineno}: {(frame.line or '').strip()}"
+
+
+def run_cell(impl_name: str, workload_name: str) -> dict:
+    """The cell's row (``matrix.COLUMNS`` it knows here); never raises for a failing cell."""
+    import attention_impls
+    from attnbench import stats
+    from attnbench.engine import check_numerics
+
+    workload = matrix.WORKLOADS[workload_name]
+    cell = {
+        "impl": impl_name,
+        "workload": workload_name,
+        "seq_len": workload.seq_q,
+        "target": "cpu",
+        "status": None,
+        "stage": None,
+        "reason": None,
+        "line": None,
+        **versions(),
+    }
+    impl = attention_impls.get(impl_name)
+    cell.update(framework=impl.framework, shim=impl.release_shims() or None)
+    stage = "import"
+    try:
+        moved = impl.framework_missing() is None and impl.api_missing()
+        if moved:  # a module the kernel imports is gone or breaks in this release
+            return {**cell, "status": matrix.API_CHANGED, "stage": stage, "reason": moved}
+        reason = impl.check(workload)
+        if reason:
+            return {**cell, "status": matrix.UNSUPPORTED, "stage": stage, "reason": reason}
+        cell["label"] = impl.label(impl.platform())
+        stage = "compile"
+        step = impl.make_step(workload, seed=0)
+        cell["execution"] = step.execution
+        compiled_lazily = step.compile_info is None and step.execution == "compiled"
+        stage = "compile" if compiled_lazily else "run"
+        step.run()
+        stage = "numerics"
+        numerics = check_numerics(impl, workload, step, seed=0)
+        cell["max_abs_err"] = numerics.get("max_abs_err")
+        if numerics.get("numerics_ok") is False:
+            return {
+                **cell,
+                "status": matrix.NUMERICS_FAILED,
+                "stage": stage,
+                "reason": f"output differs from the float64 reference: max abs err {cell['max_abs_err']}",
+            }
+        stage = "time"
+        timing = impl.backend().time(step, timer="wall", **TIMING)
+        window = stats.estimate([timing.samples_s])
+        cell.update(
+            seconds_per_step=timing.median_s,
+            ci_low_s=window.ci_low,
+            ci_high_s=window.ci_high,
+            kernel_evidence=step.evidence(),
+            shim=impl.release_shims() or None,
+        )
+    except attention_impls.Unsupported as exc:  # refused at a stage past the support check
+        return {**cell, "status": matrix.UNSUPPORTED, "stage": stage, "reason": exc.reason}
+    except Exception as exc:
+        return {
+            **cell,
+            "status": matrix.classify(stage, exc),
+            "stage": stage,
+            "reason": matrix.first_line(exc),
+            "line": _project_line(exc),
+        }
+    return {**cell, "status": matrix.OK}
+
+
+def frameworks_here() -> tuple[str, ...]:
+    """The frameworks this environment's cells measure: torch where torch is installed (a torch
+    release's venv also holds some jax, whose cells come from the jax releases), else jax."""
+    import importlib.util
+
+    return ("torch",) if importlib.util.find_spec("torch") is not None else ("jax",)
+
+
+def kernel_names(framework: str) -> list[str]:
+    import attention_impls
+
+    return [n for n in attention_impls.names() if attention_impls.get(n).framework == framework]
+
+
+def run_cells(frameworks: tuple[str, ...] | None = None, progress: bool = False) -> dict:
+    """``{cell key: row}`` for every kernel of ``frameworks`` (default: ``frameworks_here``) x
+    workload, each in a killable worker (one shared by consecutive cells; a fresh one after a
+    crash or a timeout)."""
+    from attnbench.isolation import Worker
+
+    cells = [
+        (impl, name)
+        for fw in (frameworks or frameworks_here())
+        for impl in kernel_names(fw)
+        for name in matrix.WORKLOADS
+    ]
+    out = {}
+    with Worker(task=run_cell) as worker:
+        for impl, name in cells:
+            row, failure = worker.call((impl, name), CELL_TIMEOUT_S)
+            if failure is not None:  # the worker hung or died: the library crashed under the cell
+                row = {
+                    "impl": impl,
+                    "workload": name,
+                    "target": "cpu",
+                    "seq_len": matrix.WORKLOADS[name].seq_q,
+                    "status": matrix.RUNTIME_ERROR,
+                    "stage": None,
+                    "reason": failure[1],
+                    **versions(),
+                }
+            out[matrix.cell_key(impl, name)] = row
+            if progress:
+                print(
+                    f"{impl} {name}: {row['status']}" + (f" ({row['reason']})" if row.get("reason") else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="run this environment's release-matrix cells")
+    p.add_argument("--framework", nargs="+", choices=["jax", "torch"], help="default: frameworks_here()")
+    p.add_argument("--out", required=True, help="JSON file: {cell key: row}")
+    args = p.parse_args(argv)
+    from attnbench.atomic import atomic_write_text
+
+    cells = run_cells(tuple(args.framework) if args.framework else None, progress=True)
+    atomic_write_text(args.out, json.dumps(cells, indent=1, sort_keys=True, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

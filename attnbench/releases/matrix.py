@@ -1,0 +1,155 @@
+"""What the release matrix runs, and what a cell's status means. No framework is imported here.
+
+Releases. jax: the last patch of each minor series released in the 18 months up to the newest jax
+this Python (3.11) can install: jax 0.11.0 (2026-07-16) and later ship no cp311 jaxlib wheel, so
+0.10.2 is the newest, and the series 0.6 to 0.10 are one release a quarter, the upgrade steps a team
+pinning a minor line takes. TPU: ``jax[tpu]`` of the three newest of them, each with the libtpu it
+pins (``jax[tpu]`` 0.8.2: ``libtpu==0.0.32.*``, pip takes 0.0.32.1; 0.9.2: 0.0.37.*; 0.10.2:
+0.0.42.*, 0.0.42.1; read from each jax wheel's metadata). torch: only the releases whose build is already on
+this host (``pip install torch==2.13.0`` takes the CPU build lying here; torch 2.9.0 is the CUDA
+build the torch_xla venv needs, which runs on a CPU too); every other torch release is a CUDA build
+of several GB from PyPI, which the disk and the 60-minute CI of a 2-core host do not afford.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnbench import presets
+from attnbench.workload import Workload
+
+
+@dataclass(frozen=True)
+class Release:
+    framework: str
+    version: str
+    date: str  # the release's upload date on PyPI
+    why: str
+    libtpu: str | None = None  # the libtpu its jax[tpu] extra pins (TPU compiles), None: none
+
+
+JAX_RELEASES = (
+    Release("jax", "0.6.2", "2025-06-17", "last of the 0.6 series"),
+    Release("jax", "0.7.2", "2025-09-16", "last of the 0.7 series"),
+    Release("jax", "0.8.2", "2025-12-18", "last of the 0.8 series", libtpu="0.0.32.1"),
+    Release("jax", "0.9.2", "2026-03-18", "last of the 0.9 series", libtpu="0.0.37"),
+    Release("jax", "0.10.2", "2026-06-17", "the newest jax with a Python 3.11 wheel", libtpu="0.0.42.1"),
+)
+TORCH_RELEASES = (
+    Release(
+        "torch", "2.9.0", "2025-10-15", "the torch_xla venv's (the CUDA build torch_xla 2.9.0 needs), on CPU"
+    ),
+    Release("torch", "2.13.0", "2026-07-08", "the main venv's (the CPU build lying on this host)"),
+)
+RELEASES = JAX_RELEASES + TORCH_RELEASES
+
+
+def newest(framework: str) -> Release:
+    """The release every step time of ``framework`` is relative to."""
+    return max((r for r in RELEASES if r.framework == framework), key=lambda r: version_key(r.version))
+
+
+def version_key(version: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else -1 for p in version.split("+")[0].split("."))
+
+
+# The cells' two workloads: the project's toy shape, and a preset with grouped heads and a window
+# (Mistral-7B: 32/8 heads, D128, window in proportion: 64 of 128 tokens at the smoke size), small
+# enough that interpreted Pallas kernels run in seconds. float32: the CPU's own dtype.
+WORKLOADS = {
+    "causal-256": Workload(
+        batch=1, q_heads=8, head_dim=64, seq_q=256, seq_k=256, causal=True, mode="fwd", dtype="float32"
+    ),
+    "mistral-7b-prefill-128": presets.workload("mistral-7b", "prefill", size="smoke", dtype="float32"),
+}
+
+# TPU compiles per libtpu release: the forced kernels and plain XLA, on a v5e and a v6e.
+TPU_TARGETS = ("tpu-v5e", "tpu-v6e")
+TPU_IMPLS = ("jax-pallas-tpu-flash", "jax-pallas-tpu-splash", "jax-xla")
+TPU_SEQS = (4096, 32768)
+
+# A cell's status. The first failing stage decides it; its exception's first line is the reason.
+OK = "ok"
+API_CHANGED = "api-changed"  # an import, an attribute or a call signature of the library failed
+COMPILE_FAILED = "compile-failed"  # tracing, lowering or compiling raised
+NUMERICS_FAILED = "numerics-failed"  # ran, but differs from the float64 reference
+RUNTIME_ERROR = "runtime-error"  # compiled, then the run raised (or the worker died or timed out)
+UNSUPPORTED = "unsupported"  # the kernel refuses the cell here (another platform's kernel), with why
+DOES_NOT_FIT = "does-not-fit"  # TPU compiles: the compiler refused for HBM (a size fact, not a breakage)
+STATUSES = (OK, API_CHANGED, COMPILE_FAILED, NUMERICS_FAILED, RUNTIME_ERROR, UNSUPPORTED, DOES_NOT_FIT)
+BROKEN = (API_CHANGED, COMPILE_FAILED, NUMERICS_FAILED, RUNTIME_ERROR)
+STAGES = ("import", "compile", "run", "numerics", "time")
+
+# Exceptions that say the library's surface moved: a module, a name or a signature is not there.
+_API_TYPES = (ImportError, AttributeError)
+_SIGNATURE_WORDS = ("argument", "keyword", "positional", "takes", "got an unexpected", "missing")
+
+
+def classify(stage: str, exc: BaseException) -> str:
+    """The status of a cell whose ``stage`` raised ``exc``."""
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
+    if isinstance(exc, _API_TYPES) or (
+        isinstance(exc, TypeError) and any(w in str(exc) for w in _SIGNATURE_WORDS)
+    ):
+        return API_CHANGED
+    if stage in ("import", "compile"):
+        return COMPILE_FAILED
+    return RUNTIME_ERROR
+
+
+def classify_text(stage: str, reason: str | None) -> str:
+    """``classify`` for an error already reduced to its ``Type: message`` text (a compile worker's)."""
+    text = reason or ""
+    kind = text.split(":", 1)[0].strip()
+    if kind in ("ImportError", "ModuleNotFoundError", "AttributeError") or (
+        kind == "TypeError" and any(w in text for w in _SIGNATURE_WORDS)
+    ):
+        return API_CHANGED
+    return COMPILE_FAILED if stage in ("import", "compile") else RUNTIME_ERROR
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text.splitlines()[0][:limit] if text else type(exc).__name__
+
+
+def cell_key(impl: str, workload: str) -> str:
+    return f"{impl}|{workload}"
+
+
+# releases.csv: one row per release x kernel x target x workload, with every version.
+COLUMNS = [
+    "framework",
+    "release",
+    "release_date",
+    "impl",
+    "label",
+    "target",
+    "workload",
+    "seq_len",
+    "status",
+    "stage",
+    "reason",
+    "line",
+    "shim",
+    "execution",
+    "kernel_evidence",
+    "seconds_per_step",
+    "ci_low_s",
+    "ci_high_s",
+    "relative_to_newest",
+    "max_abs_err",
+    "peak_bytes",
+    "temp_bytes",
+    "inserted_copy_bytes",
+    "custom_calls",
+    "jax",
+    "jaxlib",
+    "libtpu",
+    "torch",
+    "numpy",
+    "python",
+    "env_name",
+    "commit",
+]

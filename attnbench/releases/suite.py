@@ -1,0 +1,148 @@
+"""The asv glue of ``benchmarks/releases.py``: measure this environment's cells once, file them, and
+hand each benchmark its cell.
+
+asv's environment matrix (``asv.releases.conf.json``) gives one environment per jax release, so the
+HTML has one series per release; the torch releases run as existing environments. Each
+environment's cells are also filed beside its asv results, as ``<machine>/cells/<commit8>-<env>.cells``
+(JSON; not ``.json``, which ``asv publish`` would read as a result file): statuses, reasons and
+evidence, which asv's numbers cannot hold. ``attnbench releases`` gathers them into
+``results/releases/releases.csv``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from attnbench.releases import matrix
+
+VERSION = "1"  # the benchmarks' explicit asv version
+
+
+def impl_names() -> list[str]:
+    """Every jax and torch kernel (params must not differ between environments)."""
+    import attention_impls
+
+    return [n for n in attention_impls.names() if attention_impls.get(n).framework in ("jax", "torch")]
+
+
+def cells_path(context: dict) -> str:
+    return os.path.join(
+        context["results_dir"], context["machine"], "cells", f"{context['commit'][:8]}-{context['env']}.cells"
+    )
+
+
+def file_cells(rows: dict) -> str | None:
+    """Merge ``rows`` into this environment's cells file (atomically); ``None`` outside asv."""
+    from attnbench.asv_suite import asv_context
+    from attnbench.atomic import atomic_write_text
+
+    context = asv_context()
+    if context is None:
+        return None
+    path = cells_path(context)
+    merged = read_cells(path)
+    merged.update(
+        {k: {**row, "env_name": context["env"], "commit": context["commit"]} for k, row in rows.items()}
+    )
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_write_text(path, json.dumps(merged, indent=1, sort_keys=True, default=str))
+    return path
+
+
+def read_cells(path: str) -> dict:
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def measure_cells() -> dict:
+    """``Releases.setup_cache``: this environment's CPU cells, filed."""
+    from attnbench.releases.cell import run_cells
+
+    rows = run_cells()
+    file_cells(rows)
+    return rows
+
+
+def tpu_key(target: str, impl: str, seq_len: int) -> str:
+    return f"{target}|{impl}|{seq_len}"
+
+
+def compile_tpu_cells() -> dict:
+    """``ReleasesTPU.setup_cache``: the TPU compiles of this environment's libtpu (``matrix.TPU_*``);
+    every case ``{"skip": reason}`` where it has none. Filed with the CPU cells."""
+    from attnbench.compiled_for.suite import compile_grid, key
+
+    records = compile_grid(
+        list(matrix.TPU_TARGETS), list(matrix.TPU_IMPLS), list(matrix.TPU_SEQS), ["fwd"], ["bfloat16"]
+    )
+    out = {}
+    for t in matrix.TPU_TARGETS:
+        for i in matrix.TPU_IMPLS:
+            for s in matrix.TPU_SEQS:
+                record, k = records[key(t, i, s, "fwd", "bfloat16")], tpu_key(t, i, s)
+                out[k] = record if "skip" in record else tpu_row(k, record)
+    compiled = {k: row for k, row in out.items() if "skip" not in row}
+    if compiled:
+        file_cells(compiled)
+    return out
+
+
+def tpu_row(k: str, record: dict) -> dict:
+    """A compiled-for record as a release-matrix row."""
+    from attnbench.compiled_for import classify
+    from attnbench.releases.cell import versions
+
+    target, impl, seq = k.split("|")
+    status = {
+        classify.OK: matrix.OK,
+        classify.UNSUPPORTED: matrix.UNSUPPORTED,
+        classify.DOES_NOT_FIT: matrix.DOES_NOT_FIT,
+    }.get(record.get("status"))
+    if status is None:  # refused by Mosaic, timed out, or raised
+        status = matrix.classify_text("compile", record.get("reason"))
+    fits = record.get("fits")
+    row = {
+        "impl": impl,
+        "framework": "jax",
+        "target": target,
+        "workload": "causal-tpu",
+        "seq_len": int(seq),
+        "status": status,
+        "stage": "compile" if status in matrix.BROKEN else None,
+        "reason": record.get("reason") or (None if fits is not False else "does not fit in HBM"),
+        "label": record.get("label"),
+        "execution": record.get("execution"),
+        "kernel_evidence": record.get("kernel_evidence"),
+        "custom_calls": record.get("custom_calls"),
+        "peak_bytes": record.get("peak_bytes"),
+        "temp_bytes": record.get("temp_bytes"),
+        "inserted_copy_bytes": record.get("inserted_copy_bytes"),
+        **versions(),
+    }
+    if record.get("libtpu"):
+        row["libtpu"] = record["libtpu"]
+    return row
+
+
+def cell_for(cache: dict, k: str) -> dict:
+    """The cell, for a benchmark's ``setup``: n/a (``NotImplementedError``) where it does not run in
+    this environment or the kernel refuses it; a failed benchmark (``RuntimeError``) where it broke."""
+    row = cache.get(k)
+    if row is None:
+        raise NotImplementedError(f"{k}: not a cell of this environment")
+    if "skip" in row:
+        raise NotImplementedError(row["skip"])
+    status = row.get("status")
+    if status == matrix.UNSUPPORTED:
+        raise NotImplementedError(row.get("reason") or "unsupported")
+    if status in matrix.BROKEN:
+        raise RuntimeError(f"{status}: {row.get('reason')}")
+    return row
+
+
+def number(row: dict, column: str) -> float:
+    value = row.get(column)
+    return float("nan") if value is None else float(value)

@@ -1,0 +1,113 @@
+"""The release matrix as a table: built from the filed cells, read back, drawn as a kernel x release
+grid (status, and step time relative to the newest release). Reading never writes."""
+
+from __future__ import annotations
+
+import io
+
+from attnbench.releases import matrix
+
+GRID_INDEX = ["framework", "target", "impl", "workload", "seq_len"]
+
+
+def release_of(row: dict) -> str | None:
+    """The release a row belongs to: its framework's version in that environment."""
+    return row.get(row.get("framework") or "jax")
+
+
+def matrix_frame(rows: list[dict]):
+    """``matrix.COLUMNS`` frame of cell rows, with each row's release, its date, and its step time
+    relative to the same cell at the newest release of its framework that measured it."""
+    import pandas as pd
+
+    dates = {(r.framework, r.version): r.date for r in matrix.RELEASES}
+    frame = pd.DataFrame(rows)
+    for column in matrix.COLUMNS:
+        if column not in frame:
+            frame[column] = None
+    frame["release"] = [release_of(r) for r in frame.to_dict("records")]
+    frame["release_date"] = [
+        dates.get((f, v)) for f, v in zip(frame["framework"], frame["release"], strict=True)
+    ]
+    frame["relative_to_newest"] = relative_to_newest(frame)
+    order = frame["release"].map(lambda v: matrix.version_key(str(v)))
+    frame = frame.assign(_order=order).sort_values(
+        ["framework", "target", "impl", "workload", "seq_len", "_order"]
+    )
+    return frame[matrix.COLUMNS].reset_index(drop=True)
+
+
+def relative_to_newest(frame):
+    """Per row: its seconds per step over the newest release's of the same cell (None where either
+    has no time: a broken cell, a TPU compile)."""
+    import pandas as pd
+
+    seconds = pd.to_numeric(frame["seconds_per_step"], errors="coerce")
+    out = []
+    keys = [tuple(v) for v in frame[GRID_INDEX].astype(str).itertuples(index=False)]
+    newest = {}
+    for k, release, s in zip(keys, frame["release"], seconds, strict=True):
+        if s == s and (
+            k not in newest or matrix.version_key(str(release)) > matrix.version_key(str(newest[k][0]))
+        ):
+            newest[k] = (release, s)
+    for k, s in zip(keys, seconds, strict=True):
+        base = newest.get(k)
+        out.append(None if base is None or s != s or not base[1] else round(float(s) / base[1], 3))
+    return out
+
+
+def write_table(frame, path: str) -> None:
+    from attnbench.atomic import atomic_write_text
+
+    buffer = io.StringIO()
+    frame.to_csv(buffer, index=False)
+    atomic_write_text(path, buffer.getvalue())
+
+
+def load_table(path: str):
+    import pandas as pd
+
+    frame = pd.read_csv(path, dtype={"release": str, "jax": str, "jaxlib": str, "libtpu": str, "torch": str})
+    missing = [c for c in ("framework", "release", "impl", "status") if c not in frame]
+    if missing:
+        raise ValueError(f"{path} is not a release-matrix table: no column {', '.join(missing)}")
+    return frame
+
+
+def cell_text(status: str, relative) -> str:
+    if status == matrix.OK:
+        return "ok" if relative != relative or relative is None else f"ok {relative:.2f}x"
+    return str(status)
+
+
+def grid(frame):
+    """Kernel (x target x workload x length) rows by release columns: each cell ``ok 1.04x``, or
+    its status."""
+    import pandas as pd
+
+    text = [cell_text(s, r) for s, r in zip(frame["status"], frame["relative_to_newest"], strict=True)]
+    table = frame.assign(cell=text, seq_len=frame["seq_len"].astype("Int64"))
+    out = table.pivot_table(index=GRID_INDEX, columns="release", values="cell", aggfunc="first")
+    columns = sorted(out.columns, key=lambda v: matrix.version_key(str(v)))
+    return out[columns].fillna("-") if len(out) else pd.DataFrame()
+
+
+def broken(frame) -> list[dict]:
+    """Each cell that broke in some release: kernel, where, release, status, reason."""
+    bad = frame[frame["status"].isin(matrix.BROKEN)]
+    return bad[["framework", "impl", "target", "workload", "release", "status", "reason", "line"]].to_dict(
+        "records"
+    )
+
+
+def grid_markdown(frame) -> str:
+    lines = []
+    for framework in sorted(frame["framework"].dropna().unique()):
+        part = grid(frame[frame["framework"] == framework])
+        if part.empty:
+            continue
+        lines.append(f"### {framework}\n")
+        lines.append(part.reset_index().to_markdown(index=False))
+        lines.append("")
+    return "\n".join(lines)

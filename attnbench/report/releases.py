@@ -1,0 +1,114 @@
+"""The report's section "Fragility across releases": the committed release matrix, read only.
+
+``releases_part(results_dir, out_dir)``: the template context of ``templates/releases.j2`` (a kernel x
+release grid per framework and target, the cells that broke with their reasons) and its PNG
+(``releases.png``: status as colour, step time relative to the newest release as text), written
+beside the report; ``None`` when ``results/releases/releases.csv`` does not exist.
+"""
+
+from __future__ import annotations
+
+import os
+
+from attnbench.releases import matrix
+
+TABLE = os.path.join("releases", "releases.csv")
+# Status colours: green ok, grey refused here, amber does not fit, red every kind of breakage.
+COLOURS = {
+    matrix.OK: "#4caf50",
+    matrix.UNSUPPORTED: "#d0d0d0",
+    matrix.DOES_NOT_FIT: "#ffb74d",
+    matrix.API_CHANGED: "#e53935",
+    matrix.COMPILE_FAILED: "#c62828",
+    matrix.NUMERICS_FAILED: "#ad1457",
+    matrix.RUNTIME_ERROR: "#6a1b9a",
+}
+MISSING = "#ffffff"
+
+
+def releases_part(results_dir: str, out_dir: str) -> dict | None:
+    from attnbench.releases.table import broken, grid, load_table
+    from attnbench.report.render import Table
+
+    path = os.path.join(results_dir, TABLE)
+    if not os.path.exists(path):
+        return None
+    frame = load_table(path)
+    grids = []
+    for (framework, target), part in frame.groupby(["framework", "target"], sort=True):
+        table = grid(part)
+        if not table.empty:
+            grids.append({"name": f"{framework} on {target}", "table": Table.of(table.reset_index())})
+    from attnbench.atomic import atomic_write_bytes
+
+    png = grid_png(frame)
+    atomic_write_bytes(os.path.join(out_dir, "releases.png"), png)
+    bad = broken(frame)
+    return {
+        "path": path,
+        "grids": grids,
+        "broken": Table.of(bad),
+        "n_broken": len(bad),
+        "releases": sorted({f"{fw} {v}" for fw, v in zip(frame["framework"], frame["release"], strict=True)}),
+        "images": {"releases.png": png},
+        "plots": {"releases.png": os.path.join(out_dir, "releases.png")},
+    }
+
+
+def grid_png(frame) -> bytes:
+    """Kernel rows x release columns per framework: status as colour, ``1.04x`` where it ran."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    from attnbench.releases.table import GRID_INDEX
+
+    frameworks = sorted(frame["framework"].dropna().unique())
+    sizes = []
+    for fw in frameworks:
+        part = frame[frame["framework"] == fw]
+        sizes.append((part[GRID_INDEX].drop_duplicates().shape[0], part["release"].nunique()))
+    fig, axes = plt.subplots(
+        len(frameworks),
+        1,
+        squeeze=False,
+        figsize=(9, 1.2 + 0.28 * sum(r for r, _ in sizes) + 0.6 * len(frameworks)),
+        gridspec_kw={"height_ratios": [max(r, 1) for r, _ in sizes]},
+    )
+    for ax, fw in zip(axes[:, 0], frameworks, strict=True):
+        part = frame[frame["framework"] == fw]
+        rows = part[GRID_INDEX].drop_duplicates().sort_values(GRID_INDEX)
+        releases = sorted(part["release"].astype(str).unique(), key=matrix.version_key)
+        labels = [
+            f"{r.impl} · {r.workload if r.target == 'cpu' else f'{r.target} {int(r.seq_len) // 1024}k'}"
+            for r in rows.itertuples()
+        ]
+        index = {tuple(str(v) for v in r): i for i, r in enumerate(rows.itertuples(index=False))}
+        for record in part.to_dict("records"):
+            i = index[tuple(str(record[c]) for c in GRID_INDEX)]
+            j = releases.index(str(record["release"]))
+            ax.add_patch(plt.Rectangle((j, i), 1, 1, color=COLOURS.get(record["status"], MISSING)))
+            rel = record.get("relative_to_newest")
+            if record["status"] == matrix.OK and rel == rel and rel is not None:
+                ax.text(j + 0.5, i + 0.5, f"{rel:.2f}x", ha="center", va="center", fontsize=7)
+        ax.set_xlim(0, len(releases))
+        ax.set_ylim(len(rows), 0)
+        ax.set_xticks([j + 0.5 for j in range(len(releases))], [f"{fw} {r}" for r in releases], fontsize=8)
+        ax.set_yticks([i + 0.5 for i in range(len(rows))], labels, fontsize=7)
+        ax.tick_params(length=0)
+    handles = [Patch(color=c, label=s) for s, c in COLOURS.items() if (frame["status"] == s).any()]
+    fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 4), fontsize=7, frameon=False)
+    fig.suptitle(
+        "Release matrix: status per release; text: step time relative to the newest release",
+        fontsize=9,
+        y=0.995,
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return buffer.getvalue()

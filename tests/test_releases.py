@@ -1,0 +1,193 @@
+"""The release matrix (attnbench/releases/): statuses, the table, the asv config, one real cell."""
+
+import json
+import os
+import re
+
+import pytest
+
+from attnbench.releases import matrix
+from tests.conftest import FRAMEWORKS
+
+needs_jax = pytest.mark.skipif("jax" not in FRAMEWORKS, reason="jax runs in the main venv")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _config():
+    with open(os.path.join(ROOT, "asv.releases.conf.json")) as f:
+        text = "\n".join(line for line in f if not line.lstrip().startswith("//"))
+    return json.loads(text)
+
+
+def test_asv_matrix_is_the_release_list_with_the_libtpu_each_jax_tpu_pins():
+    config = _config()
+    entries = [e["req"] for e in config["include"]]
+    assert [e["jax"] for e in entries] == [r.version for r in matrix.JAX_RELEASES]
+    assert all(e["jaxlib"] == e["jax"] for e in entries)
+    assert [e.get("libtpu") for e in entries] == [r.libtpu for r in matrix.JAX_RELEASES]
+    assert sum(r.libtpu is not None for r in matrix.JAX_RELEASES) >= 3  # the issue's three libtpu releases
+    assert config["results_dir"] == "results/releases/asv" and config["env_dir"].startswith(".asv/")
+    assert len(matrix.JAX_RELEASES) >= 5 and matrix.newest("jax").version == "0.10.2"
+
+
+def test_releases_span_about_18_months_one_per_minor_series():
+    dates = sorted(r.date for r in matrix.JAX_RELEASES)
+    assert dates[0] <= "2025-06-30" and dates[-1] >= "2026-06-01"
+    minors = [r.version.rsplit(".", 1)[0] for r in matrix.JAX_RELEASES]
+    assert len(set(minors)) == len(minors)
+
+
+@pytest.mark.parametrize(
+    "stage,exc,status",
+    [
+        ("import", ImportError("cannot import name 'splash_attention'"), matrix.API_CHANGED),
+        ("compile", AttributeError("module 'jax' has no attribute 'typeof'"), matrix.API_CHANGED),
+        (
+            "compile",
+            TypeError("flash_attention() got an unexpected keyword argument 'segment_ids'"),
+            matrix.API_CHANGED,
+        ),
+        ("compile", TypeError("unsupported operand type(s) for +: 'int' and 'str'"), matrix.COMPILE_FAILED),
+        ("compile", ValueError("Mosaic lowering failed"), matrix.COMPILE_FAILED),
+        ("run", RuntimeError("INTERNAL: XLA crashed"), matrix.RUNTIME_ERROR),
+    ],
+)
+def test_the_failing_stage_and_the_exception_decide_the_status(stage, exc, status):
+    assert matrix.classify(stage, exc) == status
+    assert matrix.classify_text(stage, matrix.first_line(exc)) == status
+
+
+def test_an_unknown_stage_is_refused_by_name():
+    with pytest.raises(ValueError, match="stage must be one of"):
+        matrix.classify("lowering", RuntimeError("x"))
+
+
+def _row(release, impl="jax-xla", status=matrix.OK, seconds=0.01, framework="jax", target="cpu"):
+    return {
+        "framework": framework,
+        framework: release,
+        "impl": impl,
+        "workload": "causal-256",
+        "seq_len": 256,
+        "target": target,
+        "status": status,
+        "seconds_per_step": seconds if status == matrix.OK else None,
+        "reason": None if status == matrix.OK else "ImportError: gone",
+    }
+
+
+def test_the_table_gives_each_step_time_relative_to_the_newest_release_and_the_grid_shows_it():
+    from attnbench.releases.table import broken, grid, matrix_frame
+
+    frame = matrix_frame(
+        [
+            _row("0.10.2", seconds=0.010),
+            _row("0.6.2", seconds=0.015),
+            _row("0.9.2", status=matrix.API_CHANGED),
+            _row("2.13.0", impl="torch-sdpa-math", framework="torch", seconds=0.02),
+            _row("2.9.0", impl="torch-sdpa-math", framework="torch", seconds=0.01),
+        ]
+    )
+    assert list(frame.columns) == matrix.COLUMNS
+    by = {(r["impl"], r["release"]): r for r in frame.to_dict("records")}
+    assert by[("jax-xla", "0.6.2")]["relative_to_newest"] == pytest.approx(1.5)
+    assert by[("jax-xla", "0.10.2")]["relative_to_newest"] == 1.0
+    assert by[("jax-xla", "0.6.2")]["release_date"] == "2025-06-17"
+    assert by[("torch-sdpa-math", "2.9.0")]["relative_to_newest"] == pytest.approx(0.5)  # 2.13.0 is newest
+    table = grid(frame[frame["framework"] == "jax"])
+    assert list(table.columns) == ["0.6.2", "0.9.2", "0.10.2"]  # release order, not string order
+    assert table.iloc[0].tolist() == ["ok 1.50x", "api-changed", "ok 1.00x"]
+    assert [(b["impl"], b["release"], b["status"]) for b in broken(frame)] == [
+        ("jax-xla", "0.9.2", "api-changed")
+    ]
+
+
+def test_the_table_is_written_atomically_and_read_back_unchanged(tmp_path):
+    from attnbench.releases.table import load_table, matrix_frame, write_table
+
+    path = tmp_path / "releases.csv"
+    write_table(matrix_frame([_row("0.10.2"), _row("0.8.2", seconds=0.02)]), str(path))
+    before = path.read_bytes()
+    frame = load_table(str(path))
+    assert path.read_bytes() == before and list(frame["release"]) == ["0.8.2", "0.10.2"]
+    assert not [p for p in os.listdir(tmp_path) if p != "releases.csv"]  # no temporary left behind
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="not a release-matrix table"):
+        load_table(str(tmp_path / "other.csv"))
+
+
+def test_a_broken_cell_fails_its_benchmark_and_a_refused_one_is_na():
+    from attnbench.releases.suite import cell_for
+
+    cache = {
+        "a": {"status": matrix.API_CHANGED, "reason": "ImportError: x"},
+        "b": {"status": matrix.UNSUPPORTED, "reason": "needs an NVIDIA GPU"},
+        "c": {"status": matrix.OK, "seconds_per_step": 0.1},
+        "d": {"skip": "no libtpu here"},
+    }
+    with pytest.raises(RuntimeError, match="api-changed: ImportError"):
+        cell_for(cache, "a")
+    with pytest.raises(NotImplementedError, match="NVIDIA"):
+        cell_for(cache, "b")
+    with pytest.raises(NotImplementedError, match="libtpu"):
+        cell_for(cache, "d")
+    with pytest.raises(NotImplementedError, match="not a cell"):
+        cell_for(cache, "e")
+    assert cell_for(cache, "c")["seconds_per_step"] == 0.1
+
+
+def test_the_matrix_refuses_to_build_on_a_full_disk(tmp_path):
+    from attnbench.releases.run import free_disk_problem
+
+    assert free_disk_problem(str(tmp_path), need_gb=0.0) is None
+    problem = free_disk_problem(str(tmp_path), need_gb=1e9)
+    assert problem and re.search(r"GB free under .* needs about", problem)
+
+
+def test_collect_without_cells_names_the_command(tmp_path):
+    from attnbench.releases.run import collect
+
+    with pytest.raises(ValueError, match="make releases"):
+        collect("0123456789abcdef", root=str(tmp_path), out=str(tmp_path / "t.csv"))
+    assert not (tmp_path / "t.csv").exists()
+
+
+@needs_jax
+def test_a_real_cell_runs_every_stage_and_names_its_kernel():
+    from attnbench.releases.cell import run_cell
+
+    row = run_cell("jax-xla", "causal-256")
+    assert row["status"] == matrix.OK and row["seconds_per_step"] > 0 and row["max_abs_err"] < 1e-3
+    assert "custom-call" in row["kernel_evidence"] and row["jax"] and row["jaxlib"]
+    gqa = run_cell("jax-xla-chunked", "mistral-7b-prefill-128")
+    assert gqa["status"] == matrix.OK, gqa["reason"]
+
+
+@needs_jax
+def test_a_cell_says_which_stage_broke_and_through_which_line(monkeypatch):
+    import attention_impls
+    from attnbench.releases.cell import run_cell
+
+    impl = attention_impls.get("jax-xla")
+    monkeypatch.setattr(type(impl), "requires_modules", ("jax.experimental.no_such_module",))
+    moved = run_cell("jax-xla", "causal-256")
+    assert moved["status"] == matrix.API_CHANGED and moved["stage"] == "import"
+    assert "no_such_module" in moved["reason"]
+    monkeypatch.setattr(type(impl), "requires_modules", ())
+
+    def bad_signature(*args, **kwargs):
+        raise TypeError("dot_product_attention() got an unexpected keyword argument 'local_window_size'")
+
+    monkeypatch.setattr(type(impl), "make_step", bad_signature)
+    changed = run_cell("jax-xla", "causal-256")
+    assert changed["status"] == matrix.API_CHANGED and changed["stage"] == "compile"
+    assert changed["line"].startswith("tests/test_releases.py:")
+
+
+@needs_jax
+def test_a_kernel_of_another_platform_is_unsupported_with_its_reason():
+    from attnbench.releases.cell import run_cell
+
+    row = run_cell("jax-cudnn", "causal-256")
+    assert row["status"] == matrix.UNSUPPORTED and row["reason"]
