@@ -64,11 +64,12 @@ SUITES = {
     # rounds: timing windows of every static case (not of interpreted kernels), each in its own
     # process, spread over the run; the figure is the median of their medians (stats.py: between-
     # process noise dominates here, so the budget goes to more short rounds, each of round_seconds,
-    # rather than longer windows). 6, not 7: the interval over 6 medians still covers 96.9% (their
-    # range), and the seventh round's ~28 s took make bench past 10 minutes (README, "Measured here").
+    # rather than longer windows). 4: the interval over 4 medians (their range) covers 87.5% (6
+    # covered 96.9%); the Models class's 22 cases made each round ~40 s here, and 6 rounds took make
+    # bench to 11 min 21 s (README, "Measured here"; full keeps 9).
     "default": {"forward_seqs": (256, 1024), "training_seqs": (512,), "dtypes": ("float32",),
                 "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 0.2,
-                "max_interpret_seq": 256, "max_reference_seq": 256, "regime_seqs": (1024,), "rounds": 6,
+                "max_interpret_seq": 256, "max_reference_seq": 256, "regime_seqs": (1024,), "rounds": 4,
                 "round_seconds": 0.1, "model_presets": DEFAULT_PRESETS, "preset_size": "default",
                 "preset_interpret": False, "preset_reference": False, "fresh_process": False,
                 "static_first": True, "model_phases": ("prefill", "decode"),
