@@ -85,7 +85,7 @@ def test_the_table_gives_each_step_time_relative_to_the_newest_release_and_the_g
             _row("0.10.2", seconds=0.010),
             _row("0.6.2", seconds=0.015),
             _row("0.9.2", status=matrix.API_CHANGED),
-            _row("2.13.0", impl="torch-sdpa-math", framework="torch", seconds=0.02),
+            _row("2.13.0+cpu", impl="torch-sdpa-math", framework="torch", seconds=0.02),
             _row("2.9.0", impl="torch-sdpa-math", framework="torch", seconds=0.01),
         ]
     )
@@ -95,6 +95,7 @@ def test_the_table_gives_each_step_time_relative_to_the_newest_release_and_the_g
     assert by[("jax-xla", "0.10.2")]["relative_to_newest"] == 1.0
     assert by[("jax-xla", "0.6.2")]["release_date"] == "2025-06-17"
     assert by[("torch-sdpa-math", "2.9.0")]["relative_to_newest"] == pytest.approx(0.5)  # 2.13.0 is newest
+    assert by[("torch-sdpa-math", "2.13.0")]["release_date"] == "2026-07-08"  # "+cpu": a build tag
     table = grid(frame[frame["framework"] == "jax"])
     assert list(table.columns) == ["0.6.2", "0.9.2", "0.10.2"]  # release order, not string order
     assert table.iloc[0].tolist() == ["ok 1.50x", "api-changed", "ok 1.00x"]

@@ -77,18 +77,32 @@ def bisect_max_length(is_feasible: Callable[[int], bool], block: int, hi: int) -
     return lo_units * block, tried
 
 
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 @contextlib.contextmanager
 def _session(worker, total: int, progress: bool, desc: str):
     """``(worker, bar)`` for one sweep: the caller's worker or a new one (closed afterwards), and a
-    progress bar (tqdm, switched off when ``progress`` is false) closed whatever happens."""
-    from tqdm import tqdm
-
+    progress bar (tqdm; none when ``progress`` is false, so that an environment without tqdm, a
+    release matrix's, compiles too) closed whatever happens."""
     from attnbench.compiled_for.worker import CompileWorker
 
     own = worker is None
     worker = worker or CompileWorker()
-    bar = tqdm(total=total, desc=desc, unit="compile", file=sys.stderr, dynamic_ncols=True,
-               disable=not progress)
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc=desc, unit="compile", file=sys.stderr, dynamic_ncols=True)
+    else:
+        bar = _NoBar()
     try:
         yield worker, bar
     finally:

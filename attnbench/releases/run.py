@@ -104,26 +104,28 @@ def run_matrix(machine: str, *, torch: bool = True, asv_args: list[str] | None =
         )
 
 
-def filed_cells(commit: str, root: str = ASV_RESULTS) -> list[dict]:
-    """Every environment's cells of ``commit`` (read only)."""
+def filed_cells(commits: list[str], root: str = ASV_RESULTS) -> list[dict]:
+    """Every environment's cells of ``commits`` (read only; an environment filed under several of
+    them keeps the last commit's)."""
     import json
 
-    rows = []
-    for path in sorted(glob.glob(os.path.join(root, "*", "cells", f"{commit[:8]}-*.cells"))):
-        with open(path) as f:
-            rows.extend(json.load(f).values())
-    return rows
+    by_env = {}
+    for commit in commits:
+        for path in sorted(glob.glob(os.path.join(root, "*", "cells", f"{commit[:8]}-*.cells"))):
+            with open(path) as f:
+                by_env[os.path.basename(path)[9:]] = list(json.load(f).values())
+    return [row for rows in by_env.values() for row in rows]
 
 
-def collect(commit: str, root: str = ASV_RESULTS, out: str = TABLE) -> str:
-    """Step 4's table from the filed cells of ``commit``."""
+def collect(commits, root: str = ASV_RESULTS, out: str = TABLE) -> str:
+    """Step 4's table from the filed cells of ``commits`` (one commit or several)."""
     from attnbench.releases.table import matrix_frame, write_table
 
-    rows = filed_cells(commit, root)
+    commits = [commits] if isinstance(commits, str) else list(commits)
+    rows = filed_cells(commits, root)
     if not rows:
-        raise ValueError(
-            f"no release-matrix cells of commit {commit[:8]} under {root}: run `make releases` first"
-        )
+        short = ", ".join(c[:8] for c in commits)
+        raise ValueError(f"no release-matrix cells of commit {short} under {root}: run `make releases` first")
     write_table(matrix_frame(rows), out)
     return out
 
@@ -135,8 +137,7 @@ def main(args) -> int:
             print(f"attnbench releases: {problem}", file=sys.stderr)
             return 2
         run_matrix(args.machine or _machine_name(), torch=not args.no_torch, asv_args=args.asv_arg)
-    commit = args.commit or head_commit()
-    path = collect(commit)
+    path = collect(args.commit or [head_commit()])
     print(f"release matrix: {path}")
     if not args.collect_only:
         _asv("publish", "--config", CONFIG)
@@ -163,7 +164,8 @@ def add_parser(sub) -> None:
         action="store_true",
         help="only rewrite the table from the cells already filed for the commit",
     )
-    p.add_argument("--commit", help="the commit whose cells to gather (default HEAD)")
+    p.add_argument("--commit", nargs="+",
+                   help="the commits whose cells to gather (default HEAD; a later one wins per environment)")
     p.add_argument("--machine", help="asv machine name (default: attnbench machine-name)")
     p.add_argument("--no-torch", action="store_true", help="the jax releases only")
     p.add_argument(

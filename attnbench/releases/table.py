@@ -11,8 +11,10 @@ GRID_INDEX = ["framework", "target", "impl", "workload", "seq_len"]
 
 
 def release_of(row: dict) -> str | None:
-    """The release a row belongs to: its framework's version in that environment."""
-    return row.get(row.get("framework") or "jax")
+    """The release a row belongs to: its framework's version in that environment, without a local
+    build tag (torch's ``2.13.0+cpu`` is release 2.13.0)."""
+    version = row.get(row.get("framework") or "jax")
+    return None if version is None or version != version else str(version).split("+")[0]
 
 
 def matrix_frame(rows: list[dict]):
