@@ -192,3 +192,27 @@ def test_a_kernel_of_another_platform_is_unsupported_with_its_reason():
 
     row = run_cell("jax-cudnn", "causal-256")
     assert row["status"] == matrix.UNSUPPORTED and row["reason"]
+
+
+def test_a_tpu_compile_whose_kernel_does_not_import_is_an_api_change_not_a_refusal():
+    from attnbench.releases.suite import tpu_row
+
+    moved = tpu_row(
+        "tpu-v5e|jax-pallas-tpu-splash|4096",
+        {
+            "status": "unsupported",
+            "reason": "jax.experimental.pallas.ops.tpu.splash_attention does not "
+            "import in jax 0.9.2: ModuleNotFoundError: No module named 'absl'",
+        },
+    )
+    assert moved["status"] == matrix.API_CHANGED and moved["seq_len"] == 4096 and moved["target"] == "tpu-v5e"
+    refused = tpu_row(
+        "tpu-v5e|jax-cudnn|4096", {"status": "unsupported", "reason": "cuDNN needs an NVIDIA GPU"}
+    )
+    assert refused["status"] == matrix.UNSUPPORTED
+    full = tpu_row("tpu-v5e|jax-xla|32768", {"status": "does-not-fit", "reason": "RESOURCE_EXHAUSTED: HBM"})
+    assert full["status"] == matrix.DOES_NOT_FIT
+    mosaic = tpu_row(
+        "tpu-v5e|jax-pallas-tpu-flash|4096", {"status": "kernel-refused", "reason": "MosaicError: x"}
+    )
+    assert mosaic["status"] == matrix.COMPILE_FAILED and mosaic["stage"] == "compile"

@@ -41,16 +41,27 @@ def versions() -> dict:
 
 
 def _project_line(exc: BaseException) -> str | None:
-    """``path:line: code`` of the innermost frame of this project's code the exception came through."""
-    frames = [
-        f
-        for f in traceback.extract_tb(exc.__traceback__)
-        if os.path.abspath(f.filename).startswith(_CHECKOUT)
-    ]
+    """``path:line: code`` of the innermost frame of this project's code (the ``attnbench`` and
+    ``attention_impls`` packages, installed or not, and the checkout outside any site-packages) the
+    exception came through."""
+    import attention_impls
+    import attnbench
+
+    packages = [os.path.dirname(os.path.abspath(m.__file__)) for m in (attnbench, attention_impls)]
+
+    def ours(path: str) -> bool:
+        path = os.path.abspath(path)
+        if any(path.startswith(p + os.sep) for p in packages):
+            return True
+        return path.startswith(_CHECKOUT + os.sep) and f"{os.sep}site-packages{os.sep}" not in path
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if ours(f.filename)]
     if not frames:
         return None
     frame = frames[-1]
-    return f"{os.path.relpath(frame.filename, _CHECKOUT)}:{frame.lineno}: {(frame.line or '').strip()}"
+    path = os.path.abspath(frame.filename)
+    base = next((os.path.dirname(p) for p in packages if path.startswith(p + os.sep)), _CHECKOUT)
+    return f"{os.path.relpath(path, base)}:{frame.lineno}: {(frame.line or '').strip()}"
 
 
 def run_cell(impl_name: str, workload_name: str) -> dict:

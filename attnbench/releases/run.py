@@ -164,8 +164,11 @@ def add_parser(sub) -> None:
         action="store_true",
         help="only rewrite the table from the cells already filed for the commit",
     )
-    p.add_argument("--commit", nargs="+",
-                   help="the commits whose cells to gather (default HEAD; a later one wins per environment)")
+    p.add_argument(
+        "--commit",
+        nargs="+",
+        help="the commits whose cells to gather (default HEAD; a later one wins per environment)",
+    )
     p.add_argument("--machine", help="asv machine name (default: attnbench machine-name)")
     p.add_argument("--no-torch", action="store_true", help="the jax releases only")
     p.add_argument(

@@ -101,6 +101,8 @@ def tpu_row(k: str, record: dict) -> dict:
         classify.UNSUPPORTED: matrix.UNSUPPORTED,
         classify.DOES_NOT_FIT: matrix.DOES_NOT_FIT,
     }.get(record.get("status"))
+    if status == matrix.UNSUPPORTED and "does not import in" in (record.get("reason") or ""):
+        status = matrix.API_CHANGED  # the support check's import failed: the release moved, not the kernel
     if status is None:  # refused by Mosaic, timed out, or raised
         status = matrix.classify_text("compile", record.get("reason"))
     fits = record.get("fits")
