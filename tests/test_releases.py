@@ -216,3 +216,20 @@ def test_a_tpu_compile_whose_kernel_does_not_import_is_an_api_change_not_a_refus
         "tpu-v5e|jax-pallas-tpu-flash|4096", {"status": "kernel-refused", "reason": "MosaicError: x"}
     )
     assert mosaic["status"] == matrix.COMPILE_FAILED and mosaic["stage"] == "compile"
+
+
+def test_the_report_section_draws_the_grid_and_lists_what_broke(tmp_path):
+    from attnbench.releases.table import matrix_frame, write_table
+    from attnbench.report.releases import releases_part
+
+    results, out = tmp_path / "results", tmp_path / "out"
+    (results / "releases").mkdir(parents=True)
+    out.mkdir()
+    rows = [_row("0.10.2"), _row("0.9.2", status=matrix.API_CHANGED), _row("2.13.0", impl="torch-sdpa-math",
+                                                                          framework="torch")]
+    write_table(matrix_frame(rows), str(results / "releases" / "releases.csv"))
+    part = releases_part(str(results), str(out))
+    assert [g["name"] for g in part["grids"]] == ["jax on cpu", "torch on cpu"]
+    assert part["n_broken"] == 1 and part["releases"] == ["jax 0.10.2", "jax 0.9.2", "torch 2.13.0"]
+    assert (out / "releases.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert releases_part(str(tmp_path / "nothing"), str(out)) is None
