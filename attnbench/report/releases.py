@@ -49,10 +49,16 @@ def releases_part(results_dir: str, out_dir: str) -> dict | None:
         "grids": grids,
         "broken": Table.of(bad),
         "n_broken": len(bad),
-        "releases": sorted({f"{fw} {v}" for fw, v in zip(frame["framework"], frame["release"], strict=True)}),
+        "releases": release_names(frame),
         "images": {"releases.png": png},
         "plots": {"releases.png": os.path.join(out_dir, "releases.png")},
     }
+
+
+def release_names(frame) -> list[str]:
+    """``framework version`` of every release in the table, oldest first per framework."""
+    pairs = set(zip(frame["framework"], frame["release"].astype(str), strict=True))
+    return [f"{fw} {v}" for fw, v in sorted(pairs, key=lambda pair: (pair[0], matrix.version_key(pair[1])))]
 
 
 def grid_png(frame) -> bytes:
@@ -101,13 +107,10 @@ def grid_png(frame) -> bytes:
         ax.set_yticks([i + 0.5 for i in range(len(rows))], labels, fontsize=7)
         ax.tick_params(length=0)
     handles = [Patch(color=c, label=s) for s, c in COLOURS.items() if (frame["status"] == s).any()]
-    fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 4), fontsize=7, frameon=False)
-    fig.suptitle(
-        "Release matrix: status per release; text: step time relative to the newest release",
-        fontsize=9,
-        y=0.995,
-    )
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=7, frameon=False)
+    fig.suptitle("Release matrix: status per release; text: step time relative to the newest release",
+                 fontsize=9)
+    fig.tight_layout(rect=(0, 0.03, 1, 0.98))
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)
