@@ -225,11 +225,33 @@ def test_the_report_section_draws_the_grid_and_lists_what_broke(tmp_path):
     results, out = tmp_path / "results", tmp_path / "out"
     (results / "releases").mkdir(parents=True)
     out.mkdir()
-    rows = [_row("0.10.2"), _row("0.9.2", status=matrix.API_CHANGED), _row("2.13.0", impl="torch-sdpa-math",
-                                                                          framework="torch")]
+    rows = [
+        _row("0.10.2"),
+        _row("0.9.2", status=matrix.API_CHANGED),
+        _row("2.13.0", impl="torch-sdpa-math", framework="torch"),
+    ]
     write_table(matrix_frame(rows), str(results / "releases" / "releases.csv"))
     part = releases_part(str(results), str(out))
     assert [g["name"] for g in part["grids"]] == ["jax on cpu", "torch on cpu"]
     assert part["n_broken"] == 1 and part["releases"] == ["jax 0.9.2", "jax 0.10.2", "torch 2.13.0"]
     assert (out / "releases.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert releases_part(str(tmp_path / "nothing"), str(out)) is None
+
+
+def test_one_run_of_the_matrix_measures_one_commit_in_every_environment(monkeypatch, tmp_path):
+    from attnbench.releases import run
+
+    calls, heads = [], iter(["a" * 40, "b" * 40])  # a commit made meanwhile must not split the run
+    monkeypatch.setattr(run, "_asv", lambda *args, env=None: calls.append(args) or 0)
+    monkeypatch.setattr(run, "head_commit", lambda: next(heads))
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("")
+    monkeypatch.setattr(
+        run, "TORCH_VENVS", {"2.13.0": str(tmp_path / "venv"), "2.9.0": str(tmp_path / "none")}
+    )
+    assert run.run_matrix("cpu-2core") == "a" * 40
+    jax_run, torch_run = [c for c in calls if c[0] == "run"]
+    assert jax_run[-1] == "a" * 40 + "^!" and "^releases\\." in jax_run
+    assert torch_run[torch_run.index("--set-commit-hash") + 1] == "a" * 40
+    assert f"existing:{python}" in torch_run and len(calls) == 3  # machine, jax releases, one torch venv

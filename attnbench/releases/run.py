@@ -54,54 +54,25 @@ def head_commit() -> str:
     return subprocess.check_output(["git", "rev-parse", "HEAD"], text=True).strip()
 
 
-def run_matrix(machine: str, *, torch: bool = True, asv_args: list[str] | None = None) -> None:
-    """Steps 2 and 3. A failed benchmark (a cell that broke) makes asv exit non-zero: expected here."""
-    env = {
-        **os.environ,
-        "ATTNBENCH_MACHINE": machine,
-        "ATTNBENCH_RESULTS_DIR": os.path.abspath(ASV_RESULTS),
-        "JAX_PLATFORMS": "cpu",
-        "PJRT_DEVICE": "CPU",
-    }
-    _asv("machine", "--yes", "--machine", machine, "--config", CONFIG, env=env)
-    _asv(
-        "run",
-        "--config",
-        CONFIG,
-        "--machine",
-        machine,
-        "-b",
-        r"^releases\.",
-        *(asv_args or []),
-        "HEAD^!",
-        env=env,
-    )
-    if not torch:
-        return
+def run_matrix(machine: str, *, torch: bool = True, asv_args: list[str] | None = None) -> str:
+    """Steps 2 and 3; returns the commit measured (HEAD when it started: a commit made meanwhile
+    does not split the run). A failed benchmark (a cell that broke) makes asv exit non-zero:
+    expected here."""
+    env = {**os.environ, "ATTNBENCH_MACHINE": machine, "ATTNBENCH_RESULTS_DIR": os.path.abspath(ASV_RESULTS),
+           "JAX_PLATFORMS": "cpu", "PJRT_DEVICE": "CPU"}
     commit = head_commit()
-    for version, venv in TORCH_VENVS.items():
+    run = ["run", "--config", CONFIG, "--machine", machine]
+    _asv("machine", "--yes", "--machine", machine, "--config", CONFIG, env=env)
+    _asv(*run, "-b", r"^releases\.", *(asv_args or []), f"{commit}^!", env=env)
+    for version, venv in TORCH_VENVS.items() if torch else ():
         python = os.path.abspath(os.path.join(venv, "bin", "python"))
         if not os.path.exists(python):
-            print(
-                f"torch {version}: {venv} is not built here (make setup builds it); its cells are left out",
-                file=sys.stderr,
-            )
+            print(f"torch {version}: {venv} is not built here (make setup builds it); its cells are left out",
+                  file=sys.stderr)
             continue
-        _asv(
-            "run",
-            "--config",
-            CONFIG,
-            "--machine",
-            machine,
-            "-E",
-            f"existing:{python}",
-            "--set-commit-hash",
-            commit,
-            "-b",
-            r"^releases\.Releases\.",
-            *(asv_args or []),
-            env=env,
-        )
+        _asv(*run, "-E", f"existing:{python}", "--set-commit-hash", commit, "-b", r"^releases\.Releases\.",
+             *(asv_args or []), env=env)
+    return commit
 
 
 def filed_cells(commits: list[str], root: str = ASV_RESULTS) -> list[dict]:
@@ -131,13 +102,15 @@ def collect(commits, root: str = ASV_RESULTS, out: str = TABLE) -> str:
 
 
 def main(args) -> int:
+    commits = args.commit
     if not args.collect_only:
         problem = free_disk_problem()
         if problem:
             print(f"attnbench releases: {problem}", file=sys.stderr)
             return 2
-        run_matrix(args.machine or _machine_name(), torch=not args.no_torch, asv_args=args.asv_arg)
-    path = collect(args.commit or [head_commit()])
+        machine = args.machine or _machine_name()
+        commits = [run_matrix(machine, torch=not args.no_torch, asv_args=args.asv_arg)]
+    path = collect(commits or [head_commit()])
     print(f"release matrix: {path}")
     if not args.collect_only:
         _asv("publish", "--config", CONFIG)
