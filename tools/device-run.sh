@@ -100,7 +100,7 @@ ATTNBENCH_DEADLINE=$deadline ATTNBENCH_CASE_CACHE=$work/cases ATTNBENCH_MACHINE=
   ATTNBENCH_RESULTS_DIR=$work/results ATTNBENCH_COMMIT=$commit \
   ASV_PYTHONPATH=$PYTHONPATH timeout -k 10 "$asv_left" \
   "$py" -m asv run --config "$conf" --machine "$machine" -E "existing:$py" --set-commit-hash "$commit" \
-  ${DEVICE_ASV_ARGS:-}
+  ${DEVICE_ASV_ARGS:--b ^attention\.}  # the measured suite only: not the compiled-for tier or make releases' matrix
 echo "asv run: exit $? after $(( $(date +%s) - start )) s"
 
 say "what ran, and the evidence of which kernel"
