@@ -339,3 +339,19 @@ def test_each_virtualenv_gets_a_config_of_its_own_with_the_same_environment(tmp_
         config = json.loads(open(path).read())
         assert len(config["include"]) == 1 and config["results_dir"] == "results"
     assert asv_selection._user_selects(["-b", "Training"]) and not asv_selection._user_selects(["--quick"])
+
+
+def test_existing_environments_run_at_the_commit_with_their_own_selection(monkeypatch):
+    from attnbench import asv_selection
+
+    calls = []
+    monkeypatch.setattr(asv_selection.subprocess, "call", lambda command: calls.append(command) or 0)
+    monkeypatch.setattr(asv_selection, "existing_frameworks", lambda python: asv_selection.MAIN_FRAMEWORKS)
+    asv_selection.run("cpu-2core", ["/py/a"], "c" * 40, ["--show-stderr"])
+    [command] = calls
+    at = command.index("-E")
+    assert command[at:at + 4] == ["-E", "existing:/py/a", "--set-commit-hash", "c" * 40]
+    assert "--show-stderr" in command and command.count("-b") == 3  # Forward, Training, Models
+    calls.clear()
+    asv_selection.run("cpu-2core", ["/py/a"], "c" * 40, ["-b", "Training"])  # the user's own choice
+    assert calls[0].count("-b") == 1 and calls[0][-1] == "Training"

@@ -103,7 +103,8 @@ def test_make_in_existing_mode_uses_that_interpreter_and_never_builds_a_venv():
                           env=env, capture_output=True, text=True, timeout=60)
     assert plan.returncode == 0, plan.stderr
     assert f"{sys.executable} -m attnbench.environment check --need bench" in plan.stdout
-    assert "-E existing:$py --set-commit-hash" in plan.stdout and f"for py in {sys.executable}" in plan.stdout
+    assert "-m attnbench.asv_selection run --machine $machine" in plan.stdout  # one asv run per environment
+    assert f"--existing {sys.executable} --" in plan.stdout
     assert "-m venv" not in plan.stdout and "pip install" not in plan.stdout
 
 
