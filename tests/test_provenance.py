@@ -254,7 +254,8 @@ def test_asv_never_iterates_a_sidecar(tmp_path, monkeypatch):
     files = sorted(os.path.join(root, name) for root, name, _ in yielded)
     # the measured suite's result files, and the release matrix's (asv publish shows its series too)
     patterns = ("*/*.json", "releases/asv/*/*.json")
-    expected = sorted(str(p) for pattern in patterns for p in results.glob(pattern) if p.name != "machine.json")
+    expected = sorted(str(p) for pattern in patterns for p in results.glob(pattern)
+                      if p.name != "machine.json")
     assert files == expected
     assert not [f for f in files if "sidecar" in f or os.sep + "versions" + os.sep in f]
 
