@@ -27,6 +27,7 @@ import re
 import subprocess
 import sys
 
+from attnbench.atomic import atomic_write_text
 from attnbench.workload import Workload
 
 CONF = "asv.conf.json"
@@ -37,27 +38,20 @@ XLA_FRAMEWORKS = ("torch_xla",)
 def can_run(
     impl_name: str, workload: Workload, regime: str, frameworks: tuple[str, ...], settings: dict, accel: str
 ) -> bool:
-    """False only where the case is certainly n/a in an environment of ``frameworks`` on ``accel``."""
+    """False only where the case is certainly n/a in an environment of ``frameworks`` on ``accel``:
+    another framework's kernel, one the support table marks unsupported on a CPU-only host, or one
+    the suite size leaves out (``asv_suite.outside_suite``; a kernel counts as interpreted only on a
+    CPU-only host, where the support table says so without a device)."""
     import attention_impls
+    from attnbench.asv_suite import outside_suite
 
     impl = attention_impls.get(impl_name)
     if impl.framework not in frameworks:
         return False
-    regime_seqs, regime_dtypes = settings["regime_seqs"], settings.get("regime_dtypes")
-    if regime != "static" and (
-        (regime_seqs and workload.seq_q not in regime_seqs)
-        or (regime_dtypes and workload.dtype not in regime_dtypes)
-    ):
+    support = impl.platform_support["cpu"].status if accel == "cpu" else None
+    if support == "unsupported":
         return False
-    reference_limit = settings.get("max_reference_seq")
-    if impl.framework == "numpy" and reference_limit and workload.seq_q > reference_limit:
-        return False
-    if accel == "cpu":  # a CPU-only host: every framework's platform is the CPU
-        support = impl.platform_support["cpu"].status
-        limit = settings["max_interpret_seq"]
-        if support == "unsupported" or (support == "interpret-only" and limit and workload.seq_q > limit):
-            return False
-    return True
+    return outside_suite(impl, workload, regime, settings, interpreted=support == "interpret-only") is None
 
 
 def _asv_name(benchmark: str, params: tuple) -> str:
@@ -83,13 +77,12 @@ def selection(
 
 def env_configs(conf: str = CONF) -> list[tuple[str, tuple[str, ...]]]:
     """``[(config path, frameworks)]``: one config per ``include`` entry of ``conf``, written beside it."""
-    with open(conf) as f:
-        config = json.loads("\n".join(line for line in f if not line.lstrip().startswith("//")))
+    from asv.util import load_json  # asv's own reading of its config (JavaScript comments)
+
+    config = load_json(conf, js_comments=True)
     out = []
     for k, entry in enumerate(config["include"]):
         path = os.path.join(os.path.dirname(os.path.abspath(conf)), f".asv-env-{k}.conf.json")
-        from attnbench.atomic import atomic_write_text
-
         atomic_write_text(path, json.dumps({**config, "include": [entry]}, indent=1))
         out.append((path, XLA_FRAMEWORKS if "torch-xla" in entry.get("req", {}) else MAIN_FRAMEWORKS))
     return out
@@ -109,57 +102,41 @@ def _user_selects(asv_args: list[str]) -> bool:
     return any(a in ("-b", "--bench") or a.startswith(("-b", "--bench=")) for a in asv_args)
 
 
-def _bench_args(frameworks, asv_args) -> list[str]:
-    if _user_selects(asv_args):
-        return []
+def _measured_classes():
+    """``benchmarks/attention.py``'s measured classes, imported from the checkout (this process is
+    not asv's: no device is touched at import)."""
     sys.path.insert(0, os.getcwd())
-    spec = importlib.util.spec_from_file_location(
-        "benchmarks_attention", os.path.join("benchmarks", "attention.py")
-    )
+    path = os.path.join("benchmarks", "attention.py")
+    spec = importlib.util.spec_from_file_location("benchmarks_attention", path)
     suite = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(suite)
+    return suite.MEASURED
+
+
+def _bench_args(classes, frameworks) -> list[str]:
     from attnbench.asv_suite import accelerator_kind, suite_settings
 
-    regexes = selection(suite.MEASURED, frameworks, suite_settings(), accelerator_kind())
+    regexes = selection(classes, frameworks, suite_settings(), accelerator_kind())
     return [arg for r in regexes for arg in ("-b", r)] or ["-b", r"^$"]
 
 
 def run(machine: str, existing: list[str], commit: str | None, asv_args: list[str]) -> int:
-    """One ``asv run`` per environment; a run that reports failed benchmarks is said, not fatal."""
-    runs = []
+    """One ``asv run`` per environment, each with its selection unless ``asv_args`` selects; a run
+    that reports failed benchmarks is said, not fatal."""
     if existing:
-        for python in existing:
-            runs.append(
-                (
-                    ["-E", f"existing:{python}", "--set-commit-hash", commit],
-                    existing_frameworks(python),
-                    python,
-                )
-            )
+        runs = [(["-E", f"existing:{python}", "--set-commit-hash", commit], existing_frameworks(python),
+                 python) for python in existing]
     else:
-        runs = [
-            (["--config", path, "HEAD^!"], frameworks, os.path.basename(path))
-            for path, frameworks in env_configs()
-        ]
+        runs = [(["--config", path, "HEAD^!"], frameworks, os.path.basename(path))
+                for path, frameworks in env_configs()]
+    classes = None if _user_selects(asv_args) else _measured_classes()
     for where, frameworks, name in runs:
-        command = [
-            sys.executable,
-            "-m",
-            "asv",
-            "run",
-            "--machine",
-            machine,
-            *where,
-            *asv_args,
-            *_bench_args(frameworks, asv_args),
-        ]
+        selected = _bench_args(classes, frameworks) if classes is not None else []
+        command = [sys.executable, "-m", "asv", "run", "--machine", machine, *where, *asv_args, *selected]
         print(f"asv run ({name}): {'/'.join(frameworks)} cases", file=sys.stderr, flush=True)
         if subprocess.call(command) != 0:
-            print(
-                f"asv run ({name}) reported failed benchmarks (status failed in the results); "
-                "publishing anyway",
-                file=sys.stderr,
-            )
+            print(f"asv run ({name}) reported failed benchmarks (status failed in the results); "
+                  "publishing anyway", file=sys.stderr)
     return 0
 
 

@@ -433,14 +433,17 @@ def off_machine(impl, platform: str, machine: str, machine_platform: str) -> str
     return None
 
 
-def outside_suite(impl, workload: Workload, regime: str, settings: dict) -> str | None:
+def outside_suite(impl, workload: Workload, regime: str, settings: dict,
+                  interpreted: bool | None = None) -> str | None:
     """Why the suite size leaves out a case the implementation could run (n/a with this reason).
 
-    Asks ``impl`` how it executes on its framework's platform: call it where a device may be
-    initialised (``check_cases``), never in the asv process.
+    ``interpreted`` (whether the kernel runs in an interpreter here), unless given, is asked of
+    ``impl`` on its framework's platform: then call it where a device may be initialised
+    (``check_cases``), never in the asv process.
     """
     limit, regime_seqs = settings["max_interpret_seq"], settings["regime_seqs"]
-    interpreted = impl.execution(impl.platform()) == "interpret"
+    if interpreted is None:
+        interpreted = impl.execution(impl.platform()) == "interpret"
     if workload.name != CUSTOM and interpreted and not settings.get("preset_interpret", True):
         return (f"runs only in an interpreter here; the {suite_name()} suite measures model presets with "
                 f"kernels that run natively ({SUITE_ENV}=full runs it)")

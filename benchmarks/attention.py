@@ -12,6 +12,8 @@ class). Cases an implementation cannot run here are
 skipped (``NotImplementedError`` in ``setup``: asv shows n/a) with the implementation's reason.
 """
 
+import itertools
+
 from attnbench import asv_suite as suite
 from attnbench.fleet import case_cache
 from attnbench.regimes import REGIMES
@@ -40,6 +42,13 @@ def with_metrics(cls):
     return cls
 
 
+def cases_of(cls):
+    """``(impl, workload, regime)`` of every parameter combination of ``cls`` that is a case
+    (``cls.case_of``: ``None`` for a combination that is none, e.g. a phase a preset lacks)."""
+    cases = (cls.case_of(*params) for params in itertools.product(*cls.params))
+    return [case for case in cases if case is not None]
+
+
 def measure(cls):
     """The records of ``cls``'s cases (its ``setup_cache``): with a case cache, the other classes'
     cases are measured in the same sweep and handed over through it."""
@@ -61,8 +70,7 @@ class Forward:
 
     @classmethod
     def cases(cls):
-        impls, seqs, regimes, dtypes = cls.params
-        return [(i, cls.workload(s, d), r) for i in impls for s in seqs for r in regimes for d in dtypes]
+        return cases_of(cls)
 
     @classmethod
     def case_of(cls, implementation, seq_len, regime, dtype):
@@ -91,8 +99,7 @@ class Training:
 
     @classmethod
     def cases(cls):
-        impls, seqs = cls.params
-        return [(i, cls.workload(s), "static") for i in impls for s in seqs]
+        return cases_of(cls)
 
     @classmethod
     def case_of(cls, implementation, seq_len):
@@ -127,8 +134,7 @@ class Models:
 
     @classmethod
     def cases(cls):
-        impls = cls.params[0]
-        return [(i, w, "static") for i in impls for w in cls.workloads().values()]
+        return cases_of(cls)
 
     @classmethod
     def case_of(cls, implementation, workload, phase):

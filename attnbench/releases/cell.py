@@ -8,20 +8,17 @@ compiles on its first call, so for a compiled torch kernel the first call is thi
 status (``matrix.classify``) and its exception's first line is the reason, with the line of the
 project's code it came through. Each cell runs in a killable worker (``isolation.Worker``): a
 release whose jaxlib crashes or hangs ends that cell, not the matrix.
-
-    python -m attnbench.releases.cell --framework jax --out cells.json   # this environment's cells
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
-import json
 import os
 import platform as host_platform
 import sys
 import traceback
 
+import attention_impls
 from attnbench.releases import matrix
 
 CELL_TIMEOUT_S = 300.0
@@ -44,7 +41,6 @@ def _project_line(exc: BaseException) -> str | None:
     """``path:line: code`` of the innermost frame of this project's code (the ``attnbench`` and
     ``attention_impls`` packages, installed or not, and the checkout outside any site-packages) the
     exception came through."""
-    import attention_impls
     import attnbench
 
     packages = [os.path.dirname(os.path.abspath(m.__file__)) for m in (attnbench, attention_impls)]
@@ -64,26 +60,23 @@ def _project_line(exc: BaseException) -> str | None:
     return f"{os.path.relpath(path, base)}:{frame.lineno}: {(frame.line or '').strip()}"
 
 
+def _row(impl_name: str, workload_name: str) -> dict:
+    """A cell's identity and this environment's versions, before any stage ran."""
+    framework = attention_impls.get(impl_name).framework
+    return {"impl": impl_name, "framework": framework, "workload": workload_name,
+            "seq_len": matrix.WORKLOADS[workload_name].seq_q, "target": "cpu", "status": None, "stage": None,
+            "reason": None, "line": None, **versions()}
+
+
 def run_cell(impl_name: str, workload_name: str) -> dict:
     """The cell's row (``matrix.COLUMNS`` it knows here); never raises for a failing cell."""
-    import attention_impls
     from attnbench import stats
     from attnbench.engine import check_numerics
 
     workload = matrix.WORKLOADS[workload_name]
-    cell = {
-        "impl": impl_name,
-        "workload": workload_name,
-        "seq_len": workload.seq_q,
-        "target": "cpu",
-        "status": None,
-        "stage": None,
-        "reason": None,
-        "line": None,
-        **versions(),
-    }
+    cell = _row(impl_name, workload_name)
     impl = attention_impls.get(impl_name)
-    cell.update(framework=impl.framework, shim=impl.release_shims() or None)
+    cell["shim"] = impl.release_shims() or None
     stage = "import"
     try:
         moved = impl.framework_missing() is None and impl.api_missing()
@@ -112,13 +105,8 @@ def run_cell(impl_name: str, workload_name: str) -> dict:
         stage = "time"
         timing = impl.backend().time(step, timer="wall", **TIMING)
         window = stats.estimate([timing.samples_s])
-        cell.update(
-            seconds_per_step=timing.median_s,
-            ci_low_s=window.ci_low,
-            ci_high_s=window.ci_high,
-            kernel_evidence=step.evidence(),
-            shim=impl.release_shims() or None,
-        )
+        cell.update(seconds_per_step=timing.median_s, ci_low_s=window.ci_low, ci_high_s=window.ci_high,
+                    kernel_evidence=step.evidence())
     except attention_impls.Unsupported as exc:  # refused at a stage past the support check
         return {**cell, "status": matrix.UNSUPPORTED, "stage": stage, "reason": exc.reason}
     except Exception as exc:
@@ -141,8 +129,6 @@ def frameworks_here() -> tuple[str, ...]:
 
 
 def kernel_names(framework: str) -> list[str]:
-    import attention_impls
-
     return [n for n in attention_impls.names() if attention_impls.get(n).framework == framework]
 
 
@@ -163,16 +149,7 @@ def run_cells(frameworks: tuple[str, ...] | None = None, progress: bool = False)
         for impl, name in cells:
             row, failure = worker.call((impl, name), CELL_TIMEOUT_S)
             if failure is not None:  # the worker hung or died: the library crashed under the cell
-                row = {
-                    "impl": impl,
-                    "workload": name,
-                    "target": "cpu",
-                    "seq_len": matrix.WORKLOADS[name].seq_q,
-                    "status": matrix.RUNTIME_ERROR,
-                    "stage": None,
-                    "reason": failure[1],
-                    **versions(),
-                }
+                row = {**_row(impl, name), "status": matrix.RUNTIME_ERROR, "reason": failure[1]}
             out[matrix.cell_key(impl, name)] = row
             if progress:
                 print(
@@ -181,19 +158,3 @@ def run_cells(frameworks: tuple[str, ...] | None = None, progress: bool = False)
                     flush=True,
                 )
     return out
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="run this environment's release-matrix cells")
-    p.add_argument("--framework", nargs="+", choices=["jax", "torch"], help="default: frameworks_here()")
-    p.add_argument("--out", required=True, help="JSON file: {cell key: row}")
-    args = p.parse_args(argv)
-    from attnbench.atomic import atomic_write_text
-
-    cells = run_cells(tuple(args.framework) if args.framework else None, progress=True)
-    atomic_write_text(args.out, json.dumps(cells, indent=1, sort_keys=True, default=str))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -22,8 +22,6 @@ import shutil
 import subprocess
 import sys
 
-from attnbench.releases import matrix
-
 CONFIG = "asv.releases.conf.json"
 ASV_RESULTS = os.path.join("results", "releases", "asv")
 TABLE = os.path.join("results", "releases", "releases.csv")
@@ -149,5 +147,3 @@ def add_parser(sub) -> None:
     )
     p.set_defaults(func=main)
 
-
-__all__ = ["add_parser", "collect", "free_disk_problem", "matrix"]

@@ -73,21 +73,14 @@ def grid_png(frame) -> bytes:
 
     from attnbench.releases.table import GRID_INDEX
 
-    frameworks = sorted(frame["framework"].dropna().unique())
-    sizes = []
-    for fw in frameworks:
-        part = frame[frame["framework"] == fw]
-        sizes.append((part[GRID_INDEX].drop_duplicates().shape[0], part["release"].nunique()))
-    fig, axes = plt.subplots(
-        len(frameworks),
-        1,
-        squeeze=False,
-        figsize=(9, 1.2 + 0.28 * sum(r for r, _ in sizes) + 0.6 * len(frameworks)),
-        gridspec_kw={"height_ratios": [max(r, 1) for r, _ in sizes]},
-    )
-    for ax, fw in zip(axes[:, 0], frameworks, strict=True):
-        part = frame[frame["framework"] == fw]
-        rows = part[GRID_INDEX].drop_duplicates().sort_values(GRID_INDEX)
+    parts = {fw: frame[frame["framework"] == fw] for fw in sorted(frame["framework"].dropna().unique())}
+    grids = {fw: part[GRID_INDEX].drop_duplicates().sort_values(GRID_INDEX) for fw, part in parts.items()}
+    heights = [len(rows) for rows in grids.values()]
+    fig, axes = plt.subplots(len(parts), 1, squeeze=False,
+                             figsize=(9, 1.2 + 0.28 * sum(heights) + 0.6 * len(parts)),
+                             gridspec_kw={"height_ratios": [max(h, 1) for h in heights]})
+    for ax, (fw, part) in zip(axes[:, 0], parts.items(), strict=True):
+        rows = grids[fw]
         releases = sorted(part["release"].astype(str).unique(), key=matrix.version_key)
         labels = [
             f"{r.impl} · {r.workload if r.target == 'cpu' else f'{r.target} {int(r.seq_len) // 1024}k'}"
