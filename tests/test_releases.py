@@ -255,3 +255,15 @@ def test_one_run_of_the_matrix_measures_one_commit_in_every_environment(monkeypa
     assert jax_run[-1] == "a" * 40 + "^!" and "^releases\\." in jax_run
     assert torch_run[torch_run.index("--set-commit-hash") + 1] == "a" * 40
     assert f"existing:{python}" in torch_run and len(calls) == 3  # machine, jax releases, one torch venv
+
+
+def test_a_cell_whose_worker_died_is_a_runtime_error_filed_under_its_framework(monkeypatch):
+    from attnbench import isolation
+    from attnbench.releases.cell import run_cells
+    from attnbench.releases.table import release_of
+
+    monkeypatch.setattr(isolation.Worker, "call", lambda self, args, timeout: (None, ("error", "worker died")))
+    rows = run_cells(("torch",))
+    row = rows[matrix.cell_key("torch-sdpa-math", "causal-256")]
+    assert row["status"] == matrix.RUNTIME_ERROR and row["reason"] == "worker died"
+    assert row["framework"] == "torch" and release_of(row) == row["torch"].split("+")[0]
