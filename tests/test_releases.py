@@ -262,7 +262,8 @@ def test_a_cell_whose_worker_died_is_a_runtime_error_filed_under_its_framework(m
     from attnbench.releases.cell import run_cells
     from attnbench.releases.table import release_of
 
-    monkeypatch.setattr(isolation.Worker, "call", lambda self, args, timeout: (None, ("error", "worker died")))
+    died = (None, ("error", "worker died"))
+    monkeypatch.setattr(isolation.Worker, "call", lambda self, args, timeout: died)
     rows = run_cells(("torch",))
     row = rows[matrix.cell_key("torch-sdpa-math", "causal-256")]
     assert row["status"] == matrix.RUNTIME_ERROR and row["reason"] == "worker died"
