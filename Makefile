@@ -48,7 +48,7 @@ FLEET_STAMP := $(VENV)/.fleet-installed
 MAIN_FRAMEWORKS := numpy,jax,torch
 # The torch_xla venv has no pandas/asv: it runs the framework tests only.
 XLA_TESTS := tests/test_correctness.py tests/test_mask_correctness.py tests/test_conformance.py tests/test_workload.py \
-             tests/test_support_torch_xla.py
+             tests/test_support_torch_xla.py tests/test_observability.py
 
 export PJRT_DEVICE
 # The asv suite reads ACCEL to choose its dtypes without initialising a device (GPU: float32 and
@@ -56,7 +56,7 @@ export PJRT_DEVICE
 export ACCEL
 
 .PHONY: setup bench html serve-html sweep html-deps browser-deps existing-bench existing-test test lint test-main test-xla list matrix system-check clean \
-        fleet-deps fleet-launch fleet-collect fleet-plan setup-targets test-targets releases
+        fleet-deps fleet-launch fleet-collect fleet-plan setup-targets test-targets releases notebook verdict
 
 setup: $(MAIN_STAMP) $(XLA_STAMP) $(TARGETS_STAMP)
 setup-targets: $(TARGETS_STAMP)
@@ -140,6 +140,14 @@ html: $(if $(filter existing,$(ENV)),existing-bench,$(MAIN_STAMP)) html-deps
 
 serve-html: html
 	$(HARNESS) -m attnbench.offline_html html --serve 8080
+
+# Re-executes notebooks/cost_spikes.ipynb in place on the committed results/ (saved only if no cell failed).
+notebook: $(MAIN_STAMP)
+	$(VENV)/bin/python -m attnbench.report.notebook notebooks/cost_spikes.ipynb
+
+# The verdict from the results (README "The verdict"): the table the README shows, and its picture.
+verdict: $(MAIN_STAMP)
+	$(VENV)/bin/python -m attnbench verdict --markdown --width 0 --png docs/verdict.png
 
 # The sweep CLI outside asv (results/runs/<stamp>-<host>/): every runnable implementation x
 # lengths x static/dynamic/bucketed, in both venvs.

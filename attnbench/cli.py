@@ -297,18 +297,70 @@ def cmd_machine_name(args) -> int:
     return 0
 
 
-def cmd_summary(args) -> int:
-    """Best native vs best forced-flash per sequence length, from the asv results (read only): the
-    report's table (``report.best_native_vs_forced``), at each machine's newest commit."""
+def _verdict_rows(args, table) -> list[dict]:
+    from attnbench.report.verdict import DISPLAY_COLUMNS, display
+
+    width = getattr(args, "width", None)
+    rows = display(table).to_dict("records")
+    if width:
+        for row in rows:
+            text = str(row["reasons"])
+            row["reasons"] = text if len(text) <= width else text[: width - 3] + "..."
+    return [{c: _fmt(row[c]) for c in DISPLAY_COLUMNS} for row in rows]
+
+
+def cmd_verdict(args) -> int:
+    """The verdict (``attnbench/report/verdict.py``) from the results, read only; ``--png`` also
+    draws its picture, ``--csv`` writes every row."""
     from attnbench.asv_results import load_results
+    from attnbench.atomic import atomic_write_bytes, atomic_write_text
+    from attnbench.report.verdict import (
+        DISPLAY_COLUMNS,
+        STREAM_STEPS,
+        headline,
+        plot_stream_cost,
+        verdict_table,
+    )
+
+    args.stream_steps = STREAM_STEPS if args.stream_steps is None else args.stream_steps
+    if args.stream_steps < 1:
+        raise ValueError(f"--stream-steps must be at least 1, got {args.stream_steps}")
+    frame = load_results(args.results)
+    table = verdict_table(args.results, frame, steps=args.stream_steps)
+    if args.csv:
+        atomic_write_text(args.csv, table.to_csv(index=False))
+    shown = table if args.all else headline(table)
+    print(f"# verdict: paper = fastest static step; production = cheapest per useful token over a "
+          f"{args.stream_steps:,}-step stream, compile stalls and padding included; compile targets: "
+          "the compiler's word only")
+    print(_render(_verdict_rows(args, shown), DISPLAY_COLUMNS, args))
+    if args.png:
+        png = plot_stream_cost(frame, steps=args.stream_steps)
+        if png is None:
+            print("no length stream measured: no picture", file=sys.stderr)
+        else:
+            os.makedirs(os.path.dirname(os.path.abspath(args.png)), exist_ok=True)
+            atomic_write_bytes(args.png, png)
+    return 0
+
+
+def cmd_summary(args) -> int:
+    """The verdict first, then best native vs best forced-flash per sequence length, from the asv
+    results (read only): the report's tables, at each machine's newest commit."""
+    from attnbench.asv_results import load_results, ordering_note
     from attnbench.report.select import best_native_vs_forced
+    from attnbench.report.verdict import DISPLAY_COLUMNS, headline, verdict_table
 
     frame = load_results(args.results)
-    from attnbench.asv_results import ordering_note
-
     note = ordering_note(frame)[1]
     if note:  # which commit is "newest" comes from git, else the commit dates asv recorded
         print(f"attnbench summary: {note}", file=sys.stderr)
+    verdict = headline(verdict_table(args.results, frame))
+    if not verdict.empty:
+        args.width = 100
+        print("# verdict (attnbench verdict --all: every row; README \"The verdict\")")
+        print(_render(_verdict_rows(args, verdict), DISPLAY_COLUMNS, args))
+        print()
     table = best_native_vs_forced(frame)
     if table.empty:
         print("no Forward/static results to summarise")
@@ -449,7 +501,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results")
     p.set_defaults(func=cmd_rename_env)
 
-    p = sub.add_parser("summary", help="best native vs forced-flash per length from the asv results")
+    p = sub.add_parser("verdict", help="paper vs production winner per machine, framework, workload, length")
+    p.add_argument("--results", default="results", help="results folder (read only)")
+    p.add_argument("--stream-steps", type=int, default=None,
+                   help="the production stream's length in steps (default: verdict.STREAM_STEPS, 1000)")
+    p.add_argument("--all", action="store_true", help="also the rows with no length stream (paper only)")
+    p.add_argument("--width", type=int, default=None, help="characters of reasons shown (default: all)")
+    p.add_argument("--csv", help="also write every row to this CSV")
+    p.add_argument("--png", help="also draw cost against stream length to this PNG")
+    p.add_argument("--markdown", action="store_true")
+    p.set_defaults(func=cmd_verdict)
+
+    p = sub.add_parser("summary", help="the verdict, then best native vs forced-flash per length")
     p.add_argument("--results", default="results")
     p.add_argument("--markdown", action="store_true")
     p.set_defaults(func=cmd_summary)
@@ -555,6 +618,9 @@ def build_parser() -> argparse.ArgumentParser:
     from attnbench.releases.run import add_parser as add_releases
 
     add_releases(sub)  # releases: the release matrix (attnbench/releases/)
+    from attnbench.observability import add_parser as add_observability
+
+    add_observability(sub)  # observability: does the framework's profiler name each kernel
     return parser
 
 

@@ -49,15 +49,20 @@ def length_stream(max_len: int, steps: int, seed: int, low_frac: float = 0.5) ->
     Seeded (numpy ``default_rng(seed)``): the same arguments give the same stream, for every regime
     and implementation. Every length is an int in ``[1, max_len]``.
     """
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(f"max_len must be a positive integer, got {max_len!r}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+    lengths = length_range(max_len, low_frac)
+    rng = np.random.default_rng(seed)
+    return [int(x) for x in rng.integers(lengths.start, max_len, size=steps, endpoint=True)]
+
+
+def length_range(max_len: int, low_frac: float = 0.5) -> range:
+    """The lengths ``length_stream`` draws from: ``[ceil(low_frac*max_len), max_len]``."""
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"max_len must be a positive integer, got {max_len!r}")
     if not 0.0 <= low_frac <= 1.0:
         raise ValueError(f"low_frac must be in [0, 1], got {low_frac!r}")
-    low = min(max_len, max(1, math.ceil(low_frac * max_len)))
-    rng = np.random.default_rng(seed)
-    return [int(x) for x in rng.integers(low, max_len, size=steps, endpoint=True)]
+    return range(min(max_len, max(1, math.ceil(low_frac * max_len))), max_len + 1)
 
 
 # -- bucket policies -----------------------------------------------------------------------------

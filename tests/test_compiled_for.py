@@ -20,7 +20,15 @@ import pytest
 
 from attnbench.compiled_for import classify, hlo
 from attnbench.compiled_for.roofline import roofline, roofline_bytes
-from attnbench.compiled_for.run import Case, bisect_max_length, kernel_block, max_feasible, run_cases
+from attnbench.compiled_for.run import (
+    Case,
+    bisect_max_batch,
+    bisect_max_length,
+    kernel_block,
+    max_batch,
+    max_feasible,
+    run_cases,
+)
 from attnbench.compiled_for.targets import environment_problem, get_targets, gpu_target_config, load_targets
 from attnbench.workload import Workload
 
@@ -139,6 +147,153 @@ def test_max_feasible_bisects_reuses_known_records_and_names_what_stopped_it():
     assert 65536 not in worker.compiled  # answered by the known record
     assert row["compiles"] == len(worker.compiled) == len(compiled) == row["lengths_tried"] - 1
     assert row["stopped_by"].startswith("20608: does-not-fit")
+
+
+def _asking(limit):
+    """A feasibility function true up to ``limit`` that records what it was asked."""
+    calls = []
+
+    def is_feasible(batch):
+        calls.append(batch)
+        return batch <= limit
+
+    return is_feasible, calls
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 37, 1000, 4095])
+def test_bisect_max_batch_is_exact_and_tried_on_both_sides(limit):
+    is_feasible, calls = _asking(limit)
+    largest, tried = bisect_max_batch(is_feasible, 4096)
+    assert largest == limit and tried == len(calls) == len(set(calls)) <= 14
+    assert calls[0] == 1 and limit in calls and limit + 1 in calls  # verified on both sides
+
+
+def test_bisect_max_batch_all_none_and_a_bound_of_one():
+    assert bisect_max_batch(lambda b: True, 4096) == (4096, 2)  # batch 1, then HI: capped
+    assert bisect_max_batch(lambda b: False, 4096) == (0, 1)  # batch 1 does not fit: nothing more
+    assert bisect_max_batch(lambda b: True, 1) == (1, 1)
+    assert bisect_max_batch(lambda b: b <= 5, 4096, [None, None])[0] == 5  # no estimate: bisection
+    with pytest.raises(ValueError, match="upper batch 0 is below 1"):
+        bisect_max_batch(lambda b: True, 0)
+
+
+def test_bisect_max_batch_brackets_with_the_linear_estimate_in_two_tries():
+    is_feasible, calls = _asking(37)
+    assert bisect_max_batch(is_feasible, 4096, [37]) == (37, 3) and calls == [1, 37, 38]
+    is_feasible, calls = _asking(37)  # one too many: the batch before it is the answer
+    assert bisect_max_batch(is_feasible, 4096, [38]) == (37, 3) and calls == [1, 38, 37]
+    is_feasible, calls = _asking(4096)  # an estimate above HI is HI
+    assert bisect_max_batch(is_feasible, 4096, [9000]) == (4096, 2) and calls == [1, 4096]
+
+
+def test_bisect_max_batch_falls_back_to_bisection_when_the_estimate_misses():
+    is_feasible, calls = _asking(37)  # far too high: bisect below it
+    largest, tried = bisect_max_batch(is_feasible, 4096, [100])
+    assert largest == 37 and calls[:3] == [1, 100, 99] and tried == len(calls) > 3 and 38 in calls
+    is_feasible, calls = _asking(37)  # too low: HI, then bisect above it
+    largest, tried = bisect_max_batch(is_feasible, 4096, [20])
+    assert largest == 37 and calls[:4] == [1, 20, 21, 4096] and 38 in calls and tried == len(calls)
+
+    def guesses():  # read lazily: the second guess sees the first one's compiles
+        yield 30
+        assert calls[-2:] == [30, 31]
+        yield 37
+
+    is_feasible, calls = _asking(37)
+    assert bisect_max_batch(is_feasible, 4096, guesses()) == (37, 5) and calls == [1, 30, 31, 37, 38]
+
+
+class FakeBatchWorker:
+    """A v5e-like compiler: peak per device 1e8 + batch x seq x 1e5 bytes against 16 GB; what
+    exceeds 16.9 GB libtpu refuses, the rest compiles with its peak; ``jax-cudnn`` is unsupported,
+    ``jax-pallas-gpu-mha`` runs as the interpreter. Counts its compiles."""
+
+    HBM = 16_000_000_000
+
+    def __init__(self):
+        self.compiled = []
+
+    def compile(self, target, impl, workload, *, timeout_s, hlo_dir=None):
+        batch, seq = workload.batch, workload.seq_q
+        self.compiled.append((impl, seq, batch))
+        record = {"target": target.name, "impl": impl, "mode": workload.mode, "dtype": workload.dtype,
+                  "seq_q": seq, "seq_k": workload.seq_k, "batch": batch, "hbm_bytes": self.HBM,
+                  "execution": "interpret" if impl == "jax-pallas-gpu-mha" else "compiled", "reason": None}
+        if impl == "jax-cudnn":
+            return {**record, "status": classify.UNSUPPORTED, "fits": None, "execution": None,
+                    "reason": "cuDNN needs an NVIDIA GPU"}
+        peak = 100_000_000 + batch * seq * 100_000
+        if peak > 16_900_000_000:
+            return {**record, "status": classify.DOES_NOT_FIT, "fits": False, "compiler_required_bytes": peak,
+                    "reason": "RESOURCE_EXHAUSTED: Ran out of memory on HBM"}
+        return {**record, "status": classify.OK, "fits": peak <= self.HBM, "peak_bytes": peak,
+                "inserted_copy_bytes": batch * seq * 1000}
+
+    def close(self, keep_log=False):
+        pass
+
+
+def test_max_batch_bisects_each_length_skips_what_it_must_and_reuses_the_grid():
+    [target] = get_targets(["tpu-v5e"])
+    template = Workload(seq_q=1024, dtype="bfloat16", causal=True)
+    worker = FakeBatchWorker()
+    known = [worker.compile(target, "jax-xla", template.replace(seq_q=4096, seq_k=4096), timeout_s=1)]
+    worker.compiled.clear()
+    impls = ["jax-xla", "jax-cudnn", "jax-pallas-gpu-mha"]
+    summary, compiled = max_batch([target], impls, template, [4096, 65536, 262144], ["fwd"], ["bfloat16"],
+                                  4096, known=known, progress=False, worker=worker)
+    rows = {(r["impl"], r["seq_len"]): r for r in summary}
+    assert len(summary) == 9 and len(compiled) == len(worker.compiled)
+    # 4k: 38 x 409.6 MB + 0.1 GB fits 16 GB, 39 compiles at 16.07 GB and does not fit. The line
+    # through zero guessed 31 (31 and 32 fit), the line through batches 1 and 32 guessed 38.
+    xla = rows["jax-xla", 4096]
+    assert (xla["max_batch"], xla["capped"], xla["batches_tried"], xla["compiles"]) == (38, False, 5, 4)
+    assert ("jax-xla", 4096, 1) not in worker.compiled  # the grid's batch-1 record answered it
+    assert [b for i, s, b in worker.compiled if (i, s) == ("jax-xla", 4096)] == [31, 32, 38, 39]
+    assert xla["tokens_per_chip"] == 38 * 4096 and xla["peak_bytes_at_max"] == 15_664_800_000
+    assert xla["inserted_copy_bytes_at_max"] == 38 * 4096 * 1000 and xla["hbm_bytes"] == 16e9
+    assert xla["stopped_by"] == "39: does not fit (peak > HBM)" and xla["skipped"] is None
+    long = rows["jax-xla", 65536]  # 2 x 6.55 GB fits; 3 is refused by the compiler
+    assert (long["max_batch"], long["batches_tried"], long["compiles"]) == (2, 3, 3)
+    assert long["stopped_by"] == "3: does-not-fit: RESOURCE_EXHAUSTED: Ran out of memory on HBM"
+    too_long = rows["jax-xla", 262144]  # 26 GB at batch 1: no bisection
+    assert (too_long["max_batch"], too_long["capped"], too_long["batches_tried"]) == (None, False, 1)
+    assert too_long["skipped"] == "not feasible at batch 1"
+    assert too_long["stopped_by"].startswith("1: does-not-fit")
+    assert too_long["tokens_per_chip"] is None and too_long["peak_bytes_at_max"] is None
+    for seq in (4096, 65536, 262144):
+        cudnn, mha = rows["jax-cudnn", seq], rows["jax-pallas-gpu-mha", seq]
+        assert (cudnn["max_batch"], cudnn["capped"], cudnn["compiles"]) == (None, None, 1)
+        assert cudnn["skipped"] == "unsupported at batch 1"
+        assert cudnn["stopped_by"] == "1: unsupported: cuDNN needs an NVIDIA GPU"
+        assert (mha["max_batch"], mha["capped"], mha["compiles"], mha["stopped_by"]) == (None, None, 1, None)
+        assert mha["execution"] == "interpret" and mha["skipped"].startswith("interpret: ")
+    assert all(b == 1 for i, s, b in worker.compiled if i != "jax-xla")
+
+
+def test_max_batch_capped_and_tokens_per_chip_of_a_slice():
+    [target] = get_targets(["tpu-v5e-2x2"])
+    template = Workload(seq_q=4096, dtype="bfloat16", causal=True)
+    [row], _ = max_batch([target], ["jax-xla"], template, [4096], ["fwd"], ["bfloat16"], 16,
+                         progress=False, worker=FakeBatchWorker())
+    assert (row["max_batch"], row["capped"], row["stopped_by"], row["batches_tried"]) == (16, True, None, 2)
+    assert row["tokens_per_chip"] == 16 * 4096 // 4 and row["tried_up_to"] == 16
+
+
+def test_max_batch_table_columns_and_integers(tmp_path):
+    pytest.importorskip("pandas")
+    from attnbench.compiled_for.records import MAX_BATCH_COLUMNS
+    from attnbench.compiled_for.run import max_batch_table
+
+    [target] = get_targets(["tpu-v5e"])
+    summary, _ = max_batch([target], ["jax-xla", "jax-cudnn"], Workload(dtype="bfloat16"), [4096, 262144],
+                           ["fwd"], ["bfloat16"], 4096, progress=False, worker=FakeBatchWorker())
+    path = tmp_path / "max_batch.csv"
+    max_batch_table(summary, str(path))
+    lines = path.read_text().splitlines()
+    assert lines[0].split(",") == MAX_BATCH_COLUMNS
+    assert lines[1].startswith("tpu-v5e,jax-xla,fwd,bfloat16,4096,compiled,38,4096,5,5,False,155648,")
+    assert ",,4096,1,1,False,,," in lines[2]  # nothing fits at 256k: empty, not NaN or 0.0
 
 
 def test_kernel_block_comes_from_the_kernel_module():
@@ -325,6 +480,46 @@ def test_cli_bad_input(capsys, monkeypatch):
     assert exit_.value.code == 2
 
 
+@pytest.mark.parametrize("bad", ["0", "-3", "4k", "1.5"])
+def test_cli_max_batch_must_be_a_whole_number_of_at_least_one(bad, capsys):
+    from attnbench.cli import main
+    from attnbench.compiled_for.cli import parse_batch
+
+    assert parse_batch("4096") == 4096 and parse_batch("1") == 1
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(["compile-for", "--target", "tpu-v5e", "--max-batch", bad])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --max-batch" in err and ">= 1" in err and repr(bad) in err
+
+
+def test_cli_max_batch_writes_its_table_and_keeps_records_csv_one_batch(tmp_path, capsys, monkeypatch):
+    import csv
+
+    from attnbench.cli import main
+    from attnbench.compiled_for import targets, worker
+    from attnbench.compiled_for.records import MAX_BATCH_COLUMNS
+
+    monkeypatch.setattr(targets, "environment_problem", lambda platform: None)
+    monkeypatch.setattr(worker, "CompileWorker", FakeBatchWorker)  # the sweep's workers
+    out = tmp_path / "run"
+    assert main(["compile-for", "--target", "tpu-v5e", "--impl", "jax-xla", "--seq", "4k", "--quiet",
+                 "--max-batch", "4096", "--out", str(out)]) == 0
+    with open(out / "max_batch.csv") as f:
+        [row] = list(csv.DictReader(f))
+    assert list(row) == MAX_BATCH_COLUMNS
+    assert (row["max_batch"], row["compiles"], row["batches_tried"]) == ("38", "4", "5")
+    assert (row["capped"], row["tokens_per_chip"]) == ("False", "155648")
+    assert row["peak_bytes_at_max"] == "15664800000"
+    with open(out / "records.csv") as f:
+        assert [r["batch"] for r in csv.DictReader(f)] == ["1"]
+    with open(out / "max_batch_records.csv") as f:
+        assert [r["batch"] for r in csv.DictReader(f)] == ["31", "32", "38", "39"]
+    printed = capsys.readouterr().out
+    assert "max_batch" in printed and "39: does not fit (peak > HBM)" in printed and "15.7 GB" in printed
+
+
 # -------------------------------------------------------------------------------- the asv class
 def _benchmark_module():
     path = ROOT / "benchmarks" / "compiled_for.py"
@@ -423,6 +618,36 @@ def test_report_section_says_compiled_not_measured(tmp_path):
             compiled_for=part, fmt=fmt, images=images)
         assert "Compiled for, not measured" in text and "Compiled for tpu-v5e" in text
         assert "model" in text and "splash_mha_fwd_no_residuals" in text
+
+
+def test_report_max_batch_table_reads_the_committed_file_and_newer_runs(tmp_path):
+    pd = pytest.importorskip("pandas")
+    from attnbench.compiled_for.run import max_batch_table as write_max_batch
+    from attnbench.report.compiled import max_batch_table
+
+    assert max_batch_table(str(tmp_path / "nothing")).empty
+    targets = get_targets(["tpu-v5e", "h200"])
+    summary, _ = max_batch(targets, ["jax-xla", "jax-cudnn"], Workload(dtype="bfloat16"), [4096], ["fwd"],
+                           ["bfloat16"], 4096, progress=False, worker=FakeBatchWorker())
+    folder = tmp_path / "results" / "compiled-for"
+    write_max_batch(summary, str(folder / "max_batch.csv"))
+    newer = [dict(summary[0], max_batch=37, capped=False)]  # a later run of one case wins
+    write_max_batch(newer, str(folder / "runs" / "20270101T000000Z" / "max_batch.csv"))
+    results = str(tmp_path / "results")
+    table = max_batch_table(results, "tpu-v5e")
+    assert "target" not in table and list(table["implementation"]) == ["jax-cudnn", "jax-xla"]
+    assert list(table.columns[:6]) == ["implementation", "mode", "dtype", "length", "execution",
+                                       "largest batch"]
+    cudnn, xla = table.iloc[0], table.iloc[1]
+    assert (xla["largest batch"], xla["tokens per chip"], xla["peak at max"]) == ("37", "155648", "15.7 GB")
+    assert (cudnn["largest batch"], cudnn["skipped"]) == ("-", "unsupported at batch 1")
+    every = max_batch_table(results)
+    assert isinstance(every, pd.DataFrame) and every.columns[0] == "target"
+    cases = zip(every["target"], every["implementation"], every["largest batch"], strict=True)
+    assert sorted(cases) == [
+        ("h200", "jax-cudnn", "-"), ("h200", "jax-xla", "38"), ("tpu-v5e", "jax-cudnn", "-"),
+        ("tpu-v5e", "jax-xla", "37")]
+    assert max_batch_table(results, "tpu-v6e").empty
 
 
 # ------------------------------------------------------------------ the models grid (no compiler)

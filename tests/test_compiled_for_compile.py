@@ -152,6 +152,22 @@ def test_max_feasible_length_from_the_compiler():
     assert summary[0]["max_feasible_seq"] == 8192 and summary[0]["compiles"] == 1
 
 
+def test_max_batch_from_the_compiler_fits_and_one_more_does_not():
+    """Plain attention at 4k on a v5e (about 1.1 GB a sequence): the largest batch under 32 whose
+    program fits 16 GB, its record and the one a batch above it both compiled by libtpu."""
+    from attnbench.compiled_for.run import feasible, max_batch
+    from attnbench.compiled_for.targets import get_targets
+
+    [row], compiled = max_batch(get_targets(["tpu-v5e"]), ["jax-xla"], W1K, [4096], ["fwd"], ["bfloat16"], 32,
+                                progress=False)
+    by_batch = {r["batch"]: r for r in compiled}
+    best = row["max_batch"]
+    assert 1 < best < 32 and row["capped"] is False and row["compiles"] == len(compiled)
+    assert feasible(by_batch[best]) and not feasible(by_batch[best + 1])
+    assert row["peak_bytes_at_max"] == by_batch[best]["peak_bytes"] <= row["hbm_bytes"] == 16_000_000_000
+    assert row["stopped_by"].startswith(f"{best + 1}: ") and row["tokens_per_chip"] == best * 4096
+
+
 def test_asv_class_tracks_the_compilers_figures(monkeypatch):
     monkeypatch.setenv("ATTNBENCH_SUITE", "smoke")
     monkeypatch.setenv("ATTNBENCH_IMPLS", "jax-xla,jax-pallas-tpu-splash,jax-cudnn")

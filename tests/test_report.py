@@ -91,6 +91,14 @@ def test_report_names_the_injected_spike_and_leaves_results_untouched(synthetic,
     for heading in ("## Coverage", "## Best native vs best forced-flash", "## Static vs dynamic vs bucketed",
                     "## Cost spikes", "## Noise floor", "## Regressions", "## Per-step trace spikes"):
         assert heading in md
+    # top-down: the verdict first, then the plots, regressions and spikes, details; coverage last
+    sections = re.findall(r"^## (.+)$", md, re.M)
+    assert sections[:3] == ["Verdict", "Throughput, MFU and cost", "Regressions and cost spikes"]
+    assert sections[-1] == "Coverage and provenance"
+    assert md.index("## Verdict") < md.index("](throughput.png)") < md.index("### Best native")
+    verdict = pd.read_csv(report.tables["verdict.csv"])
+    assert set(verdict["basis"]) <= {"measured", "compiler only"} and len(verdict)
+    assert report.verdict is not None and len(report.verdict) == len(verdict)
     assert "h200" in md and "cpu-2core" in md
     for name in report.plots:
         assert f"]({name})" in md
@@ -220,48 +228,64 @@ def test_selfcheck_report_runs_and_finds_its_spike(capsys):
 
 
 # -- the notebook ---------------------------------------------------------------------------------
-def test_committed_notebook_has_no_outputs():
+# Committed executed (`make notebook`: attnbench/report/notebook.py), so a code host shows its outputs.
+def test_committed_notebook_is_executed():
     nbformat = pytest.importorskip("nbformat")
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nbformat.validate(nb)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            assert cell.outputs == [] and cell.execution_count is None, "clear the notebook's outputs"
+    code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+    assert any(c.outputs for c in code), "the committed notebook has no outputs: run `make notebook`"
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), \
+        "execution counts are not 1, 2, ... in cell order: run `make notebook`"
+    errors = [i for i, c in enumerate(nb.cells) for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors, f"cell(s) {errors} of the committed notebook hold an error"
+    assert not [i for i, c in enumerate(nb.cells) if "execution" in c.metadata], \
+        "execution timing metadata in the committed notebook: run `make notebook`"
 
 
-def _execute_notebook(monkeypatch, results: Path | None):
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    if results is None:
-        monkeypatch.delenv("ATTNBENCH_NOTEBOOK_RESULTS", raising=False)
-    else:
-        monkeypatch.setenv("ATTNBENCH_NOTEBOOK_RESULTS", str(results))
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NOTEBOOK.parent)}})
-    client.execute()  # raises CellExecutionError on the first failing cell
+def _execute_notebook(results: Path | None):
+    """One fresh execution as `make notebook` runs it (results None: the committed results/)."""
+    pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    from attnbench.report.notebook import execute
+
+    nb = execute(NOTEBOOK, results)  # raises NotebookCellError naming the first failing cell
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    return "".join(o.get("text", "") for o in outputs if o.output_type == "stream"), outputs
+    return "".join(o.get("text", "") for o in outputs if o.output_type == "stream"), outputs, nb
 
 
-def test_notebook_runs_headless_on_the_committed_results(monkeypatch):
+def test_notebook_runs_headless_on_the_committed_results():
+    """A fresh execution on the committed results/ writes nothing there, and its outputs have the
+    committed notebook's structure: the same cells with outputs, the same kinds of output in each."""
+    import nbformat
+
+    from attnbench.report.notebook import changed, listing, structure
+
     results = ROOT / "results"
     files = [p for p in results.glob("*/*.json") if p.name != "machine.json"]
     if not (results / "benchmarks.json").is_file() or not files:
         pytest.fail("results/ holds no asv results: run `make bench` and commit results/ "
                     "(the notebook is tested against them)")
-    before = snapshot(results)
-    text, outputs = _execute_notebook(monkeypatch, None)
+    committed = nbformat.read(NOTEBOOK, as_version=4)
+    before = listing(results)
+    text, outputs, fresh = _execute_notebook(None)
+    moved = changed(before, listing(results))
+    assert not moved, f"executing the notebook wrote under results/: {moved[:10]}"
     assert f"results: {results}" in text
     assert any("image/png" in o.get("data", {}) for o in outputs)
-    after = snapshot(results)  # a concurrent `make bench` may add files; none that was there may change
-    assert {name: after.get(name) for name in before} == before, "the notebook changed results/"
+
+    want, got = structure(fresh), structure(committed)
+    assert not [k for kinds in (*want.values(), *got.values()) for k in kinds if k.startswith("error")]
+    differ = sorted(i for i in want.keys() | got.keys() if want.get(i) != got.get(i))
+    assert not differ, (f"cells {differ}: the committed notebook's outputs differ from a fresh execution's "
+                        f"(committed {[got.get(i) for i in differ]}, fresh {[want.get(i) for i in differ]}): "
+                        "run `make notebook`")
 
 
-def test_notebook_attributes_a_spike_in_synthetic_history(synthetic, monkeypatch):
+def test_notebook_attributes_a_spike_in_synthetic_history(synthetic):
     _, results, commits = synthetic
-    text, _ = _execute_notebook(monkeypatch, results)
+    text, _, _ = _execute_notebook(results)
     assert f"between {commits[SPIKE.commit - 1][:8]} and {commits[SPIKE.commit][:8]}" in text
     assert "moved with host_rss_growth_bytes +60%" in text
 

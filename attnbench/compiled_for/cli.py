@@ -2,11 +2,13 @@
 
     .venv-targets/bin/python -m attnbench compile-for --target tpu-v5e h200 \\
         --impl jax-xla jax-pallas-tpu-splash jax-cudnn --seq 1k 16k 64k --dtype bfloat16 \\
-        --mode fwd fwd_bwd --out results/compiled-for/mine [--max-seq 128k]
+        --mode fwd fwd_bwd --out results/compiled-for/mine [--max-seq 128k] [--max-batch 4096]
 
 writes ``DIR/records.csv`` (``attnbench/compiled_for/records.py``: one row per case: compiles or
-not and why, fits, memory, kernel evidence, inserted copies, a roofline *model*) and, with
-``--max-seq``, ``DIR/max_seq.csv``. Nothing runs on the target: this is what its compiler decided.
+not and why, fits, memory, kernel evidence, inserted copies, a roofline *model*), with
+``--max-seq``, ``DIR/max_seq.csv``, and with ``--max-batch``, ``DIR/max_batch.csv`` (the records
+its bisection compiled in ``DIR/max_batch_records.csv``, so that ``records.csv`` stays one batch).
+Nothing runs on the target: this is what its compiler decided.
 """
 
 from __future__ import annotations
@@ -33,6 +35,17 @@ def parse_length(text: str) -> int:
     return value
 
 
+def parse_batch(text: str) -> int:
+    """A whole number of sequences, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a batch is a whole number >= 1, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"the batch bound must be >= 1, got {text!r}")
+    return value
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("compile-for", description=__doc__,
                        help="compile jax kernels for TPU/GPU targets this host lacks (no timing)",
@@ -53,6 +66,9 @@ def add_parser(sub) -> None:
     p.add_argument("--max-seq", type=parse_length, metavar="HI",
                    help="also bisect each implementation x target x mode x dtype for its longest feasible "
                         "length up to HI (multiples of the kernel's block), e.g. 128k")
+    p.add_argument("--max-batch", type=parse_batch, metavar="HI",
+                   help="also bisect each target x implementation x mode x dtype x length for its largest "
+                        "batch in 1..HI whose program compiles and fits, e.g. 4096")
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds per compile before its worker is killed")
     p.add_argument("--out", help=f"output folder (default {DEFAULT_OUT}/<UTC stamp>)")
@@ -70,7 +86,9 @@ def _fmt(column: str, value) -> str:
         return f"{value / 1e9:.3g} GB" if value >= 1e8 else f"{value / 1e6:.3g} MB"
     if column == "model_roofline_seconds":
         return f"{value * 1e3:.3g} ms (model)"
-    if column == "reason" and value:
+    if column.endswith("_bytes_at_max") and isinstance(value, (int, float)):
+        return _fmt("_bytes", value)
+    if column in ("reason", "stopped_by", "skipped") and isinstance(value, str) and value:
         return value if len(value) <= 90 else value[:87] + "..."
     if isinstance(value, float):
         return f"{value:.4g}"
@@ -90,7 +108,7 @@ def cmd_compile_for(args) -> int:
 def _compile_for(args) -> int:
     import attention_impls
     from attnbench.compiled_for import run
-    from attnbench.compiled_for.records import MAX_SEQ_COLUMNS, SUMMARY
+    from attnbench.compiled_for.records import MAX_BATCH_COLUMNS, MAX_SEQ_COLUMNS, SUMMARY
     from attnbench.compiled_for.targets import environment_problem, get_targets
     from attnbench.table import render
 
@@ -117,6 +135,7 @@ def _compile_for(args) -> int:
           f"{' causal' if template.causal else ''}; peak and HBM per device; the roofline is a model")
     print(render([{c: _fmt(c, r.get(c)) for c in SUMMARY} for r in rows], SUMMARY, markdown=args.markdown))
     print(f"wrote {path}")
+    extra = []
     if args.max_seq:
         summary, extra = run.max_feasible(targets, impls, template, args.mode, args.dtype, args.max_seq,
                                           known=rows, timeout_s=args.timeout, progress=not args.quiet)
@@ -127,4 +146,19 @@ def _compile_for(args) -> int:
         print(render([{c: _fmt(c, r.get(c)) for c in MAX_SEQ_COLUMNS} for r in summary], MAX_SEQ_COLUMNS,
                      markdown=args.markdown))
         print(f"wrote {seq_path}")
+    if args.max_batch:
+        batch_path = os.path.join(out_dir, f"max_batch.{args.format}")
+        records_path = os.path.join(out_dir, f"max_batch_records.{args.format}")
+        summary, compiled = run.max_batch(
+            targets, impls, template, args.seq, args.mode, args.dtype, args.max_batch, known=rows + extra,
+            timeout_s=args.timeout, progress=not args.quiet,
+            on_row=lambda done: run.write_table(done, batch_path, MAX_BATCH_COLUMNS))
+        run.write_table(summary, batch_path, MAX_BATCH_COLUMNS)
+        if compiled:
+            run.write_table(compiled, records_path)
+        print(f"# largest batch in 1..{args.max_batch} that compiles and fits, per length; "
+              "tokens per chip = max_batch x seq_len / chips")
+        print(render([{c: _fmt(c, r.get(c)) for c in MAX_BATCH_COLUMNS} for r in summary], MAX_BATCH_COLUMNS,
+                     markdown=args.markdown))
+        print(f"wrote {batch_path}")
     return 0

@@ -49,6 +49,12 @@ SUMMARY = ["target", "impl", "seq_q", "mode", "dtype", "status", "fits", "peak_b
            "inserted_copy_bytes", "model_roofline_seconds", "kernel_evidence", "reason"]
 MAX_SEQ_COLUMNS = ["target", "impl", "mode", "dtype", "block", "execution", "max_feasible_seq",
                    "tried_up_to", "lengths_tried", "compiles", "stopped_by"]
+# ``compile-for --max-batch``: per target x impl x mode x dtype x length, the largest batch that
+# compiles and fits; ``tokens_per_chip`` is max_batch x seq_len / the target's chips, the ``_at_max``
+# bytes the record's at that batch, ``stopped_by`` the record's one batch above it.
+MAX_BATCH_COLUMNS = ["target", "impl", "mode", "dtype", "seq_len", "execution", "max_batch", "tried_up_to",
+                     "batches_tried", "compiles", "capped", "tokens_per_chip", "peak_bytes_at_max",
+                     "hbm_bytes", "inserted_copy_bytes_at_max", "stopped_by", "skipped"]
 
 
 def new_record(target, impl_name: str, workload: Workload, **fields) -> dict:

@@ -5,7 +5,8 @@
 after every case, so an interrupted sweep keeps what it compiled. ``max_feasible`` bisects, per
 implementation x target x mode x dtype, on lengths that are multiples of the kernel's block for the
 longest one whose program compiles and fits (``bisect_max_length``, which knows nothing of
-compilers). Nothing here imports jax: the workers do.
+compilers); ``max_batch`` likewise, per length, for the largest batch (``bisect_max_batch``).
+Nothing here imports jax: the workers do.
 """
 
 from __future__ import annotations
@@ -14,16 +15,19 @@ import contextlib
 import io
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from attnbench.atomic import atomic_write_bytes
 from attnbench.compiled_for import classify
-from attnbench.compiled_for.records import COLUMNS, MAX_SEQ_COLUMNS
+from attnbench.compiled_for.records import COLUMNS, MAX_BATCH_COLUMNS, MAX_SEQ_COLUMNS
 from attnbench.workload import Workload
 
 DEFAULT_BLOCK = 128  # every kernel here tiles lengths by 128 at least
 BLOCK_NAMES = ("BLOCK", "BLOCK_FWD", "BLOCK_Q")
+# Counts a table writes as integers even beside missing values (pandas would make them floats).
+INTEGER_COLUMNS = ("seq_q", "seq_k", "fusions", "inserted_copies", "devices", "window", "documents",
+                   "max_batch", "tokens_per_chip")
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,58 @@ def bisect_max_length(is_feasible: Callable[[int], bool], block: int, hi: int) -
         else:
             hi_units = mid
     return lo_units * block, tried
+
+
+def bisect_max_batch(is_feasible: Callable[[int], bool], hi: int,
+                     estimates: Iterable[int | None] = ()) -> tuple[int, int]:
+    """``(largest feasible batch in 1..hi, batches tried)``, assuming feasibility only falls as the
+    batch grows; 0 when batch 1 is not feasible.
+
+    Batch 1 first; then each of ``estimates`` (read lazily, so that a later guess can use what the
+    compiles before it said) with its neighbour: a feasible guess whose next batch is not, or an
+    infeasible one whose previous batch is, is the answer in two tries; otherwise the guesses narrow
+    the bracket and a bisection finishes it (``hi`` tried first while nothing above is known to
+    fail: all feasible, one more try). The answer is always tried on both sides: it is feasible, and
+    it is ``hi`` or the batch after it was tried and is not.
+    """
+    if hi < 1:
+        raise ValueError(f"the bisection's upper batch {hi} is below 1")
+    asked: dict[int, bool] = {}
+
+    def ask(batch: int) -> bool:
+        if batch not in asked:
+            asked[batch] = bool(is_feasible(batch))
+        return asked[batch]
+
+    if not ask(1):
+        return 0, len(asked)
+    lo, up = 1, hi + 1  # lo feasible, up infeasible (hi + 1: nothing known to fail yet)
+    for guess in estimates:
+        if up - lo <= 1:
+            break
+        if guess is None:
+            continue
+        guess = min(max(int(guess), lo + 1), up - 1)  # only a batch inside the bracket says anything
+        if ask(guess):
+            lo = guess
+            if guess + 1 < up:
+                lo, up = (guess + 1, up) if ask(guess + 1) else (lo, guess + 1)
+        else:
+            up = guess
+            if guess - 1 > lo:
+                lo, up = (guess - 1, up) if ask(guess - 1) else (lo, guess - 1)
+    if up > hi and lo < hi:
+        if ask(hi):
+            lo = hi
+        else:
+            up = hi
+    while up - lo > 1:
+        mid = (lo + up) // 2
+        if ask(mid):
+            lo = mid
+        else:
+            up = mid
+    return lo, len(asked)
 
 
 class _NoBar:
@@ -170,16 +226,108 @@ def max_feasible(targets, impls: list[str], template: Workload, modes: list[str]
             else:
                 longest, _ = bisect_max_length(check, block, hi)
             failing = sorted(n for n, r in seen.items() if n > longest and not feasible(r))
-            stop = seen[failing[0]] if failing else None
-            stopped_by = None
-            if stop is not None:
-                why = stop["status"] if stop["status"] != classify.OK else "does not fit (peak > HBM)"
-                reason = stop.get("reason")
-                stopped_by = f"{failing[0]}: {why}" + (f": {reason}" if isinstance(reason, str) else "")
+            stopped_by = _stopped_by(failing[0], seen[failing[0]]) if failing else None
             summary.append({"target": target.name, "impl": impl, "mode": mode, "dtype": dtype,
                             "block": block, "execution": seen[top].get("execution"),
                             "max_feasible_seq": longest or None, "tried_up_to": hi,
                             "lengths_tried": len(consulted), "compiles": fresh, "stopped_by": stopped_by})
+            bar.update(1)
+    return summary, compiled
+
+
+def _stopped_by(at: int, record: dict) -> str:
+    """``4096: does-not-fit: <the compiler's words>``: what an infeasible record says, at ``at``."""
+    why = record["status"] if record["status"] != classify.OK else "does not fit (peak > HBM)"
+    reason = record.get("reason")
+    return f"{at}: {why}" + (f": {reason}" if isinstance(reason, str) else "")
+
+
+def _peak(record: dict) -> float | None:
+    """The bytes a record says its program needs per device: the peak where it compiled, what the
+    compiler said it needed where it refused for HBM (its temporaries: a guess's input only)."""
+    key = "peak_bytes" if record.get("status") == classify.OK else "compiler_required_bytes"
+    value = record.get(key)
+    return float(value) if isinstance(value, (int, float)) and value == value and value > 0 else None
+
+
+def _batch_estimates(seen: dict[int, dict], hbm) -> Iterator[int]:
+    """Guesses at the largest batch that fits, memory taken as linear in the batch: the line through
+    zero and batch 1's peak, then (read after that guess was compiled) the line through batch 1 and
+    the largest batch compiled since, which also sees a part that does not grow with the batch."""
+    first = _peak(seen[1])
+    if first is None or not isinstance(hbm, (int, float)) or not hbm == hbm or hbm <= 0:
+        return
+    yield int(hbm // first)
+    points = [(b, p) for b, p in ((b, _peak(r)) for b, r in seen.items() if b > 1) if p is not None]
+    if points:
+        batch, peak = max(points)
+        if peak > first:
+            yield 1 + int((hbm - first) // ((peak - first) / (batch - 1)))
+
+
+def max_batch(targets, impls: list[str], template: Workload, seqs: list[int], modes: list[str],
+              dtypes: list[str], hi: int, *, known: list[dict] = (), timeout_s: float = 300.0,
+              progress: bool = True, worker=None,
+              on_row: Callable[[list[dict]], None] | None = None) -> tuple[list[dict], list[dict]]:
+    """Per target x implementation x mode x dtype x length: the largest feasible batch up to ``hi``.
+
+    Returns ``(summary rows, every record compiled for it)``; ``on_row(rows so far)`` after each
+    case. Records in ``known`` (a grid's, at its batch) answer their batch without compiling
+    (``batches_tried``: batches looked at; ``compiles``: how many had to be compiled). Batch 1 first:
+    a case unsupported there, or running as the Pallas interpreter (its memory says nothing about
+    the real kernel), is recorded with why (``skipped``) and not bisected; so is one not feasible at
+    batch 1 (``max_batch`` empty). The others go to ``bisect_max_batch`` with ``_batch_estimates``'
+    guesses; ``stopped_by`` is the record one batch above the answer (none when ``hi`` fits).
+    """
+    summary, compiled = [], []
+    groups = [(t, i, m, d, s) for t in targets for i in impls for m in modes for d in dtypes for s in seqs]
+    with _session(worker, len(groups), progress, "max batch") as (worker, bar):
+        for target, impl, mode, dtype, seq in groups:
+            base = template.replace(mode=mode, dtype=dtype, seq_q=seq, seq_k=seq)
+            seen = {int(r["batch"]): r for r in known
+                    if (r["target"], r["impl"], r["mode"], r["dtype"], r["seq_q"], r["seq_k"])
+                    == (target.name, impl, mode, dtype, seq, seq) and r.get("batch") is not None}
+            fresh, consulted = 0, set()
+
+            def check(batch, target=target, impl=impl, base=base, seen=seen, consulted=consulted):
+                nonlocal fresh
+                consulted.add(batch)
+                if batch not in seen:
+                    record = worker.compile(target, impl, base.replace(batch=batch), timeout_s=timeout_s)
+                    seen[batch] = record
+                    compiled.append(record)
+                    fresh += 1
+                return feasible(seen[batch])
+
+            bar.set_postfix_str(f"{target.name} {impl} {seq} {mode}")
+            check(1)
+            first = seen[1]
+            largest, capped, stopped_by, skipped = 0, None, None, None
+            if first.get("status") == classify.UNSUPPORTED:
+                skipped, stopped_by = "unsupported at batch 1", _stopped_by(1, first)
+            elif first.get("execution") == "interpret":
+                skipped = "interpret: the Pallas interpreter's memory says nothing about the kernel"
+            else:
+                largest, _ = bisect_max_batch(check, hi, _batch_estimates(seen, first.get("hbm_bytes")))
+                capped = largest == hi
+                if largest == 0:
+                    skipped = "not feasible at batch 1"
+                if not capped:
+                    stopped_by = _stopped_by(largest + 1, seen[largest + 1])
+            at = seen[largest] if largest else {}
+            tokens = largest * seq
+            chips = getattr(target, "chips", 1) or 1
+            summary.append({"target": target.name, "impl": impl, "mode": mode, "dtype": dtype, "seq_len": seq,
+                            "execution": first.get("execution"), "max_batch": largest or None,
+                            "tried_up_to": hi, "batches_tried": len(consulted), "compiles": fresh,
+                            "capped": capped,
+                            "tokens_per_chip": (tokens // chips if tokens % chips == 0 else tokens / chips)
+                            if largest else None,
+                            "peak_bytes_at_max": at.get("peak_bytes"), "hbm_bytes": first.get("hbm_bytes"),
+                            "inserted_copy_bytes_at_max": at.get("inserted_copy_bytes"),
+                            "stopped_by": stopped_by, "skipped": skipped})
+            if on_row:
+                on_row(summary)
             bar.update(1)
     return summary, compiled
 
@@ -194,9 +342,7 @@ def write_table(rows: list[dict], path: str, columns: list[str] = COLUMNS) -> No
     for column in frame.columns:  # byte counts and lengths stay integers beside missing values
         values = frame[column]
         if values.dtype.kind == "f" and values.notna().any() and (values.dropna() % 1 == 0).all() \
-                and (column.endswith(("_bytes", "_seq")) or column in ("seq_q", "seq_k", "fusions",
-                                                                         "inserted_copies", "devices",
-                                                                         "window", "documents")):
+                and (column.endswith(("_bytes", "_seq", "_bytes_at_max")) or column in INTEGER_COLUMNS):
             frame[column] = values.astype("Int64")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     if path.endswith(".parquet"):
@@ -209,3 +355,7 @@ def write_table(rows: list[dict], path: str, columns: list[str] = COLUMNS) -> No
 
 def max_seq_table(rows: list[dict], path: str) -> None:
     write_table(rows, path, MAX_SEQ_COLUMNS)
+
+
+def max_batch_table(rows: list[dict], path: str) -> None:
+    write_table(rows, path, MAX_BATCH_COLUMNS)

@@ -6,24 +6,22 @@ attribution, per-step trace spikes) and writes, each file atomically, into ``out
 (default ``html/report/``, git-ignored beside asv's HTML; note that ``asv publish`` deletes
 ``html/``, so write the report after publishing):
 
-* ``report.md``: machines, environments and commits covered (and how they were ordered: git, else
-  the commit dates asv recorded, with a warning where neither could order them); best native vs
-  best forced-flash per length with cost per step and per million tokens; static vs dynamic vs
-  bucketed cost per step; per model workload (the Models class) each phase's kernels; each
-  machine's noise floor; regressions (beyond threshold and noise),
-  the steps explained otherwise (definition changed, no measured code changed); cost spikes with
-  attribution; per-step trace spikes; the plots below;
+* ``report.md``, top-down: the verdict (``report/verdict.py``: paper vs production winner per
+  machine, framework, workload and length, and the compile targets' memory headroom); the plots;
+  regressions and cost spikes with their attribution; the details (paper-only verdicts, best native
+  vs best forced-flash, model workloads, static vs dynamic vs bucketed, profiler visibility, the
+  noise floor, per-step trace spikes, compiled-for, releases); coverage and provenance last;
 * ``report.html``: the same content in one self-contained page (PNGs as base64 data URIs, no
   external reference);
-* ``throughput.png``, ``memory.png``, ``regime_cost.png``, ``cost_over_commits.png``,
-  ``trace_dynamic.png`` (matplotlib, Agg, no pyplot state); with compile-for records under
-  ``results/compiled-for/``, a section "Compiled for, not measured" and ``compiled_<target>.png``
-  (``report/compiled.py``);
-* ``tidy.csv`` and ``tidy.parquet`` (the tidy table), ``regressions.csv``, ``steps.csv`` (every
-  step beyond the threshold, with its verdict), ``noise_floor.csv``, ``cost_spikes.csv``,
-  ``trace_spikes.csv`` (the full tables the Markdown may shorten).
+* ``stream_cost.png``, ``throughput.png``, ``cost_by_length.png``, ``memory.png``,
+  ``regime_cost.png``, ``cost_over_commits.png``, ``trace_dynamic.png`` (matplotlib, Agg, no
+  pyplot state); with compile-for records under ``results/compiled-for/``, a section "Compiled
+  for, not measured" and ``compiled_<target>.png`` (``report/compiled.py``);
+* ``tidy.csv`` and ``tidy.parquet`` (the tidy table), ``verdict.csv``, ``regressions.csv``,
+  ``steps.csv`` (every step beyond the threshold, with its verdict), ``noise_floor.csv``,
+  ``cost_spikes.csv``, ``trace_spikes.csv`` (the full tables the Markdown may shorten).
 
-The parts: ``select`` picks the data (newest commit per machine, coverage, best native vs
+The parts: ``verdict`` decides, ``select`` picks the data (newest commit per machine, coverage, best native vs
 forced-flash, regime costs, traces), ``plots`` draws it, ``render`` writes Markdown and HTML from
 one Jinja2 template (tables by pandas). This module puts them together and keeps their public
 names, which the CLI (``report``, ``summary``) and ``notebooks/cost_spikes.ipynb`` use.
@@ -42,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from attnbench.atomic import atomic_write_bytes, atomic_write_text
 from attnbench.report.plots import (
+    plot_cost_by_length,
     plot_cost_over_commits,
     plot_memory,
     plot_regime_cost,
@@ -70,12 +69,16 @@ from attnbench.report.select import (
     trace_seq,
     workload_tables,
 )
+from attnbench.report.verdict import plot_stream_cost, verdict_part, verdict_table
 
 if TYPE_CHECKING:
     import pandas as pd
 
 DEFAULT_OUT = os.path.join("html", "report")
-PLOTS = ("throughput.png", "memory.png", "regime_cost.png", "cost_over_commits.png", "trace_dynamic.png")
+OBSERVABILITY_COLUMNS = ["machine", "framework", "impl", "label", "execution", "profiler_visible", "profiler",
+                         "attributed_to", "attributed_share", "reason"]
+PLOTS = ("stream_cost.png", "throughput.png", "cost_by_length.png", "memory.png", "regime_cost.png",
+         "cost_over_commits.png", "trace_dynamic.png")
 
 __all__ = [
     "DEFAULT_OUT", "MAX_TABLE_ROWS", "PLOTS", "REGIMES", "Report", "best_native_vs_forced",
@@ -103,6 +106,7 @@ class Report:
     steps: pd.DataFrame | None = field(default=None, repr=False)  # every step, with its verdict
     noise: pd.DataFrame | None = field(default=None, repr=False)  # analysis.noise_floor
     ordering: str | None = None  # asv_results.ordering_note's sentence; starts "WARNING" if unordered
+    verdict: pd.DataFrame | None = field(default=None, repr=False)  # report.verdict.verdict_table
 
     @property
     def paths(self) -> list[str]:
@@ -151,11 +155,14 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     trace_spikes = find_trace_spikes(traces, factor=trace_factor)
     best = best_native_vs_forced(frame)
     costs = regime_costs(frame)
+    verdict = verdict_table(results_dir, frame)
 
     os.makedirs(out_dir, exist_ok=True)
     paths = {name: os.path.join(out_dir, name) for name in ("report.md", "report.html", "tidy.csv",
                                                              "tidy.parquet")}
-    makers = {"throughput.png": lambda: plot_throughput(frame),
+    makers = {"stream_cost.png": lambda: plot_stream_cost(frame),
+              "throughput.png": lambda: plot_throughput(frame),
+              "cost_by_length.png": lambda: plot_cost_by_length(frame),
               "memory.png": lambda: plot_memory(frame),
               "regime_cost.png": lambda: plot_regime_cost(costs),
               "cost_over_commits.png": lambda: plot_cost_over_commits(frame, spikes),
@@ -173,7 +180,8 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     frame.to_parquet(buffer, index=False)
     atomic_write_bytes(paths["tidy.parquet"], buffer.getvalue())
     tables = {}
-    for name, table in (("regressions.csv", regressions), ("steps.csv", steps), ("noise_floor.csv", noise),
+    for name, table in (("verdict.csv", verdict), ("regressions.csv", regressions), ("steps.csv", steps),
+                        ("noise_floor.csv", noise),
                         ("run_shifts.csv", shifts), ("host_changes.csv", changes),
                         ("cost_spikes.csv", spikes),
                         ("trace_spikes.csv", trace_spikes)):
@@ -186,6 +194,11 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     # "Compiled for, not measured" (report/compiled.py): the compile-for records, when there are any.
     from attnbench.report.compiled import compiled_part
 
+    ctx["verdict"] = verdict_part(verdict)
+    from attnbench.observability import load_observability
+
+    seen = load_observability(results_dir)
+    ctx["observability"] = Table.of(seen[OBSERVABILITY_COLUMNS]) if not seen.empty else None
     ctx["workloads"] = [{"name": name, "table": Table.of(table)}
                         for name, table in workload_tables(frame).items()]
     ctx["compiled_for"] = compiled_part(results_dir, out_dir)
@@ -205,4 +218,4 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     return Report(out_dir=out_dir, markdown=paths["report.md"], html=paths["report.html"],
                   tidy_csv=paths["tidy.csv"], tidy_parquet=paths["tidy.parquet"], plots=plots, tables=tables,
                   regressions=regressions, cost_spikes=spikes, trace_spikes=trace_spikes, frame=frame,
-                  steps=steps, noise=noise, ordering=ordering)
+                  steps=steps, noise=noise, ordering=ordering, verdict=verdict)

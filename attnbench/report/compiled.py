@@ -144,19 +144,26 @@ def grid(part: pd.DataFrame) -> pd.DataFrame:
     return part[(lengths & (lengths - 1)) == 0]
 
 
+def _load_table(results_dir: str, name: str, keys: list[str]) -> pd.DataFrame:
+    """``name`` (``max_seq.csv``, ``max_batch.csv``): the committed table, then each run's, the
+    newest row of a case winning; an empty frame when there is none."""
+    import pandas as pd
+
+    base = os.path.join(results_dir, RECORDS_DIR)
+    paths = [os.path.join(base, name)] + sorted(glob.glob(os.path.join(base, "runs", "*", name)))
+    frames = [pd.read_csv(p) for p in paths if os.path.exists(p)]
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True).drop_duplicates(keys, keep="last").reset_index(drop=True)
+
+
 def max_seq_table(results_dir: str, target: str) -> pd.DataFrame:
     """``max_seq.csv`` (``compile-for --max-seq``) rows of ``target``, newest file last wins."""
     import pandas as pd
 
-    base = os.path.join(results_dir, RECORDS_DIR)
-    paths = [os.path.join(base, "max_seq.csv")] + sorted(glob.glob(os.path.join(base, "runs", "*",
-                                                                                "max_seq.csv")))
-    frames = [pd.read_csv(p) for p in paths if os.path.exists(p)]
-    if not frames:
-        return pd.DataFrame()
-    table = pd.concat(frames, ignore_index=True).drop_duplicates(["target", "impl", "mode", "dtype"],
-                                                                 keep="last")
-    table = table[table["target"] == target]
+    table = _load_table(results_dir, "max_seq.csv", ["target", "impl", "mode", "dtype"])
+    if not table.empty:
+        table = table[table["target"] == target]
     if table.empty:
         return pd.DataFrame()
 
@@ -170,6 +177,44 @@ def max_seq_table(results_dir: str, target: str) -> pd.DataFrame:
         "execution": table.get("execution", pd.Series(dtype=object)).fillna("-"),
         "longest feasible": table["max_feasible_seq"].map(lambda v: f"{int(v)}" if v == v else "none"),
         "tried up to": table["tried_up_to"], "stopped by": table["stopped_by"].map(stop)})
+
+
+def load_max_batch(results_dir: str) -> pd.DataFrame:
+    """The raw ``max_batch.csv`` rows (``compile-for --max-batch``), newest file last wins."""
+    return _load_table(results_dir, "max_batch.csv", ["target", "impl", "mode", "dtype", "seq_len"])
+
+
+def max_batch_table(results_dir: str, target: str | None = None) -> pd.DataFrame:
+    """``max_batch.csv`` rows for reading, of ``target`` or of every target (a ``target`` column
+    first); an empty frame when there is none."""
+    import pandas as pd
+
+    table = load_max_batch(results_dir)
+    if target is not None and not table.empty:
+        table = table[table["target"] == target]
+    if table.empty:
+        return pd.DataFrame()
+
+    def text(value, limit=70):
+        if not isinstance(value, str):
+            return "-"
+        return value if len(value) <= limit else value[:limit - 3] + "..."
+
+    def batch(row):  # none: not even batch 1 fits; -: not bisected (unsupported, the interpreter)
+        if row["max_batch"] != row["max_batch"]:
+            return "-" if _truthy(row["capped"]) is None else "none"
+        return f"{int(row['max_batch'])}" + (" (capped)" if _truthy(row["capped"]) else "")
+
+    columns = {"target": table["target"]} if target is None else {}
+    columns.update({
+        "implementation": table["impl"], "mode": table["mode"], "dtype": table["dtype"],
+        "length": table["seq_len"], "execution": table["execution"].astype(object).fillna("-"),
+        "largest batch": table.apply(batch, axis=1), "tried up to": table["tried_up_to"],
+        "tokens per chip": table["tokens_per_chip"].map(lambda v: f"{int(v)}" if v == v else "-"),
+        "peak at max": table["peak_bytes_at_max"].map(_gb),
+        "copies at max": table["inserted_copy_bytes_at_max"].map(_gb),
+        "stopped by": table["stopped_by"].map(text), "skipped": table["skipped"].map(text)})
+    return pd.DataFrame(columns).reset_index(drop=True)
 
 
 def plot_target(part: pd.DataFrame, target: str, hbm_bytes: float | None) -> bytes | None:

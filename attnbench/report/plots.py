@@ -1,10 +1,11 @@
-"""The report's five plots, as PNG bytes: matplotlib ``Figure`` objects only (Agg, no pyplot state),
+"""The report's plots, as PNG bytes: matplotlib ``Figure`` objects only (Agg, no pyplot state),
 so nothing global changes in a notebook. Each takes the tidy table (or a selection of it) and
 returns ``None`` when it has nothing to draw.
 
 * ``plot_throughput``: tokens/s and MFU vs length, forced-flash dashed, native solid;
 * ``plot_memory``: one panel per memory source (the metric table's ``memory`` group);
 * ``plot_regime_cost``: USD per step with compile stalls, static vs dynamic vs bucketed;
+* ``plot_cost_by_length``: USD per million useful tokens vs length, one panel per regime;
 * ``plot_cost_over_commits``: every cost series over commits, detected spikes in colour;
 * ``plot_trace``: the dynamic regime's per-step time, compile stalls marked.
 """
@@ -58,6 +59,20 @@ def _impl_legend(fig, axes, title="solid: native, dashed: forced-flash, dotted: 
         fig.legend(handles, labels, loc="outside right center", fontsize=8, title=title, title_fontsize=8)
 
 
+def _lines_by_length(ax, part, colors, ylabel: str, title: str, scale: float = 1.0) -> None:
+    """One line per kernel of ``part`` against length (log-log), styled by its category."""
+    for (impl, kind), series in part.groupby(["implementation", _kind(part)], sort=True):
+        series = series.sort_values("seq_len")
+        ax.plot(series["seq_len"], series["value"] * scale, _style(kind), marker="o", color=colors[impl],
+                label=impl)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+
+
 def plot_throughput(frame) -> bytes | None:
     latest = newest_commit(frame)
     latest = latest[(latest["suite"] == "Forward") & (latest["regime"] == "static")
@@ -71,16 +86,17 @@ def plot_throughput(frame) -> bytes | None:
         for j, (metric, ylabel) in enumerate((("tokens_per_s", "tokens/s"), ("mfu", "MFU"))):
             ax = axes[i][j]
             part = latest[(latest["machine"] == machine) & (latest["metric"] == metric)]
-            for (impl, kind), series in part.groupby(["implementation", _kind(part)], sort=True):
+            _lines_by_length(ax, part, colors, ylabel,
+                             f"{machine}: {ylabel} (Forward, static shapes; bands: intervals)")
+            for impl, series in part.groupby("implementation", sort=True):
                 series = series.sort_values("seq_len")
-                ax.plot(series["seq_len"], series["value"], _style(kind), marker="o", color=colors[impl],
-                        label=impl)
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_xlabel("sequence length")
-            ax.set_ylabel(ylabel)
-            ax.set_title(f"{machine}: {ylabel} (Forward, static shapes)", fontsize=10)
-            ax.grid(True, which="both", alpha=0.3)
+                band = series.dropna(subset=["ci_low", "ci_high"]) if "ci_low" in series else series.iloc[0:0]
+                if len(band):  # the figure's recorded interval over timing rounds
+                    ax.fill_between(band["seq_len"], band["ci_low"], band["ci_high"], color=colors[impl],
+                                    alpha=0.15, linewidth=0)
+                    if len(band) == 1:
+                        ax.errorbar(band["seq_len"], band["value"], color=colors[impl], linestyle="none",
+                                    yerr=[band["value"] - band["ci_low"], band["ci_high"] - band["value"]])
     _impl_legend(fig, axes)
     return _png(fig)
 
@@ -101,16 +117,8 @@ def plot_memory(frame) -> bytes | None:
         for j, metric in enumerate(shown):
             ax = axes[i][j]
             part = latest[(latest["machine"] == machine) & (latest["metric"] == metric)]
-            for (impl, kind), series in part.groupby(["implementation", _kind(part)], sort=True):
-                series = series.sort_values("seq_len")
-                ax.plot(series["seq_len"], series["value"] / 2**20, _style(kind), marker="o",
-                        color=colors[impl], label=impl)
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_xlabel("sequence length")
-            ax.set_ylabel("MiB")
-            ax.set_title(f"{machine}: {metric}" + ("" if not part.empty else " (none)"), fontsize=10)
-            ax.grid(True, which="both", alpha=0.3)
+            _lines_by_length(ax, part, colors, "MiB", f"{machine}: {metric}" + ("" if not part.empty
+                                                                                 else " (none)"), 2**-20)
     _impl_legend(fig, axes)
     return _png(fig)
 
@@ -136,6 +144,31 @@ def plot_regime_cost(costs) -> bytes | None:
                      fontsize=10)
         ax.legend(fontsize=8)
         ax.grid(True, axis="y", which="both", alpha=0.3)
+    return _png(fig)
+
+
+def plot_cost_by_length(frame) -> bytes | None:
+    """USD per million useful tokens, compile stalls included, against length: one panel per machine
+    and regime (the measured stream), each kernel a line; interpreted kernels are left out."""
+    from attnbench.report.select import not_interpreted
+
+    latest = not_interpreted(newest_commit(frame))
+    latest = latest[(latest["suite"] == "Forward")
+                    & (latest["metric"] == "usd_per_million_useful_tokens_with_compiles")
+                    & ~latest["implementation"].str.startswith("reference")]
+    if latest.empty:
+        return None
+    machines = sorted(latest["machine"].unique())
+    colors = _colors(latest["implementation"])
+    fig, axes = _figure(len(machines), len(REGIMES), width=4.4)
+    for i, machine in enumerate(machines):
+        for j, regime in enumerate(REGIMES):
+            ax = axes[i][j]
+            part = latest[(latest["machine"] == machine) & (latest["regime"] == regime)]
+            _lines_by_length(ax, part, colors, "USD per million useful tokens",
+                             f"{machine}: {regime} (the stream's longest length)"
+                             + ("" if not part.empty else " (not measured)"))
+    _impl_legend(fig, axes)
     return _png(fig)
 
 

@@ -1,0 +1,416 @@
+"""The verdict (attnbench/report/verdict.py): the stream model, the winners, ties, flips, reasons.
+
+Synthetic tidy frames are built by hand here, with only the columns the verdict reads; the
+committed results are read (never written) by the CLI and README checks at the end.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pd = pytest.importorskip("pandas")
+
+from attnbench.report import verdict  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MEASURED_STEPS = 6
+MAX_LEN = 1024
+
+
+# -- the stream model -----------------------------------------------------------------------------
+def test_expected_shapes_per_regime():
+    assert verdict.expected_shapes("static", MAX_LEN, 1000) == pytest.approx(1.0)
+    # multiple-128 buckets over [512, 1024]: 512 (only 512 itself), 640, 768, 896, 1024
+    assert set(verdict.shape_shares("bucketed", MAX_LEN)) == {512, 640, 768, 896, 1024}
+    assert verdict.expected_shapes("bucketed", MAX_LEN, 10**6) == pytest.approx(5.0)
+    assert verdict.expected_shapes("dynamic", MAX_LEN, 10**7) == pytest.approx(513.0)
+    assert verdict.expected_shapes("dynamic", MAX_LEN, 2) == pytest.approx(2 - 1 / 513)
+
+
+def test_price_stream_gives_back_the_measured_stream():
+    figures = {
+        "steady_usd": 1e-6,
+        "usd_with_compiles": 3e-6,
+        "usd_per_mtok": 4e-3,
+        "compiles": 4,
+        "regime": "bucketed",
+        "max_len": MAX_LEN,
+        "measured_steps": MEASURED_STEPS,
+    }
+    measured = verdict.price_stream(**figures, steps=MEASURED_STEPS)
+    assert measured["usd_per_mtok"] == pytest.approx(4e-3)
+    assert measured["compiles"] == 4
+    longer = verdict.price_stream(**figures, steps=1000)
+    tokens = 3e-6 * 1e6 / 4e-3
+    stall = MEASURED_STEPS * (3e-6 - 1e-6) / 4
+    shapes = verdict.expected_shapes("bucketed", MAX_LEN, 1000)
+    rate = 4 / verdict.measured_shapes("bucketed", MAX_LEN, MEASURED_STEPS)
+    assert longer["compiles"] == pytest.approx(rate * shapes)
+    assert longer["usd_per_mtok"] == pytest.approx(
+        (1000 * 1e-6 + rate * shapes * stall) * 1e6 / (1000 * tokens)
+    )
+    assert longer["usd_per_mtok"] < measured["usd_per_mtok"]  # stalls amortise
+    assert 0 < longer["stall_share"] < measured["stall_share"]
+
+
+def test_price_stream_without_compiles_is_the_steady_cost():
+    priced = verdict.price_stream(
+        steady_usd=1e-6,
+        usd_with_compiles=1e-6,
+        usd_per_mtok=2e-3,
+        compiles=0,
+        regime="dynamic",
+        max_len=MAX_LEN,
+        measured_steps=MEASURED_STEPS,
+        steps=10**5,
+    )
+    assert priced["usd_per_mtok"] == pytest.approx(2e-3)
+    assert priced["stall_share"] == 0.0
+
+
+def test_price_stream_refuses_missing_figures():
+    with pytest.raises(ValueError, match="finite USD figures"):
+        verdict.price_stream(
+            steady_usd=float("nan"),
+            usd_with_compiles=1e-6,
+            usd_per_mtok=1e-3,
+            compiles=1,
+            regime="static",
+            max_len=MAX_LEN,
+            measured_steps=MEASURED_STEPS,
+        )
+
+
+# -- synthetic tidy frames ------------------------------------------------------------------------
+def _case(
+    impl,
+    label,
+    *,
+    step,
+    lo=None,
+    hi=None,
+    regimes=None,
+    execution="compiled",
+    contended=False,
+    suite="Forward",
+    seq=MAX_LEN,
+    peak=None,
+):
+    """Tidy rows of one kernel case: its static step and, per regime, (steady USD, USD with
+    compiles, compiles); USD per million useful tokens follows from 768 useful tokens per step."""
+    base = {
+        "machine": "cpu-test",
+        "env_name": "virtualenv-test",
+        "commit_hash": "a" * 40,
+        "commit_order": 1.0,
+        "commit_position": 1.0,
+        "commit_date": pd.Timestamp("2026-12-01"),
+        "status": "ok",
+        "suite": suite,
+        "implementation": impl,
+        "label": label,
+        "execution": execution,
+        "seq_len": float(seq),
+        "dtype": "float32",
+        "workload": None,
+        "phase": None,
+        "contended": contended,
+        "setting_regime_steps": float(MEASURED_STEPS),
+    }
+    rows = [
+        {
+            **base,
+            "benchmark": f"attention.{suite}.track_seconds_per_step",
+            "regime": "static",
+            "metric": "seconds_per_step",
+            "value": step,
+            "ci_low": lo or step * 0.95,
+            "ci_high": hi or step * 1.05,
+        }
+    ]
+    if peak:
+        rows.append(
+            {
+                **base,
+                "benchmark": "b",
+                "regime": "static",
+                "metric": "host_profiler_peak_bytes",
+                "value": peak,
+            }
+        )
+    for regime, (steady, stalled, compiles) in (regimes or {}).items():
+        for metric, value in (
+            ("usd_per_step", steady),
+            ("usd_per_step_with_compiles", stalled),
+            ("usd_per_million_useful_tokens_with_compiles", stalled * 1e6 / 768),
+            ("compiles", compiles),
+            ("padding_waste", 0.1),
+        ):
+            rows.append(
+                {
+                    **base,
+                    "benchmark": f"attention.{suite}.track_{metric}",
+                    "regime": regime,
+                    "metric": metric,
+                    "value": value,
+                    "ci_low": None,
+                    "ci_high": None,
+                }
+            )
+    return rows
+
+
+def _frame(*cases):
+    return pd.DataFrame([row for case in cases for row in case])
+
+
+def _only(table, **where):
+    part = table
+    for key, value in where.items():
+        part = part[part[key] == value]
+    assert len(part) == 1, part
+    return part.iloc[0]
+
+
+def test_fast_on_paper_slow_in_production_is_a_flip():
+    # forced: 10 ms steps, but each compile stalls 30x a step's cost; native: 12 ms, cheap compiles
+    forced = _case(
+        "jax-forced",
+        "forced-flash",
+        step=0.010,
+        lo=0.0098,
+        hi=0.0102,
+        regimes={"dynamic": (1.0e-6, 1.0e-6 + 30e-6, 6), "static": (1.4e-6, 1.4e-6 + 5e-6, 1)},
+    )
+    native = _case(
+        "jax-native",
+        "native",
+        step=0.012,
+        lo=0.0118,
+        hi=0.0122,
+        regimes={"bucketed": (1.1e-6, 1.2e-6, 4), "static": (1.3e-6, 1.32e-6, 1)},
+    )
+    table = verdict.measured_verdicts(
+        _frame(forced, native),
+        steps=1000,
+        fragility={"jax-forced": "jax 0.9.2 (api-changed)"},
+        visibility={"jax-forced": False, "jax-native": True},
+    )
+    row = _only(table, framework="jax")
+    assert row["paper_winner"] == "jax-forced (forced-flash)"
+    assert row["production_winner"] == "jax-native (native)"
+    assert row["flip"] == "yes"
+    assert row["ratio_of"] == "jax-forced / jax-native"
+    assert 1 < row["ratio_low"] <= row["ratio"] <= row["ratio_high"]
+    assert "buckets" in row["production_strategy"]
+    assert "jax-forced: fastest step (10 vs 12 ms)" in row["reasons"]
+    assert "jax-forced broke in jax 0.9.2 (api-changed)" in row["reasons"]
+    assert "jax-forced is invisible to its framework's profiler" in row["reasons"]
+    assert "jax-native is invisible" not in row["reasons"]
+
+
+def test_overlapping_intervals_are_no_flip_beyond_noise():
+    forced = _case(
+        "jax-forced", "forced-flash", step=0.010, lo=0.008, hi=0.014, regimes={"static": (1.0e-6, 1.3e-6, 1)}
+    )
+    native = _case(
+        "jax-native", "native", step=0.011, lo=0.009, hi=0.013, regimes={"static": (0.98e-6, 1.0e-6, 1)}
+    )
+    row = _only(verdict.measured_verdicts(_frame(forced, native)), framework="jax")
+    assert row["paper_winner"].startswith("jax-forced")
+    assert row["production_winner"].startswith("jax-native")
+    assert row["flip"] == "within noise"
+    assert "on paper within noise of jax-native" in row["reasons"]
+    assert "only pad to max measured at this length" in row["reasons"]
+
+
+def test_interpreted_and_contended_kernels_never_win():
+    fastest_interpreted = _case(
+        "jax-pallas-x", "forced-flash", step=0.001, execution="interpret", regimes={"static": (1e-8, 1e-8, 1)}
+    )
+    fastest_contended = _case(
+        "jax-busy", "native", step=0.002, contended=True, regimes={"static": (1e-8, 1e-8, 1)}
+    )
+    slow = _case("jax-xla", "native", step=0.02, regimes={"static": (1e-6, 1.1e-6, 1)})
+    row = _only(
+        verdict.measured_verdicts(_frame(fastest_interpreted, fastest_contended, slow)), framework="jax"
+    )
+    assert row["paper_winner"] == row["production_winner"] == "jax-xla (native)"
+    assert "not ranked (interpreted): jax-pallas-x" in row["reasons"]
+    assert "not ranked (contended): jax-busy" in row["reasons"]
+
+
+def test_no_stream_is_a_paper_only_row():
+    frame = _frame(_case("torch-a", "native", step=0.01), _case("torch-b", "forced-flash", step=0.02))
+    table = verdict.measured_verdicts(frame)
+    row = _only(table, framework="torch")
+    assert row["paper_winner"] == "torch-a (native)"
+    assert row["production_winner"] is None or row["production_winner"] != row["production_winner"]
+    assert row["flip"] == "-"
+    assert verdict.headline(table).empty and len(verdict.paper_only(table)) == 1
+
+
+def test_a_short_stream_winner_gets_its_break_even():
+    # forced: cheaper steps, a 200-step-sized compile; native: dearer steps, no compile
+    forced = _case(
+        "torch-xla-forced",
+        "forced-flash",
+        step=0.010,
+        lo=0.0099,
+        hi=0.0101,
+        regimes={"static": (1.0e-6, 1.0e-6 + 200e-6 / MEASURED_STEPS, 1)},
+    )
+    native = _case(
+        "torch-xla-native",
+        "native",
+        step=0.015,
+        lo=0.0149,
+        hi=0.0151,
+        regimes={"static": (1.5e-6, 1.5e-6, 0)},
+    )
+    row = _only(verdict.measured_verdicts(_frame(forced, native), steps=1000), framework="torch_xla")
+    assert row["production_winner"].startswith("torch-xla-forced")
+    # the forced kernel catches up when 1e-6 * n + 200e-6 < 1.5e-6 * n: from n = 401 on
+    assert (
+        "torch-xla-native is cheapest: torch-xla-forced pays back its compile stalls after 401 steps"
+        in row["reasons"]
+    )
+
+
+def test_break_even_never_within_the_limit():
+    cheap = {
+        f"static:{m}": v
+        for m, v in (
+            ("usd_per_step", 1e-6),
+            ("usd_per_step_with_compiles", 1e-6),
+            ("usd_per_million_useful_tokens_with_compiles", 1e-6 * 1e6 / 768),
+            ("compiles", 0),
+        )
+    }
+    dear = {
+        **cheap,
+        "static:usd_per_step": 2e-6,
+        "static:usd_per_step_with_compiles": 3e-6,
+        "static:usd_per_million_useful_tokens_with_compiles": 3e-6 * 1e6 / 768,
+        "static:compiles": 1,
+    }
+    assert verdict.break_even_steps(dear, cheap, MAX_LEN, MEASURED_STEPS, limit=10**5) is None
+
+
+# -- compile targets ------------------------------------------------------------------------------
+def _record(impl, label, seq, *, status="ok", fits=True, copies=0, execution="compiled"):
+    return {
+        "target": "tpu-v5e",
+        "impl": impl,
+        "label": label,
+        "seq_q": seq,
+        "seq_k": seq,
+        "batch": 1,
+        "mode": "fwd",
+        "dtype": "bfloat16",
+        "status": status,
+        "fits": fits,
+        "execution": execution,
+        "inserted_copy_bytes": copies,
+        "model_roofline_seconds": 0.0223,
+    }
+
+
+def test_compile_targets_speak_of_memory_never_of_speed():
+    records = pd.DataFrame(
+        [
+            _record("jax-xla", "native", 65536, status="does-not-fit", fits=False),
+            _record("jax-pallas-tpu-flash", "forced-flash", 65536, copies=470e6),
+            _record("jax-pallas-tpu-splash", "forced-flash", 65536, copies=336e6),
+            _record("jax-pallas-gpu-mha", "forced-flash", 65536, execution="interpret"),
+        ]
+    )
+    batches = pd.DataFrame(
+        [
+            {
+                "target": "tpu-v5e",
+                "impl": "jax-pallas-tpu-flash",
+                "mode": "fwd",
+                "dtype": "bfloat16",
+                "seq_len": 65536,
+                "max_batch": 17,
+                "capped": False,
+                "inserted_copy_bytes_at_max": 8.93e9,
+                "peak_bytes_at_max": 15.2e9,
+            },
+            {
+                "target": "tpu-v5e",
+                "impl": "jax-pallas-tpu-splash",
+                "mode": "fwd",
+                "dtype": "bfloat16",
+                "seq_len": 65536,
+                "max_batch": 19,
+                "capped": False,
+            },
+            {
+                "target": "tpu-v5e",
+                "impl": "jax-xla",
+                "mode": "fwd",
+                "dtype": "bfloat16",
+                "seq_len": 65536,
+                "max_batch": None,
+                "capped": None,
+            },
+        ]
+    )
+    table = verdict.compiled_verdicts(records, batches)
+    row = _only(table, machine="tpu-v5e")
+    assert row["basis"] == "compiler only"
+    assert row["paper_winner"] is None and row["production_winner"] is None
+    assert row["headroom_winner"] == "jax-pallas-tpu-splash"
+    assert "largest batch: jax-pallas-tpu-splash 19, jax-pallas-tpu-flash 17" in row["reasons"]
+    assert "does not fit: jax-xla" in row["reasons"]
+    assert (
+        "jax-pallas-tpu-flash fits 0.89x the tokens per chip of jax-pallas-tpu-splash, and its layout "
+        "copies write 8.93 GB per step there" in row["reasons"]
+    )
+    without_search = verdict.compiled_verdicts(records, None)
+    assert (
+        "forced-flash jax-pallas-tpu-flash: layout copies +470 MB at batch 1"
+        in _only(without_search, machine="tpu-v5e")["reasons"]
+    )
+    assert verdict.headline(without_search).empty  # no batch search: not in the headline
+    assert "a bound, not a rank" in row["reasons"]
+    assert "jax-pallas-gpu-mha" not in row["reasons"]  # the interpreter's memory says nothing
+    assert len(verdict.headline(table)) == 1
+
+
+# -- the committed results ------------------------------------------------------------------------
+def _committed() -> bool:
+    return (ROOT / "results" / "benchmarks.json").is_file()
+
+
+def _cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "attnbench", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_cli_refuses_a_bad_stream_length():
+    done = _cli("verdict", "--stream-steps", "0")
+    assert done.returncode == 2
+    assert "--stream-steps must be at least 1" in done.stderr
+
+
+@pytest.mark.skipif(not _committed(), reason="needs the committed results/")
+def test_readme_verdict_is_the_commands_output_on_the_committed_results(tmp_path):
+    png = tmp_path / "verdict.png"
+    done = _cli("verdict", "--markdown", "--width", "0", "--png", str(png))
+    assert done.returncode == 0, done.stderr
+    table = [line for line in done.stdout.splitlines() if line.startswith("|")]
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"<!-- verdict:start -->\n(.*?)<!-- verdict:end -->", readme, re.S)
+    assert block, "README.md has no verdict block"
+    shown = [line for line in block.group(1).splitlines() if line.startswith("|")]
+    assert shown == table, "README's verdict differs from `attnbench verdict --markdown` on results/"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
