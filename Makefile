@@ -56,7 +56,7 @@ export PJRT_DEVICE
 export ACCEL
 
 .PHONY: setup bench html serve-html sweep html-deps browser-deps existing-bench existing-test test lint test-main test-xla list matrix system-check clean \
-        fleet-deps fleet-launch fleet-collect fleet-plan setup-targets test-targets releases notebook verdict
+        fleet-deps fleet-launch fleet-collect fleet-plan setup-targets test-targets releases notebook verdict test-fast
 
 setup: $(MAIN_STAMP) $(XLA_STAMP) $(TARGETS_STAMP)
 setup-targets: $(TARGETS_STAMP)
@@ -74,7 +74,7 @@ ASV_ARGS ?=
 TARGETS_ASV_ARGS ?=
 # Steps smaller than this are not worth reporting (per metric: --threshold-metric m=0.05); whether a
 # larger step is beyond the noise is the analysis' own test, against the figures' intervals over
-# timing rounds (or their series' scatter where a figure has none): see README, "Reports".
+# timing rounds (or their series' scatter where a figure has none): see docs/reports.md.
 REPORT_ARGS ?= --threshold 0.1
 # A case cache that lives for one run (attnbench/fleet/case_cache.py): the Forward class measures the
 # Training cases in the same sweep and hands them over, so each environment starts one set of timing-
@@ -181,7 +181,13 @@ lint: $(MAIN_STAMP)
 test-main: $(MAIN_STAMP) $(FLEET_STAMP) browser-deps
 	ATTNBENCH_TEST_FRAMEWORKS=$(MAIN_FRAMEWORKS) $(VENV)/bin/python -m pytest
 
-# The fleet (attnbench/fleet/, README "Running on a fleet"): the suite on TPU/GPU cloud machines through
+# The fast loop: the main venv's unit tests, without the slow, asv, compiler and browser ones
+# (docs/testing.md: under 3 minutes here). make test still runs everything.
+test-fast: $(MAIN_STAMP)
+	ATTNBENCH_TEST_FRAMEWORKS=$(MAIN_FRAMEWORKS) $(VENV)/bin/python -m pytest -q \
+	  -m "not slow and not asv and not compilers and not browser"
+
+# The fleet (attnbench/fleet/, docs/fleet.md): the suite on TPU/GPU cloud machines through
 # SkyPilot, spot-safe and resumable, every machine's results merged into results/<machine>/.
 #   make fleet-launch KIND=tpu-v5e FLEET_BUCKET=my-bucket  (checks `sky check` credentials first)
 #   make fleet-collect FLEET_FROM=gs://my-bucket            (merge into results/, then publish)
@@ -224,7 +230,7 @@ list: setup
 	$(VENV)/bin/python -m attnbench list
 	$(XLA_VENV)/bin/python -m attnbench list --framework torch_xla
 
-# The release matrix (attnbench/releases/, README "Fragility across releases"): every jax and torch
+# The release matrix (attnbench/releases/, docs/releases.md): every jax and torch
 # kernel over five jax releases, two torch releases and three libtpu releases; its own command, not
 # part of make bench. asv builds and caches the jax releases' venvs (.asv/releases-env); the torch
 # releases are the venvs make setup builds. Writes results/releases/releases.csv and html/releases/.

@@ -829,7 +829,7 @@ def run_shifts(frame, metric: str = "seconds_per_step"):
 
     A run whose every series moved together is the machine or code every kernel shares, not one
     kernel: measured here, two ``make bench`` runs of the same code (only results/ changed) moved
-    by a median of +13%, seen by no contention counter (README, "Measured here"). Columns:
+    by a median of +13%, seen by no contention counter (results/LOG.md). Columns:
     ``machine``, ``env_name``, ``benchmark``, ``commit_before``, ``commit_after``, ``series``,
     ``shift``, ``q25``, ``q75`` (of the ratios, - 1), oldest pair first."""
     import pandas as pd

@@ -66,7 +66,7 @@ SUITES = {
     # process noise dominates here, so the budget goes to more short rounds, each of round_seconds,
     # rather than longer windows). 4: the interval over 4 medians (their range) covers 87.5% (6
     # covered 96.9%); the Models class's 22 cases made each round ~40 s here, and 6 rounds took make
-    # bench to 11 min 21 s (README, "Measured here"; full keeps 9).
+    # bench to 11 min 21 s (results/LOG.md; full keeps 9).
     "default": {"forward_seqs": (256, 1024), "training_seqs": (512,), "dtypes": ("float32",),
                 "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 0.2,
                 "max_interpret_seq": 256, "max_reference_seq": 256, "regime_seqs": (1024,), "rounds": 4,

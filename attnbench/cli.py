@@ -69,7 +69,7 @@ def feature_matrix_rows(impls) -> list[dict]:
 
 
 def cmd_matrix(args) -> int:
-    """The static implementation x platform matrix that the README shows (``--features``: the
+    """The static implementation x platform matrix that docs/kernels.md shows (``--features``: the
     kernels' GQA and mask declarations)."""
     if args.features:
         rows = feature_matrix_rows(_impls(None))

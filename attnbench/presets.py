@@ -19,7 +19,7 @@ length, a training sequence holds the same number of documents). Encoders run at
 
 A model that alternates windowed and global layers (Gemma-2) is one preset whose ``layer`` is
 ``windowed`` (the default) or ``global``. Every value was checked against the model's published
-config (``source``); the README says how.
+config (``source``); docs/workloads.md says how.
 """
 
 from __future__ import annotations

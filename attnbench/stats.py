@@ -7,7 +7,7 @@ the true median with probability ``P(j <= Bin(n, 1/2) < k)``, whatever the noise
 
 Which values? The samples of one timing window are not independent of each other: on a shared or
 virtual machine the window's process and its moment (the host's other tenants, frequency, where the
-allocator put the buffers) move all of them together. Measured here (README, "Noise"), two windows of
+allocator put the buffers) move all of them together. Measured here (results/LOG.md), two windows of
 the same case in different processes differ by 5-20% while each window's own interval is 1-2% wide.
 So with several rounds (separate processes, spread over a run) the unit is the round: the figure is
 the median of the rounds' medians and its interval the order-statistics interval of those

@@ -56,6 +56,7 @@ def asv_run(tmp_path_factory):
     return tmp, proc, head
 
 
+@pytest.mark.asv
 def test_asv_check_discovers_every_benchmark(tmp_path):
     proc = subprocess.run([*ASV, "check", "--config", str(_conf(tmp_path)), "--python=same"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
@@ -113,6 +114,7 @@ def test_default_suite_runs_dynamic_regimes_at_its_regime_lengths_only(monkeypat
         asv_suite.record_for(cache, asv_suite.case_key("jax-xla", short, "dynamic"))
 
 
+@pytest.mark.asv
 def test_asv_run_records_ok_and_skipped_not_failed(asv_run):
     tmp, proc, head = asv_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -172,6 +174,7 @@ def test_asv_run_records_ok_and_skipped_not_failed(asv_run):
     assert decode["mask"] == "causal+window(32)+ragged-cache"  # 4096 of a 32k cache: 32 of 256
 
 
+@pytest.mark.asv
 def test_loader_reads_real_asv_output(asv_run):
     from attnbench.asv_results import load_results
     from attnbench.report import best_native_vs_forced
@@ -200,6 +203,7 @@ def test_loader_reads_real_asv_output(asv_run):
     assert "best_forced" not in summary  # no forced-flash kernel in this subset
 
 
+@pytest.mark.asv
 def test_loader_survives_damaged_files_and_never_writes(asv_run, tmp_path):
     from attnbench.asv_results import ResultsError, load_results
 
@@ -224,6 +228,7 @@ def test_loader_survives_damaged_files_and_never_writes(asv_run, tmp_path):
         load_results(str(tmp_path / "empty"))
 
 
+@pytest.mark.asv
 def test_published_site_renders_our_graphs_offline(asv_run):
     """`asv publish` + our offline rewrite, opened in headless Chromium with the network cut."""
     from attnbench.offline_html import check_published_site, make_offline

@@ -24,6 +24,7 @@ def test_every_backend_implements_the_protocol(framework):
 
 
 @needs_torch
+@pytest.mark.slow
 def test_host_profiler_peak_is_the_peak_of_live_allocations_not_a_sum_over_nesting():
     import torch
 

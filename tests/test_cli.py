@@ -1,4 +1,4 @@
-"""The CLI end to end in this venv: list, matrix (and the README's copy of it), bench, bad input."""
+"""The CLI end to end in this venv: list, matrix (and the docs' copies of it), bench, bad input."""
 
 from __future__ import annotations
 
@@ -21,29 +21,31 @@ def test_list_shows_every_implementation_with_its_status(capsys):
     assert "cuDNN needs an NVIDIA GPU" in out or "jax is not installed" in out
 
 
-def test_readme_matrix_rows_are_the_generated_ones(capsys):
-    """Every row of the README's implementation matrix is what `attnbench matrix --markdown` prints
-    for that kernel (a new kernel file needs no README edit for `make test` to pass, but a row
+def test_docs_matrix_rows_are_the_generated_ones(capsys):
+    """Every row of the implementation matrix in docs/kernels.md is what `attnbench matrix --markdown`
+    prints for that kernel (a new kernel file needs no docs edit for `make test` to pass, but a row
     that says something the code no longer does fails here)."""
     assert main(["matrix", "--markdown"]) == 0
     generated = capsys.readouterr().out.strip().splitlines()
     header, rows = generated[:2], {line.split("|")[1].strip(): line for line in generated[2:]}
-    readme = (ROOT / "README.md").read_text().split("## Implementation matrix", 1)[1].split("\n## ", 1)[0]
-    assert "\n".join(header) in readme, "README matrix header is stale: paste `make matrix` output"
-    listed = re.findall(r"^\| (`[a-z0-9-]+`) \|.*$", readme, re.M)
-    assert len(listed) >= 16, "README lists the implementation matrix"
-    for line in re.findall(r"^\| `[a-z0-9-]+` \|.*$", readme, re.M):
+    page = (ROOT / "docs" / "kernels.md").read_text()
+    page = page.split("## Implementation matrix", 1)[1].split("\n## ", 1)[0]
+    assert "\n".join(header) in page, "docs/kernels.md matrix header is stale: paste `make matrix` output"
+    listed = re.findall(r"^\| (`[a-z0-9-]+`) \|.*$", page, re.M)
+    assert len(listed) >= 16, "docs/kernels.md lists the implementation matrix"
+    for line in re.findall(r"^\| `[a-z0-9-]+` \|.*$", page, re.M):
         name = line.split("|")[1].strip()
-        assert name in rows, f"README lists {name}, which is not registered"
-        assert line == rows[name], f"README row of {name} is stale: paste `make matrix` output"
+        assert name in rows, f"docs/kernels.md lists {name}, which is not registered"
+        assert line == rows[name], f"docs/kernels.md row of {name} is stale: paste `make matrix` output"
 
 
-def test_readme_feature_matrix_is_the_generated_one(capsys):
-    """The README's GQA / mask-feature table is exactly `attnbench matrix --features --markdown`."""
+def test_docs_feature_matrix_is_the_generated_one(capsys):
+    """The GQA / mask-feature table of docs/workloads.md is `attnbench matrix --features --markdown`."""
     assert main(["matrix", "--features", "--markdown"]) == 0
     generated = capsys.readouterr().out.strip()
-    section = (ROOT / "README.md").read_text().split("## Your model's attention", 1)[1].split("\n## ", 1)[0]
-    assert generated in section, "README feature matrix is stale: paste `make matrix` output"
+    page = (ROOT / "docs" / "workloads.md").read_text()
+    section = page.split("## Every kernel declares what it takes", 1)[1].split("\n## ", 1)[0]
+    assert generated in section, "docs/workloads.md feature matrix is stale: paste `make matrix` output"
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -56,6 +58,7 @@ def test_bad_input_exits_2_with_a_clear_message(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_run_writes_a_tidy_table_with_provenance_and_traces(tmp_path, capsys):
     import csv
 

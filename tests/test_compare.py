@@ -50,6 +50,7 @@ def clone_with_a_slower_commit(tmp_path):
     return clone
 
 
+@pytest.mark.slow
 def test_compare_flags_a_deliberate_slowdown_and_cleans_up(clone_with_a_slower_commit):
     clone = clone_with_a_slower_commit
     template = Workload(batch=1, q_heads=1, seq_q=64, head_dim=16, causal=True)

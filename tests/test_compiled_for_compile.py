@@ -20,7 +20,8 @@ from attnbench.workload import Workload
 _MISSING = environment_problem("tpu") or environment_problem("gpu")
 if _MISSING and os.environ.get("ATTNBENCH_TEST_TARGETS"):
     raise RuntimeError(f"ATTNBENCH_TEST_TARGETS is set but this venv cannot compile for targets: {_MISSING}")
-pytestmark = pytest.mark.skipif(bool(_MISSING), reason=f"needs the targets venv: {_MISSING}")
+pytestmark = [pytest.mark.compilers,
+              pytest.mark.skipif(bool(_MISSING), reason=f"needs the targets venv: {_MISSING}")]
 
 W1K = Workload(seq_q=1024, q_heads=8, head_dim=64, dtype="bfloat16", causal=True)
 

@@ -46,6 +46,7 @@ def test_cold_switches_off_jax_persistent_cache_and_restores_it():
 
 
 @pytest.mark.skipif("torch" not in FRAMEWORKS, reason="torch runs in the main venv")
+@pytest.mark.slow
 def test_inductor_compiles_into_the_cold_directory():
     """The directory is really the one Inductor writes to, so nothing compiled before can be reused."""
     import torch

@@ -53,6 +53,7 @@ def test_forward_matches_reference(name, case):
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("name", impls_under_test())
+@pytest.mark.slow
 def test_gradients_match_reference(name, case):
     impl, workload = attention_impls.get(name), CASES[case].replace(mode="fwd_bwd")
     _run_or_skip(impl, workload)
@@ -66,6 +67,7 @@ def test_gradients_match_reference(name, case):
 
 
 @pytest.mark.parametrize("name", impls_under_test())
+@pytest.mark.slow
 def test_step_runs_each_mode(name):
     """The timed path (make_step) runs the same kernel as the conformance path."""
     impl = attention_impls.get(name)

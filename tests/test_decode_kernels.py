@@ -109,6 +109,7 @@ def test_gpu_decode_refuses_what_it_cannot_take_by_name():
     assert impl.gqa == "native" and impl.supports == {"window", "segment_ids"}
 
 
+@pytest.mark.slow
 def test_gpu_decode_timed_step_is_ok_and_checked():
     from attnbench.engine import Options, measure_case
 
@@ -122,6 +123,7 @@ def test_gpu_decode_timed_step_is_ok_and_checked():
 
 # -- jax-pallas-tpu-ragged-paged --------------------------------------------------------------------
 @pytest.mark.parametrize("case", PAGED_CASES)
+@pytest.mark.slow
 def test_ragged_paged_layout_through_the_library_reference(case):
     """Our pages, kv_lens and packed queries, run by ``ref_ragged_paged_attention``, give the
     float64 reference's answer under attnbench.masks' window, soft cap and ragged padding."""

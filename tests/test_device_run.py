@@ -164,6 +164,7 @@ def test_a_jax_device_peak_is_recorded_only_when_it_is_the_cases_own(monkeypatch
 # -- the rehearsal of tools/device-run.sh ---------------------------------------------------------------
 @pytest.mark.skipif("jax" not in FRAMEWORKS or "torch" not in FRAMEWORKS,
                     reason="rehearses with the main venv's jax and torch")
+@pytest.mark.slow
 def test_the_device_run_rehearses_here_from_a_copy_without_git(tmp_path):
     """DEVICE_DRY_RUN=1: the same script on this CPU, from a copy of the tree with no .git (as the
     device receives it), the history in .whl/head.bundle; results filed under HEAD and the stable

@@ -22,6 +22,7 @@ needs_jax = pytest.mark.skipif("jax" not in FRAMEWORKS, reason="jax runs in the 
 
 
 @needs_jax
+@pytest.mark.slow
 def test_ok_record_has_every_metric_group():
     r = measure_case("jax-xla", SMALL, FAST)
     assert r["status"] == records.OK, r["reason"]
@@ -53,6 +54,7 @@ needs_torch = pytest.mark.skipif("torch" not in FRAMEWORKS, reason="torch runs i
 
 @needs_torch
 @pytest.mark.parametrize("name", ["torch-blockwise-flash", "torch-flex-attention", "torch-sdpa-flash"])
+@pytest.mark.slow
 def test_profiled_evidence_is_taken_after_the_timed_first_call(name):
     """A torch record names its kernel from a profiled run made after timing, so first_call_s
     still holds flex's compile (compiled on the step's first call)."""
@@ -67,6 +69,7 @@ def test_profiled_evidence_is_taken_after_the_timed_first_call(name):
 
 
 @needs_jax
+@pytest.mark.slow
 def test_dynamic_regime_compiles_per_length_and_bucketed_per_bucket(tmp_path):
     options = Options(min_seconds=0.05, regime_steps=6, trace_dir=str(tmp_path))
     dynamic = measure_case("jax-xla", SMALL.replace(seq_q=512, seq_k=512), options.__class__(
@@ -114,6 +117,7 @@ def test_memory_cap_turns_an_allocation_into_oom():
     assert r["status"] == records.OOM, r["reason"]
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_case_and_the_sweep_goes_on():
     cases = [("tests.stub_impls:SlowKernel", SMALL, "static"), ("reference-float64", SMALL, "static")]
     rows = run_sweep(cases, lambda regime: FAST, timeout_s=8, progress=False)
@@ -122,6 +126,7 @@ def test_timeout_kills_the_case_and_the_sweep_goes_on():
     assert rows[0]["impl"] == "tests.stub_impls:SlowKernel"
 
 
+@pytest.mark.slow
 def test_the_workers_of_one_sweep_share_one_cpu_peak():
     """Every case of a run reports MFU against the same probe, measured once."""
     from attnbench.hardware import PROBE_DIR_ENV
@@ -133,6 +138,7 @@ def test_the_workers_of_one_sweep_share_one_cpu_peak():
     assert PROBE_DIR_ENV not in os.environ  # the run's directory is gone with the run
 
 
+@pytest.mark.slow
 def test_a_crashed_worker_is_an_error_record_and_the_sweep_goes_on():
     cases = [("tests.stub_impls:CrashingKernel", SMALL, "static"), ("reference-float64", SMALL, "static")]
     rows = run_sweep(cases, lambda regime: FAST, timeout_s=60, progress=False, fresh_process=False)
@@ -141,6 +147,7 @@ def test_a_crashed_worker_is_an_error_record_and_the_sweep_goes_on():
 
 
 @needs_jax
+@pytest.mark.slow
 def test_materialized_softmax_memory_grows_quadratically_flash_linearly():
     """XLA's own estimate (compiler_temp_bytes): O(S^2) for jax-xla, O(S) for the blockwise kernel."""
     grow = {}
@@ -213,6 +220,7 @@ def test_numerics_of_a_training_step_include_its_gradients():
 
 @needs_torch
 @pytest.mark.parametrize("regime", ["static", "bucketed"])
+@pytest.mark.slow
 def test_every_compile_of_a_regime_is_cold(regime):
     """FlexAttention compiles through Inductor, whose FX-graph cache served the stream's compile
     when the static timing had compiled the same shape first (0.17 s reported against 13 s)."""
@@ -261,6 +269,7 @@ def test_rounds_pool_their_samples_and_drop_a_contended_round():
     assert every_round_loaded["contention_reason"] == "contended in all 2 timing rounds, e.g. x"
 
 
+@pytest.mark.slow
 def test_a_sweep_with_rounds_times_static_cases_again_and_pools_them():
     options = Options(min_seconds=0.05, regime_steps=2, numerics=False)
     rows = run_sweep([("reference-float64", SMALL, "static"), ("reference-float64", SMALL, "dynamic")],
@@ -285,6 +294,7 @@ def test_only_static_ok_cases_of_kernels_that_do_not_run_in_an_interpreter_get_t
 
 
 @needs_jax
+@pytest.mark.slow
 def test_a_sweep_with_rounds_leaves_an_interpreted_kernel_at_its_one_window():
     options = Options(min_seconds=0.05, regime_steps=2, numerics=False)
     [interpreted] = run_sweep([("jax-pallas-tpu-flash", SMALL, "static")],
@@ -295,6 +305,7 @@ def test_a_sweep_with_rounds_leaves_an_interpreted_kernel_at_its_one_window():
 
 
 @needs_jax
+@pytest.mark.slow
 def test_the_timing_rounds_share_a_jax_compile_cache_that_lives_for_the_rounds_only(monkeypatch):
     import glob
     import os

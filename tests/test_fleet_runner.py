@@ -98,6 +98,7 @@ def _bucket_results(bucket: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
+@pytest.mark.slow
 def test_preempted_twice_then_resumed_measures_every_case_once_and_loses_nothing(fleet):
     checkout, bucket, ledger = fleet
     local = checkout / "results" / MACHINE
@@ -148,6 +149,7 @@ def test_preempted_twice_then_resumed_measures_every_case_once_and_loses_nothing
     assert len(provenance["attempts"]) == 3 and "finished_utc" in provenance["attempts"][-1]
 
 
+@pytest.mark.slow
 def test_a_finished_run_started_again_measures_nothing(fleet):
     checkout, bucket, ledger = fleet
     proc = _start(checkout, bucket, ledger)

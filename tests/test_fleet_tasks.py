@@ -88,6 +88,7 @@ def sky_answers(tmp_path_factory):
     return _sky_script(f"LOOKUPS = {LOOKUPS!r}\n" + SCRIPT, runtime, home)
 
 
+@pytest.mark.slow
 def test_every_task_file_loads_through_sky_task_from_yaml(sky_answers):
     assert sorted(sky_answers["from_yaml"]) == sorted(fleet.KINDS)
     assert any("Spot" in r and "tpu-v5litepod-8" in r for r in sky_answers["from_yaml"]["tpu-v5e"])
@@ -145,6 +146,7 @@ def test_catalog_quirks_give_a_note_never_a_silent_figure(sky_answers):
     assert equal["spot_usd_per_hour"] == 8.944 and any("equals its on-demand" in n for n in equal["notes"])
 
 
+@pytest.mark.slow
 def test_spot_above_on_demand_is_not_used(tmp_path):
     # A synthetic variant of the pinned rows: us-west4's v5e spot cell raised above its on-demand price.
     catalog = tmp_path / "catalog"
@@ -161,6 +163,7 @@ def test_spot_above_on_demand_is_not_used(tmp_path):
     assert any("above its on-demand" in n for n in got["notes"])
 
 
+@pytest.mark.slow
 def test_every_kind_validates_and_the_big_four_find_a_feasible_priced_option(tmp_path):
     proc = _fleet(["validate", "--catalog", str(CATALOG)], tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -190,6 +193,7 @@ BAD = {  # kind: (edit of its task file, what the error must say)
 }
 
 
+@pytest.mark.slow
 def test_a_wrong_accelerator_or_a_typo_fails_with_skypilots_message_naming_the_field(tmp_path):
     files = []
     for kind, ((old, new), _) in BAD.items():
@@ -208,6 +212,7 @@ def test_a_wrong_accelerator_or_a_typo_fails_with_skypilots_message_naming_the_f
     assert "Did you mean: ['tpu-v5litepod-8'" in proc.stdout  # the catalog's name for a v5e-8
 
 
+@pytest.mark.slow
 def test_fleet_launch_without_credentials_names_the_sky_check_step(tmp_path):
     proc = _fleet(["launch", "--kind", "tpu-v5e", "--bucket", "attnbench-test", "--commit", "0" * 40,
                    "--dry-run"], tmp_path)
@@ -221,6 +226,7 @@ def test_fleet_launch_without_credentials_names_the_sky_check_step(tmp_path):
     assert proc.returncode == 2 and "sky check aws: AWS [compute]" in proc.stderr
 
 
+@pytest.mark.slow
 def test_the_run_prices_itself_where_it_landed_and_records_it(tmp_path):
     """The job's runner on a VM SkyPilot put in GCP us-central1-a: the catalog price of the machine
     there, handed to the suite (ATTNBENCH_CATALOG_PRICE) and recorded in the .fleet file."""

@@ -71,6 +71,7 @@ def test_masked_forward_matches_reference_or_is_refused(name, case):
 
 @pytest.mark.parametrize("case", ["window", "documents", "gqa-window-documents-softcap"])
 @pytest.mark.parametrize("name", impls_under_test())
+@pytest.mark.slow
 def test_masked_gradients_match_reference(name, case):
     impl, workload = attention_impls.get(name), MASKED[case].replace(mode="fwd_bwd")
     _run_or_skip(impl, workload)
@@ -100,6 +101,7 @@ def test_declared_features_and_refusals_name_the_feature(name):
 
 
 @pytest.mark.parametrize("name", impls_under_test())
+@pytest.mark.slow
 def test_the_timed_step_takes_the_mask(name):
     """make_step runs the masked workload the conformance path checked, and its record says so."""
     from attnbench.engine import Options, measure_case

@@ -149,6 +149,7 @@ def test_an_unsupported_kernel_is_a_row_with_its_reason():
 
 
 # -- a crash or a hang is a row -----------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_crashing_or_hanging_kernel_is_a_row_and_the_run_goes_on():
     rows = obs.observe_all(["tests.stub_impls:CrashingKernel", "tests.stub_impls:SlowKernel"],
                            timeout_s=3, progress=False)

@@ -231,6 +231,7 @@ def test_the_sidecar_records_contention_and_the_timing_interval_per_case(tmp_pat
 
 
 # -- 8. sidecars where asv publish does not load them ----------------------------------------------
+@pytest.mark.asv
 def test_asv_never_iterates_a_sidecar(tmp_path, monkeypatch):
     """On a copy of the committed results, plus a sidecar written by today's writer: asv's own
     iteration of result files (what `asv publish` loads) yields result files only, with no
@@ -276,6 +277,7 @@ print(json.dumps({"status": {k.split("|")[0]: v["status"] for k, v in out.items(
 
 
 @MAIN_ENV
+@pytest.mark.asv
 def test_the_asv_process_imports_no_framework_while_planning_and_measuring():
     env = {k: v for k, v in os.environ.items()
            if k not in ("ATTNBENCH_MACHINE", "ACCEL", "ATTNBENCH_ACCEL", "ATTNBENCH_IMPLS")}
@@ -440,6 +442,7 @@ def test_a_made_up_cpu_gets_an_unknown_price():
 
 
 @MAIN_ENV
+@pytest.mark.slow
 def test_with_an_accelerator_attached_the_frameworks_name_the_machine_in_another_process():
     """A GPU/TPU device file and no ATTNBENCH_MACHINE: `attnbench machine-name` runs as a process of
     its own (here, on a CPU host, it answers cpu-<cores>core) and this one imports no framework."""

@@ -202,6 +202,7 @@ def jax_regimes():
 
 
 @needs_jax
+@pytest.mark.slow
 def test_jax_compiles_once_per_shape_in_each_regime(jax_regimes):
     static, dynamic, bucketed = (jax_regimes[r] for r in REGIMES)
     assert len(set(STREAM)) == 7

@@ -155,6 +155,7 @@ def test_collect_without_cells_names_the_command(tmp_path):
 
 
 @needs_jax
+@pytest.mark.slow
 def test_a_real_cell_runs_every_stage_and_names_its_kernel():
     from attnbench.releases.cell import run_cell
 

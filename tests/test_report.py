@@ -55,6 +55,7 @@ def _png_ok(data: bytes) -> None:
         assert image.size[0] > 100 and image.size[1] > 100
 
 
+@pytest.mark.slow
 def test_report_names_the_injected_spike_and_leaves_results_untouched(synthetic, tmp_path):
     repo, results, commits = synthetic
     before = snapshot(results)
@@ -120,6 +121,7 @@ def test_report_names_the_injected_spike_and_leaves_results_untouched(synthetic,
     assert list(parquet.columns) == list(report.frame.columns)
 
 
+@pytest.mark.slow
 def test_report_of_a_single_commit_outside_git(tmp_path):
     """No history (one commit, unknown to git): nothing to detect, and the report still writes."""
     results = tmp_path / "results"
@@ -132,6 +134,7 @@ def test_report_of_a_single_commit_outside_git(tmp_path):
     assert "torch-sdpa-flash" in md  # best native on this CPU model
 
 
+@pytest.mark.slow
 def test_cli_report_prints_spikes_and_where_the_report_is(synthetic, tmp_path, capsys):
     _, results, commits = synthetic
     out = tmp_path / "cli"
@@ -150,6 +153,7 @@ def test_cli_report_prints_spikes_and_where_the_report_is(synthetic, tmp_path, c
     assert "no regressions detected" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_results_outside_git_are_ordered_by_the_dates_asv_recorded(synthetic, tmp_path, capsys):
     """A copy of results/ outside any git checkout: commits ordered by the result files' ``date``,
     the same spike found, and the report says how it ordered them. Without dates either: a loud
@@ -183,6 +187,7 @@ def test_results_outside_git_are_ordered_by_the_dates_asv_recorded(synthetic, tm
     assert "No regressions detected: the commits could not be ordered" in md
 
 
+@pytest.mark.slow
 def test_report_writes_the_noise_floor_and_every_step_with_its_verdict(synthetic, tmp_path):
     _, results, commits = synthetic
     report = write_report(str(results), str(tmp_path / "out"))
@@ -255,6 +260,7 @@ def _execute_notebook(results: Path | None):
     return "".join(o.get("text", "") for o in outputs if o.output_type == "stream"), outputs, nb
 
 
+@pytest.mark.slow
 def test_notebook_runs_headless_on_the_committed_results():
     """A fresh execution on the committed results/ writes nothing there, and its outputs have the
     committed notebook's structure: the same cells with outputs, the same kinds of output in each."""
@@ -283,6 +289,7 @@ def test_notebook_runs_headless_on_the_committed_results():
                         "run `make notebook`")
 
 
+@pytest.mark.slow
 def test_notebook_attributes_a_spike_in_synthetic_history(synthetic):
     _, results, commits = synthetic
     text, _, _ = _execute_notebook(results)
@@ -303,6 +310,7 @@ def test_a_step_up_from_zero_is_an_infinite_regression_not_a_crash():
     assert len(found) == 1 and found.iloc[0]["relative_change"] == float("inf")
 
 
+@pytest.mark.slow
 def test_summary_and_report_pick_each_machines_newest_commit(tmp_path, monkeypatch, capsys):
     """One summary of native vs forced-flash: `attnbench summary` prints the report's table, taken at
     each machine's own newest commit (h200 here stops three commits before cpu-2core)."""

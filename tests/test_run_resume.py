@@ -28,6 +28,7 @@ def _rows(path: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
+@pytest.mark.slow
 def test_resume_measures_only_the_missing_cases_and_keeps_the_rest_byte_for_byte(tmp_path):
     out = tmp_path / "sweep"
     first = _run(out, [32, 48, 64])
@@ -54,6 +55,7 @@ def test_resume_measures_only_the_missing_cases_and_keeps_the_rest_byte_for_byte
     assert records.read_bytes() == after
 
 
+@pytest.mark.slow
 def test_resume_refuses_other_measurement_options_and_needs_out(tmp_path):
     out = tmp_path / "sweep"
     assert _run(out, [32]).returncode == 0

@@ -369,6 +369,7 @@ def test_pallas_feature_refusals_name_the_feature_and_the_api(name, workload, wo
     assert reason is not None and all(w in reason for w in words), reason
 
 
+@pytest.mark.slow
 def test_tpu_flash_gqa_runs_with_repeated_kv_heads():
     """Equal head counts only ('Head count mismatch'), so kv heads are repeated before the call."""
     import jax.numpy as jnp
@@ -381,6 +382,7 @@ def test_tpu_flash_gqa_runs_with_repeated_kv_heads():
                                       documents=3, mode="fwd_bwd"), grads=True)
 
 
+@pytest.mark.slow
 def test_tpu_flash_segment_ids_across_kv_blocks():
     """Three 128-key blocks (384 is no multiple of 256): ids masked per tile, forward and backward."""
     from attention_impls.jax_pallas_tpu_flash import tile
@@ -417,6 +419,7 @@ def test_splash_masks_beyond_one_tile(workload):
     _masked_check(SPLASH, workload)
 
 
+@pytest.mark.slow
 def test_splash_window_documents_softcap_gradients_over_several_tiles():
     _masked_check(SPLASH, Workload(batch=1, q_heads=4, kv_heads=1, seq_q=384, head_dim=64, causal=True,
                                    window=64, documents=3, softcap=2.0, mode="fwd_bwd"), grads=True)
@@ -454,6 +457,7 @@ def test_gpu_mha_one_segment_array_cannot_express_a_ragged_cache():
     assert np.abs(np.asarray(out) - want).max() > 0.1
 
 
+@pytest.mark.slow
 def test_gpu_mha_documents_over_two_blocks_forward_and_backward():
     _masked_check(GPU_MHA, Workload(batch=2, q_heads=2, seq_q=256, head_dim=32, causal=True, documents=4,
                                     mode="fwd_bwd"), grads=True)
@@ -495,6 +499,7 @@ def _mask_of(workload, x):
 
 @pytest.mark.parametrize("case", SMALL_TILE_MASKS)
 @pytest.mark.parametrize("name", [CHUNKED, BLOCKWISE])
+@pytest.mark.slow
 def test_tiled_kernels_match_the_reference_under_every_mask_across_many_tiles(name, case):
     """Forward and gradients, with tiles far smaller than the sequences: window lower bounds,
     document boundaries and a left-padded cache fall inside and across tiles."""
@@ -538,6 +543,7 @@ def _poisoned_value_rows(workload, x, keys):
     # is outside the window, in the block (896..1023) that is read.
     (dict(seq_q=4, seq_k=1024, window=100), slice(0, 768), 900, slice(0, 4)),
 ])
+@pytest.mark.slow
 def test_blockwise_skips_key_blocks_outside_the_window(change, skipped_keys, masked_but_read, rows):
     import jax.numpy as jnp
 
@@ -556,6 +562,7 @@ def test_blockwise_skips_key_blocks_outside_the_window(change, skipped_keys, mas
     assert not np.isfinite(out(v)).all()  # ...while a masked key in a block that is read poisons
 
 
+@pytest.mark.slow
 def test_blockwise_skips_key_blocks_of_other_documents_and_of_cache_padding():
     import jax.numpy as jnp
 
@@ -627,6 +634,7 @@ def test_xla_takes_window_and_segment_ids_and_refuses_softcap_by_name():
     assert "soft-cap" in reason and "dot_product_attention" in reason
 
 
+@pytest.mark.slow
 def test_xla_local_window_size_is_top_left_so_decode_takes_the_mask():
     """jax's local_window_size (and is_causal) count query and key positions from 0: at Sq == Sk
     ``(W - 1, 0)`` is our window, at Sq < Sk it is not, which is why decode goes through ``mask``."""

@@ -403,6 +403,7 @@ def test_cli_refuses_a_bad_stream_length():
 
 
 @pytest.mark.skipif(not _committed(), reason="needs the committed results/")
+@pytest.mark.slow
 def test_readme_verdict_is_the_commands_output_on_the_committed_results(tmp_path):
     png = tmp_path / "verdict.png"
     done = _cli("verdict", "--markdown", "--width", "0", "--png", str(png))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The prepared accelerator run: one command on a lent machine with no network (README, "A run on a
-# lent GPU"), or here on the CPU as a rehearsal.
+# The prepared accelerator run: one command on a lent machine with no network (docs/device.md),
+# or here on the CPU as a rehearsal.
 #   bash tools/device-run.sh                     the image's python3, the gpu suite, ACCEL=cuda
 #   DEVICE_DRY_RUN=1 bash tools/device-run.sh    .venv/bin/python, the smoke suite, ACCEL=cpu
 # Needs, where asv is missing, the wheels of tools/device-wheels.sh in .whl/ (carried there), and the

@@ -13,5 +13,5 @@ decided (libtpu for TPUs; XLA:GPU with ptxas and cuDNN for NVIDIA GPUs), in the 
   (the toy workload over lengths; the model presets at their real lengths, with their masks);
 * ``hlo``, ``classify``, ``roofline``, ``records``: pure logic (no jax), tested without a compiler.
 
-See the README's "Compiled for TPUs and GPUs (by the compiler, not measured)".
+See docs/compiled-for.md, "Compiled for TPUs and GPUs (by the compiler, not measured)".
 """

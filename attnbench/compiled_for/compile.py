@@ -62,7 +62,7 @@ def support_reason(impl, workload: Workload, target: Target, devices: int) -> st
     """Why ``impl`` cannot express ``workload`` on ``target`` (call inside ``compiling_for``)."""
     if impl.framework != "jax":
         return (f"the compiled-for tier compiles jax programs only ({impl.name} is {impl.framework}; "
-                "torch_xla: see the README's compiled-for section)")
+                "torch_xla: see docs/compiled-for.md)")
     support = impl.platform_support[target.platform]
     if support.status == "unsupported":
         return support.note

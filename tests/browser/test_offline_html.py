@@ -19,6 +19,8 @@ import pytest
 
 from attnbench import offline_html as oh
 
+pytestmark = pytest.mark.browser
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = REPO_ROOT / "artifacts" / "offline_html_track.png"
 TRACK = "bench.TrackSuite.track_flops"
