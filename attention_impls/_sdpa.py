@@ -30,8 +30,8 @@ import contextlib
 import itertools
 import warnings
 
+from attention_impls._torch_ops import attention_ops
 from attention_impls.base import RUNS, AttentionImpl, unsupported
-from attnbench.backends.torch_backend import attention_ops
 from attnbench.workload import Workload
 
 NO_TPU = unsupported("torch SDPA on a TPU goes through torch_xla: see torch-xla-sdpa")

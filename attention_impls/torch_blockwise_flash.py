@@ -21,9 +21,9 @@ GQA is native: each kv head is read once for its whole query group.
 
 from __future__ import annotations
 
+from attention_impls._torch_ops import attention_ops
 from attention_impls.base import RUNS, AttentionImpl, unsupported
 from attention_impls.registry import register
-from attnbench.backends.torch_backend import attention_ops
 
 BLOCK_Q = 128
 BLOCK_K = 128

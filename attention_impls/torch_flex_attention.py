@@ -34,9 +34,9 @@ import shutil
 import sys
 import types
 
+from attention_impls._torch_ops import attention_ops
 from attention_impls.base import RUNS, AttentionImpl, unsupported
 from attention_impls.registry import register
-from attnbench.backends.torch_backend import attention_ops
 
 
 def _flex_call(q, k, v, block_mask, scale, enable_gqa, score_mod):

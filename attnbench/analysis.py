@@ -65,6 +65,7 @@ import glob
 import math
 import os
 import subprocess
+from dataclasses import dataclass
 
 from attnbench import metrics
 
@@ -520,158 +521,27 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
     results, where ``frame`` is a part of them (default: ``frame``'s own); ``changes`` likewise
     ``host_changes`` of the whole results (a part may lack the rows that hold the runs' probes).
     """
-    import numpy as np
     import pandas as pd
-    from asv.step_detect import detect_regressions, detect_steps
 
     thresholds = thresholds or {}
     floors = MIN_ABSOLUTE_STEP if min_absolute_step is None else min_absolute_step
     order_col = _order_column(frame)
     ok = frame[(frame["status"] == "ok") & frame[order_col].notna()]
     ok = ok[~is_contended(ok)]
-    keys = [c for c in SERIES if c in ok]
-    rows, pending = [], []
     if ok.empty:
-        return pd.DataFrame(rows)
+        return pd.DataFrame([])
     repo = os.path.abspath(repo) if repo else None
-    # Series by group number (numbered in iteration order), sorted by commit order within each:
-    # plain arrays per series instead of one DataFrame per series.
-    grouped = ok.groupby(keys, dropna=False)
-    group_keys = grouped.size().index
-    codes = grouped.ngroup().to_numpy()
-    positions = ok[order_col].to_numpy()  # int64 when git knows every commit: kept as is
-    order = np.lexsort((positions.astype(float), codes))
-    bounds = np.flatnonzero(np.diff(codes[order])) + 1
-    starts = np.concatenate(([0], bounds))
-    ends = np.concatenate((bounds, [len(order)]))
-    value_all = ok["value"].to_numpy(dtype=float)[order]
-    commit_all = ok["commit_hash"].to_numpy()[order]
-    position_all = positions[order]
-    metric_all = ok["metric"].to_numpy()[order]
-    direction_all = ok["direction"].to_numpy()[order]
-    unit_all = ok["unit"].to_numpy()[order]
-    low_all, high_all, source_all = (a[order] for a in intervals(ok))
-    # asv's 99% interval weighs a figure in asv's step detection, where it spans rounds (``intervals``)
-    trusted = _spans_rounds(ok)[order]
-    ci_low_all = np.where(trusted, _column(ok, "ci_low")[order], np.nan)
-    ci_high_all = np.where(trusted, _column(ok, "ci_high")[order], np.nan)
-    definitions_all = _column(ok, "setting_definitions", object)[order]
-    platform_all = _column(ok, "platform", object)[order]
-    machine_platform_all = _column(ok, "machine_platform", object)[order]
-    regime_all = _column(ok, "regime", object)[order]
-    machine_all = ok["machine"].to_numpy()[order]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        up_all = (high_all - value_all) / np.abs(value_all)  # relative half-widths
-        down_all = (value_all - low_all) / np.abs(value_all)
-    # Each figure over its run's factor to the metric's power (1 where none: see relative_to_run).
-    scale_all = np.ones(len(value_all))
     if not relative_to_run:
         factors = {}
     elif factors is None:
         factors = run_factors(run_shifts(frame))
-    seconds_all = np.ones(len(value_all))  # the run's factor in seconds per step, where applied
-    if factors:
-        benchmark_all = ok["benchmark"].to_numpy()[order]
-        env_all = ok["env_name"].to_numpy()[order]
-        exponents, chain_of = {}, _factor_chains(factors)
-        for i in range(len(value_all)):
-            where = (metric_all[i], _text(platform_all[i]) or _text(machine_platform_all[i]))
-            exponent = exponents.get(where)
-            if exponent is None:
-                exponent = exponents[where] = run_exponent(*where)
-            suite = chain_of((machine_all[i], env_all[i], str(benchmark_all[i]).rsplit(".", 1)[0]))
-            factor = factors.get((machine_all[i], env_all[i], suite, commit_all[i])) if exponent else None
-            if factor:
-                scale_all[i], seconds_all[i] = factor ** exponent, factor
-        value_all, low_all, high_all = value_all / scale_all, low_all / scale_all, high_all / scale_all
-        ci_low_all, ci_high_all = ci_low_all / scale_all, ci_high_all / scale_all
     periods = host_periods(host_changes(frame) if changes is None else changes)
     one_reading = {m.name for m in metrics.METRICS if m.one_reading}
-    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-        commits = commit_all[start:end]
-        if len(set(commits.tolist())) < 2:
-            continue
-        key = group_keys[codes[order[start]]]
-        key = key if isinstance(key, tuple) else (key,)
-        direction = direction_all[start]
-        if direction not in ("lower", "higher"):  # neither way is better: nothing can regress
-            continue
-        higher = direction == "higher"
-        shown = value_all[start:end]
-        values = shown.tolist()
-        if higher:
-            values = [1.0 / v if v else None for v in values]
-        metric = metric_all[start]
-        threshold = thresholds.get(metric, DEFAULT_THRESHOLD)
-        if _cannot_regress(values, threshold):
-            continue
-        weights = None  # asv's own weighting of a figure: 2 / width of its 99% interval
-        lo, hi = ci_low_all[start:end], ci_high_all[start:end]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            width = np.abs(1.0 / lo - 1.0 / hi) if higher else np.abs(hi - lo)
-        if np.isfinite(width).any() and (width > 0).any():
-            weights = [2.0 / w if np.isfinite(w) and w > 0 else None for w in width]
-        steps = detect_steps(values, weights)
-        _, _, found = detect_regressions(steps, threshold=threshold, min_size=min_size)
-        if not found:
-            continue
-        group = ok.iloc[order[start:end]]
-        segments = {(left, right) for left, right, *_ in steps}
-        levels = {(left, right): level for left, right, level, *_ in steps}
-        for before, after, value_before, value_after in found:
-            shown_before = 1.0 / value_before if higher else value_before
-            shown_after = 1.0 / value_after if higher else value_after
-            if abs(shown_after - shown_before) < floors.get(unit_all[start], 0.0):
-                continue
-            left = next(((a, b) for a, b in segments if b - 1 == before), (before, before + 1))
-            right = next(((a, b) for a, b in segments if a == after), (after, after + 1))
-            # Out of a one-figure level back to (or below) the level before it: a one-run excursion.
-            prior = next((levels[(a, b)] for a, b in segments if b == left[0]), None)
-            excursion = (left[1] - left[0] == 1 and prior is not None
-                         and value_after <= prior + threshold * abs(prior))
-            rising = shown_after > shown_before
-            facing_before = (up_all if rising else down_all)[start:end]
-            facing_after = (down_all if rising else up_all)[start:end]
-            u_before = _side_uncertainty(facing_before, slice(*left), shown_before)
-            u_after = _side_uncertainty(facing_after, slice(*right), shown_after)
-            sources = {str(s) for s in source_all[start:end][left[0]:left[1]].tolist()
-                       + source_all[start:end][right[0]:right[1]].tolist() if s is not None}
-            scatter = None
-            if metric in one_reading and u_before is None and u_after is None:
-                spread = reading_scatter(shown, before, after)
-                if spread is not None:
-                    u_before = u_after = SCATTER_Z * spread
-                    sources = {"series run-to-run scatter, one reading per run"}
-            if u_before is None or u_after is None:
-                scatter = _step_scatter(shown, (left, right))
-            scale_before, scale_after = scale_all[start + before], scale_all[start + after]
-            seconds_before, seconds_after = seconds_all[start + before], seconds_all[start + after]
-            host_before = periods.get((machine_all[start], commits[before]), (0, ""))
-            host_after = periods.get((machine_all[start], commits[after]), (0, ""))
-            row = {**dict(zip(keys, key, strict=True)), "metric": metric,
-                   "direction": direction, "unit": unit_all[start],
-                   "commit_before": commits[before],
-                   "commit_after": commits[after],
-                   "position_before": position_all[start + before],
-                   "position_after": position_all[start + after],
-                   "value_before": shown_before * scale_before, "value_after": shown_after * scale_after,
-                   # a step up from 0 (compiles, padding, status code): an infinite relative step
-                   "relative_change": ((shown_after - shown_before) / abs(shown_before)) if shown_before
-                   else float("inf"),
-                   # how far the run moved across the step, in seconds per step (0: not judged by it)
-                   "run_shift": seconds_after / seconds_before - 1.0,
-                   "host_changed": _host_change(host_before, host_after, periods, machine_all[start]),
-                   "_excursion": excursion,
-                   "_levels": (shown_before, shown_after),
-                   "versions_changed": _versions_changed(group, before, after),
-                   "definitions_before": metrics.definitions_version(definitions_all[start + before]),
-                   "definitions_after": metrics.definitions_version(definitions_all[start + after]),
-                   "_u": (u_before, u_after), "_scatter": scatter, "_sources": sources,
-                   "_platform": (_text(platform_all[start + after])
-                                 or _text(machine_platform_all[start + after])),
-                   "_regime": _text(regime_all[start + after]), "_machine": machine_all[start]}
+    rows, pending = [], []
+    for series in _series_of(ok, order_col, factors):
+        for row in _series_steps(series, thresholds, floors, min_size, periods, one_reading):
             rows.append(row)
-            if scatter is None and (u_before is None or u_after is None):
+            if row["_scatter"] is None and None in row["_u"]:
                 pending.append(row)
     if not rows:
         return pd.DataFrame()
@@ -681,6 +551,180 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
         machine_scatter = spread.dropna(subset=["scatter"]).groupby(["machine", "metric"])["scatter"].median()
         machine_scatter = machine_scatter.to_dict()
     return pd.DataFrame([_judge(row, machine_scatter, repo) for row in rows])
+
+
+@dataclass
+class _Series:
+    """One series' figures in commit order, as arrays: what ``_series_steps`` judges.
+
+    ``value``, ``low``, ``high``, ``ci_low``, ``ci_high`` are divided by each figure's run factor
+    (``scale``, to the metric's power; 1 where none applies); ``seconds`` is that factor in seconds
+    per step. ``up`` and ``down`` are the relative half-widths of the figures' intervals."""
+
+    keys: dict  # the series' parameters (``SERIES`` columns)
+    table: object  # the analysed tidy rows, and this series' positions in them (commit order)
+    index: object
+    metric: str
+    direction: str
+    unit: str
+    machine: str
+    commit: object
+    position: object
+    value: object
+    up: object
+    down: object
+    ci_low: object
+    ci_high: object
+    source: object
+    scale: object
+    seconds: object
+    definitions: object
+    platform: object
+    regime: object
+
+    def rows(self):
+        """The series' rows of the tidy table, in commit order (only a step's versions need them)."""
+        return self.table.iloc[self.index]
+
+
+def _series_of(ok, order_col: str, factors: dict):
+    """Every series of ``ok`` (its rows sorted by series, then commit order), one ``_Series`` each.
+    Plain arrays sliced per series, not one DataFrame per series: this runs over 100k rows."""
+    import numpy as np
+
+    keys = [c for c in SERIES if c in ok]
+    grouped = ok.groupby(keys, dropna=False)
+    group_keys = grouped.size().index
+    codes = grouped.ngroup().to_numpy()
+    positions = ok[order_col].to_numpy()  # int64 when git knows every commit: kept as is
+    order = np.lexsort((positions.astype(float), codes))
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    starts, ends = np.concatenate(([0], bounds)), np.concatenate((bounds, [len(order)]))
+    value = ok["value"].to_numpy(dtype=float)[order]
+    commit = ok["commit_hash"].to_numpy()[order]
+    metric, machine = ok["metric"].to_numpy()[order], ok["machine"].to_numpy()[order]
+    low, high, source = (a[order] for a in intervals(ok))
+    # asv's 99% interval weighs a figure in asv's step detection, where it spans rounds (``intervals``)
+    trusted = _spans_rounds(ok)[order]
+    ci_low = np.where(trusted, _column(ok, "ci_low")[order], np.nan)
+    ci_high = np.where(trusted, _column(ok, "ci_high")[order], np.nan)
+    # the platform a figure ran on, else the one the machine's name says
+    platform = np.array([_text(p) or _text(m) for p, m in zip(_column(ok, "platform", object)[order],
+                                                             _column(ok, "machine_platform", object)[order],
+                                                             strict=True)], dtype=object)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        up, down = (high - value) / np.abs(value), (value - low) / np.abs(value)  # relative half-widths
+    scale, seconds = _run_scales(ok, order, factors, metric, machine, commit, platform)
+    columns = {"commit": commit, "position": positions[order], "value": value / scale, "up": up,
+               "down": down, "ci_low": ci_low / scale, "ci_high": ci_high / scale, "source": source,
+               "scale": scale, "seconds": seconds, "platform": platform,
+               "definitions": _column(ok, "setting_definitions", object)[order],
+               "regime": _column(ok, "regime", object)[order]}
+    direction, unit = ok["direction"].to_numpy()[order], ok["unit"].to_numpy()[order]
+    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+        key = group_keys[codes[order[start]]]
+        key = key if isinstance(key, tuple) else (key,)
+        yield _Series(keys=dict(zip(keys, key, strict=True)), table=ok, index=order[start:end],
+                      metric=metric[start], direction=direction[start], unit=unit[start],
+                      machine=machine[start], **{k: v[start:end] for k, v in columns.items()})
+
+
+def _run_scales(ok, order, factors: dict, metric, machine, commit, platform):
+    """Each figure's run factor to its metric's power (``scale``) and in seconds per step
+    (``seconds``); ones where no factor applies (see ``find_steps``' ``relative_to_run``)."""
+    import numpy as np
+
+    scale, seconds = np.ones(len(order)), np.ones(len(order))
+    if not factors:
+        return scale, seconds
+    benchmark, env = ok["benchmark"].to_numpy()[order], ok["env_name"].to_numpy()[order]
+    exponents, chain_of = {}, _factor_chains(factors)
+    for i in range(len(order)):
+        where = (metric[i], platform[i])
+        exponent = exponents.get(where)
+        if exponent is None:
+            exponent = exponents[where] = run_exponent(*where)
+        suite = chain_of((machine[i], env[i], str(benchmark[i]).rsplit(".", 1)[0]))
+        factor = factors.get((machine[i], env[i], suite, commit[i])) if exponent else None
+        if factor:
+            scale[i], seconds[i] = factor ** exponent, factor
+    return scale, seconds
+
+
+def _series_steps(series: _Series, thresholds: dict, floors: dict, min_size: int, periods: dict,
+                  one_reading: set) -> list[dict]:
+    """The steps of one series beyond its threshold (asv's step detection), each a row for
+    ``_judge``; none where the series cannot regress."""
+    import numpy as np
+    from asv.step_detect import detect_regressions, detect_steps
+
+    commits = series.commit
+    if len(set(commits.tolist())) < 2 or series.direction not in ("lower", "higher"):
+        return []  # one commit, or neither way is better: nothing can regress
+    higher = series.direction == "higher"
+    shown = series.value
+    values = [1.0 / v if v else None for v in shown.tolist()] if higher else shown.tolist()
+    threshold = thresholds.get(series.metric, DEFAULT_THRESHOLD)
+    if _cannot_regress(values, threshold):
+        return []
+    weights = None  # asv's own weighting of a figure: 2 / width of its 99% interval
+    lo, hi = series.ci_low, series.ci_high
+    with np.errstate(divide="ignore", invalid="ignore"):
+        width = np.abs(1.0 / lo - 1.0 / hi) if higher else np.abs(hi - lo)
+    if np.isfinite(width).any() and (width > 0).any():
+        weights = [2.0 / w if np.isfinite(w) and w > 0 else None for w in width]
+    steps = detect_steps(values, weights)
+    _, _, found = detect_regressions(steps, threshold=threshold, min_size=min_size)
+    segments = {(left, right) for left, right, *_ in steps}
+    levels = {(left, right): level for left, right, level, *_ in steps}
+    rows = []
+    for before, after, value_before, value_after in found or ():
+        shown_before = 1.0 / value_before if higher else value_before
+        shown_after = 1.0 / value_after if higher else value_after
+        if abs(shown_after - shown_before) < floors.get(series.unit, 0.0):
+            continue
+        left = next(((a, b) for a, b in segments if b - 1 == before), (before, before + 1))
+        right = next(((a, b) for a, b in segments if a == after), (after, after + 1))
+        # Out of a one-figure level back to (or below) the level before it: a one-run excursion.
+        prior = next((levels[(a, b)] for a, b in segments if b == left[0]), None)
+        excursion = (left[1] - left[0] == 1 and prior is not None
+                     and value_after <= prior + threshold * abs(prior))
+        rising = shown_after > shown_before
+        u_before = _side_uncertainty(series.up if rising else series.down, slice(*left), shown_before)
+        u_after = _side_uncertainty(series.down if rising else series.up, slice(*right), shown_after)
+        sources = {str(s) for s in series.source[left[0]:left[1]].tolist()
+                   + series.source[right[0]:right[1]].tolist() if s is not None}
+        scatter = None
+        if series.metric in one_reading and u_before is None and u_after is None:
+            spread = reading_scatter(shown, before, after)
+            if spread is not None:
+                u_before = u_after = SCATTER_Z * spread
+                sources = {"series run-to-run scatter, one reading per run"}
+        if u_before is None or u_after is None:
+            scatter = _step_scatter(shown, (left, right))
+        host_before = periods.get((series.machine, commits[before]), (0, ""))
+        host_after = periods.get((series.machine, commits[after]), (0, ""))
+        rows.append({
+            **series.keys, "metric": series.metric, "direction": series.direction, "unit": series.unit,
+            "commit_before": commits[before], "commit_after": commits[after],
+            "position_before": series.position[before], "position_after": series.position[after],
+            "value_before": shown_before * series.scale[before],
+            "value_after": shown_after * series.scale[after],
+            # a step up from 0 (compiles, padding, status code): an infinite relative step
+            "relative_change": ((shown_after - shown_before) / abs(shown_before)) if shown_before
+            else float("inf"),
+            # how far the run moved across the step, in seconds per step (0: not judged by it)
+            "run_shift": series.seconds[after] / series.seconds[before] - 1.0,
+            "host_changed": _host_change(host_before, host_after, periods, series.machine),
+            "_excursion": excursion,
+            "_levels": (shown_before, shown_after),
+            "versions_changed": _versions_changed(series.rows(), before, after),
+            "definitions_before": metrics.definitions_version(series.definitions[before]),
+            "definitions_after": metrics.definitions_version(series.definitions[after]),
+            "_u": (u_before, u_after), "_scatter": scatter, "_sources": sources,
+            "_platform": series.platform[after],
+            "_regime": _text(series.regime[after]), "_machine": series.machine})
+    return rows
 
 
 def _judge(row: dict, machine_scatter: dict, repo: str | None) -> dict:

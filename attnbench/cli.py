@@ -465,7 +465,24 @@ def _render(rows, columns, args) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_inspection_commands(sub)
+    _add_results_commands(sub)
+    _add_check_commands(sub)
+    _add_run_command(sub)
+    from attnbench.compiled_for.cli import add_parser as add_compile_for
 
+    add_compile_for(sub)  # compile-for: the compiled-for tier (attnbench/compiled_for/)
+    from attnbench.releases.run import add_parser as add_releases
+
+    add_releases(sub)  # releases: the release matrix (attnbench/releases/)
+    from attnbench.observability import add_parser as add_observability
+
+    add_observability(sub)  # observability: does the framework's profiler name each kernel
+    return parser
+
+
+def _add_inspection_commands(sub) -> None:
+    """What is here: kernels, their support, presets, the machine's name, a case cache, asv names."""
     p = sub.add_parser("list", help="implementations and whether each runs in this environment")
     p.add_argument("--impl", nargs="*", help="only these implementations")
     p.add_argument("--framework", nargs="*", help="only these frameworks (numpy, jax, torch, torch_xla)")
@@ -501,6 +518,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results")
     p.set_defaults(func=cmd_rename_env)
 
+
+def _add_results_commands(sub) -> None:
+    """What the results say: the verdict, the summary, the report (all read only)."""
     p = sub.add_parser("verdict", help="paper vs production winner per machine, framework, workload, length")
     p.add_argument("--results", default="results", help="results folder (read only)")
     p.add_argument("--stream-steps", type=int, default=None,
@@ -527,6 +547,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="per-metric threshold, e.g. usd_per_step=0.1 (repeatable)")
     p.set_defaults(func=cmd_report)
 
+
+def _add_check_commands(sub) -> None:
+    """The pull-request gate and the harness' own benchmarks."""
     p = sub.add_parser("compare", help="two revisions measured interleaved here: B/A per case, 95%% "
                                        "interval, verdict; exit 1 on a significant slowdown")
     p.add_argument("rev_a")
@@ -554,6 +577,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("selfcheck", help="benchmark the engine: speed and agreement with bare loops")
     p.set_defaults(func=lambda args: __import__("attnbench.selfcheck").selfcheck.main())
 
+
+def _add_run_command(sub) -> None:
+    """The measurement sweep outside asv."""
     p = sub.add_parser("run", help="measurement sweep (timing, memory, regimes, numerics, cost) to a table")
     p.add_argument("--impl", nargs="*", help="only these implementations")
     p.add_argument("--framework", nargs="*", help="only these frameworks (numpy, jax, torch, torch_xla)")
@@ -611,17 +637,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--markdown", action="store_true")
     p.set_defaults(func=cmd_run)
-
-    from attnbench.compiled_for.cli import add_parser as add_compile_for
-
-    add_compile_for(sub)  # compile-for: the compiled-for tier (attnbench/compiled_for/)
-    from attnbench.releases.run import add_parser as add_releases
-
-    add_releases(sub)  # releases: the release matrix (attnbench/releases/)
-    from attnbench.observability import add_parser as add_observability
-
-    add_observability(sub)  # observability: does the framework's profiler name each kernel
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

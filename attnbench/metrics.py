@@ -29,6 +29,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from attnbench.statuses import STATUS_CODES
+
 # Bump only when a metric's meaning changes: asv drops the older history of every benchmark then.
 METRIC_VERSION = "1"
 
@@ -123,8 +125,6 @@ def _num(value) -> float:
 
 
 def _status_code(record: dict) -> float:
-    from attnbench.records import STATUS_CODES
-
     return float(STATUS_CODES[record["status"]])
 
 

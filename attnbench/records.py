@@ -12,17 +12,16 @@ column is not placed here is appended after these columns.
 from __future__ import annotations
 
 from attnbench import metrics
-
-OK = "ok"
-UNSUPPORTED = "unsupported"
-OOM = "oom"
-TIMEOUT = "timeout"
-NUMERICS_FAILED = "numerics-failed"
-ERROR = "error"
-STATUSES = (OK, UNSUPPORTED, OOM, TIMEOUT, NUMERICS_FAILED, ERROR)
-# The ``status`` metric: 0 = ok; the rest in rising order of trouble. Unsupported never reaches a
-# metric (asv shows n/a).
-STATUS_CODES = {OK: 0, NUMERICS_FAILED: 1, OOM: 2, TIMEOUT: 3, ERROR: 4}
+from attnbench.statuses import (  # noqa: F401  (re-exported: callers name them records.OK, ...)
+    ERROR,
+    NUMERICS_FAILED,
+    OK,
+    OOM,
+    STATUS_CODES,
+    STATUSES,
+    TIMEOUT,
+    UNSUPPORTED,
+)
 
 METRIC = None  # a column a metric reads: its unit is the metric table's
 # column -> unit ("" for labels). Order here is the column order of written tables.

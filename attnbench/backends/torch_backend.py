@@ -78,12 +78,6 @@ def profiled_ops(run) -> dict[str, int]:
     return dict(Counter(e.name for e in prof.events()))
 
 
-def attention_ops(ops: dict[str, int]) -> list[str]:
-    """The ATen attention kernels among ``ops`` (the dispatching wrapper itself is not one)."""
-    wrapper = "aten::scaled_dot_product_attention"
-    return sorted(name for name in ops if "attention" in name and name != wrapper)
-
-
 def torch_profiler_peak_bytes(run) -> int:
     """Peak of live host bytes allocated during ``run()``, from torch's allocation records.
 

@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import attnbench.report.select as select
 from attnbench import metrics
-from attnbench.report import select
 from attnbench.report.select import series_name, short_env
 
 if TYPE_CHECKING:

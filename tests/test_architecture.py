@@ -1,0 +1,106 @@
+"""The import graph of the project's own modules (module- and function-level imports alike).
+
+Read from the source with ``ast``: nothing is imported. ``from package import submodule`` counts
+as importing the submodule; naming a package's own attribute counts as importing the package.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("attnbench", "attention_impls")
+# Known and left for the module regrouping: JaxBackend.compile_for calls the compiled-for tier,
+# whose compile step builds the program with JaxBackend's own forward and backward.
+KNOWN_CYCLES = [{"attnbench.backends.jax_backend", "attnbench.compiled_for.compile"}]
+# What the kernels may take from the harness: the workload value type and the masks; base.py asks
+# the framework's backend where a kernel can run.
+KERNEL_IMPORTS = {"attnbench.workload", "attnbench.masks"}
+KERNEL_BASE_IMPORTS = KERNEL_IMPORTS | {"attnbench.backends"}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def import_graph(found: dict[str, Path]) -> dict[str, set[str]]:
+    def resolve(name: str) -> str | None:
+        parts = name.split(".")
+        for end in range(len(parts), 0, -1):
+            if ".".join(parts[:end]) in found:
+                return ".".join(parts[:end])
+        return None
+
+    graph: dict[str, set[str]] = {name: set() for name in found}
+    for name, path in found.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [resolve(alias.name) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([node.module] if node.module else []))
+                targets = [resolve(f"{base}.{alias.name}") or resolve(base) for alias in node.names]
+            graph[name].update(t for t in targets if t and t != name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_project_has_no_import_cycle_but_the_known_one():
+    found = cycles(import_graph(modules()))
+    assert [c for c in found if c not in KNOWN_CYCLES] == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [{"a", "b", "c"}]
+
+
+def test_the_kernels_take_only_the_value_types_from_the_harness():
+    found = modules()
+    graph = import_graph(found)
+    for name in found:
+        if not name.startswith("attention_impls"):
+            continue
+        allowed = KERNEL_BASE_IMPORTS if name == "attention_impls.base" else KERNEL_IMPORTS
+        harness = {t for t in graph[name] if t.startswith("attnbench")}
+        assert harness <= allowed, f"{name} imports {sorted(harness - allowed)} from the harness"
