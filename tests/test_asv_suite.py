@@ -152,8 +152,10 @@ def test_asv_run_records_ok_and_skipped_not_failed(asv_run):
     low, high = (dict(zip(names, entry[k], strict=True))["jax-xla"]
                  for k in ("stats_ci_99_a", "stats_ci_99_b"))
     assert low <= by_impl["jax-xla"] <= high and q25 <= by_impl["jax-xla"]
+    # Rounds timed while the machine was busy are dropped while a clean one exists (engine.pool_rounds),
+    # so a noisy host can leave one: its interval is then over that round's samples.
     rounds = jax_xla["rounds"]
-    assert 2 <= rounds <= 4 and jax_xla["ci_basis"] == "rounds"
+    assert 1 <= rounds <= 4 and jax_xla["ci_basis"] == ("rounds" if rounds > 1 else "samples")
     assert dict(zip(names, entry["stats_repeat"], strict=True))["jax-xla"] == rounds
     # One sweep measured both classes: Forward's setup_cache measured the Training cases too and
     # handed them over through the run's case cache; Training's setup_cache only read them.

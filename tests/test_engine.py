@@ -328,5 +328,7 @@ def test_the_timing_rounds_share_a_jax_compile_cache_that_lives_for_the_rounds_o
               rounds=3, progress=False)
     (first, _), *rounds = seen
     assert first is None  # the first pass compiles cold
-    assert len(rounds) == 2 and rounds[0][0] == rounds[1][0] and rounds[0][1] > 0  # written, then read
+    # 2 rounds, and up to EXTRA_ROUNDS_FOR_CONTENTION more where every round was contended
+    assert 2 <= len(rounds) <= 2 + sweep.EXTRA_ROUNDS_FOR_CONTENTION
+    assert len({folder for folder, _ in rounds}) == 1 and rounds[0][1] > 0  # one cache: written, then read
     assert not os.path.exists(rounds[0][0]) and "JAX_COMPILATION_CACHE_DIR" not in os.environ
