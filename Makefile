@@ -76,13 +76,13 @@ TARGETS_ASV_ARGS ?=
 # larger step is beyond the noise is the analysis' own test, against the figures' intervals over
 # timing rounds (or their series' scatter where a figure has none): see docs/reports.md.
 REPORT_ARGS ?= --threshold 0.1
-# A case cache that lives for one run (attnbench/fleet/case_cache.py): the Forward class measures the
+# A case cache that lives for one run (attnbench/run/case_cache.py): the Forward class measures the
 # Training cases in the same sweep and hands them over, so each environment starts one set of timing-
 # round workers, not one per class. Not when ASV_ARGS selects benchmarks (-b): a Training-only run
 # would otherwise measure Forward's cases too.
 HANDOVER = $(if $(filter -b% --bench%,$(ASV_ARGS)),,ATTNBENCH_CASE_CACHE=$$handover)
 # The measured environments run the parameter combinations of benchmarks/attention.py each can run
-# (attnbench/asv_selection.py; unless ASV_ARGS selects with -b): asv starts a process per benchmark
+# (attnbench/asv/selection.py; unless ASV_ARGS selects with -b): asv starts a process per benchmark
 # and combination, and the others (the other environment's framework, the compiled-for classes,
 # which need .venv-targets and have their own run below) would only be n/a cells, ~9,000 processes.
 COMMIT = $$(git rev-parse HEAD)
@@ -111,7 +111,7 @@ bench: $(BENCH_SETUP) html-deps
 	  $(or $(EXISTING_PYTHONS),asv.conf.json's virtualenvs)" && \
 	probes=$$(mktemp -d /tmp/attnbench-probes-XXXXXX) && handover=$$(mktemp -d /tmp/attnbench-cases-XXXXXX) && \
 	( export ATTNBENCH_MACHINE=$$machine ATTNBENCH_PROBE_DIR=$$probes $(HANDOVER); \
-	  $(ASV_ENV) $(HARNESS) -m attnbench.asv_selection run --machine $$machine \
+	  $(ASV_ENV) $(HARNESS) -m attnbench.asv.selection run --machine $$machine \
 	    $(if $(EXISTING_PYTHONS),--existing $(EXISTING_PYTHONS)) -- $(ASV_ARGS) ); \
 	rm -rf $$probes $$handover
 	@# The compiled-for tier (benchmarks/compiled_for.py) needs libtpu and the CUDA plugin, which only
@@ -130,7 +130,7 @@ bench: $(BENCH_SETUP) html-deps
 # ENV=existing: what PYTHON lacks for the job, with the command that adds it; ALLOW_INSTALL=1 installs it
 # (never a framework). The stamp-free check runs every time: the user's interpreter can change.
 existing-bench existing-test: existing-%:
-	@PYTHONPATH=$(CURDIR) $(PYTHON) -m attnbench.environment check --need $* $(if $(ALLOW_INSTALL),--install)
+	@PYTHONPATH=$(CURDIR) $(PYTHON) -m attnbench.run.environment check --need $* $(if $(ALLOW_INSTALL),--install)
 
 # asv's stock pages load their scripts from CDNs; serve them locally so the HTML works offline.
 html: $(if $(filter existing,$(ENV)),existing-bench,$(MAIN_STAMP)) html-deps
@@ -169,7 +169,7 @@ browser-deps: html-deps
 ifeq ($(ENV),existing)
 # The tests in PYTHON, for the frameworks it has (numpy plus those of jax, torch, torch_xla there).
 test: existing-test browser-deps
-	ATTNBENCH_TEST_FRAMEWORKS=$$(PYTHONPATH=$(CURDIR) $(PYTHON) -m attnbench.environment frameworks) \
+	ATTNBENCH_TEST_FRAMEWORKS=$$(PYTHONPATH=$(CURDIR) $(PYTHON) -m attnbench.run.environment frameworks) \
 	  PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m pytest $(PYTEST_ARGS)
 else
 test: lint test-main test-xla test-targets

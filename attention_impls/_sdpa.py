@@ -11,7 +11,7 @@ cuda/sdp_utils.cpp`` ``can_use_{flash,mem_efficient,cudnn}_attention``; on CPU
 catches what a torch or cuDNN version changed. GPU rules read the device's compute capability
 when there is one, and are those of sm80+ (A100/H100/H200) when reasoning from a host without one.
 
-Mask features (``attnbench.masks``): a sliding window and segment ids go in as SDPA's own
+Mask features (``attnbench.core.masks``): a sliding window and segment ids go in as SDPA's own
 ``attn_mask``, one boolean ``[B or 1, 1, Sq, Sk]`` tensor (True = keep) built on the device inside
 each call from ``arange`` and the segment ids, with the bottom-right causal rule folded in (SDPA
 refuses ``attn_mask`` together with ``is_causal``); building it is part of the timed call, as in a
@@ -32,7 +32,7 @@ import warnings
 
 from attention_impls._torch_ops import attention_ops
 from attention_impls.base import RUNS, AttentionImpl, unsupported
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 
 NO_TPU = unsupported("torch SDPA on a TPU goes through torch_xla: see torch-xla-sdpa")
 # sdp_utils_cpp.cpp select_sdp_backend_cpp: CPU tensors only ever get FLASH_ATTENTION or MATH.
@@ -51,7 +51,7 @@ NO_SOFTCAP = ("torch SDPA has no logit soft-capping option: F.scaled_dot_product
 
 def keep_mask(seq_q: int, seq_k: int, device, *, causal: bool, window: int | None = None,
               q_segment_ids=None, kv_segment_ids=None):
-    """Boolean ``[B or 1, 1, Sq, Sk]``: True where ``attnbench.masks`` keeps the pair.
+    """Boolean ``[B or 1, 1, Sq, Sk]``: True where ``attnbench.core.masks`` keeps the pair.
 
     Built on ``device`` from ``arange`` and the ``[B, S]`` segment-id tensors (no Python value of
     the ids is read), bottom-right causal when ``causal``.

@@ -5,7 +5,7 @@ per-platform support table, shape rules, the mask features it takes (``supports`
 grouped-query heads (``gqa``), and ``attention(q, k, v, causal=, scale=, **mask)`` written in the
 framework's own arrays, where ``mask`` holds only the features the workload uses: ``window`` (int),
 ``softcap`` (float), ``q_segment_ids`` / ``kv_segment_ids`` (the framework's int32 ``[B, S]``
-arrays). The semantics are ``attnbench.masks``'. The framework's backend (``attnbench/backends/``)
+arrays). The semantics are ``attnbench.core.masks``'. The framework's backend (``attnbench/backends/``)
 turns that into the
 conformance entry point ``run_numpy`` / ``grad_numpy`` and into a timed ``make_step``.
 
@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 
 from attention_impls._compile_target import compile_target
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 
 PLATFORMS = ("cpu", "gpu", "tpu")
 FORCED_FLASH = "forced-flash"
@@ -188,7 +188,7 @@ class AttentionImpl(abc.ABC):
                   q_segment_ids: np.ndarray | None = None, kv_segment_ids: np.ndarray | None = None,
                   softcap: float | None = None) -> np.ndarray:
         """Run the real kernel on ``[B, S, H, D]`` numpy inputs in their dtype, under the mask
-        ``attnbench.masks`` defines (segment ids: int ``[B, Sq]`` and ``[B, Sk]``, both or neither).
+        ``attnbench.core.masks`` defines (segment ids: int ``[B, Sq]`` and ``[B, Sk]``, both or neither).
 
         Returns the output as float64 ``[B, Sq, Hq, D]``; raises ``Unsupported`` with the reason,
         ``ValueError`` naming what is wrong with the inputs.
@@ -245,7 +245,7 @@ def mask_kwargs(q, k, *, causal: bool, window=None, q_segment_ids=None, kv_segme
             if ids.shape != x.shape[:2] or ids.dtype.kind not in "iu":
                 raise ValueError(f"{label} must be an integer array [B, S] = {x.shape[:2]}, "
                                  f"got {ids.dtype} {ids.shape}")
-        from attnbench.masks import empty_rows
+        from attnbench.core.masks import empty_rows
 
         empty = empty_rows(q.shape[1], k.shape[1], causal=causal, window=mask.get("window"),
                            q_segment_ids=q_ids, kv_segment_ids=kv_ids)

@@ -10,7 +10,7 @@ the same size for every sequence length. Under a causal mask a key block lying e
 diagonal is skipped with ``lax.cond``, as the CUDA kernel skips it. Lengths that are not multiples
 of the tiles are padded internally; padded keys are masked out and padded query rows are dropped.
 
-Mask features (``attnbench.masks``): the sliding window and segment ids are conditions of each
+Mask features (``attnbench.core.masks``): the sliding window and segment ids are conditions of each
 tile's mask, logit soft-capping is ``softcap * tanh(s / softcap)`` on the float32 scores before
 masking. Block skipping covers them as FA2 covers local attention: a key block entirely before
 the window of the query block's first row is skipped too, and so is one whose segment ids cannot
@@ -42,7 +42,7 @@ def blockwise_attention(q, k, v, *, causal: bool, scale: float, window: int | No
     """Online-softmax attention on [B, S, H, D] arrays; never materializes more than one tile.
 
     Accumulates in float32 whatever the input dtype, like the CUDA kernels do; the mask is
-    ``attnbench.masks``': causal bottom-right aligned (query i sits at p = i + seq_k - seq_q and
+    ``attnbench.core.masks``': causal bottom-right aligned (query i sits at p = i + seq_k - seq_q and
     sees keys j <= p), sliding ``window`` (p - W < j), ``softcap`` (``softcap * tanh(s / softcap)``
     on the scaled scores, before masking), segment ids ([B, Sq] / [B, Sk] int arrays, traced).
     Returns q's dtype.

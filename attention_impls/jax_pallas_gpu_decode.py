@@ -11,7 +11,7 @@ Features, with the kernel's own options:
   runs one kernel per kv head with its whole query group (``block_h`` rows), so each kv head is
   read once (``gqa`` first swaps k and v to ``[batch, kv_heads, seq, head_dim]``: a transposition
   XLA materialises, visible in the compiled program's temp bytes);
-- segment ids of a ragged, left-padded cache (``attnbench.masks``: padding first, then the valid
+- segment ids of a ragged, left-padded cache (``attnbench.core.masks``: padding first, then the valid
   keys): ``start_idx`` per batch row, the number of leading keys whose id differs from the row's
   query id, computed from ``kv_segment_ids`` inside the traced function. The kernel masks keys
   ``< start_idx`` (and skips splits lying wholly before it). The valid keys are assumed to be one

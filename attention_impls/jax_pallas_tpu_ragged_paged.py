@@ -18,7 +18,7 @@ broadcasts its 128-lane softmax statistics onto head_dim; vLLM's TPU backend pad
 Features, with the kernel's own options:
 
 - grouped-query heads natively (each kv head's query group in one block);
-- segment ids of a ragged, left-padded cache (``attnbench.masks``): ``kv_lens`` = keys whose id is
+- segment ids of a ragged, left-padded cache (``attnbench.core.masks``): ``kv_lens`` = keys whose id is
   the row's query id (``Sk`` minus the padding), computed from ``kv_segment_ids`` inside the traced
   function; the valid keys are assumed to be one run at the end of the row (a left-padded
   cache); packed documents are refused;

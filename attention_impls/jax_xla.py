@@ -6,7 +6,7 @@ materialized [Sq, Sk] logits):
 
 - sliding window: ``local_window_size=(W - 1, 0)`` with ``is_causal=True`` keeps
   ``i - (W - 1) <= j <= i`` (``_get_window_mask``: query and key positions both count from 0, so
-  it is top-left aligned). That is ``attnbench.masks``' window when ``Sq == Sk``; with
+  it is top-left aligned). That is ``attnbench.core.masks``' window when ``Sq == Sk``; with
   ``Sq != Sk`` (decode) the bottom-right causal window goes in ``mask`` instead, as causal does;
 - segment ids: ``mask = q_segment_ids[b, i] == kv_segment_ids[b, j]`` ([B, 1, Sq, Sk], boolean,
   built from the traced id arrays);
@@ -24,7 +24,7 @@ from attention_impls.registry import register
 
 def bottom_right_mask(seq_q: int, seq_k: int, window: int | None = None):
     """Boolean [1, 1, Sq, Sk] mask, True where query i may see key j: bottom-right causal, and the
-    last ``window`` keys only when given (``attnbench.masks``)."""
+    last ``window`` keys only when given (``attnbench.core.masks``)."""
     import jax.numpy as jnp
 
     pos = jnp.arange(seq_q)[:, None] + (seq_k - seq_q)

@@ -12,7 +12,7 @@ masked step does the full unmasked matmul work; XLA compiles the whole loop for 
 which is what makes it native everywhere (no Pallas, no Mosaic, no Triton). Lengths that the
 chunks do not divide are padded inside the kernel and the padded keys masked out.
 
-Mask features (``attnbench.masks``), all in the tile: sliding window and segment ids as
+Mask features (``attnbench.core.masks``), all in the tile: sliding window and segment ids as
 conditions of the tile's boolean mask (segment ids are traced [B, S] arrays, chunked with the
 keys), logit soft-capping as ``softcap * tanh(s / softcap)`` on the float32 scores before the
 mask. Grouped-query heads are grouped, not repeated: the query chunk is [B, qc, Hkv, G, D] and
@@ -42,7 +42,7 @@ def _padded(x, length: int, axis: int = 1):
 def chunked_attention(q, k, v, *, causal: bool, scale: float, window: int | None = None,
                       softcap: float | None = None, q_segment_ids=None, kv_segment_ids=None,
                       query_chunk: int = QUERY_CHUNK, key_chunk: int = KEY_CHUNK):
-    """[B, Sq, Hq, D] x [B, Sk, Hkv, D] -> [B, Sq, Hq, D] under ``attnbench.masks``' mask:
+    """[B, Sq, Hq, D] x [B, Sk, Hkv, D] -> [B, Sq, Hq, D] under ``attnbench.core.masks``' mask:
     bottom-right causal, sliding ``window`` (W keys up to the query's position), ``softcap``
     (``softcap * tanh(s / softcap)`` on the scaled float32 scores, before masking), segment ids
     ([B, Sq] / [B, Sk] int arrays, traced). Grouped-query heads stay grouped: each kv head's tile

@@ -1,7 +1,7 @@
 """The naive materialized-softmax reference, in float64 on the CPU: the yardstick for correctness.
 
 It builds the full [Sq, Sk] score matrix, so its memory grows as O(S^2): that is the point of
-keeping it in the sweep beside the flash kernels. It takes every mask feature (``attnbench.masks``
+keeping it in the sweep beside the flash kernels. It takes every mask feature (``attnbench.core.masks``
 defines them): it is what every other kernel is checked against.
 """
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from attention_impls.base import MASK_FEATURES, RUNS, AttentionImpl, default_scale
 from attention_impls.registry import register
-from attnbench.masks import dense_mask
+from attnbench.core.masks import dense_mask
 
 
 def causal_mask(seq_q: int, seq_k: int) -> np.ndarray:
@@ -42,7 +42,7 @@ def _probabilities(q, k, causal, scale, window=None, q_segment_ids=None, kv_segm
 
 
 def attention_fwd(q, k, v, *, causal: bool, scale: float | None = None, **mask) -> np.ndarray:
-    """``mask``: ``window``, ``softcap``, ``q_segment_ids``/``kv_segment_ids`` (attnbench.masks)."""
+    """``mask``: ``window``, ``softcap``, ``q_segment_ids``/``kv_segment_ids`` (attnbench.core.masks)."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     k, v = _expand_kv(k, q.shape[2]), _expand_kv(v, q.shape[2])
     p, _ = _probabilities(q, k, causal, default_scale(q.shape[3], scale), **mask)

@@ -5,7 +5,7 @@ dropout (128 query rows x 128 keys; ``run_mha_fwd_hdim64`` in ``flash_fwd_launch
 off a GPU this is a forced, GPU-shaped flash kernel.
 The same function is traced through XLA by ``torch_xla_blockwise``.
 
-Mask features, as FlashAttention-2 has them (``attnbench.masks``' semantics):
+Mask features, as FlashAttention-2 has them (``attnbench.core.masks``' semantics):
 
 - sliding window (FA2's ``window_size_left``): the key blocks left of every row's window are
   skipped, like those above the causal diagonal, and tiles the window cuts are masked;
@@ -55,7 +55,7 @@ def blockwise_attention(q, k, v, *, causal: bool, scale: float, block_q: int = B
     """Online-softmax attention on [B, S, H, D] tensors; never materializes more than one tile.
 
     Accumulates in float32 whatever the input dtype, like the CUDA kernels do. The mask keywords
-    are ``attnbench.masks``'; ``skip_segments`` skips tiles whose segment ids cannot meet (reads
+    are ``attnbench.core.masks``'; ``skip_segments`` skips tiles whose segment ids cannot meet (reads
     the ids on the host once per call).
     """
     import torch

@@ -18,7 +18,7 @@ Mask features, all in flex's own options (``torch.nn.attention.flex_attention``)
   same shape reuse the compiled kernel). The block mask depends on the ids' values: it is rebuilt
   when the call's segment-id tensors are not the ones it was built from.
 - logit soft-capping as a ``score_mod``, ``softcap * tanh(score / softcap)`` on the scaled score,
-  applied before the mask as ``attnbench.masks`` defines.
+  applied before the mask as ``attnbench.core.masks`` defines.
 - GQA with ``enable_gqa=True``: native, each kv head is read for its query group in the kernel
   (the Triton template's ``GQA_SHARED_HEADS``, the C++ template's ``gqa_shards``).
 
@@ -54,7 +54,7 @@ def _own_copy(fn, name: str, defaults: tuple):
 
 def keep_mod(seq_q: int, seq_k: int, *, causal: bool, window: int | None = None,
              q_segment_ids=None, kv_segment_ids=None):
-    """The ``mask_mod`` of ``attnbench.masks``: bottom-right causal, window, segment ids (captured)."""
+    """The ``mask_mod`` of ``attnbench.core.masks``: bottom-right causal, window, segment ids (captured)."""
     offset = seq_k - seq_q
 
     def keep(b, h, q_idx, kv_idx):

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from attnbench.workload import DTYPE_BYTES, Workload
+from attnbench.core.workload import DTYPE_BYTES, Workload
 
 
 def _impls(names: list[str] | None, frameworks: list[str] | None = None):
@@ -110,9 +110,9 @@ def cmd_run(args) -> int:
     """A sweep outside asv: every case in a killable worker, written as a tidy table."""
     import datetime as dt
 
-    from attnbench import sweep
-    from attnbench.engine import Options
-    from attnbench.process_env import pin_threads
+    from attnbench.measure.engine import Options
+    from attnbench.measure.process_env import pin_threads
+    from attnbench.run import sweep
 
     threads = args.threads or len(os.sched_getaffinity(0))
     memory_cap = parse_bytes(args.memory_cap) if args.memory_cap else None
@@ -144,9 +144,9 @@ def cmd_run(args) -> int:
               "threads": threads}
     meta = sweep.run_metadata()
     path = os.path.join(out_dir, f"records.{args.format}")
-    # --resume (attnbench/resume.py): measure only the cases missing from the records an interrupted
+    # --resume (attnbench/run/resume.py): measure only the cases missing from the records an interrupted
     # sweep left there; the rows already there are written back unchanged, first.
-    from attnbench import resume
+    from attnbench.run import resume
 
     if args.resume and not args.out:
         raise ValueError("--resume needs --out DIR: the folder of the sweep to finish")
@@ -175,8 +175,8 @@ def run_workloads(args) -> list[Workload]:
     """The workloads ``run`` measures: a preset's (``--workload``) or the custom template's, one per
     ``--seq`` (or decode ``--kv-len``), the mask options overriding. Bad combinations raise
     ``ValueError`` naming what is wrong and the valid choices."""
-    from attnbench import presets
-    from attnbench.workload import PHASE_MODES
+    from attnbench.core import presets
+    from attnbench.core.workload import PHASE_MODES
 
     if args.softcap is not None and args.softcap <= 0:
         raise ValueError(f"--softcap must be a positive number, got {args.softcap}")
@@ -240,7 +240,7 @@ def check_run_inputs(hardware_profile: str | None, dtype: str) -> None:
 
 def cmd_workloads(args) -> int:
     """The workload catalogue: each preset's heads, head dim, mask, phases, real lengths and source."""
-    from attnbench import presets
+    from attnbench.core import presets
 
     rows = presets.table()
     columns = ["name", "heads", "kv_heads", "head_dim", "gqa", "mask", "phases", "lengths", "source"]
@@ -253,8 +253,8 @@ def cmd_workloads(args) -> int:
 
 
 def cmd_rename_env(args) -> int:
-    """``attnbench rename-env OLD NEW``: see ``attnbench/rename_env.py``."""
-    from attnbench.rename_env import rename_environment
+    """``attnbench rename-env OLD NEW``: see ``attnbench/asv/rename_env.py``."""
+    from attnbench.asv.rename_env import rename_environment
 
     moved = rename_environment(args.results, args.old, args.new)
     for path in moved:
@@ -269,9 +269,9 @@ CASE_COLUMNS = ["impl", "dtype", "seq_q", "mode", "regime", "label", "execution"
 
 
 def cmd_cases(args) -> int:
-    """The records a case cache holds (``attnbench/fleet/case_cache.py``): what ran, how fast, and the
+    """The records a case cache holds (``attnbench/run/case_cache.py``): what ran, how fast, and the
     evidence of which kernel ran (or why a case did not run). Reads only."""
-    from attnbench.fleet.case_cache import read_folder
+    from attnbench.run.case_cache import read_folder
 
     rows = []
     for r in read_folder(args.folder):
@@ -291,7 +291,7 @@ def cmd_cases(args) -> int:
 def cmd_machine_name(args) -> int:
     """``ATTNBENCH_MACHINE``, else the name the frameworks' devices give (this process initialises
     them; ``make bench`` runs it before asv and hands its answer to asv as ``ATTNBENCH_MACHINE``)."""
-    from attnbench.asv_suite import detect_machine_name
+    from attnbench.asv.suite import detect_machine_name
 
     print(os.environ.get("ATTNBENCH_MACHINE") or detect_machine_name())
     return 0
@@ -312,8 +312,6 @@ def _verdict_rows(args, table) -> list[dict]:
 def cmd_verdict(args) -> int:
     """The verdict (``attnbench/report/verdict.py``) from the results, read only; ``--png`` also
     draws its picture, ``--csv`` writes every row."""
-    from attnbench.asv_results import load_results
-    from attnbench.atomic import atomic_write_bytes, atomic_write_text
     from attnbench.report.verdict import (
         DISPLAY_COLUMNS,
         STREAM_STEPS,
@@ -321,6 +319,8 @@ def cmd_verdict(args) -> int:
         plot_stream_cost,
         verdict_table,
     )
+    from attnbench.results.asv_results import load_results
+    from attnbench.results.atomic import atomic_write_bytes, atomic_write_text
 
     args.stream_steps = STREAM_STEPS if args.stream_steps is None else args.stream_steps
     if args.stream_steps < 1:
@@ -347,9 +347,9 @@ def cmd_verdict(args) -> int:
 def cmd_summary(args) -> int:
     """The verdict first, then best native vs best forced-flash per sequence length, from the asv
     results (read only): the report's tables, at each machine's newest commit."""
-    from attnbench.asv_results import load_results, ordering_note
     from attnbench.report.select import best_native_vs_forced
     from attnbench.report.verdict import DISPLAY_COLUMNS, headline, verdict_table
+    from attnbench.results.asv_results import load_results, ordering_note
 
     frame = load_results(args.results)
     note = ordering_note(frame)[1]
@@ -377,7 +377,7 @@ def cmd_summary(args) -> int:
 
 def parse_thresholds(default: float, pairs: list[str] | None) -> dict[str, float]:
     """``--threshold`` for every metric, then ``--threshold-metric metric=0.1`` overrides."""
-    from attnbench.asv_suite import METRICS
+    from attnbench.asv.suite import METRICS
 
     names = [m.name for m in METRICS]
     thresholds = dict.fromkeys(names, default)
@@ -438,8 +438,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    """``attnbench compare REV_A REV_B``: see ``attnbench/compare.py``."""
-    from attnbench.compare import compare
+    """``attnbench compare REV_A REV_B``: see ``attnbench/run/compare.py``."""
+    from attnbench.run.compare import compare
 
     template = Workload(batch=1, q_heads=8, head_dim=64, seq_q=args.seq[0], causal=True, dtype=args.dtype)
     print(f"attnbench compare: B={args.rev_b} against A={args.rev_a}, {args.rounds} interleaved rounds, "
@@ -457,7 +457,7 @@ def cmd_compare(args) -> int:
 
 
 def _render(rows, columns, args) -> str:
-    from attnbench.table import render
+    from attnbench.results.table import render
 
     return render(rows, columns, markdown=getattr(args, "markdown", False))
 
@@ -475,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     from attnbench.releases.run import add_parser as add_releases
 
     add_releases(sub)  # releases: the release matrix (attnbench/releases/)
-    from attnbench.observability import add_parser as add_observability
+    from attnbench.checks.observability import add_parser as add_observability
 
     add_observability(sub)  # observability: does the framework's profiler name each kernel
     return parser
@@ -567,15 +567,15 @@ def _add_check_commands(sub) -> None:
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("selfcheck-report", help="benchmark the results loader and analysis on 100k rows")
-    p.set_defaults(func=lambda args: __import__("attnbench.selfcheck_report").selfcheck_report.main())
+    p.set_defaults(func=lambda args: __import__("attnbench.checks.selfcheck_report").selfcheck_report.main())
 
-    # Its own options (attnbench/noisecheck.py): main() hands it the rest of the command line.
+    # Its own options (attnbench/checks/noisecheck.py): main() hands it the rest of the command line.
     sub.add_parser("noisecheck", add_help=False,
                    help="benchmark: can this machine tell a real regression from noise (A/A, 15%% "
                         "slowdown, contention), in a throw-away clone")
 
     p = sub.add_parser("selfcheck", help="benchmark the engine: speed and agreement with bare loops")
-    p.set_defaults(func=lambda args: __import__("attnbench.selfcheck").selfcheck.main())
+    p.set_defaults(func=lambda args: __import__("attnbench.checks.selfcheck").selfcheck.main())
 
 
 def _add_run_command(sub) -> None:
@@ -623,7 +623,8 @@ def _add_run_command(sub) -> None:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per case before it is killed")
     p.add_argument("--memory-cap", help="address-space cap per worker, e.g. 8G (hits become status oom)")
     p.add_argument("--max-seq", type=int, nargs="*", help="also find the largest feasible length among these")
-    p.add_argument("--hardware-profile", help="hardware profile name (see attnbench/hardware_profiles.toml)")
+    p.add_argument("--hardware-profile", help="hardware profile name "
+                   "(see attnbench/hardware/hardware_profiles.toml)")
     p.add_argument("--profile", dest="hardware_profile", help=argparse.SUPPRESS)  # deprecated alias
     p.add_argument("--price-per-hour", type=float, help="USD per hour for the device, overriding the profile")
     p.add_argument("--spot-price-per-hour", type=float)
@@ -632,7 +633,7 @@ def _add_run_command(sub) -> None:
     p.add_argument("--out", help="output folder (default results/runs/<UTC stamp>-<host>)")
     p.add_argument("--resume", action="store_true",
                    help="finish the sweep in --out: measure only the cases missing from its records, "
-                        "keeping the rows there unchanged (attnbench/resume.py)")
+                        "keeping the rows there unchanged (attnbench/run/resume.py)")
     p.add_argument("--format", choices=["csv", "parquet"], default="csv")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--markdown", action="store_true")
@@ -644,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["noisecheck"]:
-        from attnbench import noisecheck
+        from attnbench.checks import noisecheck
 
         return noisecheck.main(argv[1:])
     args = build_parser().parse_args(argv)

@@ -1,11 +1,11 @@
 """The asv suite: the same attention workloads, forced-flash vs native, across lengths and shapes.
 
-Thin classes over ``attnbench.asv_suite``: ``setup_cache`` measures every case once per
+Thin classes over ``attnbench.asv.suite``: ``setup_cache`` measures every case once per
 environment and commit (each in a fresh worker, through the engine) and every ``track_*``
 benchmark reads one metric of that one measurement. With ``ATTNBENCH_CASE_CACHE`` set (a fleet
 run), that measurement is kept one file per case and shared by every later ``asv run`` of the
 same commit, so a run split into benchmark groups or restarted after a preemption measures each
-case once (``attnbench/fleet/case_cache.py``); the first class measured then measures the other
+case once (``attnbench/run/case_cache.py``); the first class measured then measures the other
 class's cases in the same sweep, and the other class reads them (``make bench`` uses a cache that
 lives for its run for just this: one set of timing-round workers per environment, not one per
 class). Cases an implementation cannot run here are
@@ -14,9 +14,9 @@ skipped (``NotImplementedError`` in ``setup``: asv shows n/a) with the implement
 
 import itertools
 
-from attnbench import asv_suite as suite
-from attnbench.fleet import case_cache
-from attnbench.regimes import REGIMES
+from attnbench.asv import suite as suite
+from attnbench.core.regimes import REGIMES
+from attnbench.run import case_cache
 
 SUITE = suite.suite_settings()  # ATTNBENCH_SUITE=default|full: the lengths measured
 DTYPES = suite.suite_dtypes(SUITE)  # the size's on a CPU; float32+bfloat16 on a GPU, bfloat16 on a TPU
@@ -36,7 +36,7 @@ def _track(metric):
 
 
 def with_metrics(cls):
-    """Give a class one ``track_<metric>`` per row of the metric table (``attnbench/metrics.py``)."""
+    """Give a class one ``track_<metric>`` per row of the metric table (``attnbench/core/metrics.py``)."""
     for metric in suite.tracked_metrics():
         setattr(cls, f"track_{metric.name}", _track(metric))
     return cls
@@ -117,7 +117,7 @@ class Training:
 class Models:
     """Real models' attention (``python -m attnbench workloads``): implementation x preset x phase,
     static shapes, in the suite's first dtype. Each preset keeps its heads, head dim and mask; the
-    lengths are the suite size's (``attnbench/presets.py`` SIZES: default prefill 512 tokens and
+    lengths are the suite size's (``attnbench/core/presets.py`` SIZES: default prefill 512 tokens and
     decode 1 token x 4 ragged caches of up to 1024 keys, training (full) 256 with 4 packed
     documents; full and gpu: the models' own, 8k tokens and 32k caches). The implementations are
     the size's (``asv_suite.preset_impl_names``). A phase a preset lacks (an encoder's decode) is

@@ -10,7 +10,7 @@ killable worker); it needs libtpu and the CUDA plugin (``.venv-targets``, which 
 runs these classes in), and everywhere else every case is n/a with the install step as its reason.
 Unsupported cases (a kernel on the wrong hardware, a shape rule, a mask feature it lacks) are n/a
 with their reason. Every benchmark is named ``track_compiled_*``: its metric names never collide
-with the measured suite's (``attnbench/metrics.py``), and the reports' series are told apart by
+with the measured suite's (``attnbench/core/metrics.py``), and the reports' series are told apart by
 ``target`` and ``mode`` (``CompiledFor``) or ``workload``, ``phase`` and ``length``
 (``CompiledForModels``).
 """
@@ -85,7 +85,7 @@ class CompiledFor(_Tracked):
 class CompiledForModels(_Tracked):
     """Real models' attention compiled for a target at the models' own lengths, in bfloat16.
 
-    target x implementation x workload (a preset of ``attnbench/presets.py``, with its heads, head
+    target x implementation x workload (a preset of ``attnbench/core/presets.py``, with its heads, head
     dim and mask: window, softcap, packed documents) x phase x length. Prefill is one prompt of
     ``length`` tokens (batch 1); decode is one new token per sequence against caches of ``length``
     keys, for the preset's real decode batch (8, ragged: seeded cache lengths, left-padded, as

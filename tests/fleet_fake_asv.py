@@ -9,7 +9,7 @@ and behaves as asv does where the runner depends on it:
   run ends, not atomically;
 * ``--skip-existing-successful`` skips a benchmark whose stored values hold no failure;
 * the benchmarks of a class share one measurement per case through the suite's real measure-once
-  cache (``attnbench.fleet.case_cache.measure_cases`` with ``ATTNBENCH_CASE_CACHE``); the fake
+  cache (``attnbench.run.case_cache.measure_cases`` with ``ATTNBENCH_CASE_CACHE``); the fake
   measurement appends the case to ``$FAKE_ASV_LEDGER`` once it is stored, so a test can count how
   often each case was measured.
 
@@ -30,8 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from attnbench.fleet import case_cache
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
+from attnbench.run import case_cache
 
 CLASSES = {"Forward": [("fake-a", 64), ("fake-a", 128), ("fake-b", 64), ("fake-b", 128), ("fake-c", 64),
                        ("fake-c", 128)],
@@ -47,7 +47,7 @@ def cases_of(cls: str):
 
 def fake_measure(cases, suite=None, on_record=None, also=None):
     global _measured_here
-    from attnbench.asv_suite import case_key
+    from attnbench.asv.suite import case_key
 
     out = {}
     for name, workload, regime in [*cases, *(case for group in (also or {}).values() for case in group)]:

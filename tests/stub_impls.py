@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from attention_impls.reference_float64 import Float64Reference
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 
 
 class _Stub(Float64Reference):

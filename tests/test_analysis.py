@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnbench import metrics
-from attnbench.analysis import (
+from attnbench.core import metrics
+from attnbench.results.analysis import (
     DEFINITION_CHANGED,
     NO_CODE_CHANGE,
     REGRESSION,
@@ -283,7 +283,8 @@ def _git_repo(path):
                 "attention_impls/torch_sdpa_flash.py": "B = 0\n", "README.md": "# r\n"},
                {"attention_impls/jax_xla.py": "from attention_impls.helper_tiles import tile\nA = 1\n"},
                {"README.md": "# r, reworded\n"}, {"attnbench/report/render.py": "# report\n"},
-               {"attnbench/engine.py": "# engine\n"}, {"attention_impls/torch_sdpa_flash.py": "B = 1\n"},
+               {"attnbench/measure/engine.py": "# engine\n"},
+               {"attention_impls/torch_sdpa_flash.py": "B = 1\n"},
                {"attention_impls/helper_tiles.py": "def tile(): return 1\n"}]
     for i, files in enumerate(changes):
         for name, text in files.items():
@@ -318,7 +319,7 @@ def test_a_step_across_a_readme_only_commit_is_no_measured_code_change(tmp_path)
     assert step["verdict"] == NO_CODE_CHANGE
     # 3 -> 4 changed the engine; 0 -> 1 the kernel: regressions, naming the files
     [step] = find_regressions(_series(commits, _step_at(4)), repo=repo).to_dict("records")
-    assert step["commit_after"] == commits[4] and "attnbench/engine.py" in step["why"]
+    assert step["commit_after"] == commits[4] and "attnbench/measure/engine.py" in step["why"]
     [step] = find_regressions(_series(commits, _step_at(1)), repo=repo).to_dict("records")
     assert "attention_impls/jax_xla.py" in step["why"]
     # without git nothing can be said about the code: a regression, and it says why
@@ -411,7 +412,7 @@ def test_a_series_too_short_for_its_own_scatter_takes_the_machines():
 def test_run_shift_is_the_median_ratio_over_a_runs_static_series():
     """Five kernels, three runs: run 2 moved every kernel by +10..+30% (median +20%), run 3 came back
     and one kernel alone doubled. A dynamic-regime series and a contended figure are left out."""
-    from attnbench.analysis import run_shifts
+    from attnbench.results.analysis import run_shifts
 
     base = {"k1": 1.0, "k2": 2.0, "k3": 3.0, "k4": 4.0, "k5": 5.0}
     moves = [{k: 1.0 for k in base}, dict(zip(base, (1.1, 1.15, 1.2, 1.25, 1.3), strict=True)),
@@ -472,7 +473,7 @@ def test_one_kernels_step_is_found_against_its_run_and_a_whole_run_move_is_not_a
 def test_a_run_after_a_pair_too_sparse_to_compare_keeps_the_factor_before_it():
     """Runs 1-2 measured k1..k3 (run 2 +20%), runs 3-4 measured k4..k6 only (run 4 +10% on run 3):
     2 -> 3 shares no series, so run 3 keeps run 2's factor 1.2 and run 4 is 1.2 x 1.1."""
-    from attnbench.analysis import run_factors, run_shifts
+    from attnbench.results.analysis import run_factors, run_shifts
 
     rows = []
     for position, (impls, speed) in enumerate([("k1 k2 k3", 1.0), ("k1 k2 k3", 1.2), ("k4 k5 k6", 1.0),
@@ -588,7 +589,7 @@ def test_steps_across_a_host_change_are_shown_as_such_and_never_regress():
     """The sixth run on another CPU (fingerprint cpu_model A -> B), 1.5x slower, and k3 20% slower on
     top: every step there is "host changed", none a regression or a cost spike, and the history holds
     two hosts."""
-    from attnbench.analysis import HOST_CHANGED, host_changes, hosts_table
+    from attnbench.results.analysis import HOST_CHANGED, host_changes, hosts_table
 
     frame = _history(1.5, slow="k3", slowdown=1.2, host_b=True)
     thresholds = dict.fromkeys(metrics.names(), 0.1)
@@ -628,7 +629,7 @@ def test_cost_spikes_see_the_host_change_of_the_whole_results():
     """Runs from before the host fingerprint: only the probe (TFLOP/s over MFU, rows the cost rows
     lack) tells that the sixth run is on a 1.5x slower host. k3's cost step there is "host changed"
     in ``find_steps`` and so no cost spike either, though the cost rows alone hold no probe."""
-    from attnbench.analysis import HOST_CHANGED
+    from attnbench.results.analysis import HOST_CHANGED
 
     frame = _history(1.5, slow="k3", slowdown=1.2)
     frame = frame.drop(columns=[c for c in frame if c.startswith("host_")])
@@ -640,7 +641,7 @@ def test_cost_spikes_see_the_host_change_of_the_whole_results():
 
 
 def test_mfu_is_judged_against_the_run_only_where_its_peak_is_not_the_runs_own():
-    from attnbench.analysis import run_exponent
+    from attnbench.results.analysis import run_exponent
 
     assert run_exponent("mfu", "cpu") == 0 and run_exponent("mfu_shortfall", "cpu") == 0
     assert run_exponent("mfu", "gpu") == -1  # a spec-sheet peak does not move with the host

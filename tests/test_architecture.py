@@ -16,7 +16,7 @@ PACKAGES = ("attnbench", "attention_impls")
 KNOWN_CYCLES = [{"attnbench.backends.jax_backend", "attnbench.compiled_for.compile"}]
 # What the kernels may take from the harness: the workload value type and the masks; base.py asks
 # the framework's backend where a kernel can run.
-KERNEL_IMPORTS = {"attnbench.workload", "attnbench.masks"}
+KERNEL_IMPORTS = {"attnbench.core.workload", "attnbench.core.masks"}
 KERNEL_BASE_IMPORTS = KERNEL_IMPORTS | {"attnbench.backends"}
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from attnbench import asv_suite, records
+from attnbench.asv import suite as asv_suite
+from attnbench.core import records
 from tests.conftest import FRAMEWORKS
 
 pytestmark = pytest.mark.skipif("jax" not in FRAMEWORKS or "torch" not in FRAMEWORKS,
@@ -178,8 +179,8 @@ def test_asv_run_records_ok_and_skipped_not_failed(asv_run):
 
 @pytest.mark.asv
 def test_loader_reads_real_asv_output(asv_run):
-    from attnbench.asv_results import load_results
     from attnbench.report import best_native_vs_forced
+    from attnbench.results.asv_results import load_results
 
     tmp, _, head = asv_run
     frame = load_results(str(tmp / "results"), repo=str(ROOT))
@@ -207,7 +208,7 @@ def test_loader_reads_real_asv_output(asv_run):
 
 @pytest.mark.asv
 def test_loader_survives_damaged_files_and_never_writes(asv_run, tmp_path):
-    from attnbench.asv_results import ResultsError, load_results
+    from attnbench.results.asv_results import ResultsError, load_results
 
     src, _, _ = asv_run
     results = tmp_path / "results"
@@ -286,7 +287,7 @@ def test_the_default_size_measures_its_static_cases_first_in_one_worker():
 
 
 def test_static_cases_share_a_worker_only_where_the_size_says_so():
-    from attnbench import presets
+    from attnbench.core import presets
 
     toy = ("jax-xla", asv_suite.FORWARD, "static")
     preset = ("jax-xla", presets.workload("llama-3.1-8b", "decode", size="smoke"), "static")
@@ -307,7 +308,7 @@ def test_each_asv_environment_runs_only_the_parameter_combinations_it_can(monkey
     import re
     import sys
 
-    from attnbench import asv_selection
+    from attnbench.asv import selection as asv_selection
 
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import attention as suite_module
@@ -337,7 +338,7 @@ def test_each_asv_environment_runs_only_the_parameter_combinations_it_can(monkey
 def test_each_virtualenv_gets_a_config_of_its_own_with_the_same_environment(tmp_path):
     import shutil
 
-    from attnbench import asv_selection
+    from attnbench.asv import selection as asv_selection
 
     shutil.copy(os.path.join(ROOT, "asv.conf.json"), tmp_path / "asv.conf.json")
     configs = asv_selection.env_configs(str(tmp_path / "asv.conf.json"))
@@ -349,7 +350,7 @@ def test_each_virtualenv_gets_a_config_of_its_own_with_the_same_environment(tmp_
 
 
 def test_existing_environments_run_at_the_commit_with_their_own_selection(monkeypatch):
-    from attnbench import asv_selection
+    from attnbench.asv import selection as asv_selection
 
     calls = []
     monkeypatch.setattr(asv_selection.subprocess, "call", lambda command: calls.append(command) or 0)

@@ -80,7 +80,8 @@ def test_run_writes_a_tidy_table_with_provenance_and_traces(tmp_path, capsys):
 def test_bad_input_is_refused_before_the_first_case(monkeypatch, capsys):
     """An unknown hardware profile, an unknown compile target, or a dtype this machine cannot run is
     refused with the valid choices named, before any case is measured."""
-    from attnbench import hardware, sweep
+    from attnbench import hardware
+    from attnbench.run import sweep
 
     monkeypatch.setattr(sweep, "run_sweep", lambda *a, **k: pytest.fail("a case was measured"))
     assert main(["run", "--impl", "reference-float64", "--hardware-profile", "no-such-chip"]) == 2

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from attnbench.compare import compare, judge
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
+from attnbench.run.compare import compare, judge
 
 ROOT = Path(__file__).resolve().parents[1]
 

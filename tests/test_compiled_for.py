@@ -30,7 +30,7 @@ from attnbench.compiled_for.run import (
     run_cases,
 )
 from attnbench.compiled_for.targets import environment_problem, get_targets, gpu_target_config, load_targets
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[1]
 GiB = 2**30
@@ -652,8 +652,8 @@ def test_report_max_batch_table_reads_the_committed_file_and_newer_runs(tmp_path
 
 # ------------------------------------------------------------------ the models grid (no compiler)
 def test_a_preset_workloads_record_carries_its_mask_and_exact_flops():
-    from attnbench import presets
     from attnbench.compiled_for.records import COLUMNS, new_record
+    from attnbench.core import presets
 
     [h200] = get_targets(["h200"])
     gemma = presets.workload("gemma-2-9b", "prefill", size="real", dtype="bfloat16", seq=8192)
@@ -708,7 +708,7 @@ def test_models_grid_marks_impossible_cases_na_with_the_reason(monkeypatch):
 
 
 def test_models_class_params_per_size(monkeypatch):
-    from attnbench import presets
+    from attnbench.core import presets
 
     monkeypatch.delenv("ATTNBENCH_IMPLS", raising=False)
     monkeypatch.delenv("ATTNBENCH_COMPILE_TARGETS", raising=False)

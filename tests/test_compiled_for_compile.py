@@ -15,7 +15,7 @@ import pytest
 
 from attnbench.compiled_for import classify
 from attnbench.compiled_for.targets import Target, environment_problem
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 
 _MISSING = environment_problem("tpu") or environment_problem("gpu")
 if _MISSING and os.environ.get("ATTNBENCH_TEST_TARGETS"):
@@ -201,7 +201,7 @@ def _entry_parameters(hlo_dir) -> list[str]:
 def test_a_preset_workload_compiles_with_its_mask_its_columns_and_segment_ids(tmp_path):
     """Llama-3.1-8B decode (smoke size: 2 ragged caches of 256 keys) for v5e: the segment ids are
     traced int32 arguments after q, k, v; the record says which preset, phase and mask it was."""
-    from attnbench import presets
+    from attnbench.core import presets
 
     decode = presets.workload("llama-3.1-8b", "decode", size="smoke", dtype="bfloat16")
     record = compile_case("tpu-v5e", "jax-xla", decode, hlo_dir=str(tmp_path))
@@ -218,7 +218,7 @@ def test_a_preset_workload_compiles_with_its_mask_its_columns_and_segment_ids(tm
 
 
 def test_packed_documents_and_a_window_with_softcap_reach_the_compiled_kernels(tmp_path):
-    from attnbench import presets
+    from attnbench.core import presets
 
     bert = presets.workload("bert-base", "prefill", size="smoke", dtype="bfloat16")  # 512 tokens, 4 documents
     record = compile_case("h200", "jax-xla", bert, hlo_dir=str(tmp_path / "bert"))
@@ -233,7 +233,7 @@ def test_packed_documents_and_a_window_with_softcap_reach_the_compiled_kernels(t
 
 
 def test_segment_ids_under_the_head_sharding_of_a_slice_and_in_the_backward():
-    from attnbench import presets
+    from attnbench.core import presets
 
     training = presets.workload("llama-3.1-8b", "training", size="smoke", dtype="bfloat16")  # documents
     sliced = compile_case("tpu-v5e-2x2", "jax-xla", training)

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from attnbench.compiler_caches import INDUCTOR_DIR, compiler_caches
-from attnbench.engine import Options
+from attnbench.measure.compiler_caches import INDUCTOR_DIR, compiler_caches
+from attnbench.measure.engine import Options
 from tests.conftest import FRAMEWORKS
 
 

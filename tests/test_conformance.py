@@ -10,8 +10,8 @@ import pytest
 
 import attention_impls
 from attention_impls.base import PLATFORMS, Unsupported
-from attnbench.inputs import make_inputs
-from attnbench.workload import Workload
+from attnbench.core.inputs import make_inputs
+from attnbench.core.workload import Workload
 from tests.conftest import impls_under_test
 
 # The kernels this project shipped with: none may disappear. A new kernel needs no edit here.

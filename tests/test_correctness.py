@@ -11,9 +11,9 @@ import pytest
 
 import attention_impls
 from attention_impls.reference_float64 import attention_fwd, attention_grads
-from attnbench.inputs import make_inputs
-from attnbench.numerics import GRAD_SLACK, compare
-from attnbench.workload import Workload
+from attnbench.core.inputs import make_inputs
+from attnbench.core.numerics import GRAD_SLACK, compare
+from attnbench.core.workload import Workload
 from tests.conftest import impls_under_test
 
 # Small shapes: Pallas TPU kernels run here in an interpreter that is ~100x slower than native.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench import cost
+from attnbench.core import cost
 from attnbench.hardware import Device, load_hardware_profiles
 
 H200 = Device("gpu", "NVIDIA H200", 8, "Intel Xeon", 16)

@@ -7,7 +7,7 @@ here its refusals are checked, and the layout ``attention`` builds for it (pages
 padding, kv_lens, packed queries, padded head_dim) is fed to the library's own
 ``ref_ragged_paged_attention``, which shares the kernel's mask (``row - sliding_window >= col``
 masked, ``soft_cap * tanh(s / soft_cap)`` before it): that checks our conventions against
-``attnbench.masks``. Small shapes: kv 256, 4 heads.
+``attnbench.core.masks``. Small shapes: kv 256, 4 heads.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pytest
 import attention_impls
 from attention_impls.base import Unsupported
 from attention_impls.reference_float64 import attention_fwd
-from attnbench.inputs import make_inputs
-from attnbench.numerics import compare
-from attnbench.workload import Workload
+from attnbench.core.inputs import make_inputs
+from attnbench.core.numerics import compare
+from attnbench.core.workload import Workload
 from tests.conftest import FRAMEWORKS
 
 pytestmark = pytest.mark.skipif("jax" not in FRAMEWORKS, reason="jax is not under test in this run")
@@ -111,7 +111,7 @@ def test_gpu_decode_refuses_what_it_cannot_take_by_name():
 
 @pytest.mark.slow
 def test_gpu_decode_timed_step_is_ok_and_checked():
-    from attnbench.engine import Options, measure_case
+    from attnbench.measure.engine import Options, measure_case
 
     workload = GPU_CASES["gqa-ragged"]
     record = measure_case(GPU_DECODE, workload, Options(min_seconds=0.01, max_extra_seconds=0.0))
@@ -126,7 +126,7 @@ def test_gpu_decode_timed_step_is_ok_and_checked():
 @pytest.mark.slow
 def test_ragged_paged_layout_through_the_library_reference(case):
     """Our pages, kv_lens and packed queries, run by ``ref_ragged_paged_attention``, give the
-    float64 reference's answer under attnbench.masks' window, soft cap and ragged padding."""
+    float64 reference's answer under attnbench.core.masks' window, soft cap and ragged padding."""
     import jax.numpy as jnp
     from jax.experimental.pallas.ops.tpu.ragged_paged_attention import ref_ragged_paged_attention
 
@@ -189,7 +189,7 @@ def test_ragged_paged_tiles_follow_the_tuned_table_else_fit_vmem(monkeypatch):
 
 
 def test_ragged_paged_timed_path_where_it_runs():
-    from attnbench.engine import Options, measure_case
+    from attnbench.measure.engine import Options, measure_case
 
     workload = PAGED_CASES["few-ragged"]
     reason = attention_impls.get(RAGGED_PAGED).check(workload)

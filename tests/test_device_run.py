@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from attnbench import asv_suite, records, sweep
-from attnbench.engine import Options
-from attnbench.workload import Workload
+from attnbench.asv import suite as asv_suite
+from attnbench.core import records
+from attnbench.core.workload import Workload
+from attnbench.measure.engine import Options
+from attnbench.run import sweep
 from tests.conftest import FRAMEWORKS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +56,7 @@ class _CountingWorker:
 
 
 def test_static_cases_share_a_worker_and_a_regime_case_gets_its_own(monkeypatch):
-    from attnbench import isolation
+    from attnbench.run import worker as isolation
 
     monkeypatch.setattr(isolation, "Worker", _CountingWorker)
     _CountingWorker.started = 0
@@ -208,7 +210,7 @@ def test_the_device_run_rehearses_here_from_a_copy_without_git(tmp_path):
     assert f"commit {head.stdout.strip()}" in log and "machine name: cpu-" in log
     assert "everything bench needs is here" in log and "evidence of which kernel" in log
     machine = next(line.split(": ", 1)[1] for line in log.splitlines() if line.startswith("machine name: "))
-    name = __import__("attnbench.environment").environment.environment_name()
+    name = __import__("attnbench.run.environment").environment.environment_name()
     with tarfile.open(out / f"results-{machine}.tar.gz") as tar:
         members = tar.getnames()
         result = json.load(tar.extractfile(f"{machine}/{head.stdout[:8]}-{name}.json"))

@@ -9,11 +9,11 @@ import os
 
 import pytest
 
-from attnbench import records
-from attnbench.engine import Options, measure_case, numerics_workload, pool_rounds
-from attnbench.isolation import Worker
-from attnbench.sweep import run_sweep, write_table
-from attnbench.workload import Workload
+from attnbench.core import records
+from attnbench.core.workload import Workload
+from attnbench.measure.engine import Options, measure_case, numerics_workload, pool_rounds
+from attnbench.run.sweep import run_sweep, write_table
+from attnbench.run.worker import Worker
 from tests.conftest import FRAMEWORKS
 
 SMALL = Workload(batch=1, q_heads=2, seq_q=128, head_dim=32, causal=True)
@@ -186,7 +186,7 @@ def test_write_table_is_atomic_and_readable(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
 
         with monkeypatch.context() as patch:
-            patch.setattr("attnbench.atomic.os.fsync", disk_full)
+            patch.setattr("attnbench.results.atomic.os.fsync", disk_full)
             with pytest.raises(OSError, match="No space left"):
                 write_table(rows, target)
         assert open(target, "rb").read() == before
@@ -281,7 +281,7 @@ def test_a_sweep_with_rounds_times_static_cases_again_and_pools_them():
 
 
 def test_only_static_ok_cases_of_kernels_that_do_not_run_in_an_interpreter_get_timing_rounds():
-    from attnbench.sweep import timed_in_rounds
+    from attnbench.run.sweep import timed_in_rounds
 
     ok = {"status": records.OK, "timing_samples_s": "[0.01, 0.011]", "execution": "compiled"}
     static = ("jax-xla", SMALL, "static")
@@ -310,7 +310,7 @@ def test_the_timing_rounds_share_a_jax_compile_cache_that_lives_for_the_rounds_o
     import glob
     import os
 
-    from attnbench import sweep
+    from attnbench.run import sweep
 
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
     seen = []

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from attnbench import environment
 from attnbench.hardware import accel
+from attnbench.run import environment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,8 +102,8 @@ def test_make_in_existing_mode_uses_that_interpreter_and_never_builds_a_venv():
     plan = subprocess.run(["make", "-n", "bench", "ENV=existing", f"PYTHON={sys.executable}"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=60)
     assert plan.returncode == 0, plan.stderr
-    assert f"{sys.executable} -m attnbench.environment check --need bench" in plan.stdout
-    assert "-m attnbench.asv_selection run --machine $machine" in plan.stdout  # one asv run per environment
+    assert f"{sys.executable} -m attnbench.run.environment check --need bench" in plan.stdout
+    assert "-m attnbench.asv.selection run --machine $machine" in plan.stdout  # one asv run per environment
     assert f"--existing {sys.executable} --" in plan.stdout
     assert "-m venv" not in plan.stdout and "pip install" not in plan.stdout
 
@@ -166,7 +166,7 @@ def test_asv_names_an_existing_environment_by_what_it_holds():
     from asv import config as asv_config
     from asv import environment as asv_environment
 
-    from attnbench import asv_plugin
+    from attnbench.asv import plugin as asv_plugin
 
     asv_plugin.setup()
     conf = asv_config.Config()

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from attnbench import cost
+from attnbench.core import cost
 from attnbench.fleet import prices
 from attnbench.hardware import Device
 

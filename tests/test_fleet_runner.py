@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from attnbench.fleet import case_cache, runner
+from attnbench.fleet import runner
+from attnbench.run import case_cache
 from tests import fleet_fake_asv as fake
 
 FAKE = Path(fake.__file__).resolve()
@@ -32,7 +33,7 @@ ALL_BENCHMARKS = {f"attention.{c}.track_{m}" for c in fake.CLASSES for m in fake
 
 
 def _every_case() -> list[str]:
-    from attnbench.asv_suite import case_key
+    from attnbench.asv.suite import case_key
 
     return sorted(f"existing-{env}|{case_key(*case)}" for env in ENVS for cls in fake.CLASSES
                   for case in fake.cases_of(cls))
@@ -196,7 +197,7 @@ def test_case_cache_measures_only_the_missing_cases_and_survives_a_damaged_file(
         calls.append(len(todo))
         out = {}
         for i, case in enumerate(todo):
-            from attnbench.asv_suite import case_key
+            from attnbench.asv.suite import case_key
 
             out[case_key(*case)] = {"status": "ok", "n": i}
             on_record(case_key(*case), out[case_key(*case)])
@@ -215,7 +216,7 @@ def test_case_cache_measures_only_the_missing_cases_and_survives_a_damaged_file(
 
 def test_the_first_class_measures_the_others_cases_in_its_sweep_and_hands_them_over(tmp_path):
     """make bench's run-long cache: one sweep (one set of round workers) per environment."""
-    from attnbench.asv_suite import case_key
+    from attnbench.asv.suite import case_key
 
     cache = case_cache.CaseCache(str(tmp_path), "m", COMMIT, "env", {"suite": "smoke"})
     forward, training = fake.cases_of("Forward"), fake.cases_of("Training")
@@ -248,7 +249,7 @@ def test_the_first_class_measures_the_others_cases_in_its_sweep_and_hands_them_o
 def test_default_groups_cover_every_metric_once_per_class():
     import re
 
-    from attnbench import metrics
+    from attnbench.core import metrics
 
     groups = runner.default_groups()
     assert groups[-1] == "."

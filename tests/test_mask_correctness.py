@@ -1,6 +1,6 @@
 """Every kernel under every mask: it agrees with the float64 reference or refuses with the reason.
 
-The masks (``attnbench.masks``): sliding windows, packed documents (segment ids), logit
+The masks (``attnbench.core.masks``): sliding windows, packed documents (segment ids), logit
 soft-capping, their combination, and decode against a ragged KV cache, with grouped-query heads.
 A kernel either matches the reference within its dtype's tolerance through the conformance entry
 point (``run_numpy`` / ``grad_numpy`` with ``window``, ``q_segment_ids``, ``kv_segment_ids``,
@@ -16,9 +16,9 @@ import pytest
 import attention_impls
 from attention_impls.base import MASK_FEATURES, Unsupported
 from attention_impls.reference_float64 import attention_fwd, attention_grads
-from attnbench.inputs import make_inputs
-from attnbench.numerics import GRAD_SLACK, compare
-from attnbench.workload import Workload
+from attnbench.core.inputs import make_inputs
+from attnbench.core.numerics import GRAD_SLACK, compare
+from attnbench.core.workload import Workload
 from tests.conftest import impls_under_test
 
 # Small shapes: Pallas TPU kernels run here in an interpreter. A cap of 2 bends most scores.
@@ -104,7 +104,7 @@ def test_declared_features_and_refusals_name_the_feature(name):
 @pytest.mark.slow
 def test_the_timed_step_takes_the_mask(name):
     """make_step runs the masked workload the conformance path checked, and its record says so."""
-    from attnbench.engine import Options, measure_case
+    from attnbench.measure.engine import Options, measure_case
 
     workload = MASKED["decode-ragged"]
     impl = attention_impls.get(name)

@@ -1,4 +1,4 @@
-"""The metric table (attnbench/metrics.py) is the one place a metric is declared.
+"""The metric table (attnbench/core/metrics.py) is the one place a metric is declared.
 
 Pinned here, with the expected values written out independently of the table: the asv benchmark
 names, units and version (so that the committed history under results/ continues), the record's
@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from attnbench import asv_suite, metrics, records
-from attnbench.metrics import Metric
+from attnbench.asv import suite as asv_suite
+from attnbench.core import metrics, records
+from attnbench.core.metrics import Metric
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -123,7 +124,7 @@ def test_record_columns_and_units_are_unchanged():
 
 
 def test_analysis_and_report_read_their_metric_sets_from_the_table():
-    from attnbench.asv_results import _directions
+    from attnbench.results.asv_results import _directions
 
     assert metrics.names("cost") == COST
     assert set(metrics.companions()) == COMPANIONS
@@ -182,9 +183,9 @@ def test_a_new_row_adds_a_record_column_and_an_asv_benchmark(extra_rows):
 def test_a_new_row_reaches_the_loader_analysis_and_report(extra_rows):
     import pandas as pd
 
-    from attnbench.analysis import find_cost_spikes
-    from attnbench.asv_results import _directions
     from attnbench.report import plots
+    from attnbench.results.analysis import find_cost_spikes
+    from attnbench.results.asv_results import _directions
 
     assert _directions()["scratch_bytes"] == "lower"
     assert "scratch_bytes" in metrics.companions() and "usd_per_request" in metrics.names("cost")
@@ -210,8 +211,8 @@ def test_a_new_row_reaches_the_loader_analysis_and_report(extra_rows):
 def test_without_the_row_the_report_and_analysis_ignore_that_metric():
     import pandas as pd
 
-    from attnbench.analysis import find_cost_spikes
     from attnbench.report import plots
+    from attnbench.results.analysis import find_cost_spikes
 
     frame = pd.DataFrame([{"machine": "m", "env_name": "e", "benchmark": "attention.Forward.track_x",
                            "suite": "Forward", "implementation": "jax-xla", "label": "native",
@@ -257,7 +258,7 @@ def test_a_record_column_placed_as_a_metric_needs_its_row(monkeypatch):
 def test_a_direction_of_none_is_never_a_regression():
     import pandas as pd
 
-    from attnbench.analysis import find_regressions
+    from attnbench.results.analysis import find_regressions
 
     rows = [{"machine": "m", "env_name": "e", "benchmark": "attention.Forward.track_x", "metric": "x",
              "unit": "", "status": "ok", "direction": direction, "commit_hash": f"{i:040x}",
@@ -296,7 +297,7 @@ def test_attnbench_profile_still_works_with_one_deprecation_line(monkeypatch, ca
 
 
 def test_a_metric_that_follows_the_step_time_gives_asv_its_samples():
-    from attnbench import metrics
+    from attnbench.core import metrics
 
     record = {"seconds_per_step": 0.01, "tokens_per_s": 1000.0, "status": "ok",
               "timing_samples_s": json.dumps([0.008, 0.01, 0.0125])}
@@ -310,7 +311,7 @@ def test_a_metric_that_follows_the_step_time_gives_asv_its_samples():
 
 
 def test_with_several_rounds_asv_gets_the_round_medians_not_the_pooled_samples():
-    from attnbench import metrics
+    from attnbench.core import metrics
 
     # Three rounds: asv's median and 99% interval must come from the independent values, the
     # rounds' medians, not from every window's samples pooled as if independent.

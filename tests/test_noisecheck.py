@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.noisecheck import render, summarize
+from attnbench.checks.noisecheck import render, summarize
 
 pd = pytest.importorskip("pandas")
 SHA = {label: label.lower() * 40 for label in "ABCD"}

@@ -1,4 +1,4 @@
-"""``attnbench/observability.py``: the profiler-visibility rule, real profiles, files and CLI."""
+"""``attnbench/checks/observability.py``: the profiler-visibility rule, real profiles, files and CLI."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from attnbench import observability as obs
-from attnbench.observability import OpTime, XlaEvent, decide
+from attnbench.checks import observability as obs
+from attnbench.checks.observability import OpTime, XlaEvent, decide
 from tests.conftest import FRAMEWORKS
 
 needs_torch = pytest.mark.skipif("torch" not in FRAMEWORKS, reason="torch runs in the main venv")
@@ -167,11 +167,12 @@ def _row(impl, **fields):
 
 
 def test_rows_are_written_atomically_with_the_columns_and_other_kernels_kept(tmp_path, monkeypatch):
-    import attnbench.atomic
+    import attnbench.results.atomic
 
     written = []
-    real = attnbench.atomic.atomic_write_text
-    monkeypatch.setattr(attnbench.atomic, "atomic_write_text", lambda p, t: (written.append(p), real(p, t)))
+    real = attnbench.results.atomic.atomic_write_text
+    monkeypatch.setattr(attnbench.results.atomic, "atomic_write_text",
+                        lambda p, t: (written.append(p), real(p, t)))
     path = obs.output_path(str(tmp_path), "cpu-2core", "torch")
     obs.write_rows(path, [_row("torch-sdpa-math", profiler_visible=True, attributed_share=0.99),
                           _row("torch-sdpa-flash", profiler_visible=True)])

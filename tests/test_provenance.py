@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from attnbench import asv_suite, presets, sidecar
+from attnbench.asv import sidecar
+from attnbench.asv import suite as asv_suite
+from attnbench.core import presets
 from attnbench.hardware import Attached, Device, accelerator_present, load_hardware_profiles
 from tests.conftest import FRAMEWORKS
 
@@ -56,7 +58,7 @@ def entry(label, execution, platform, device, status="ok"):
 
 
 def load(results: Path):
-    from attnbench.asv_results import load_results
+    from attnbench.results.asv_results import load_results
 
     frame = load_results(str(results), repo=str(results))  # no git there: commits by date
     return frame[frame["metric"] == "seconds_per_step"].set_index("implementation")
@@ -171,7 +173,7 @@ def test_the_sidecar_records_contention_and_the_timing_interval_per_case(tmp_pat
     """What the engine recorded about the case's timing reaches the tidy rows of the metrics that
     depend on time, with asv's own intervals and quartiles; older sidecars read as unknown."""
     pd = pytest.importorskip("pandas")
-    from attnbench.asv_results import load_results
+    from attnbench.results.asv_results import load_results
 
     record = {"label": "native", "execution": "eager", "platform": "cpu", "device": "AMD EPYC",
               "status": "ok", "reason": None, "contended": True,
@@ -239,7 +241,7 @@ def test_asv_never_iterates_a_sidecar(tmp_path, monkeypatch):
     pytest.importorskip("pandas")
     import asv.results
 
-    from attnbench.asv_results import load_results
+    from attnbench.results.asv_results import load_results
 
     results = tmp_path / "results"
     shutil.copytree(ROOT / "results", results, ignore=shutil.ignore_patterns("runs"))
@@ -264,7 +266,7 @@ def test_asv_never_iterates_a_sidecar(tmp_path, monkeypatch):
 # -- 7. the asv process initialises no device -------------------------------------------------------
 PLAN = """
 import json, os, sys
-from attnbench import asv_suite
+from attnbench.asv import suite as asv_suite
 F = asv_suite.FORWARD
 cases = [("jax-cudnn", F, "static"), ("torch-xla-sdpa", F, "static"), ("jax-pallas-tpu-flash", F, "static"),
          ("reference-float64", F.replace(seq_q=128, seq_k=128), "static")]  # the one case measured
@@ -429,7 +431,7 @@ def test_the_report_shows_the_recorded_suite_and_which_labels_were_recomputed(tm
 
 # -- 8. an unknown CPU is not priced as the first CPU row -----------------------------------------
 def test_a_made_up_cpu_gets_an_unknown_price():
-    from attnbench import cost
+    from attnbench.core import cost
 
     made_up = Device("cpu", "Frobnitz Q9000 Made-Up CPU", 1, "Frobnitz Q9000 Made-Up CPU", 4)
     pricing = cost.pricing_for(made_up)
@@ -446,7 +448,8 @@ def test_a_made_up_cpu_gets_an_unknown_price():
 def test_with_an_accelerator_attached_the_frameworks_name_the_machine_in_another_process():
     """A GPU/TPU device file and no ATTNBENCH_MACHINE: `attnbench machine-name` runs as a process of
     its own (here, on a CPU host, it answers cpu-<cores>core) and this one imports no framework."""
-    code = ("import json, sys; from attnbench import asv_suite; from attnbench.hardware import detection; "
+    code = ("import json, sys; from attnbench.asv import suite as asv_suite; "
+            "from attnbench.hardware import detection; "
             "detection.accelerator_present = lambda: detection.Attached('gpu', 1); "
             "print(json.dumps([asv_suite.machine_name(), "
             "[m for m in ('jax', 'torch', 'torch_xla') if m in sys.modules]]))")
@@ -533,7 +536,7 @@ def test_a_models_row_finds_its_sidecar_entry_and_the_report_tables_it_per_workl
                          entry("forced-flash", "compiled", "cpu", "AMD EPYC"),
                          "Models|jax-blockwise-flash|mistral-7b:decode|static|float32":
                          entry("forced-flash", "compiled", "cpu", "AMD EPYC")})
-    from attnbench.asv_results import load_results
+    from attnbench.results.asv_results import load_results
 
     frame = load_results(str(results), repo=str(results))
     rows = frame[frame["metric"] == "seconds_per_step"]

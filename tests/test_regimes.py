@@ -9,7 +9,7 @@ import pytest
 
 from attention_impls.base import Unsupported
 from attnbench.backends.base import Runner
-from attnbench.regimes import (
+from attnbench.core.regimes import (
     REGIMES,
     bucket,
     bucket_policy,
@@ -18,7 +18,7 @@ from attnbench.regimes import (
     run_regime,
     trace_to_rows,
 )
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 from tests.conftest import FRAMEWORKS
 
 needs_jax = pytest.mark.skipif("jax" not in FRAMEWORKS, reason="jax runs in the main venv")

@@ -259,9 +259,9 @@ def test_one_run_of_the_matrix_measures_one_commit_in_every_environment(monkeypa
 
 
 def test_a_cell_whose_worker_died_is_a_runtime_error_filed_under_its_framework(monkeypatch):
-    from attnbench import isolation
     from attnbench.releases.cell import run_cells
     from attnbench.releases.table import release_of
+    from attnbench.run import worker as isolation
 
     died = (None, ("error", "worker died"))
     monkeypatch.setattr(isolation.Worker, "call", lambda self, args, timeout: died)

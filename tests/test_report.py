@@ -22,9 +22,9 @@ pd = pytest.importorskip("pandas")
 pytest.importorskip("asv")
 pytest.importorskip("matplotlib")
 
+from attnbench.checks.selfcheck_report import ENV_MAIN, Spike, make_git_repo, write_synthetic_results  # noqa: E402
 from attnbench.cli import main  # noqa: E402
 from attnbench.report import write_report  # noqa: E402
-from attnbench.selfcheck_report import ENV_MAIN, Spike, make_git_repo, write_synthetic_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "cost_spikes.ipynb"
@@ -225,7 +225,7 @@ def test_cli_report_on_empty_or_missing_results_exits_2(tmp_path, capsys):
 
 def test_selfcheck_report_runs_and_finds_its_spike(capsys):
     """The speed benchmark's machinery at a small size (its timing is reported by the CLI, not tested)."""
-    from attnbench import selfcheck_report
+    from attnbench.checks import selfcheck_report
 
     assert selfcheck_report.main(rows=4000, target_s=1e9) == 0
     printed = capsys.readouterr().out
@@ -299,7 +299,7 @@ def test_notebook_attributes_a_spike_in_synthetic_history(synthetic):
 
 def test_a_step_up_from_zero_is_an_infinite_regression_not_a_crash():
     """Real results have metrics at 0 (host RSS growth, compiles) that later rise: no ZeroDivisionError."""
-    from attnbench.analysis import find_regressions
+    from attnbench.results.analysis import find_regressions
 
     rows = [{"machine": "cpu-2core", "env_name": "env", "benchmark": "attention.Forward.track_compiles",
              "implementation": "jax-xla", "seq_len": 256, "regime": "static", "dtype": "float32",
@@ -315,7 +315,7 @@ def test_summary_and_report_pick_each_machines_newest_commit(tmp_path, monkeypat
     """One summary of native vs forced-flash: `attnbench summary` prints the report's table, taken at
     each machine's own newest commit (h200 here stops three commits before cpu-2core)."""
     from attnbench import report
-    from attnbench.asv_results import load_results
+    from attnbench.results.asv_results import load_results
 
     repo = tmp_path / "repo"
     commits = make_git_repo(str(repo), 6)

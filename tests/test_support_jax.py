@@ -12,8 +12,8 @@ import pytest
 
 import attention_impls
 from attention_impls.base import FORCED_FLASH, NATIVE, Unsupported
-from attnbench.inputs import make_inputs
-from attnbench.workload import Workload
+from attnbench.core.inputs import make_inputs
+from attnbench.core.workload import Workload
 from tests.conftest import FRAMEWORKS
 
 pytestmark = pytest.mark.skipif("jax" not in FRAMEWORKS, reason="jax runs in the main venv")
@@ -325,7 +325,7 @@ MGPU = "jax-pallas-mgpu-attention"
 def _masked_check(name, workload, seed=0, grads=False):
     """Run ``workload`` through the conformance entry point and compare with the float64 reference."""
     from attention_impls.reference_float64 import attention_fwd, attention_grads
-    from attnbench.numerics import GRAD_SLACK, compare
+    from attnbench.core.numerics import GRAD_SLACK, compare
 
     x = make_inputs(workload, seed)
     mask = {k: v for k, v in (("window", workload.window), ("softcap", workload.softcap)) if v is not None}
@@ -402,7 +402,7 @@ def test_tpu_flash_ragged_cache_runs_without_causal_and_is_refused_with_it():
                                                   (256, 512, 64)])
 def test_splash_local_mask_is_our_bottom_right_window(seq_q, seq_k, window):
     from attention_impls.jax_pallas_tpu_splash import head_mask
-    from attnbench.masks import dense_mask
+    from attnbench.core.masks import dense_mask
 
     np.testing.assert_array_equal(np.asarray(head_mask(seq_q, seq_k, True, window)[:, :]),
                                   dense_mask(seq_q, seq_k, causal=True, window=window)[0])

@@ -13,8 +13,8 @@ import pytest
 import attention_impls
 from attention_impls.base import FORCED_FLASH, NATIVE, Unsupported
 from attention_impls.reference_float64 import causal_mask
-from attnbench.inputs import make_inputs
-from attnbench.workload import Workload
+from attnbench.core.inputs import make_inputs
+from attnbench.core.workload import Workload
 from tests.conftest import FRAMEWORKS
 
 pytestmark = pytest.mark.skipif("torch" not in FRAMEWORKS, reason="torch runs in the main venv")
@@ -372,7 +372,7 @@ def test_sdpa_keep_mask_is_the_harness_mask():
     import torch
 
     from attention_impls._sdpa import keep_mask
-    from attnbench.masks import dense_mask
+    from attnbench.core.masks import dense_mask
 
     q_ids, kv_ids = DOCS.segment_ids()
     got = keep_mask(256, 256, "cpu", causal=True, window=96, q_segment_ids=torch.from_numpy(q_ids),
@@ -405,7 +405,7 @@ def test_flex_mask_mod_is_the_harness_mask():
     import torch
 
     from attention_impls.torch_flex_attention import keep_block_mask
-    from attnbench.masks import dense_mask
+    from attnbench.core.masks import dense_mask
 
     q_ids, kv_ids = DOCS.segment_ids()
     mask = keep_block_mask(256, 256, "cpu", causal=True, window=96, q_segment_ids=torch.from_numpy(q_ids),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 from tests.conftest import FRAMEWORKS
 
 pytestmark = pytest.mark.skipif("torch_xla" not in FRAMEWORKS, reason="torch_xla runs in .venv-xla")
@@ -193,7 +193,7 @@ def test_conformance_path_runs_one_graph_per_call(dtype):
     import numpy as np
     import torch_xla.debug.metrics as met
 
-    from attnbench.inputs import make_inputs
+    from attnbench.core.inputs import make_inputs
 
     workload = SMALL.replace(seq_q=144, dtype=dtype)
     x = make_inputs(workload, seed=0)
@@ -248,7 +248,7 @@ def test_sdpa_mask_is_one_traced_graph_with_no_custom_call():
     import numpy as np
     import torch_xla.debug.metrics as met
 
-    from attnbench.inputs import make_inputs
+    from attnbench.core.inputs import make_inputs
 
     workload = SMALL.replace(seq_q=152, seq_k=152, causal=True, window=40, documents=3)  # a fresh shape
     x = make_inputs(workload, seed=0)
@@ -361,7 +361,7 @@ def test_blockwise_mask_is_one_traced_graph():
     import numpy as np
     import torch_xla.debug.metrics as met
 
-    from attnbench.inputs import make_inputs
+    from attnbench.core.inputs import make_inputs
 
     workload = SMALL.replace(seq_q=168, seq_k=168, causal=True, window=40, documents=3, softcap=5.0)
     x = make_inputs(workload, seed=0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from attnbench.timing import time_step
+from attnbench.measure.timing import time_step
 
 
 class FakeStep:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 
 
 def test_defaults_fill_kv_heads_and_seq_k():
@@ -95,7 +95,7 @@ def test_window_pairs_by_hand():
 
 
 def test_documents_pairs_match_the_dense_mask_and_are_seeded():
-    from attnbench import masks
+    from attnbench.core import masks
 
     w = Workload(batch=3, q_heads=1, seq_q=300, head_dim=8, causal=True, documents=5, window=40)
     q_ids, kv_ids = w.segment_ids()

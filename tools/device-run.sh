@@ -40,14 +40,14 @@ export PYTHONPATH=$root${PYTHONPATH:+:$PYTHONPATH} ACCEL=$accel ATTNBENCH_SUITE=
 export KINETO_LOG_LEVEL=5 PYTHONUNBUFFERED=1
 
 say "the Python: what it has and lacks"
-if ! "$py" -m attnbench.environment check --need bench; then
+if ! "$py" -m attnbench.run.environment check --need bench; then
   if ! ls .whl/*.whl >/dev/null 2>&1; then
     echo "device-run: no carried wheels in .whl/ (bash tools/device-wheels.sh prepares them)"; exit 1
   fi
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$work/site" \
     .whl/*.whl || exit 1
   export PYTHONPATH=$PYTHONPATH:$work/site
-  "$py" -m attnbench.environment check --need bench || echo "device-run: still missing: the report may fail"
+  "$py" -m attnbench.run.environment check --need bench || echo "device-run: still missing: the report may fail"
 fi
 
 # asv files results under a commit of a git repository: this checkout's, or the carried bundle's.

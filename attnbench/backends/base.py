@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 
 
 @dataclass
@@ -59,7 +59,7 @@ class Runner:
     same for the runner's whole life, so a new length costs whatever the framework does for a new
     shape (a trace and compile under ``jax.jit`` / ``torch.compile`` / XLA, nothing in eager mode).
 
-    Inputs are seeded (``attnbench.inputs.make_inputs(workload, seed)``), made and placed on the
+    Inputs are seeded (``attnbench.core.inputs.make_inputs(workload, seed)``), made and placed on the
     device once per distinct length by ``prepare(length)`` and cached (one set per length is kept:
     mind the memory for long, many-length streams). Call ``prepare`` before timing ``step``: the
     timed call then holds neither host-side generation nor the host-to-device copy (``step``
@@ -188,10 +188,10 @@ class Backend(abc.ABC):
         return {"host_rss_growth_bytes": rss_growth_bytes(step.run)}
 
     def time(self, step: Step, *, timer: str = "wall", **budget):
-        """``attnbench.timing.Timing`` of ``step`` by ``timer``; ``budget``: ``time_step``'s stopping
+        """``attnbench.measure.timing.Timing`` of ``step`` by ``timer``; ``budget``: ``time_step``'s stopping
         arguments. "wall" is the blocked autorange every backend has; a device timer is a backend's;
         "device" is the backend's device timer where it has one on this device, else "wall"."""
-        from attnbench.timing import time_step
+        from attnbench.measure.timing import time_step
 
         if timer not in ("wall", "device"):
             raise ValueError(f"timer {timer!r} is not available for {self.framework} here (only 'wall'; "

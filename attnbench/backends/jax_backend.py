@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from attnbench.backends.base import Backend, Runner, Step
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 
 
 def _context(impl, platform: str):
@@ -134,7 +134,7 @@ class JaxBackend(Backend):
         import jax
 
         from attention_impls.base import default_scale, static_mask
-        from attnbench.inputs import make_inputs
+        from attnbench.core.inputs import make_inputs
 
         platform = impl.require(workload)
         mark = _device_peak()  # this process's high-water mark before the case (earlier cases' steps)
@@ -173,7 +173,7 @@ class JaxBackend(Backend):
         import jax
 
         from attention_impls.base import default_scale, static_mask
-        from attnbench.inputs import make_inputs
+        from attnbench.core.inputs import make_inputs
 
         platform = impl.require(template)
         scale = default_scale(template.head_dim, None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnbench.backends.base import Backend, Step
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 
 
 class NumpyBackend(Backend):
@@ -47,7 +47,7 @@ class NumpyBackend(Backend):
 
     def make_step(self, impl, workload: Workload, seed: int = 0) -> Step:
         from attention_impls.base import default_scale, mask_call, static_mask
-        from attnbench.inputs import make_inputs
+        from attnbench.core.inputs import make_inputs
 
         impl.require(workload)
         x = make_inputs(workload, seed)

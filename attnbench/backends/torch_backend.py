@@ -18,7 +18,7 @@ import tempfile
 import numpy as np
 
 from attnbench.backends.base import Backend, Runner, Step
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 
 L2_FLUSH_BYTES = 256 * 2**20  # larger than any GPU's L2 (H100/H200: 50 MB), as do_bench uses
 
@@ -212,7 +212,7 @@ class TorchBackend(Backend):
 
     def _place(self, workload: Workload, seed: int):
         """``((q, k, v[, do]), segment ids)`` as tensors on the device; segment ids ``()`` without."""
-        from attnbench.inputs import make_inputs
+        from attnbench.core.inputs import make_inputs
 
         x = make_inputs(workload, seed)
         arrays = (x.q, x.k, x.v) if workload.mode == "fwd" else (x.q, x.k, x.v, x.do)
@@ -270,7 +270,7 @@ class TorchBackend(Backend):
         events = timer in ("cuda-events", "device") and self.framework == "torch"
         if not events or not torch.cuda.is_available():
             return super().time(step, timer=timer, **budget)
-        from attnbench.timing import time_calls
+        from attnbench.measure.timing import time_calls
 
         l2_flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
 

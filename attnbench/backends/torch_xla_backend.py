@@ -17,7 +17,7 @@ import re
 
 from attnbench.backends.base import Backend, Step
 from attnbench.backends.torch_backend import TorchBackend, to_tensor
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 
 # PJRT device type (``torch_xla.runtime.device_type()``) -> our platform names.
 PLATFORM_OF = {"CPU": "cpu", "TPU": "tpu", "CUDA": "gpu", "GPU": "gpu"}
@@ -96,7 +96,7 @@ class TorchXlaBackend(TorchBackend):
         import torch
 
         from attention_impls.base import default_scale, mask_call, static_mask
-        from attnbench.inputs import make_inputs
+        from attnbench.core.inputs import make_inputs
 
         step = super().make_step(impl, workload, seed)
         x = make_inputs(workload, seed)

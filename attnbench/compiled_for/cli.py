@@ -17,7 +17,7 @@ import argparse
 import datetime as dt
 import os
 
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 
 DEFAULT_OUT = os.path.join("results", "compiled-for", "runs")
 
@@ -99,7 +99,7 @@ def cmd_compile_for(args) -> int:
     """The compile-for sweep, with this process's environment that of a compiling one (JAX_PLATFORMS=cpu
     for it and its workers) for the command's duration only: a caller's environment is restored."""
     from attnbench.compiled_for.worker import ENVIRONMENT
-    from attnbench.process_env import scoped_environ
+    from attnbench.measure.process_env import scoped_environ
 
     with scoped_environ(**ENVIRONMENT):
         return _compile_for(args)
@@ -110,7 +110,7 @@ def _compile_for(args) -> int:
     from attnbench.compiled_for import run
     from attnbench.compiled_for.records import MAX_BATCH_COLUMNS, MAX_SEQ_COLUMNS, SUMMARY
     from attnbench.compiled_for.targets import environment_problem, get_targets
-    from attnbench.table import render
+    from attnbench.results.table import render
 
     targets = get_targets(args.target)  # an unknown name: KeyError naming the known ones
     for platform in sorted({t.platform for t in targets}):

@@ -14,7 +14,7 @@ are sharded over a 1-D mesh of all of them and the kernel runs under ``shard_map
 heads per device, as a data-parallel-over-heads deployment would run it.
 
 The step is the measured suite's (``JaxBackend.forward`` / ``forward_backward``) with the
-workload's mask (``attnbench.masks``): the static features (window, softcap:
+workload's mask (``attnbench.core.masks``): the static features (window, softcap:
 ``attention_impls.base.static_mask``) bound, the segment ids (packed documents, a ragged decode
 cache's padding: ``Workload.segment_ids()``) abstract int32 ``[B, S]`` arguments after q, k, v
 (replicated over a multi-device mesh), so the compiled program takes them as inputs, as it would
@@ -30,7 +30,7 @@ from attnbench.compiled_for import classify, hlo
 from attnbench.compiled_for.records import new_record
 from attnbench.compiled_for.roofline import roofline, roofline_bytes
 from attnbench.compiled_for.targets import Target, gpu_target_config, library_versions, load_targets
-from attnbench.workload import CUSTOM, Workload
+from attnbench.core.workload import CUSTOM, Workload
 
 _TOPOLOGIES: dict[str, tuple] = {}
 _VERSIONS: dict | None = None
@@ -227,7 +227,7 @@ def _read_compiled(record: dict, compiled, target: Target, workload: Workload, p
     if hlo_dir:
         import os
 
-        from attnbench.atomic import atomic_write_text
+        from attnbench.results.atomic import atomic_write_text
 
         preset = "" if workload.name == CUSTOM else f"{workload.name}-{workload.phase}-"
         seq = workload.seq_q if workload.seq_q == workload.seq_k else f"{workload.seq_q}x{workload.seq_k}"

@@ -7,8 +7,8 @@ profile's HBM per chip (GB x 1e9) divided among the chip's devices; ``fits`` com
 (``attnbench.compiled_for.classify.fits``). ``inserted_copy_bytes`` are the physical bytes the
 layout copies around custom calls write (``attnbench.compiled_for.hlo``).
 
-The workload: ``workload`` is its preset's name (``attnbench.presets``) or ``custom``, ``phase``
-prefill / training / decode; the mask (``attnbench.masks``) is ``mask`` in words
+The workload: ``workload`` is its preset's name (``attnbench.core.presets``) or ``custom``, ``phase``
+prefill / training / decode; the mask (``attnbench.core.masks``) is ``mask`` in words
 (``causal+window(4096)+softcap(50)``), ``mask_density`` the kept fraction of the batch's Sq x Sk
 pairs, and its parts ``window`` (keys), ``softcap`` and ``documents`` (packed per sequence; a ragged
 decode cache shows in ``mask`` as ``ragged-cache``). The compiled step took the mask as the measured
@@ -25,7 +25,7 @@ own cost-model estimate: models, not measurements; nothing here was run on the t
 
 from __future__ import annotations
 
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 
 COLUMNS = [
     "target", "platform", "hardware_profile", "topology", "chips", "devices",

@@ -5,14 +5,15 @@
     seconds         = max(compute_seconds, memory_seconds)        (no step can be faster)
     usd             = seconds x price per chip-hour x chips / 3600
 
-FLOPs are the workload's (``Workload.flops``, ``attnbench/workload.py``: the two matmuls over the
+FLOPs are the workload's (``Workload.flops``, ``attnbench/core/workload.py``: the two matmuls over the
 (query, key) pairs its mask keeps, counted exactly, so a causal, windowed or packed mask is credited
 only with the pairs it keeps; backward 2.5x), split evenly over the chips. Bytes are what the
 target's compiler says the program accesses (``cost_analysis()['bytes accessed']``) where it says
 it, never less than the workload's minimum traffic (``Workload.min_bytes``: read q, k, v, write o,
 and the backward's; for decode that is the KV cache, read once, its valid keys only when ragged);
 where the compiler gives no figure (the GPU compiler has no cost analysis) the workload's minimum
-is used. Peaks, bandwidth and price are the hardware profile's (``attnbench/hardware_profiles.toml``).
+is used. Peaks, bandwidth and price are the hardware profile's
+(``attnbench/hardware/hardware_profiles.toml``).
 """
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from attnbench.atomic import atomic_write_bytes
 from attnbench.compiled_for import classify
 from attnbench.compiled_for.records import COLUMNS, MAX_BATCH_COLUMNS, MAX_SEQ_COLUMNS
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
+from attnbench.results.atomic import atomic_write_bytes
 
 DEFAULT_BLOCK = 128  # every kernel here tiles lengths by 128 at least
 BLOCK_NAMES = ("BLOCK", "BLOCK_FWD", "BLOCK_Q")

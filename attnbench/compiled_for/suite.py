@@ -5,7 +5,7 @@ like the measured suite: ``default`` (``make bench``: two targets, forward, two 
 their own or a portable lowering only; ~20 s of compiles here), ``smoke`` (the tests), ``full``
 (every target, both modes, 1k-128k, interpreted kernels too).
 
-``CompiledForModels``: the model presets (``attnbench.presets``) at their real lengths, each with
+``CompiledForModels``: the model presets (``attnbench.core.presets``) at their real lengths, each with
 its mask (``MODELS``, ``model_case``): prefill prompts and training sequences of ``MODEL_LENGTHS``
 tokens (batch 1), decode against caches of that many keys (the preset's real decode batch, ragged).
 ``default`` compiles a chosen subset (``MODELS["default"]["cases"]``), ``full`` the whole grid.
@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 import os
 
-from attnbench import presets
 from attnbench.compiled_for import classify
-from attnbench.workload import Workload
+from attnbench.core import presets
+from attnbench.core.workload import Workload
 
 VERSION = "1"  # the benchmarks' explicit asv version: cosmetic edits keep the history
 TEMPLATE = Workload(batch=1, q_heads=8, head_dim=64, seq_q=4096, causal=True, mode="fwd", dtype="bfloat16")
@@ -77,7 +77,7 @@ TARGETS_ENV = "ATTNBENCH_COMPILE_TARGETS"
 
 
 def settings() -> dict:
-    from attnbench.asv_suite import suite_name
+    from attnbench.asv.suite import suite_name
 
     name = suite_name()
     if name not in SUITES:
@@ -95,7 +95,7 @@ def target_names() -> list[str]:
 
 def impl_names() -> list[str]:
     import attention_impls
-    from attnbench.asv_suite import impl_names as suite_impls
+    from attnbench.asv.suite import impl_names as suite_impls
 
     return [n for n in suite_impls() if attention_impls.get(n).framework == "jax"]
 
@@ -116,7 +116,7 @@ def outside_suite(target, impl_name: str, grid: dict) -> str | None:
 
     support = attention_impls.get(impl_name).platform_support[target.platform]
     if support.status == "interpret-only" and not grid["interpreted"]:
-        from attnbench.asv_suite import suite_name
+        from attnbench.asv.suite import suite_name
 
         return (f"{impl_name} is interpret-only on {target.platform} ({support.note}); the "
                 f"{suite_name()} suite compiles kernels on their own hardware and portable lowerings "
@@ -184,7 +184,7 @@ def record_for(cache: dict, target: str, impl: str, seq_len: int, mode: str, dty
 
 # ------------------------------------------------------------------------ CompiledForModels
 def model_settings() -> dict:
-    from attnbench.asv_suite import suite_name
+    from attnbench.asv.suite import suite_name
 
     settings()  # an unknown size fails here, naming the valid ones
     return MODELS[suite_name()]
@@ -250,7 +250,7 @@ def model_case(preset: str, phase: str, length: int) -> tuple[Workload | None, s
                       f"shorter than a {length}-{unit[:-1]} {what}")
     chosen = model_settings()["cases"]
     if chosen is not None and (preset, phase, length) not in chosen:
-        from attnbench.asv_suite import suite_name
+        from attnbench.asv.suite import suite_name
 
         return None, (f"left out of the {suite_name()} suite size, which compiles {_listing(chosen)} "
                       "(ATTNBENCH_SUITE=full compiles every preset at every length)")

@@ -1,7 +1,7 @@
 """Compile targets: which hardware, which hardware profile, and what its compiler is told.
 
 ``targets.toml`` (beside this module) lists the targets; each is tied to a hardware profile of
-``attnbench/hardware_profiles.toml``, which alone supplies HBM size, peaks, bandwidth and price.
+``attnbench/hardware/hardware_profiles.toml``, which alone supplies HBM size, peaks, bandwidth and price.
 A TPU target is a libtpu topology name; a GPU target is an XLA ``GpuTargetConfig`` text proto built
 here from the spec-sheet figures of its chip (``[chips.*]``, each with a source) plus the profile's
 memory size and bandwidth, so no figure is written twice.

@@ -64,7 +64,7 @@ class CompileWorker:
         os.close(handle)
 
     def _start(self) -> None:
-        from attnbench.process_env import scoped_environ
+        from attnbench.measure.process_env import scoped_environ
 
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()

@@ -26,9 +26,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnbench.atomic import atomic_write_text
 from attnbench.fleet import BUCKET_PREFIX
 from attnbench.fleet.runner import copy_atomic
+from attnbench.results.atomic import atomic_write_text
 
 
 @dataclass

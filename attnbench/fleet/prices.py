@@ -17,14 +17,14 @@ against the catalog's real quirks, each named in ``notes`` and never turned into
 * spot above on-demand: not used (nobody buys spot at that price); spot equal to on-demand is kept,
   with a note.
 
-A price that fails a guard is ``None`` here; ``attnbench.cost.pricing_for`` then falls back to the
-hardware profile (``attnbench/hardware_profiles.toml``) and says so in the record's ``cost_note``.
+A price that fails a guard is ``None`` here; ``attnbench.core.cost.pricing_for`` then falls back to the
+hardware profile (``attnbench/hardware/hardware_profiles.toml``) and says so in the record's ``cost_note``.
 
 The result (``CatalogPrice``) records where the price comes from: cloud, region, zone, instance
 type, market (what the run is billed at: ``spot`` or ``on-demand``), the catalog file, its sha256
 and its date (the file's modification time: the catalog has no date column), and whether SkyPilot
 downloaded it or it is a pinned/hand-edited copy. ``ATTNBENCH_CATALOG_PRICE=<json>`` hands it to
-every measured case (``attnbench.cost.pricing_for``).
+every measured case (``attnbench.core.cost.pricing_for``).
 
 Import SkyPilot only after ``SKY_RUNTIME_DIR`` is set: it fixes its catalog folder at import.
 """
@@ -252,7 +252,7 @@ def lookup(accelerator: str, count: int, cloud: str, region: str | None = None, 
                         **file_provenance(path), notes=tuple(notes))
 
 
-# -- the record's side: read by attnbench.cost.pricing_for, never imports SkyPilot ----------------
+# -- the record's side: read by attnbench.core.cost.pricing_for, never imports SkyPilot ----------------
 
 def from_env() -> CatalogPrice | None:
     """The catalog price the fleet run handed to this process (``ATTNBENCH_CATALOG_PRICE``), if any."""
@@ -267,7 +267,7 @@ def from_env() -> CatalogPrice | None:
 
 
 def catalog_prices_for(device, chips: int = 1) -> dict | None:
-    """What ``attnbench.cost.pricing_for`` takes from the catalog for ``device`` (charged ``chips``):
+    """What ``attnbench.core.cost.pricing_for`` takes from the catalog for ``device`` (charged ``chips``):
     per-chip prices x chips, their source and the catalog's notes; ``None`` when no catalog price was
     handed over or it is for another platform (a CPU case on an accelerator VM keeps its CPU profile).
     """

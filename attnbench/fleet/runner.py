@@ -23,7 +23,7 @@ Every start appends an attempt to ``results/<machine>/fleet/<commit8>.fleet`` (J
 the results): when it started, the SkyPilot task id, the cloud/region/zone it landed in, the
 machine name the frameworks detect there and the catalog price used (``prices.py``), with its notes.
 
-Only the standard library (plus ``attnbench.metrics`` for the default groups): it runs before, and
+Only the standard library (plus ``attnbench.core.metrics`` for the default groups): it runs before, and
 apart from, the measured venvs.
 """
 
@@ -41,8 +41,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnbench.atomic import atomic_write_text
 from attnbench.fleet import BUCKET_PREFIX
+from attnbench.results.atomic import atomic_write_text
 
 STOPPED_EXIT = 143  # 128 + SIGTERM: what SkyPilot and shells read as "terminated"
 GROUP_TRIES = 3  # runs of one group while its case cache keeps growing
@@ -65,7 +65,7 @@ def default_groups() -> list[str]:
     group, ``.``, catches any benchmark the earlier ones do not name (one the measured commit adds);
     ``--skip-existing-successful`` makes it free otherwise.
     """
-    from attnbench import metrics
+    from attnbench.core import metrics
 
     groups = []
     for cls in ("Forward", "Training"):

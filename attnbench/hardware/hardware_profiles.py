@@ -37,7 +37,7 @@ Kind = Literal["cpu", "gpu", "tpu"]
 PriceUnit = Literal["chip-hour", "vcpu-hour"]
 KINDS: tuple[str, ...] = get_args(Kind)
 PRICE_UNITS: dict[str, str] = {"cpu": "vcpu-hour", "gpu": "chip-hour", "tpu": "chip-hour"}
-PACKAGED_FILE = "hardware_profiles.toml"  # in the attnbench package
+PACKAGED_FILE = "hardware_profiles.toml"  # beside this module
 
 
 class _Invalid(ValueError):
@@ -236,14 +236,14 @@ def _convert(hint, raw, path: str):
 # ------------------------------------------------------------------------------------ public API
 def load_hardware_profiles(path: str | os.PathLike | None = None) -> dict[str, HardwareProfile]:
     """Hardware profiles by name, in file order. ``path=None`` reads the packaged
-    ``attnbench/hardware_profiles.toml``.
+    ``attnbench/hardware/hardware_profiles.toml``.
 
     Raises ``ValueError`` naming the file, the profile and the field for anything malformed: a
     number without ``source`` or ``date``, an unknown field or dtype, a bad regex, a wrong kind.
     """
     if path is None:
-        where = f"attnbench/{PACKAGED_FILE}"
-        data = resources.files("attnbench").joinpath(PACKAGED_FILE).read_bytes()
+        where = f"attnbench/hardware/{PACKAGED_FILE}"
+        data = resources.files("attnbench.hardware").joinpath(PACKAGED_FILE).read_bytes()
     else:
         where = str(path)
         data = Path(path).read_bytes()

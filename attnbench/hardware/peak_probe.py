@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from attnbench.hardware.detection import Device
 from attnbench.hardware.dtypes import LONG_DTYPE, canonical_dtype
 from attnbench.hardware.hardware_profiles import HardwareProfile
-from attnbench.timing import time_step
+from attnbench.measure.timing import time_step
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def cpu_peak_tflops(dtype="float32", framework: str = "torch", *, size: int | No
     256, 512, ... up to ``max_size`` until one matmul takes ``min_call_seconds`` (compute bound,
     timer noise negligible; a dtype the CPU runs slowly, e.g. torch fp16 without native support,
     stops early instead of taking minutes). Then ``rounds`` rounds of
-    :func:`attnbench.timing.time_step` (blocked, median per round); ``best_tflops`` is the best
+    :func:`attnbench.measure.timing.time_step` (blocked, median per round); ``best_tflops`` is the best
     round, ``median_tflops`` the median round.
 
     The result is memoised per process (keyed by every argument and the framework's thread count),
@@ -123,7 +123,7 @@ def cpu_peak_tflops(dtype="float32", framework: str = "torch", *, size: int | No
                       best_tflops=max(rates), median_tflops=statistics.median(rates), rounds=len(rates))
     _PROBE_CACHE[key] = probe
     if shared:
-        from attnbench.atomic import atomic_write_text
+        from attnbench.results.atomic import atomic_write_text
 
         atomic_write_text(shared, json.dumps(dataclasses.asdict(probe)))
     return probe

@@ -70,8 +70,8 @@ def _row(impl_name: str, workload_name: str) -> dict:
 
 def run_cell(impl_name: str, workload_name: str) -> dict:
     """The cell's row (``matrix.COLUMNS`` it knows here); never raises for a failing cell."""
-    from attnbench import stats
-    from attnbench.engine import check_numerics
+    from attnbench.measure import stats
+    from attnbench.measure.engine import check_numerics
 
     workload = matrix.WORKLOADS[workload_name]
     cell = _row(impl_name, workload_name)
@@ -136,7 +136,7 @@ def run_cells(frameworks: tuple[str, ...] | None = None, progress: bool = False)
     """``{cell key: row}`` for every kernel of ``frameworks`` (default: ``frameworks_here``) x
     workload, each in a killable worker (one shared by consecutive cells; a fresh one after a
     crash or a timeout)."""
-    from attnbench.isolation import Worker
+    from attnbench.run.worker import Worker
 
     cells = [
         (impl, name)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnbench import presets
-from attnbench.workload import Workload
+from attnbench.core import presets
+from attnbench.core.workload import Workload
 
 
 @dataclass(frozen=True)

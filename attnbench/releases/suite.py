@@ -34,8 +34,8 @@ def cells_path(context: dict) -> str:
 
 def file_cells(rows: dict) -> str | None:
     """Merge ``rows`` into this environment's cells file (atomically); ``None`` outside asv."""
-    from attnbench.asv_suite import asv_context
-    from attnbench.atomic import atomic_write_text
+    from attnbench.asv.suite import asv_context
+    from attnbench.results.atomic import atomic_write_text
 
     context = asv_context()
     if context is None:

@@ -60,7 +60,7 @@ def relative_to_newest(frame):
 
 
 def write_table(frame, path: str) -> None:
-    from attnbench.atomic import atomic_write_text
+    from attnbench.results.atomic import atomic_write_text
 
     buffer = io.StringIO()
     frame.to_csv(buffer, index=False)

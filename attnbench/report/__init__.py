@@ -38,7 +38,6 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from attnbench.atomic import atomic_write_bytes, atomic_write_text
 from attnbench.report.plots import (
     plot_cost_by_length,
     plot_cost_over_commits,
@@ -70,6 +69,7 @@ from attnbench.report.select import (
     workload_tables,
 )
 from attnbench.report.verdict import plot_stream_cost, verdict_part, verdict_table
+from attnbench.results.atomic import atomic_write_bytes, atomic_write_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -124,7 +124,7 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     ``thresholds``: relative step per metric that counts as a regression (default 5%).
     Raises ``asv_results.ResultsError`` when nothing loadable is there.
     """
-    from attnbench.analysis import (
+    from attnbench.results.analysis import (
         REGRESSION,
         find_cost_spikes,
         find_steps,
@@ -137,7 +137,7 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
         run_hosts,
         run_shifts,
     )
-    from attnbench.asv_results import load_results, ordering_note
+    from attnbench.results.asv_results import load_results, ordering_note
 
     repo = repo or os.path.dirname(os.path.abspath(results_dir))
     frame = load_results(results_dir, repo=repo)
@@ -195,7 +195,7 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     from attnbench.report.compiled import compiled_part
 
     ctx["verdict"] = verdict_part(verdict)
-    from attnbench.observability import load_observability
+    from attnbench.checks.observability import load_observability
 
     seen = load_observability(results_dir)
     ctx["observability"] = Table.of(seen[OBSERVABILITY_COLUMNS]) if not seen.empty else None

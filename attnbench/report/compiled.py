@@ -276,8 +276,8 @@ def summary_sentence(part: pd.DataFrame, target: str) -> str:
 
 def compiled_part(results_dir: str, out_dir: str | None = None) -> dict | None:
     """The section's context (``templates/compiled.j2``) and PNGs (written into ``out_dir``)."""
-    from attnbench.atomic import atomic_write_bytes
     from attnbench.report.render import Table
+    from attnbench.results.atomic import atomic_write_bytes
 
     records = load_compiled_records(results_dir)
     if records.empty:

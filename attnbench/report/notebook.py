@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     nbformat.validate(nb)
     text = nbformat.writes(nb, version=4)
-    from attnbench.atomic import atomic_write_text
+    from attnbench.results.atomic import atomic_write_text
 
     mode = os.stat(args.notebook).st_mode & 0o7777
     atomic_write_text(args.notebook, text if text.endswith("\n") else text + "\n")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import io
 
-from attnbench import metrics
+from attnbench.core import metrics
 from attnbench.report.select import REGIMES, newest_commit, newest_traces, series_name
 
 

@@ -39,7 +39,7 @@ def releases_part(results_dir: str, out_dir: str) -> dict | None:
         table = grid(part)
         if not table.empty:
             grids.append({"name": f"{framework} on {target}", "table": Table.of(table.reset_index())})
-    from attnbench.atomic import atomic_write_bytes
+    from attnbench.results.atomic import atomic_write_bytes
 
     png = grid_png(frame)
     atomic_write_bytes(os.path.join(out_dir, "releases.png"), png)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import attnbench.report.select as select
-from attnbench import metrics
+from attnbench.core import metrics
 from attnbench.report.select import series_name, short_env
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class Table:
 def threshold_text(thresholds: dict | None) -> str:
     from collections import Counter
 
-    from attnbench.analysis import DEFAULT_THRESHOLD
+    from attnbench.results.analysis import DEFAULT_THRESHOLD
 
     thresholds = thresholds or {}
     common = Counter(thresholds.values()).most_common(1)
@@ -223,7 +223,7 @@ def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best,
     ``asv_results.ordering_note``'s sentence, if any."""
     import pandas as pd
 
-    from attnbench.analysis import (
+    from attnbench.results.analysis import (
         DEFINITION_CHANGED,
         HOST_CHANGED,
         NO_CODE_CHANGE,

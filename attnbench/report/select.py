@@ -125,7 +125,7 @@ def best_native_vs_forced(frame) -> pd.DataFrame:
     """
     import pandas as pd
 
-    from attnbench.analysis import is_contended
+    from attnbench.results.analysis import is_contended
 
     latest = not_interpreted(newest_commit(frame))
     latest = latest[(latest["suite"] == "Forward") & (latest["regime"] == "static")]
@@ -287,7 +287,7 @@ def workload_tables(frame) -> dict[str, pd.DataFrame]:
     ``best_native_vs_forced``; a case that did not run is absent (its n/a reason is in asv's HTML)."""
     import pandas as pd
 
-    from attnbench.analysis import is_contended
+    from attnbench.results.analysis import is_contended
 
     if "workload" not in frame:
         return {}

@@ -20,9 +20,9 @@ import math
 import os
 from typing import TYPE_CHECKING
 
-from attnbench import regimes
-from attnbench.analysis import SCATTER_Z, is_contended, series_scatter
+from attnbench.core import regimes
 from attnbench.report.select import newest_commit
+from attnbench.results.analysis import SCATTER_Z, is_contended, series_scatter
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -559,7 +559,7 @@ def release_fragility(results_dir: str) -> dict[str, str]:
 
 def profiler_visibility(results_dir: str) -> dict[str, bool]:
     """``{impl: profiler_visible}`` from ``results/observability`` where it was recorded."""
-    from attnbench.observability import load_observability
+    from attnbench.checks.observability import load_observability
 
     table = load_observability(results_dir)
     if table.empty:
@@ -575,7 +575,7 @@ def verdict_table(results_dir: str = "results", frame=None, *, steps: int = STRE
     from attnbench.report.compiled import load_compiled_records, load_max_batch
 
     if frame is None:
-        from attnbench.asv_results import load_results
+        from attnbench.results.asv_results import load_results
 
         frame = load_results(results_dir)
     fragility, visibility = release_fragility(results_dir), profiler_visibility(results_dir)

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from collections import defaultdict
 
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 
 VISIBLE_SHARE = 0.5  # most of the step's op time must sit under attention-named ops
 ATTENTION_NAME = re.compile(r"attention|attn|flash|sdpa|fmha|(?<![a-z])mha(?![a-z])", re.IGNORECASE)
@@ -269,7 +269,7 @@ def jax_hlo_text(impl, workload: Workload, seed: int = 0) -> str:
 
     from attention_impls.base import default_scale, static_mask
     from attnbench.backends.jax_backend import JaxBackend
-    from attnbench.inputs import make_inputs
+    from attnbench.core.inputs import make_inputs
 
     x = make_inputs(workload, seed)
     scale, static = default_scale(workload.head_dim, None), static_mask(workload)
@@ -343,7 +343,7 @@ def empty_row(impl: str, framework: str, workload: Workload) -> dict:
 def observe(impl_spec, workload: Workload | None = None) -> dict:
     """One kernel's row; never raises for a failing kernel (a crash or hang needs ``observe_all``)."""
     from attention_impls.base import Unsupported
-    from attnbench.engine import resolve_impl
+    from attnbench.measure.engine import resolve_impl
 
     workload = workload or default_workload()
     try:
@@ -391,8 +391,8 @@ def observe(impl_spec, workload: Workload | None = None) -> dict:
 def observe_all(impl_specs: list, workload: Workload | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S,
                 threads: int | None = None, progress: bool = True) -> list[dict]:
     """Every kernel's row, each observed in a killable worker; a crash or timeout is a row."""
-    from attnbench.engine import resolve_impl
-    from attnbench.isolation import Worker
+    from attnbench.measure.engine import resolve_impl
+    from attnbench.run.worker import Worker
 
     workload = workload or default_workload()
     rows = []
@@ -430,7 +430,7 @@ def to_csv(rows: list[dict]) -> str:
 def write_rows(path: str, rows: list[dict]) -> None:
     """Write ``rows`` to ``path`` atomically; the rows already there of other kernels are kept."""
     import attention_impls
-    from attnbench.atomic import atomic_write_text
+    from attnbench.results.atomic import atomic_write_text
 
     fresh = {row["impl"] for row in rows}
     kept = []
@@ -503,8 +503,8 @@ def plan(frameworks: list[str] | None, impls: list[str] | None) -> dict[str, lis
 
 
 def main(args) -> int:
-    from attnbench.asv_suite import machine_name
-    from attnbench.table import render
+    from attnbench.asv.suite import machine_name
+    from attnbench.results.table import render
 
     work = plan(args.framework, args.impl)
     machine = machine_name()

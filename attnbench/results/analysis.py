@@ -53,7 +53,7 @@
   from the sidecar's host fingerprint and the run's CPU GEMM probe.
 
 Which metrics are costs and companions, and each metric's direction, come from
-``attnbench/metrics.py`` (read at each call).
+``attnbench/core/metrics.py`` (read at each call).
 * ``find_trace_spikes``: steps inside one run's per-step trace that took far longer than the run's
   steady step, with whether that step compiled and how much of it was padding.
 """
@@ -67,7 +67,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 
-from attnbench import metrics
+from attnbench.core import metrics
 
 PARAMS = ["implementation", "seq_len", "workload", "phase", "regime", "dtype", "target", "mode", "length"]
 # workload, phase: Models; target, mode: CompiledFor; workload, phase, length: CompiledForModels
@@ -83,8 +83,11 @@ MAD_SIGMA = 1.4826  # MAD -> standard deviation of a normal distribution
 # What a step's two commits must differ in for the step to be the code's: the kernels, the
 # measurement code (the harness minus its reports) and the asv suite. Paths relative to the repo.
 MEASURED_CODE = ("attention_impls", "attnbench", "benchmarks")
-NOT_MEASURED = ("attnbench/report/", "attnbench/analysis.py", "attnbench/asv_results.py",
-                "attnbench/selfcheck_report.py", "attnbench/offline_html/")
+NOT_MEASURED = ("attnbench/report/", "attnbench/results/", "attnbench/checks/selfcheck_report.py",
+                "attnbench/offline_html/",
+                # the same files at their paths before the modules were grouped (older commits)
+                "attnbench/analysis.py", "attnbench/asv_results.py", "attnbench/selfcheck_report.py",
+                "attnbench/atomic.py", "attnbench/table.py")
 NOT_MEASURED_SUFFIXES = (".md", ".rst", ".txt", ".ipynb")
 REGRESSION, WITHIN_NOISE = "regression", "within noise"
 NO_CODE_CHANGE, DEFINITION_CHANGED = "no measured code changed", "definition changed"
@@ -134,7 +137,7 @@ def intervals(frame):
     (``engine``).
 
     Only intervals over independent timing rounds count (``case_ci_basis == "rounds"``,
-    ``attnbench/stats.py``): one window's interval, and those of results written before the rounds
+    ``attnbench/measure/stats.py``): one window's interval, and those of results written before the rounds
     were the unit (asv was given every window's samples as if independent), are far narrower than
     the run-to-run noise, so those figures are judged by their series' scatter instead."""
     import numpy as np
@@ -1042,7 +1045,7 @@ def _trace_contended(results_dir, machine, commit8, env, name, cache: dict):
         return None
     impl, regime, seq, mode, dtype = parts
     suite = {"fwd": "Forward", "fwd_bwd": "Training"}.get(mode)
-    from attnbench import sidecar
+    from attnbench.asv import sidecar
 
     if (machine, commit8, env) not in cache:
         cache[machine, commit8, env] = sidecar.read(results_dir, machine, commit8, env).get("cases") or {}

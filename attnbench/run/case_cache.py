@@ -37,7 +37,7 @@ import json
 import os
 import sys
 
-from attnbench.atomic import atomic_write_text
+from attnbench.results.atomic import atomic_write_text
 
 CACHE_ENV = "ATTNBENCH_CASE_CACHE"
 SUFFIX = ".case"
@@ -101,7 +101,7 @@ def from_env(settings: dict | None = None, context: dict | None = None) -> CaseC
     root = os.environ.get(CACHE_ENV)
     if not root:
         return None
-    from attnbench import asv_suite
+    from attnbench.asv import suite as asv_suite
 
     context = asv_suite.asv_context() if context is None else context
     if context is None:
@@ -124,7 +124,7 @@ def measure_cases(cases, suite: str | None = None, *, cache: CaseCache | None = 
     ``(cases, suite=..., on_record=..., also=...)``, default ``asv_suite.measure_cases`` (tests pass
     a fake).
     """
-    from attnbench import asv_suite
+    from attnbench.asv import suite as asv_suite
 
     cache = from_env() if cache is None else cache
     measure = asv_suite.measure_cases if measure is None else measure

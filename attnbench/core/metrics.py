@@ -1,7 +1,7 @@
 """Every metric, once: one row per metric, read by the records, the asv suite, the analysis and the report.
 
 A row says what the metric is called (its asv benchmark is ``track_<name>``, its tidy-table
-``metric`` is ``<name>``), which record column it reads (``attnbench/records.py``), its unit, which
+``metric`` is ``<name>``), which record column it reads (``attnbench/core/records.py``), its unit, which
 way is better, its lower-is-better twin, and its group. Everything else derives from this table:
 
 * ``records.UNITS``/``COLUMNS``: the unit of every record column a metric reads directly (a new
@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from attnbench.statuses import STATUS_CODES
+from attnbench.core.statuses import STATUS_CODES
 
 # Bump only when a metric's meaning changes: asv drops the older history of every benchmark then.
 METRIC_VERSION = "1"
@@ -98,7 +98,7 @@ class Metric:
         computes the median, its 99% interval and quartiles itself (``asv_runner.statistics``),
         stores them beside the result and weighs steps by them.
 
-        The samples asv gets are the independent ones (``attnbench.stats``): each timing round's
+        The samples asv gets are the independent ones (``attnbench.measure.stats``): each timing round's
         median when there were several rounds, else the one window's samples; scaled to the metric
         (``time_exponent``), so that asv's median is the record's figure."""
         value = self.value(record)

@@ -1,6 +1,6 @@
 """``attnbench rename-env OLD NEW``: file an asv environment's results under another name.
 
-asv named existing environments after the interpreter's path until ``attnbench/asv_plugin.py``
+asv named existing environments after the interpreter's path until ``attnbench/asv/plugin.py``
 named them by what they hold; results written before (``<commit8>-existing-py_work_main_.venv-
 targets_bin_python.json``) would start a second history beside the new name. This moves every file of
 environment ``OLD`` on every machine under ``results/`` to ``NEW``: the asv result files (their
@@ -15,9 +15,9 @@ import json
 import os
 import re
 
-from attnbench import sidecar
-from attnbench.atomic import atomic_write_text
-from attnbench.environment import NAMED
+from attnbench.asv import sidecar
+from attnbench.results.atomic import atomic_write_text
+from attnbench.run.environment import NAMED
 
 
 def parse_name(name: str) -> tuple[str, dict[str, str]]:

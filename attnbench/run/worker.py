@@ -11,9 +11,9 @@ import multiprocessing
 import resource
 import signal
 
-from attnbench import records
-from attnbench.engine import measure_case, new_record
-from attnbench.process_env import pin_threads
+from attnbench.core import records
+from attnbench.measure.engine import measure_case, new_record
+from attnbench.measure.process_env import pin_threads
 
 
 def _worker_main(conn, threads: int | None, memory_cap_bytes: int | None, task=measure_case) -> None:

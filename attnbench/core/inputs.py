@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 
 
 def numpy_dtype(name: str) -> np.dtype:

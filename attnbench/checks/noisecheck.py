@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SLOWDOWN_PATCH = '''
     def attention(self, q, k, v, *, causal, scale):  # noisecheck: a deliberate slowdown
         import time as _time
@@ -104,9 +104,9 @@ def _burner(core: int) -> subprocess.Popen:
 
 
 def run(impls: list[str], slow_impl: str, slowdown: float, out: Path, rounds: int) -> dict:
-    from attnbench.compare import compare
+    from attnbench.core.workload import Workload
     from attnbench.report import write_report
-    from attnbench.workload import Workload
+    from attnbench.run.compare import compare
 
     if slow_impl not in impls:
         impls = [*impls, slow_impl]
@@ -156,7 +156,7 @@ def run(impls: list[str], slow_impl: str, slowdown: float, out: Path, rounds: in
                    date=dt.date.today().isoformat(), machine=machine)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"{machine}-{summary['date']}"
-    from attnbench.atomic import atomic_write_text
+    from attnbench.results.atomic import atomic_write_text
 
     # Not *.json: asv publish would try to load any JSON under results/ as a result file.
     atomic_write_text(str(stem) + ".noisecheck", json.dumps(summary, indent=1, default=str))
@@ -175,7 +175,7 @@ def summarize(frame, steps, sha: dict, slow_impl: str) -> dict:
         flagged = here[here["verdict"] == "regression"] if len(here) else here
         by_step[label] = sorted({f"{r['implementation']} S={r['seq_len']} {r['regime']} {r['metric']}"
                                  for r in flagged.to_dict("records")})
-    from attnbench.analysis import run_shifts
+    from attnbench.results.analysis import run_shifts
 
     # How far run B moved as a whole (the median ratio over its series, as the report judges each
     # figure against its run): the A/A spread against the run is what is left for the kernels.

@@ -6,9 +6,9 @@ Standard library only: ``make bench ENV=existing PYTHON=...`` runs it in the use
 * :func:`environment_name` names an existing environment by what it holds, the way asv names its own
   virtualenvs: ``existing-py3.12-jax0.11.2-torch2.11.0``. asv's stock name for an existing
   environment is the interpreter's path, so the same stack run from another folder would start
-  another history; ``attnbench/asv_plugin.py`` gives asv this name instead.
+  another history; ``attnbench/asv/plugin.py`` gives asv this name instead.
 * :func:`missing` lists what a purpose (``run``, ``bench``, ``test``) needs and this interpreter
-  lacks, from ``pyproject.toml``; ``python -m attnbench.environment check`` prints it with the
+  lacks, from ``pyproject.toml``; ``python -m attnbench.run.environment check`` prints it with the
   command that adds it, and installs it when allowed. It never installs a framework.
 """
 
@@ -25,6 +25,8 @@ import subprocess
 import sys
 import tomllib
 
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 # The distributions an environment is named by (and whose versions asv records as its requirements):
 # the frameworks and the TPU compiler, whose releases change what a kernel does.
 NAMED = ("jax", "torch", "torch-xla", "libtpu")
@@ -33,7 +35,7 @@ NEVER_INSTALLED = {"jax", "jaxlib", "torch", "torch-xla", "libtpu"}  # the user'
 # Which of pyproject's `tools` extra each purpose needs (the rest: linting and notebook tooling).
 NOT_FOR = {"run": {"*"}, "bench": {"pytest", "ruff", "nbclient", "nbformat", "ipykernel"}, "test": {"ruff"}}
 PURPOSES = tuple(NOT_FOR)
-PYPROJECT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml")
+PYPROJECT = os.path.join(CHECKOUT, "pyproject.toml")
 MIN_PYTHON = (3, 11)
 
 
@@ -64,14 +66,14 @@ def environment_name(python: str | None = None, named: dict[str, str] | None = N
 
 
 # What the asv process asks another interpreter (``probe``): its Python and NAMED versions.
-PROBE = ("import json, sys; from attnbench import environment as e; "
+PROBE = ("import json, sys; from attnbench.run import environment as e; "
          "print(json.dumps({'python': '%d.%d' % sys.version_info[:2], 'versions': e.versions()}))")
 
 
 def probe(executable: str) -> dict:
     """``{"python": "3.12", "versions": {...}}`` of the interpreter ``executable``."""
     env = dict(os.environ)
-    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    checkout = CHECKOUT
     env["PYTHONPATH"] = os.pathsep.join(p for p in (checkout, env.get("PYTHONPATH")) if p)
     out = subprocess.run([executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=120)
     if out.returncode:
@@ -179,7 +181,7 @@ def _quote(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnbench.environment", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m attnbench.run.environment", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("check", help="what this interpreter lacks for a purpose, and the command adding it")

@@ -21,7 +21,7 @@ import io
 import json
 import os
 
-from attnbench.atomic import atomic_write_text
+from attnbench.results.atomic import atomic_write_text
 
 ARGS_FILE = "run-args.json"
 IDENTITY = ("impl", "batch", "q_heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype", "causal", "mode",
@@ -83,7 +83,7 @@ def plan(path: str, cases: list) -> tuple[list[dict], list]:
 
 def write_resumed(kept: list[dict], new_rows: list[dict], path: str, metadata: dict) -> str:
     """The table: the kept rows as read (first, unchanged), then the new ones with this run's metadata."""
-    from attnbench import sweep
+    from attnbench.run import sweep
 
     if not kept or path.endswith(".parquet"):
         return sweep.write_table([*kept, *({**metadata, **r} for r in new_rows)], path)

@@ -17,7 +17,7 @@ import contextlib
 import sys
 import tempfile
 
-from attnbench.process_env import scoped_environ
+from attnbench.measure.process_env import scoped_environ
 
 MODES = ("cold", "warm")
 INDUCTOR_DIR = "TORCHINDUCTOR_CACHE_DIR"

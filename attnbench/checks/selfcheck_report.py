@@ -25,7 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 
 ENV_MAIN = "virtualenv-py3.11-jax0.10.2-jaxlib0.10.2-numpy-torch2.13.0"
 ENV_XLA = "virtualenv-py3.11-jax0.7.1-jaxlib0.7.1-numpy-torch2.9.0-torch-xla2.9.0"
@@ -101,7 +101,7 @@ def _padded(lengths, regime, seq_len):
 
 
 def _trace(impl, workload, seq_len, regime, seconds, compile_s, price, seed):
-    """Per-step rows like ``attnbench.regimes.trace_to_rows`` (``usd`` filled in like the engine)."""
+    """Per-step rows like ``attnbench.core.regimes.trace_to_rows`` (``usd`` filled in like the engine)."""
     lengths = _stream(seq_len, seed)
     padded = _padded(lengths, regime, seq_len)
     seen, rows = set(), []
@@ -163,8 +163,8 @@ def write_synthetic_results(results_dir: str, commits: list[str], *, machines=("
     commit with ``traces="last"``, every commit with ``"all"``) per-step traces. Returns the number
     of tidy rows ``load_results`` will make of them."""
     import attention_impls
-    from attnbench import sidecar
-    from attnbench.metrics import METRIC_VERSION, METRICS
+    from attnbench.asv import sidecar
+    from attnbench.core.metrics import METRIC_VERSION, METRICS
 
     names = attention_impls.names()
     suites = {"Forward": (["implementation", "seq_len", "regime", "dtype"],
@@ -251,15 +251,15 @@ def _write_trace(results_dir, machine, commit, env, impl, regime, seq_len, trace
 
 def rows_per_commit(envs=(ENV_MAIN, ENV_XLA), forward_seqs=(256, 1024), training_seqs=(512,)) -> int:
     import attention_impls
-    from attnbench.metrics import METRICS
+    from attnbench.core.metrics import METRICS
 
     n = len(attention_impls.names())
     return len(METRICS) * n * (len(forward_seqs) * 3 + len(training_seqs)) * len(envs)
 
 
 def main(rows: int = 100_000, target_s: float = 3.0) -> int:
-    from attnbench.analysis import find_cost_spikes, find_regressions
-    from attnbench.asv_results import load_results
+    from attnbench.results.analysis import find_cost_spikes, find_regressions
+    from attnbench.results.asv_results import load_results
 
     n_commits = max(2, -(-rows // rows_per_commit()))
     spike = Spike(commit=n_commits // 2)

@@ -4,16 +4,16 @@ asv names an existing environment (``-E existing:PATH``) after the interpreter's
 (``existing-py_work_main_.venv-targets_bin_python``) and records no library versions, so the same
 stack run from another folder or machine starts another history, and its graphs cannot say which
 jax or torch they show. Here an existing environment takes its Python version and the versions of
-``attnbench.environment.NAMED`` (jax, torch, torch-xla, libtpu) as asv's own ``python`` and
+``attnbench.run.environment.NAMED`` (jax, torch, torch-xla, libtpu) as asv's own ``python`` and
 ``requirements``, and asv's stock naming of virtualenvs: ``existing-py3.12-jax0.11.2-torch2.11.0``.
-The benchmarks' sidecars use the same name (``attnbench.environment.environment_name``).
+The benchmarks' sidecars use the same name (``attnbench.run.environment.environment_name``).
 """
 
 from __future__ import annotations
 
 from asv import environment as asv_environment
 
-from attnbench import environment
+from attnbench.run import environment
 
 _stock_init = asv_environment.ExistingEnvironment.__init__
 

@@ -6,10 +6,10 @@ is checked out in its own git worktree and served by a worker process (this mach
 worktree first on ``PYTHONPATH``); the cases are measured in rounds, alternating A B, B A, A B ...
 so that drift and bursts of outside load fall on both sides. Both workers are replaced by fresh
 processes every ``restart_every`` rounds: on this machine one process can sit 5-20% away from
-another for its whole life (``attnbench/stats.py``), which one long-lived pair would report as a
+another for its whole life (``attnbench/measure/stats.py``), which one long-lived pair would report as a
 difference between the revisions. Per
 case, each round gives the ratio B/A of the two adjacent medians; the figure is the median ratio
-with its 95% interval (order statistics of the per-round log ratios, ``attnbench.stats``), and
+with its 95% interval (order statistics of the per-round log ratios, ``attnbench.measure.stats``), and
 the verdict is
 
 * ``slower``: the whole interval lies above 1 and the ratio exceeds ``1 + threshold``;
@@ -31,20 +31,30 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from attnbench import stats
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
+from attnbench.measure import stats
 
 # Runs inside a worktree. Written against the engine API every revision since the engine has
-# (measure_case, Options(regime, min_seconds, numerics)), so older revisions can be compared too.
+# (measure_case, Options(regime, min_seconds, numerics)), so older revisions can be compared too:
+# those before the modules were grouped by role have them flat under attnbench/.
 WORKER = r"""
 import json, os, sys
 try:
-    from attnbench.process_env import pin_threads
+    from attnbench.measure.process_env import pin_threads
+    GROUPED = True
 except ImportError:
-    from attnbench.isolation import pin_threads
-pin_threads(int(sys.argv[1]))
-from attnbench.engine import Options, measure_case
-from attnbench.workload import Workload
+    GROUPED = False
+    try:
+        from attnbench.process_env import pin_threads
+    except ImportError:
+        from attnbench.isolation import pin_threads
+pin_threads(int(sys.argv[1]))  # before the engine's imports start any thread pool
+if GROUPED:
+    from attnbench.measure.engine import Options, measure_case
+    from attnbench.core.workload import Workload
+else:
+    from attnbench.engine import Options, measure_case
+    from attnbench.workload import Workload
 for line in sys.stdin:
     task = json.loads(line)
     options = Options(regime="static", min_seconds=task["min_seconds"], numerics=False)

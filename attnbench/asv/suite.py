@@ -1,8 +1,8 @@
 """What the asv suite measures and how it reads it: suite sizes, cases, metrics, provenance.
 
 The classes in ``benchmarks/`` stay thin: each ``setup_cache`` calls ``measure_cases`` once per
-environment and commit (every case in its own worker process, through ``attnbench.engine``), and
-every ``track_*`` benchmark reads one metric (``attnbench/metrics.py``, one row each) of that one
+environment and commit (every case in its own worker process, through ``attnbench.measure.engine``), and
+every ``track_*`` benchmark reads one metric (``attnbench/core/metrics.py``, one row each) of that one
 measurement. Nothing here imports a framework at import time: asv imports the suite in every
 benchmark process.
 
@@ -19,7 +19,7 @@ machine's name comes from ``ATTNBENCH_MACHINE`` (``make bench`` sets it), from d
 ``python -m attnbench machine-name`` run as its own process (``machine_name``); the dtypes from
 ``ACCEL`` or device files (``accelerator_kind``).
 
-Beside the results it writes a sidecar per machine x commit x environment (``attnbench/sidecar.py``):
+Beside the results it writes a sidecar per machine x commit x environment (``attnbench/asv/sidecar.py``):
 library versions, the suite and its settings (with the metrics' ``definitions`` version), and per
 case what the engine recorded at measurement time (label, execution, platform, device, contention,
 the timing interval and rounds), which the reports read instead of recomputing them.
@@ -30,13 +30,15 @@ from __future__ import annotations
 import os
 import sys
 
-from attnbench import metrics, presets, records
+from attnbench.core import metrics, presets, records
+from attnbench.core.metrics import METRIC_VERSION, Metric  # noqa: F401  (the suite's names for them)
+from attnbench.core.workload import CUSTOM, PHASES, Workload
 from attnbench.hardware.dtypes import MACHINE_DTYPES
-from attnbench.metrics import METRIC_VERSION, Metric  # noqa: F401  (the suite's names for them)
-from attnbench.workload import CUSTOM, PHASES, Workload
+
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Models (benchmarks/attention.py): the presets each size measures, at which lengths
-# (attnbench/presets.py SIZES), whether kernels that only run in an interpreter here take part, and
+# (attnbench/core/presets.py SIZES), whether kernels that only run in an interpreter here take part, and
 # whether the float64 reference is timed on them. The default size keeps two presets that between
 # them hold every causal mask and head structure of the catalogue (GQA 4:1 at head dim 128; GQA 2:1
 # with window + soft cap at head dim 256; packed documents in training, ragged caches in decode),
@@ -132,7 +134,7 @@ def suite_name() -> str:
 
 
 def compile_cache() -> str:
-    """``cold`` or ``warm`` (``ATTNBENCH_COMPILE_CACHE``): see ``attnbench/compiler_caches.py``."""
+    """``cold`` or ``warm`` (``ATTNBENCH_COMPILE_CACHE``): see ``attnbench/measure/compiler_caches.py``."""
     return os.environ.get("ATTNBENCH_COMPILE_CACHE", "cold")
 
 
@@ -238,9 +240,9 @@ def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = No
     refuses and cases outside the suite size are recorded without starting a worker
     (``plan_cases``: asked of a spawned process, never of this one). Writes the sidecar (inside asv).
     """
-    from attnbench.engine import Options
-    from attnbench.process_env import pin_threads
-    from attnbench.sweep import run_probe_dir, run_sweep
+    from attnbench.measure.engine import Options
+    from attnbench.measure.process_env import pin_threads
+    from attnbench.run.sweep import run_probe_dir, run_sweep
 
     groups = {suite: list(cases), **(also or {})}
     every = list({case_key(*case): case for group in groups.values() for case in group}.values())
@@ -260,7 +262,7 @@ def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = No
 
     handed = {}
 
-    def measured(rows):  # ``on_record(key, record)`` as each case ends (attnbench/fleet/case_cache.py),
+    def measured(rows):  # ``on_record(key, record)`` as each case ends (attnbench/run/case_cache.py),
         # and again for a record the timing rounds pooled
         for case, row in zip(to_run, rows, strict=False):
             key = case_key(*case)
@@ -510,7 +512,7 @@ def case_key(name: str, workload: Workload, regime: str) -> str:
 
 
 # -- metrics --------------------------------------------------------------------------------------
-# One track_<name> benchmark per row of the metric table (attnbench/metrics.py); their unit and
+# One track_<name> benchmark per row of the metric table (attnbench/core/metrics.py); their unit and
 # ``METRIC_VERSION`` come from there too.
 STATUS_CODES = records.STATUS_CODES
 
@@ -602,20 +604,20 @@ def asv_context() -> dict | None:
 
     asv sets ``ASV_ENV_NAME`` and ``ASV_COMMIT`` for virtualenv runs; in existing-environment mode
     it sets neither, so the name is this environment's stable one
-    (``attnbench.environment.environment_name``: ``existing-py3.12-jax0.11.2-torch2.11.0``, the name
-    ``attnbench/asv_plugin.py`` gives asv) and the commit is ``ATTNBENCH_COMMIT``, else the checkout's
+    (``attnbench.run.environment.environment_name``: ``existing-py3.12-jax0.11.2-torch2.11.0``, the name
+    ``attnbench/asv/plugin.py`` gives asv) and the commit is ``ATTNBENCH_COMMIT``, else the checkout's
     HEAD (the run's ``--set-commit-hash``). asv runs benchmarks in a scratch cwd, so the results dir is
     ``ATTNBENCH_RESULTS_DIR``, else ``$ASV_CONF_DIR/results``, else the checkout's ``results/``.
     ``None`` outside asv.
     """
-    from attnbench.sweep import git_commit
+    from attnbench.run.sweep import git_commit
 
     env = os.environ.get("ASV_ENV_NAME")
     # asv starts every benchmark process as `python .../asv/benchmark.py ...` (forkserver children
     # inherit its argv); a process that merely imported asv (pytest, a notebook) is not a run.
     in_asv = bool(sys.argv) and os.path.abspath(sys.argv[0]).endswith(os.path.join("asv", "benchmark.py"))
     if env is None and in_asv:
-        from attnbench.environment import environment_name
+        from attnbench.run.environment import environment_name
 
         env = environment_name()
     # ATTNBENCH_COMMIT: the run's --set-commit-hash where the tree has no .git (tools/device-run.sh)
@@ -623,7 +625,7 @@ def asv_context() -> dict | None:
               or (git_commit() if env else None))
     if not commit or not env:
         return None
-    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    checkout = CHECKOUT
     root = (os.environ.get("ATTNBENCH_RESULTS_DIR")
             or os.path.join(os.environ.get("ASV_CONF_DIR", checkout), "results"))
     return {"results_dir": root, "machine": machine_name(), "commit": commit, "env": env}
@@ -639,14 +641,14 @@ def trace_dir() -> str | None:
 
 def write_sidecar(groups: dict[str | None, list[tuple[str, Workload, str]]], measured: dict,
                   settings: dict | None = None) -> str | None:
-    """The sidecar of this asv environment and commit (``attnbench/sidecar.py``): library versions,
+    """The sidecar of this asv environment and commit (``attnbench/asv/sidecar.py``): library versions,
     the suite and its settings, and per case of ``groups`` (``{class: cases}``, each case filed
     under its class) what was recorded when it was measured. Merged into what this commit and
     environment already hold; ``None`` outside asv."""
-    from attnbench import sidecar
+    from attnbench.asv import sidecar
     from attnbench.hardware import PROBE_DIR_ENV
     from attnbench.hardware.fingerprint import host_fingerprint
-    from attnbench.sweep import library_versions
+    from attnbench.run.sweep import library_versions
 
     ctx = asv_context()
     if ctx is None:

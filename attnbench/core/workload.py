@@ -1,6 +1,6 @@
 """The workload value type: one attention problem, its mask, its FLOPs and its minimum bytes.
 
-FLOPs count the (query, key) pairs the mask keeps, exactly (``attnbench.masks.visible_pairs``),
+FLOPs count the (query, key) pairs the mask keeps, exactly (``attnbench.core.masks.visible_pairs``),
 with flash-attention's factors (``benchmarks/benchmark_attn.py``):
 
     fwd       = 4 * D * Hq * pairs          (pairs summed over the batch)
@@ -23,7 +23,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from attnbench import masks
+from attnbench.core import masks
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 MODES = ("fwd", "fwd_bwd")
@@ -42,10 +42,10 @@ class Workload:
     query ``i`` sees keys ``j <= i + (seq_k - seq_q)``, the convention of
     flash-attention >= 2.1 and of KV-cache decoding.
 
-    The mask (``attnbench.masks``): ``window`` (sliding window of W keys, causal only), ``softcap``
+    The mask (``attnbench.core.masks``): ``window`` (sliding window of W keys, causal only), ``softcap``
     (logit soft-capping), ``documents`` (that many packed documents per sequence, seeded lengths,
     as segment ids) and ``ragged`` (decode: the batch's caches hold different, seeded lengths,
-    left-padded). ``name`` is the preset it came from (``attnbench.presets``), or ``custom``.
+    left-padded). ``name`` is the preset it came from (``attnbench.core.presets``), or ``custom``.
     """
 
     batch: int = 1

@@ -1,9 +1,9 @@
 """Measure one case: implementation x workload x shape regime, on this process's device.
 
-``measure_case`` returns one record (``attnbench.records``) with every metric and a status. It
+``measure_case`` returns one record (``attnbench.core.records``) with every metric and a status. It
 never raises for a case that fails: unsupported, out-of-memory and numerics failures become the
 record's status, anything else ``error`` with the message. Timeouts and hard crashes need a
-separate process: ``attnbench.isolation`` runs this function in a worker it can kill.
+separate process: ``attnbench.run.worker`` runs this function in a worker it can kill.
 
 Order of work for one case, so that each number has one source:
   1. the shape-regime stream through a fresh Runner, first, so that nothing in the process has run
@@ -27,11 +27,11 @@ import os
 import traceback
 
 from attention_impls.base import Unsupported
-from attnbench import records
-from attnbench.compiler_caches import check_mode as check_compile_cache
-from attnbench.compiler_caches import compiler_caches
-from attnbench.numerics import compare
-from attnbench.workload import Workload
+from attnbench.core import records
+from attnbench.core.numerics import compare
+from attnbench.core.workload import Workload
+from attnbench.measure.compiler_caches import check_mode as check_compile_cache
+from attnbench.measure.compiler_caches import compiler_caches
 
 # The float64 reference materialises B*H*Sq*Sk doubles; above this it runs on a proxy workload.
 REFERENCE_MAX_SCORE_ELEMENTS = 2**25  # 256 MiB of float64 scores
@@ -56,7 +56,7 @@ class Options:
     price_per_hour: float | None = None
     spot_price_per_hour: float | None = None
     trace_dir: str | None = None  # where per-step regime traces are written
-    compile_cache: str = "cold"  # cold | warm: see attnbench/compiler_caches.py
+    compile_cache: str = "cold"  # cold | warm: see attnbench/measure/compiler_caches.py
     timer: str = "wall"  # wall | cuda-events (torch on CUDA: events around each call, L2 flushed)
     contention_retries: int = 2  # re-time a window other processes shared, at most this often
     timing_only: bool = False  # a later timing round of a static case (``pool_rounds``)
@@ -163,11 +163,11 @@ def time_static(impl, step, options: Options, record: dict) -> None:
     """The static step's samples, median and interval (over this one window), with what the
     machine did meanwhile.
 
-    A window another process shared (``attnbench.contention``) is timed again, at most
+    A window another process shared (``attnbench.measure.contention``) is timed again, at most
     ``options.contention_retries`` times; the last window is recorded, flagged if still contended.
     """
-    from attnbench import stats
-    from attnbench.contention import ContentionMonitor
+    from attnbench.measure import stats
+    from attnbench.measure.contention import ContentionMonitor
 
     retries = 0
     while True:
@@ -198,7 +198,7 @@ def _time_only(impl, workload: Workload, options: Options, record: dict) -> None
 
 def _run_regime(impl, workload, options, record):
     """The regime's stream; its first step is the case's first call (trace + compile + run)."""
-    from attnbench import regimes
+    from attnbench.core import regimes
 
     lengths = regimes.length_stream(workload.stream_length, options.regime_steps, options.seed)
     template = workload.replace(seq_k=workload.seq_q) if workload.seq_k == workload.seq_q else workload
@@ -223,8 +223,8 @@ def write_trace(result, record: dict, trace_dir: str, pricing=None) -> str | Non
     import csv
     import io
 
-    from attnbench import cost, regimes
-    from attnbench.atomic import atomic_write_text
+    from attnbench.core import cost, regimes
+    from attnbench.results.atomic import atomic_write_text
 
     rows = regimes.trace_to_rows(result)
     if not rows:
@@ -256,7 +256,8 @@ def throughput(workload: Workload, regime: str, seconds_per_step: float,
 
 def _throughput_and_cost(device, workload, options, record, regime_result):
     """Throughput, MFU and cost columns of ``record``; returns the ``Pricing`` used."""
-    from attnbench import cost, hardware
+    from attnbench import hardware
+    from attnbench.core import cost
 
     profile = (hardware.get_hardware_profile(options.hardware_profile) if options.hardware_profile
                else hardware.match_hardware_profile(device))
@@ -277,7 +278,7 @@ def _throughput_and_cost(device, workload, options, record, regime_result):
 def derive_figures(record: dict, pricing, tokens_per_s: float | None, flops_per_s: float | None) -> None:
     """Every figure that follows from the step time: throughput, MFU (against ``peak_tflops``), and
     cost at ``pricing``. One formula for the worker's first figure and for rounds pooled later."""
-    from attnbench import cost
+    from attnbench.core import cost
 
     seconds = record["seconds_per_step"]
     record.update(tokens_per_s=tokens_per_s, tflops=flops_per_s / 1e12 if flops_per_s else None,
@@ -306,7 +307,7 @@ def derive_figures(record: dict, pricing, tokens_per_s: float | None, flops_per_
 
 def pricing_of(record: dict):
     """The ``Pricing`` a record was costed at (its hourly prices and their source)."""
-    from attnbench import cost
+    from attnbench.core import cost
 
     return cost.Pricing(device_name=record.get("device") or "", hardware_profile=None, units=None, unit=None,
                         on_demand_usd_per_hour=record.get("usd_per_hour_on_demand"),
@@ -323,7 +324,7 @@ def pool_rounds(first: dict, later: list[dict]) -> dict:
     figure that follows from the step time is derived again from it (``derive_figures``), the
     compile and memory figures stay the first's.
     """
-    from attnbench import stats
+    from attnbench.measure import stats
 
     rounds = [first] + [r for r in later if r.get("status") == records.OK and r.get("timing_samples_s")]
     clean = [r for r in rounds if not r.get("contended")]
@@ -378,8 +379,8 @@ def check_numerics(impl, workload: Workload, step, seed: int) -> dict:
     on a smaller proxy workload through its conformance entry point instead, and the record says so.
     """
     from attention_impls.reference_float64 import attention_fwd, attention_grads
-    from attnbench.inputs import make_inputs
-    from attnbench.numerics import GRAD_SLACK
+    from attnbench.core.inputs import make_inputs
+    from attnbench.core.numerics import GRAD_SLACK
 
     checked = numerics_workload(workload)
     if checked.replace(mode=workload.mode) == workload:

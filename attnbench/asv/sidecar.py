@@ -16,7 +16,7 @@ one sidecar, ``results/<machine>/sidecars/<commit8>-<env>.sidecar`` (JSON):
   (forced-flash/native), ``execution`` (compiled/eager/interpret), ``platform`` (cpu/gpu/tpu, the
   platform the framework really ran on), ``device``, ``status`` and ``reason``; and how far its
   timing can be trusted: ``contended`` (the rest of the machine was busy while it was timed, see
-  ``attnbench/contention.py``) with ``contention_reason``, the interval of seconds per step
+  ``attnbench/measure/contention.py``) with ``contention_reason``, the interval of seconds per step
   (``ci_low_s``, ``ci_high_s``), what it is over (``ci_basis``: the timing ``rounds``' medians, or
   one window's ``samples``) and its ``ci_coverage``. Sidecars written before
   these fields have none of them; the loader reads them as unknown.
@@ -117,7 +117,7 @@ def write(results_dir: str, machine: str, commit: str, env: str, *, versions: di
     and environment (asv measures each benchmark class in its own process, and keeps earlier results
     of benchmarks a run skipped); ``versions`` and ``settings`` are this run's, and so is ``host``
     (``hardware.fingerprint``), whose fields this process could not read keep what was recorded."""
-    from attnbench.atomic import atomic_write_text
+    from attnbench.results.atomic import atomic_write_text
 
     file = path(results_dir, machine, commit, env)
     old = _load(file) or {}

@@ -16,7 +16,7 @@ One row per machine x environment x commit x benchmark x parameter combination. 
     ``attnbench/hardware/fingerprint.py``), file
 
 What a case *was* comes from the sidecar the suite wrote when it measured it
-(``attnbench/sidecar.py``): ``label``, ``execution``, ``platform`` (the platform the framework ran
+(``attnbench/asv/sidecar.py``): ``label``, ``execution``, ``platform`` (the platform the framework ran
 on: a torch_xla case on a GPU machine that ran on PJRT CPU says ``cpu``) and ``device``, with
 ``labels_source`` "recorded". Results with no such record (committed before the suite wrote one)
 get today's answer for the machine's platform (``machine_platform``, from its name), with
@@ -94,13 +94,13 @@ def history_positions(repo: str = ".") -> dict[str, int]:
 
 
 def _directions() -> dict[str, str | None]:
-    from attnbench import metrics
+    from attnbench.core import metrics
 
     return metrics.directions()
 
 
 def _timed() -> frozenset[str]:
-    from attnbench import metrics
+    from attnbench.core import metrics
 
     return frozenset(metrics.timed())
 
@@ -164,7 +164,7 @@ def _setting(value):
 def _sidecar(results_dir, machine, commit, env) -> tuple[dict, dict]:
     """(``version_<library>``, ``setting_<name>`` and ``host_<field>`` columns, case index) from the
     suite's sidecar."""
-    from attnbench import sidecar
+    from attnbench.asv import sidecar
 
     data = sidecar.read(results_dir, machine, commit, env)
     columns = {**{f"version_{k}": v for k, v in (data.get("versions") or {}).items()},
@@ -270,7 +270,7 @@ def ordering_note(frame) -> tuple[str, str | None]:
 
 
 def _expand(base, name, spec, fields, directions, labels, cases=({}, {}), timed=frozenset()):
-    from attnbench import sidecar
+    from attnbench.asv import sidecar
 
     suite, _, bench = name.rpartition(".")
     suite = suite.rpartition(".")[2]

@@ -14,9 +14,9 @@ import sys
 import time
 from importlib import metadata as importlib_metadata
 
-from attnbench import records
-from attnbench.atomic import atomic_write_bytes, atomic_write_text
-from attnbench.engine import Options, measure_case, new_record
+from attnbench.core import records
+from attnbench.measure.engine import Options, measure_case, new_record
+from attnbench.results.atomic import atomic_write_bytes, atomic_write_text
 
 VERSIONED = ("jax", "jaxlib", "libtpu", "torch", "torch_xla", "numpy")
 
@@ -93,7 +93,7 @@ def run_probe_dir():
     import tempfile
 
     from attnbench.hardware import PROBE_DIR_ENV
-    from attnbench.process_env import scoped_environ
+    from attnbench.measure.process_env import scoped_environ
 
     with contextlib.ExitStack() as stack:
         if not os.environ.get(PROBE_DIR_ENV):
@@ -124,7 +124,7 @@ def round_compile_cache():
     stays cold (``compiler_caches``). Workers are spawned, so they read it from the environment."""
     import tempfile
 
-    from attnbench.process_env import scoped_environ
+    from attnbench.measure.process_env import scoped_environ
 
     with tempfile.TemporaryDirectory(prefix="attnbench-round-jax-cache-") as folder, \
             scoped_environ(JAX_COMPILATION_CACHE_DIR=folder, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0"):
@@ -133,7 +133,7 @@ def round_compile_cache():
 
 def _timing_rounds(cases, rows, options_for, rounds, *, on_record, progress, **sweep_kwargs):
     """Later timing rounds of the static cases that measured ok; returns the pooled rows."""
-    from attnbench.engine import pool_rounds
+    from attnbench.measure.engine import pool_rounds
 
     timed = [i for i, (case, row) in enumerate(zip(cases, rows, strict=True)) if timed_in_rounds(case, row)]
     later: dict[int, list[dict]] = {i: [] for i in timed}
@@ -170,7 +170,7 @@ OUT_OF_TIME = "not measured: the run's time budget ran out before this case (ATT
 
 def _run_cases(cases, options_for, *, isolate, timeout_s, memory_cap_bytes, threads, progress,
                fresh_process, on_record, deadline=None):
-    from attnbench.isolation import Worker
+    from attnbench.run.worker import Worker
 
     bar = _progress(len(cases), progress)
     rows = []

@@ -6,7 +6,7 @@ into a ``Workload`` per phase (``workload(preset, phase, ...)``):
 
 - ``prefill``: the forward over a prompt of ``seq`` tokens (batch ``batch``);
 - ``training``: forward and backward over packed sequences of ``seq`` tokens holding
-  ``documents`` documents each (document masks; seeded lengths: ``attnbench.masks``; an encoder
+  ``documents`` documents each (document masks; seeded lengths: ``attnbench.core.masks``; an encoder
   may pack its prefill too, as BERT does here);
 - ``decode``: ``seq`` new query tokens per sequence (1 by default) against a KV cache of
   ``kv_len`` keys, for a batch whose cache lengths differ (ragged, seeded).
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnbench.workload import PHASE_MODES, PHASES, Workload
+from attnbench.core.workload import PHASE_MODES, PHASES, Workload
 
 LAYERS = ("windowed", "global")
 

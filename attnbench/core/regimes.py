@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
 
 REGIMES = ("static", "dynamic", "bucketed")
 POLICY_FORMS = ("multiple-128", "pow2", "multiple-N (any N >= 1, e.g. multiple-64)")

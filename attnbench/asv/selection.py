@@ -9,7 +9,7 @@ still measures or refuses every case, with its reason in the sidecar: this chang
 which of asv's cells are left empty without asking. Only certain exclusions are made (a kernel the
 support table marks unsupported on a CPU-only host, never a guess about a device).
 
-``python -m attnbench.asv_selection run --machine M [--existing PY ...] [-- ASV ARGS]`` is
+``python -m attnbench.asv.selection run --machine M [--existing PY ...] [-- ASV ARGS]`` is
 ``make bench``'s asv step: one ``asv run`` per environment, each with its selection (a user's own
 ``-b`` replaces it). asv's virtualenvs run one at a time from a config of their own
 (``.asv-env-<k>.conf.json``, asv.conf.json with one ``include`` entry: the same environment name,
@@ -27,8 +27,8 @@ import re
 import subprocess
 import sys
 
-from attnbench.atomic import atomic_write_text
-from attnbench.workload import Workload
+from attnbench.core.workload import Workload
+from attnbench.results.atomic import atomic_write_text
 
 CONF = "asv.conf.json"
 MAIN_FRAMEWORKS = ("numpy", "jax", "torch")
@@ -43,7 +43,7 @@ def can_run(
     the suite size leaves out (``asv_suite.outside_suite``; a kernel counts as interpreted only on a
     CPU-only host, where the support table says so without a device)."""
     import attention_impls
-    from attnbench.asv_suite import outside_suite
+    from attnbench.asv.suite import outside_suite
 
     impl = attention_impls.get(impl_name)
     if impl.framework not in frameworks:
@@ -114,7 +114,7 @@ def _measured_classes():
 
 
 def _bench_args(classes, frameworks) -> list[str]:
-    from attnbench.asv_suite import accelerator_kind, suite_settings
+    from attnbench.asv.suite import accelerator_kind, suite_settings
 
     regexes = selection(classes, frameworks, suite_settings(), accelerator_kind())
     return [arg for r in regexes for arg in ("-b", r)] or ["-b", r"^$"]

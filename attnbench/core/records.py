@@ -4,15 +4,15 @@ One record is one implementation x workload x shape regime x device. Every metri
 with its unit or its source, so that nothing is mixed (e.g. ``compiler_temp_bytes`` is XLA's
 estimate, ``host_rss_growth_bytes`` how far the process's resident high-water mark rose).
 
-The unit of every column a metric reads comes from the metric table (``attnbench/metrics.py``);
+The unit of every column a metric reads comes from the metric table (``attnbench/core/metrics.py``);
 the columns below say where such a column sits in a written table (``METRIC``). A metric whose
 column is not placed here is appended after these columns.
 """
 
 from __future__ import annotations
 
-from attnbench import metrics
-from attnbench.statuses import (  # noqa: F401  (re-exported: callers name them records.OK, ...)
+from attnbench.core import metrics
+from attnbench.core.statuses import (  # noqa: F401  (re-exported: callers name them records.OK, ...)
     ERROR,
     NUMERICS_FAILED,
     OK,
@@ -49,7 +49,7 @@ LAYOUT = {
     "iqr_s": "s", "samples": "count",
     "steps_per_sample": "count", "rounds": "count", "rounds_dropped": "count", "round_medians_s": "s",
     "timing_samples_s": "s",
-    # what the rest of the machine did while the step was timed (attnbench/contention.py)
+    # what the rest of the machine did while the step was timed (attnbench/measure/contention.py)
     "contended": "bool", "contention_reason": "", "contention_retries": "count", "other_cpu_share": "cores",
     "steal_share": "cores", "cpu_pressure_share": "fraction", "load_1min": "",
     # throughput
@@ -83,11 +83,11 @@ def units(table: list[metrics.Metric] | None = None) -> dict[str, str]:
         if unit is METRIC:
             if column not in from_metrics:
                 raise ValueError(f"records.LAYOUT places {column!r} as a metric column, but no metric "
-                                 "reads it as is (attnbench/metrics.py)")
+                                 "reads it as is (attnbench/core/metrics.py)")
             unit = from_metrics[column]
         elif column in from_metrics:
-            raise ValueError(f"{column!r} is a metric column (attnbench/metrics.py gives its unit): mark it "
-                             "METRIC in records.LAYOUT")
+            raise ValueError(f"{column!r} is a metric column (attnbench/core/metrics.py gives its unit): "
+                             "mark it METRIC in records.LAYOUT")
         out[column] = unit
     for column, unit in from_metrics.items():
         out.setdefault(column, unit)
