@@ -5,9 +5,8 @@
     impl = attention_impls.get("jax-xla")        # KeyError lists the known names
     out = impl.run_numpy(q, k, v, causal=True)   # float64 [B, Sq, Hq, D]; raises Unsupported
 
-Every module of this package whose name does not start with ``_`` (and is not ``base`` or
-``registry``) is a kernel file and is imported here; importing one imports no framework. Modules
-starting with ``_`` hold code that several kernels share.
+Every module not starting with ``_`` (except ``base``, ``registry``) is a kernel file; importing
+one imports no framework.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """The platform a kernel is traced for when it is compiled for hardware this host does not have.
 
-Kernels decide how to lower from ``AttentionImpl.platform()``: a Pallas kernel off its own
-hardware runs in an interpreter (``jax-pallas-tpu-splash``: ``interpret=self.platform() != "tpu"``;
-``jax-pallas-gpu-mha``: ``interpret=self.platform() != "gpu"``; ``jax-pallas-tpu-flash``: its
-``trace_context(platform)``), and shape rules take a platform. Normally ``platform()`` is the host
-framework's default device, which on this project's machines is a CPU.
-
-The compiled-for tier (``attnbench/compiled_for/``) runs the real TPU and GPU compilers ahead of
-time on any host. Inside ``compiling_for("tpu")`` (or ``"gpu"``, with the target GPU's compute
-capability) ``AttentionImpl.platform()`` answers the target's platform, so every kernel is traced
-exactly as it would be on its own hardware: no interpret mode for a TPU target, the target's
-shape rules. This module is that one switch; it imports no framework.
+Kernels choose interpret mode and shape rules from ``AttentionImpl.platform()``. Inside
+``compiling_for(...)`` that answers the target's platform, so the compiled-for tier
+(docs/compiled-for.md) traces each kernel as on its own hardware. Imports no framework.
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """Shared by the ``torch_sdpa_*`` kernels: SDPA with one backend forced per kernel, and its rules.
 
-Each name runs SDPA under ``sdpa_kernel([that backend])``: if the backend cannot take the inputs
-torch raises instead of silently falling back, so the name is the kernel that ran.
+Forcing one backend makes torch raise instead of silently falling back, so the name is the kernel
+that ran. ``check()`` predicts the refusal: first rules written out from torch's gates
+(``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`` ``can_use_*_attention``; CPU:
+``sdp_utils_cpp.cpp``), then ``torch._fused_sdp_choice`` on zero-stride views, which catches what
+a torch or cuDNN version changed. Without a device, GPU rules are those of sm80+.
 
-``check()`` predicts torch's refusal so that a sweep records "unsupported: <reason>", not an error:
-first the backend's rules written out from torch's own gates (``aten/src/ATen/native/transformers/
-cuda/sdp_utils.cpp`` ``can_use_{flash,mem_efficient,cudnn}_attention``; on CPU
-``sdp_utils_cpp.cpp`` ``use_flash_attention_cpp``), then torch's dispatcher itself
-(``torch._fused_sdp_choice`` on zero-stride views of the real shapes: nothing is allocated), which
-catches what a torch or cuDNN version changed. GPU rules read the device's compute capability
-when there is one, and are those of sm80+ (A100/H100/H200) when reasoning from a host without one.
-
-Mask features (``attnbench.core.masks``): a sliding window and segment ids go in as SDPA's own
-``attn_mask``, one boolean ``[B or 1, 1, Sq, Sk]`` tensor (True = keep) built on the device inside
-each call from ``arange`` and the segment ids, with the bottom-right causal rule folded in (SDPA
-refuses ``attn_mask`` together with ``is_causal``); building it is part of the timed call, as in a
-model's attention layer. Which backend takes an explicit mask is torch's gate: MATH and CPU FLASH
-(``check_attn_mask_shape``), CUDA EFFICIENT (no mask check; ``preprocess_mask`` pads it), CUDNN
-(``check_attn_mask_shape`` in ``can_use_cudnn_attention``); CUDA FLASH does not
-(``check_for_attn_mask``). Logit soft-capping is refused by all four: SDPA has no option for it.
-GQA goes in as ``enable_gqa``: MATH repeats the kv heads (``attention.cpp``
-``pre_process_group_query_attention_input``: ``repeat_interleave``), the fused kernels index the
-shared kv head themselves.
+A window and segment ids go in as one boolean ``attn_mask`` built inside the timed call, as in a
+model's attention layer, with bottom-right causal folded in (SDPA refuses ``attn_mask`` with
+``is_causal``). CUDA FLASH takes no explicit mask (``check_for_attn_mask``).
 """
 
 from __future__ import annotations
@@ -34,6 +21,8 @@ from attention_impls._torch_ops import attention_ops
 from attention_impls.base import RUNS, AttentionImpl, unsupported
 from attnbench.core.workload import Workload
 
+# Imported where used: torch (each venv holds only some frameworks, and the asv process none).
+
 NO_TPU = unsupported("torch SDPA on a TPU goes through torch_xla: see torch-xla-sdpa")
 # sdp_utils_cpp.cpp select_sdp_backend_cpp: CPU tensors only ever get FLASH_ATTENTION or MATH.
 CUDA_ONLY = ("{kernel} is a CUDA-only kernel: on CPU torch's SDPA dispatcher has only FLASH_ATTENTION "
@@ -41,9 +30,6 @@ CUDA_ONLY = ("{kernel} is a CUDA-only kernel: on CPU torch's SDPA dispatcher has
              "scaled_dot_product_attention was found'")
 HALF = ("float16", "bfloat16")
 
-
-# SDPA's signature (F.scaled_dot_product_attention: attn_mask, dropout_p, is_causal, scale,
-# enable_gqa) has nothing that could soft-cap the logits: a mask only adds to or masks the scores.
 NO_SOFTCAP = ("torch SDPA has no logit soft-capping option: F.scaled_dot_product_attention takes "
               "attn_mask, is_causal, scale and enable_gqa, and a mask can only add to or mask the "
               "scores, not apply softcap * tanh(s / softcap)")
@@ -53,8 +39,7 @@ def keep_mask(seq_q: int, seq_k: int, device, *, causal: bool, window: int | Non
               q_segment_ids=None, kv_segment_ids=None):
     """Boolean ``[B or 1, 1, Sq, Sk]``: True where ``attnbench.core.masks`` keeps the pair.
 
-    Built on ``device`` from ``arange`` and the ``[B, S]`` segment-id tensors (no Python value of
-    the ids is read), bottom-right causal when ``causal``.
+    Built on ``device``; no Python value of the ids is read (that would sync).
     """
     import torch
 
@@ -125,12 +110,10 @@ def dispatcher_reason(backend: str, messages: list[str], error: str) -> str:
 
 
 def dispatch_refusal(backend: str, workload: Workload, device) -> str | None:
-    """Ask torch's SDPA dispatcher whether ``backend`` takes ``workload`` the way ``sdpa`` calls it.
+    """Torch's dispatcher's reason for refusing ``backend`` on ``workload``, or ``None``.
 
-    Mirrors ``sdpa``: a window or segment ids go in as a boolean ``[B or 1, 1, Sq, Sk]`` mask with
-    ``is_causal`` off; without them a bottom-right causal bias reaches CUDA flash/efficient natively
-    (``torch/nn/attention/bias.py`` ``CausalBias._dispatch``), every other backend as a
-    materialized boolean mask. Returns ``None`` when torch would run it.
+    Mirrors how ``sdpa`` calls it; a bottom-right causal bias reaches CUDA flash/efficient natively
+    (``torch/nn/attention/bias.py`` ``CausalBias._dispatch``), others as a boolean mask.
     """
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -1,27 +1,26 @@
 """What every kernel declares, and the conformance entry point they all share.
 
-A kernel is one file holding one small class: its framework, the hardware it was designed for, a
-per-platform support table, shape rules, the mask features it takes (``supports``), how it runs
-grouped-query heads (``gqa``), and ``attention(q, k, v, causal=, scale=, **mask)`` written in the
-framework's own arrays, where ``mask`` holds only the features the workload uses: ``window`` (int),
-``softcap`` (float), ``q_segment_ids`` / ``kv_segment_ids`` (the framework's int32 ``[B, S]``
-arrays). The semantics are ``attnbench.core.masks``'. The framework's backend (``attnbench/backends/``)
-turns that into the
-conformance entry point ``run_numpy`` / ``grad_numpy`` and into a timed ``make_step``.
+``attention(q, k, v, causal=, scale=, **mask)`` gets only the mask features the workload uses:
+``window`` (int), ``softcap`` (float), ``q_segment_ids`` / ``kv_segment_ids`` (int32 ``[B, S]``),
+with ``attnbench.core.masks``' semantics. The backend (``attnbench/backends/``) turns it into
+``run_numpy`` / ``grad_numpy`` and a timed ``make_step`` (docs/adding-a-kernel.md).
 
-Framework imports happen inside methods, never at module import, so that the registry can list
-every implementation in an environment that lacks some frameworks (torch_xla lives in its own venv).
+Framework imports happen inside methods, so the registry lists every kernel in a venv that lacks
+some frameworks.
 """
 
 from __future__ import annotations
 
 import abc
+import importlib
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
 from attention_impls._compile_target import compile_target
+from attnbench import backends
+from attnbench.core.masks import empty_rows
 from attnbench.core.workload import Workload
 
 PLATFORMS = ("cpu", "gpu", "tpu")
@@ -61,41 +60,30 @@ def unsupported(reason: str) -> PlatformSupport:
 
 
 class AttentionImpl(abc.ABC):
-    """Base of every kernel. A kernel file subclasses it, sets the declarations and ``attention``.
+    """Base of every kernel: a kernel file subclasses it, sets the declarations and ``attention``.
 
-    Declarations: ``name`` (stable kebab-case: results are keyed by it), ``framework`` (whose
-    backend in ``attnbench.backends`` places, runs and meters it), ``designed_for`` (the platforms
-    the kernel was written for; empty = portable), ``is_flash``, ``summary``, ``platform_support``
-    (cpu/gpu/tpu: runs, interpret-only or unsupported, with the reason) and ``shape_reason``.
-
-    Optional hooks a backend reads: ``trace_context(platform)`` (jax: the context the kernel must
-    be traced and run in), ``compiled_by`` (torch: ``"torch.compile"``), ``evidence_from_ops``
-    (torch: profiled op counts -> how we know this kernel ran), ``attention_grads`` (numpy: the
-    analytic gradients, as numpy has no autodiff).
+    Optional hooks a backend reads: ``trace_context(platform)`` (jax), ``compiled_by`` and
+    ``evidence_from_ops`` (torch: how we know this kernel ran), ``attention_grads`` (numpy has no
+    autodiff).
     """
 
     name: str  # stable kebab-case registry name
     framework: str  # "numpy" | "jax" | "torch" | "torch_xla"
-    # Modules the kernel imports beyond its framework: one the installed release lacks (moved or
-    # removed across releases) makes ``check`` refuse with that reason instead of failing mid-sweep.
+    # Imports beyond the framework; one a release lacks makes ``check`` refuse, not fail mid-sweep.
     requires_modules: tuple[str, ...] = ()
     designed_for: frozenset[str] = frozenset()  # platforms the kernel was written for; empty = portable
     is_flash: bool = False  # a tiled online-softmax (FlashAttention-style) kernel
     summary: str = ""
     platform_support: dict[str, PlatformSupport] = {p: RUNS for p in PLATFORMS}
-    # Mask features (keys of MASK_FEATURES) ``attention`` takes; any other is refused with
-    # ``feature_notes[feature]`` as the reason, or a sentence naming the feature.
+    # Keys of MASK_FEATURES ``attention`` takes; others are refused with ``feature_notes[feature]``.
     supports: frozenset[str] = frozenset()
     feature_notes: dict[str, str] = {}
-    # "native": the kernel reads each kv head once for its query group (GQA/MQA in the kernel);
-    # "repeated": kv heads are repeated to q_heads before the kernel. Records say which (``gqa``).
+    # "native": each kv head is read once for its query group; "repeated": kv heads are repeated first.
     gqa: str = "repeated"
 
     @abc.abstractmethod
     def attention(self, q, k, v, *, causal: bool, scale: float, **mask):
-        """The kernel on the framework's arrays in ``[B, S, H, D]``, bottom-right causal; returns
-        ``[B, Sq, Hq, D]`` in q's dtype. ``mask``: only features in ``supports`` that the workload
-        uses (module doc). Import the framework inside, never at module level."""
+        """``[B, S, H, D]`` arrays -> ``[B, Sq, Hq, D]`` in q's dtype, bottom-right causal."""
 
     def shape_reason(self, workload: Workload, platform: str) -> str | None:
         """Why this kernel cannot run ``workload`` (shapes, dtype, masking); ``None`` when it can."""
@@ -125,18 +113,15 @@ class AttentionImpl(abc.ABC):
 
     # -- where it can run (answered by the framework's backend) ---------------------------------
     def backend(self):
-        from attnbench import backends
-
         return backends.get(self.framework)
 
     def framework_missing(self) -> str | None:
         return self.backend().missing()
 
     def api_missing(self) -> str | None:
-        """Why this framework release lacks what the kernel imports (``requires_modules``); ``None``
-        when it has it. The import is tried, since a module can exist and fail to import."""
-        import importlib
+        """Why ``requires_modules`` do not import on this release, or ``None``.
 
+        The import is tried, since a module can exist and fail to import."""
         for module in self.requires_modules:
             try:
                 importlib.import_module(module)
@@ -149,14 +134,11 @@ class AttentionImpl(abc.ABC):
         return None
 
     def release_shims(self) -> str:
-        """The adaptations this kernel made to the library release it runs on, ``; ``-joined (the
-        release matrix records them); ``""`` where it runs the release as written."""
+        """Adaptations made to the installed library release, ``; ``-joined; ``""`` for none."""
         return ""
 
     def platform(self) -> str:
-        """The platform (cpu/gpu/tpu) of this framework's current default device; inside
-        ``attention_impls._compile_target.compiling_for(p)`` (the compiled-for tier compiling for
-        hardware this host lacks), the target's platform ``p``, so kernels trace as on it."""
+        """cpu/gpu/tpu of the framework's default device, or the target's inside ``compiling_for``."""
         target = compile_target()
         return target.platform if target is not None else self.backend().platform()
 
@@ -187,11 +169,9 @@ class AttentionImpl(abc.ABC):
                   scale: float | None = None, window: int | None = None,
                   q_segment_ids: np.ndarray | None = None, kv_segment_ids: np.ndarray | None = None,
                   softcap: float | None = None) -> np.ndarray:
-        """Run the real kernel on ``[B, S, H, D]`` numpy inputs in their dtype, under the mask
-        ``attnbench.core.masks`` defines (segment ids: int ``[B, Sq]`` and ``[B, Sk]``, both or neither).
+        """Run the real kernel on ``[B, S, H, D]`` numpy inputs in their dtype.
 
-        Returns the output as float64 ``[B, Sq, Hq, D]``; raises ``Unsupported`` with the reason,
-        ``ValueError`` naming what is wrong with the inputs.
+        Returns float64 ``[B, Sq, Hq, D]``; raises ``Unsupported`` or ``ValueError`` (bad inputs).
         """
         mask = mask_kwargs(q, k, causal=causal, window=window, q_segment_ids=q_segment_ids,
                            kv_segment_ids=kv_segment_ids, softcap=softcap)
@@ -210,7 +190,7 @@ class AttentionImpl(abc.ABC):
         return self.backend().grad_numpy(self, q, k, v, do, causal=causal,
                                          scale=default_scale(q.shape[3], scale), **mask)
 
-    # -- measurement (the backend's; kept here so one object is all a caller needs) -------------
+    # -- measurement (delegated to the backend) ---------------------------------------------------
     def make_step(self, workload: Workload, seed: int = 0):
         """Inputs placed on the device and an ``attnbench.backends.Step`` running ``workload.mode``."""
         return self.backend().make_step(self, workload, seed)
@@ -245,7 +225,6 @@ def mask_kwargs(q, k, *, causal: bool, window=None, q_segment_ids=None, kv_segme
             if ids.shape != x.shape[:2] or ids.dtype.kind not in "iu":
                 raise ValueError(f"{label} must be an integer array [B, S] = {x.shape[:2]}, "
                                  f"got {ids.dtype} {ids.shape}")
-        from attnbench.core.masks import empty_rows
 
         empty = empty_rows(q.shape[1], k.shape[1], causal=causal, window=mask.get("window"),
                            q_segment_ids=q_ids, kv_segment_ids=kv_ids)
@@ -258,10 +237,9 @@ def mask_kwargs(q, k, *, causal: bool, window=None, q_segment_ids=None, kv_segme
 
 def workload_of(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool, mode: str = "fwd",
                 window=None, softcap=None, q_segment_ids=None, kv_segment_ids=None) -> Workload:
-    """The workload that numpy inputs describe; shape mismatches raise ``ValueError`` naming them.
+    """The workload that numpy inputs describe; shape mismatches raise ``ValueError``.
 
-    Caller-given segment ids are described by their kind, for the support checks: ``documents``
-    (as many as the distinct ids) when queries and keys are one sequence, else a ``ragged`` cache.
+    Segment ids count as ``documents`` when Sq == Sk, else as a ``ragged`` cache.
     """
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(f"q, k, v must be [B, S, H, D]; got shapes {q.shape}, {k.shape}, {v.shape}")

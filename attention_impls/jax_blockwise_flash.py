@@ -1,24 +1,12 @@
 """FlashAttention's algorithm written in plain jax: KV blocks, running max and sum, XLA loops.
 
-The jax twin of ``torch_blockwise``: tile sizes are the ones FlashAttention-2's forward picks on
-NVIDIA GPUs for head_dim 64 without dropout (128 query rows x 128 keys; ``run_mha_fwd_hdim64`` in
-``flash_fwd_launch_template.h``), so off a GPU this is a forced, GPU-shaped flash kernel.
-It is ordinary XLA code and runs compiled on every backend.
+The jax twin of ``torch_blockwise``. Tiles are FlashAttention-2's forward on NVIDIA GPUs for
+head_dim 64 (128 x 128; ``run_mha_fwd_hdim64`` in ``flash_fwd_launch_template.h``), so off a GPU
+this is a forced, GPU-shaped flash kernel.
 
-Query blocks are a ``lax.map`` and key blocks a ``lax.scan`` inside it, so the traced program has
-the same size for every sequence length. Under a causal mask a key block lying entirely above the
-diagonal is skipped with ``lax.cond``, as the CUDA kernel skips it. Lengths that are not multiples
-of the tiles are padded internally; padded keys are masked out and padded query rows are dropped.
-
-Mask features (``attnbench.core.masks``): the sliding window and segment ids are conditions of each
-tile's mask, logit soft-capping is ``softcap * tanh(s / softcap)`` on the float32 scores before
-masking. Block skipping covers them as FA2 covers local attention: a key block entirely before
-the window of the query block's first row is skipped too, and so is one whose segment ids cannot
-meet the query block's (their [min, max] ranges, computed from the traced ids inside the loop, do
-not overlap in any batch row; exact, and cheap for contiguous documents and a ragged cache's
-padding, which is where it skips).
-Gradients come from jax autodiff through the loops (no hand-written FA2 backward), so the backward
-pass keeps per-tile residuals like ``torch_blockwise`` does under autograd.
+``lax.map`` over query blocks and ``lax.scan`` over key blocks keep the traced program the same
+size for every length. Key blocks the mask hides from a whole query block are skipped with
+``lax.cond``, as FA2 does. Gradients come from jax autodiff through the loops (no FA2 backward).
 """
 
 from __future__ import annotations
@@ -27,6 +15,8 @@ import functools
 
 from attention_impls.base import AttentionImpl
 from attention_impls.registry import register
+
+# Imported where used: jax (each venv holds only some frameworks, and the asv process none).
 
 BLOCK_Q = 128
 BLOCK_K = 128
@@ -41,11 +31,7 @@ def blockwise_attention(q, k, v, *, causal: bool, scale: float, window: int | No
                         block_q: int = BLOCK_Q, block_k: int = BLOCK_K):
     """Online-softmax attention on [B, S, H, D] arrays; never materializes more than one tile.
 
-    Accumulates in float32 whatever the input dtype, like the CUDA kernels do; the mask is
-    ``attnbench.core.masks``': causal bottom-right aligned (query i sits at p = i + seq_k - seq_q and
-    sees keys j <= p), sliding ``window`` (p - W < j), ``softcap`` (``softcap * tanh(s / softcap)``
-    on the scaled scores, before masking), segment ids ([B, Sq] / [B, Sk] int arrays, traced).
-    Returns q's dtype.
+    Accumulates in float32, like the CUDA kernels; mask as ``attnbench.core.masks``. Returns q's dtype.
     """
     import jax.numpy as jnp
     from jax import lax
@@ -122,10 +108,8 @@ def blockwise_attention(q, k, v, *, causal: bool, scale: float, window: int | No
 
         def step(carry, xs):
             k_blk, v_blk, k_id, k0 = xs
-            # Skip a key block that the mask hides from every row of this query block, as FA2 does
-            # for causal and local attention: all its keys after the last row's position (causal),
-            # or all before the first row's window (p - W < j), or no segment id in common (the two
-            # blocks' id ranges do not overlap, in any batch row: exact, never skips a visible pair).
+            # Skip a key block the mask hides from every row of this query block, as FA2 does. The
+            # segment test compares id ranges: exact, never skips a visible pair.
             needed = []
             if causal:
                 needed.append(k0 <= q0 + block_q - 1 + offset)

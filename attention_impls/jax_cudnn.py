@@ -1,37 +1,23 @@
 """``jax.nn.dot_product_attention(implementation='cudnn')``: cuDNN's fused flash attention.
 
-Only NVIDIA GPUs have it. The shape rules below are the ones jax itself enforces before handing the
-call to cuDNN (jax ``_src/cudnn/fused_attention_stablehlo.py``: ``check_layout`` and
-``check_is_flash_attention``; ``_src/nn/functions.py``: ``dot_product_attention``), written as
-reasons so that a refused case is skipped with its cause instead of crashing mid-sweep.
+The shape rules are the ones jax enforces before calling cuDNN (``_src/cudnn/
+fused_attention_stablehlo.py``: ``check_layout``, ``check_is_flash_attention``), written as reasons
+so a refused case is skipped with its cause instead of crashing mid-sweep.
 
-Mask features, as ``jax.nn.dot_product_attention``'s cuDNN branch takes them (``_src/nn/functions.py``):
-
-- sliding window: ``local_window_size=(W - 1, 0)`` with ``is_causal=True``; jax hands cuDNN
-  ``sliding_window_length = left + 1 = W`` ("CuDNN supports only the left window with an exclusive
-  boundary when causal mask is enabled"), which keeps ``(pos - W, pos]``
-  (``fused_attention_stablehlo.dot_product_attention``'s docstring). Like cuDNN's causal mask it
-  counts query and key positions from 0 (top-left), so it is ours only when ``Sq == Sk``; the
-  causal rule below already refuses the other lengths;
-- segment ids: a boolean ``mask`` [B, 1, Sq, Sk] (documented as broadcastable to BNTS);
-  ``combine_bias_and_mask`` turns it into an additive bias, so the call becomes
-  ``__cudnn$fmhaScaleBiasSoftmax``: a dense [B, 1, Sq, Sk] bias in the input dtype is built and
-  read, and training with a bias needs even lengths (``check_is_flash_attention``). cuDNN's own
-  packed-segment form (``q_offsets`` / ``kv_offsets``) is not reachable from
-  ``jax.nn.dot_product_attention``; its ``key_value_seq_lengths`` padding is right-padding, not a
-  left-padded cache;
-- logit soft-capping: refused, ``jax.nn.dot_product_attention`` has no soft-cap option.
-
-Grouped-query heads are native: jax passes k and v with their own head count to cuDNN
-(``check_layout`` only asks k and v to agree), nothing is repeated. None of this has run on a GPU
-from this machine; only jax's side (the options and the call it lowers to) is checked here.
+A sliding window is ``local_window_size=(W - 1, 0)`` (cuDNN gets ``sliding_window_length = W``);
+like cuDNN's causal mask it is top-left aligned, so it is ours only when ``Sq == Sk``. Segment ids
+go in as a boolean ``mask``, which jax turns into a dense bias (``__cudnn$fmhaScaleBiasSoftmax``);
+cuDNN's packed-segment offsets are not reachable from ``jax.nn.dot_product_attention``.
 """
 
 from __future__ import annotations
 
 from attention_impls._compile_target import compile_target
 from attention_impls.base import RUNS, AttentionImpl, unsupported
+from attention_impls.jax_xla import segment_mask
 from attention_impls.registry import register
+
+# Imported where used: jax (each venv holds only some frameworks, and the asv process none).
 
 CUDNN_DTYPES = ("float16", "bfloat16")  # check_layout: fp16/bf16 (and fp8, not benchmarked here)
 HEAD_DIM_MAX_PRE_HOPPER = 128  # check_is_flash_attention: H_max = 256 if sm >= 9.0 else 128
@@ -39,8 +25,7 @@ HEAD_DIM_MAX_HOPPER = 256
 
 
 def gpu_compute_capability() -> tuple[int, int] | None:
-    """(major, minor) of the first CUDA device jax sees, or ``None`` when there is none; while
-    compiling for a GPU this host lacks (``compiling_for``), the target GPU's capability."""
+    """(major, minor) of the first CUDA device (or of the ``compiling_for`` target); ``None``: none."""
     target = compile_target()
     if target is not None:
         return target.compute_capability
@@ -120,8 +105,6 @@ class JaxCudnn(AttentionImpl):
         if window is not None:
             options["local_window_size"] = (window - 1, 0)  # jax: sliding_window_length = W - 1 + 1
         if q_segment_ids is not None:
-            from attention_impls.jax_xla import segment_mask
-
             options["mask"] = segment_mask(q_segment_ids, kv_segment_ids)  # -> cuDNN bias
         return jax.nn.dot_product_attention(q, k, v, is_causal=causal, scale=scale,
                                             implementation="cudnn", **options)

@@ -1,38 +1,22 @@
 """Pallas GPU decode attention (``jax.experimental.pallas.ops.gpu.decode_attention.gqa``), as shipped.
 
-A Triton-lowered split-K ("flash decoding") kernel for the decode phase: one query per sequence
-(q is ``[batch, heads, head_dim]``) against a KV cache, which it cuts into ``k_splits`` chunks run
-in parallel, each an online-softmax loop over ``block_k`` keys, combined afterwards. Called with
-the ``gqa`` function's defaults (``k_splits=16``, ``block_k=128``, ``block_h=16``).
+A Triton-lowered split-K ("flash decoding") kernel: one query per sequence against a KV cache,
+with ``gqa``'s defaults (``k_splits=16``, ``block_k=128``, ``block_h=16``). GQA is native (one
+kernel per kv head and its query group), though ``gqa`` first transposes k and v, which XLA
+materialises.
 
-Features, with the kernel's own options:
-
-- grouped-query heads natively: ``gqa`` reshapes q to ``[batch, kv_heads, group, head_dim]`` and
-  runs one kernel per kv head with its whole query group (``block_h`` rows), so each kv head is
-  read once (``gqa`` first swaps k and v to ``[batch, kv_heads, seq, head_dim]``: a transposition
-  XLA materialises, visible in the compiled program's temp bytes);
-- segment ids of a ragged, left-padded cache (``attnbench.core.masks``: padding first, then the valid
-  keys): ``start_idx`` per batch row, the number of leading keys whose id differs from the row's
-  query id, computed from ``kv_segment_ids`` inside the traced function. The kernel masks keys
-  ``< start_idx`` (and skips splits lying wholly before it). The valid keys are assumed to be one
-  run at the end of the row, which is what a left-padded cache is; packed documents are refused;
-- sliding window (causal, one query at position ``Sk - 1``): the window's keys are the last W, so
-  it is the same ``start_idx`` option, ``max(padding, Sk - W)``.
-
-No soft-capping: the kernel only scales and masks its scores. Causal needs nothing: the one
-query sits at the end of the cache (bottom-right) and sees every key.
-
-Off a GPU it runs with ``interpret=True``: Pallas's HLO interpreter turns the kernel body into
-plain XLA ops looped over the grid (``pallas_call_hlo_interpret``), as ``jax-pallas-gpu-mha`` does.
-Shape rules are from ``decode_attn_unbatched``'s asserts and Triton's block rules (applied on every
-platform, as for ``jax-pallas-gpu-mha``: the kernel is called as-is, so what it cannot do on its
-GPU is refused everywhere).
+A left-padded ragged cache's segment ids and a sliding window both become ``start_idx`` (the
+first visible key per row), computed inside the traced function; packed documents are refused.
+Shape rules are from ``decode_attn_unbatched``'s asserts and Triton's block rules, applied on
+every platform, so off-GPU (``interpret=True``) refuses what the GPU would.
 """
 
 from __future__ import annotations
 
 from attention_impls.base import RUNS, AttentionImpl, interpret_only
 from attention_impls.registry import register
+
+# Imported where used: jax (each venv holds only some frameworks, and the asv process none).
 
 K_SPLITS = 16  # gqa's defaults
 BLOCK_K = 128

@@ -1,27 +1,19 @@
 """Pallas GPU FlashAttention (``jax.experimental.pallas.ops.gpu.attention.mha``), as shipped.
 
-A Triton-lowered kernel with jax's default tiles (``BlockSizes.get_default()``: forward 128x128,
-backward 32x32) and its own fused backward (custom VJP, ``backward_pass_impl='triton'``). Off a GPU
-it runs with ``interpret=True``: Pallas's HLO interpreter turns the kernel body into plain XLA ops
-looped over the grid (``pallas_call_hlo_interpret``), a lowering that exists on every backend.
+A Triton-lowered kernel with jax's default tiles (forward 128x128, backward 32x32) and its own
+fused backward. Off a GPU it runs with ``interpret=True`` (Pallas's HLO interpreter). Shape rules
+are from ``mha``, ``_mha_backward`` and Triton's block rules.
 
-Shape rules are from ``mha`` and ``_mha_backward`` (blocks are ``min(default, seq_len)``) and from
-Triton's block rules; the kernel is called as-is, so what it cannot do is refused.
-
-Mask features, from ``mha(q, k, v, segment_ids, sm_scale, causal, block_sizes, ...)``:
-
-- segment ids: its ``segment_ids`` argument, ONE ``[B, S]`` array for queries and keys alike (the
-  forward kernel reads it at the query block's positions and at the key block's, and masks where
-  they differ). So it expresses packed documents (``seq_q == seq_k``, the same ids for q and kv:
-  we pass ``kv_segment_ids``), not a ragged decode cache, whose query and key ids differ and whose
-  lengths differ (refused, naming segment ids);
-- sliding window and logit soft-capping: refused, ``mha`` has no option for either.
+Its ``segment_ids`` is ONE ``[B, S]`` array for queries and keys alike, so it expresses packed
+documents but not a ragged decode cache.
 """
 
 from __future__ import annotations
 
 from attention_impls.base import RUNS, AttentionImpl, interpret_only
 from attention_impls.registry import register
+
+# Imported where used: jax (each venv holds only some frameworks, and the asv process none).
 
 BLOCK_FWD = 128  # BlockSizes.get_default(): block_q = block_k = 128
 BLOCK_BWD = 32  # block_q_dkv = block_kv_dkv = block_q_dq = block_kv_dq = 32

@@ -1,22 +1,11 @@
 """Mosaic GPU flash attention for Hopper (``jax.experimental.pallas.ops.gpu.attention_mgpu``), as shipped.
 
-A Pallas kernel lowered through Mosaic GPU, not Triton: warp-specialised (two compute warpgroups and a
-memory warpgroup), TMA copies and ``wgmma`` on sm90. Tiles are ``TuningConfig(block_q=64,
-block_kv=128, max_concurrent_steps=2)``, the module's own benchmark's first choice that fits shared
-memory at head_dim 64 and 128. It has no softmax-scale argument, so q is scaled before the call.
+Lowered through Mosaic GPU, not Triton: warp-specialised, TMA copies and ``wgmma`` on sm90. Tiles
+``block_q=64, block_kv=128, max_concurrent_steps=2`` are the module's own benchmark's first choice
+that fits shared memory at head_dim 64 and 128. No softmax-scale argument, so q is scaled first.
 
-Mosaic GPU has no interpreter and targets Hopper only, so everywhere else the kernel is refused. The
-shape rules are the module's own (``_attention_forward``, ``_attention_bwd``): float16/bfloat16,
-head_dim a multiple of 64, query length a multiple of 2 * block_q, kv length of block_kv, no causal
-backward.
-
-Mask features: none beyond causal. ``attention(q, k, v, config, save_residuals=False)`` takes only
-arrays and a ``TuningConfig`` whose one mask field is ``causal`` (top-left aligned); there is no
-segment-id, window or soft-cap argument, so those features are refused.
-
-GQA is native: the forward's memory warpgroup copies kv head ``q_head // q_heads_per_kv_head`` for
-each query head (no repeat before the kernel); the backward writes per-query-head dk/dv and sums
-each group after the kernel.
+Mosaic GPU has no interpreter and targets Hopper only, so everywhere else it is refused. Shape
+rules are the module's own (``_attention_forward``, ``_attention_bwd``).
 """
 
 from __future__ import annotations
@@ -26,13 +15,14 @@ from attention_impls.base import RUNS, AttentionImpl, unsupported
 from attention_impls.jax_cudnn import gpu_compute_capability
 from attention_impls.registry import register
 
+# Imported where used: jax (each venv holds only some frameworks, and the asv process none).
+
 MODULE = "jax.experimental.pallas.ops.gpu.attention_mgpu"
 BLOCK_Q, BLOCK_KV, STEPS = 64, 128, 2
 BLOCK_BWD = 64  # block_q_dkv = block_kv_dkv = block_q_dq = block_kv_dq
 DTYPES = ("float16", "bfloat16")
 HOPPER = (9, 0)
-# Seen in .venv-targets (jax 0.10.2): tracing calls cuda_versions.cuda_runtime_get_version(), which
-# fails with no CUDA driver ("operation cudaRuntimeGetVersion(...) failed").
+# Tracing calls cuda_versions.cuda_runtime_get_version(), which fails without a CUDA driver.
 AHEAD_OF_TIME = ("Mosaic GPU asks the CUDA runtime for its version while tracing (attention_mgpu's "
                  "causal check), which needs a GPU driver: it cannot be compiled ahead of time without one")
 

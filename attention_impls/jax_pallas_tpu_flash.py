@@ -1,28 +1,11 @@
 """Pallas TPU FlashAttention (``jax.experimental.pallas.ops.tpu.flash_attention``).
 
-A Mosaic TPU kernel. jax's default tiles are 128 everywhere (``BlockSizes.get_default()``), which its
-maintainers call too small for a v5e (jax-ml/jax issue 24633: ~4% of peak); we call it with the
-largest of 512, 256, 128 that divides each length, as torch_xla's wrapper does with 512. On a
-CPU it runs only in jax's TPU interpreter (``pltpu.force_tpu_interpret_mode``), which simulates TPU
-memory through host callbacks: ~100x slower than native, so it is labelled interpret-only.
+jax's default tiles (128) are too small for a v5e by its maintainers' account (jax-ml/jax issue
+24633), so we use the largest of 512, 256, 128 dividing each length, as torch_xla's wrapper does.
+On a CPU it runs only in jax's TPU interpreter (``pltpu.force_tpu_interpret_mode``).
 
-Shape rules come from the kernel source (``flash_attention``, ``_flash_attention_impl``,
-``_flash_attention_bwd_dkv``/``_dq`` and their ``_verify_block`` calls, ``_flash_attention_kernel_
-single_batch``); the kernel is called as-is, so what it cannot do is refused, never emulated.
-
-Mask features, from ``flash_attention(q, k, v, ab=None, segment_ids=None, *, causal, sm_scale,
-block_sizes)``:
-
-- segment ids: its ``segment_ids=SegmentIds(q=[B, Sq], kv=[B, Sk])`` argument (the kernels mask
-  ``q_ids == kv_ids`` per tile; the ids are traced arrays). Its one requirement, a kv block that is
-  a multiple of 128 lanes, holds for every tile we pick;
-- sliding window and logit soft-capping: refused, the kernel has no option for either (its only
-  masks are ``causal`` and ``segment_ids``; an additive ``ab`` bias would be our emulation).
-
-Its causal mask is top-left aligned (``col <= row``, query and key positions both counted from 0),
-so causal with ``seq_q != seq_k`` (decode against a cache, a ragged one included) is refused.
-Grouped-query heads are repeated: the kernel needs equal head counts ("Head count mismatch"), so the
-kv heads are ``jnp.repeat``-ed to q_heads before the call.
+Shape rules come from the kernel source (``_verify_block`` and friends); what it cannot do is
+refused, never emulated.
 """
 
 from __future__ import annotations
@@ -31,6 +14,8 @@ import contextlib
 
 from attention_impls.base import RUNS, AttentionImpl, interpret_only, unsupported
 from attention_impls.registry import register
+
+# Imported where used: jax (each venv holds only some frameworks, and the asv process none).
 
 BLOCK = 128  # the smallest tile, BlockSizes.get_default()'s: every length must be a multiple of it
 TILES = (512, 256, 128)

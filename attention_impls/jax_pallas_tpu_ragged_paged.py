@@ -1,44 +1,13 @@
 """Pallas TPU ragged paged attention (``jax.experimental.pallas.ops.tpu.ragged_paged_attention``).
 
-The Mosaic TPU kernel TPU serving stacks use for mixed prefill and decode: queries of all
-sequences packed into ``[total_q_tokens, heads, head_dim]`` (``cu_q_lens``), the KV cache in pages
-``[pages, page_size, 2 * kv_heads, head_dim]`` (k and v heads interleaved), a page table
-(``page_indices``) and each sequence's length (``kv_lens``). Each sequence's keys start at its
-first page's position 0 and its queries are its last ``q_len`` positions (bottom-right causal).
+The kernel TPU serving stacks use for mixed prefill and decode, over a paged KV cache. Our cache
+is one contiguous left-padded array, so ``attention`` first builds the kernel's inputs (a layout
+copy, not part of the kernel), with head_dim zero-padded to a multiple of 128 as vLLM's TPU
+backend does (the kernel broadcasts 128-lane softmax statistics onto head_dim).
 
-Our cache is one contiguous left-padded array ``[B, Sk, Hkv, D]``, so ``attention`` builds the
-kernel's inputs first, and that is a layout copy the record shows (bytes and temp memory), not
-part of the kernel: each row is rolled by its padding count so the valid keys come first
-(``jnp.take_along_axis``), k and v are interleaved and cut into pages of the library's recommended
-size (``tuned_block_sizes.get_min_page_size``: at most 16 pages per sequence), and the page table
-is the identity. A head_dim that is not a multiple of 128 is zero-padded up to one (the kernel
-broadcasts its 128-lane softmax statistics onto head_dim; vLLM's TPU backend pads the same way,
-``TPU_HEAD_SIZE_ALIGNMENT = 128``): zeros change no score and no output, but the bytes moved grow.
-
-Features, with the kernel's own options:
-
-- grouped-query heads natively (each kv head's query group in one block);
-- segment ids of a ragged, left-padded cache (``attnbench.core.masks``): ``kv_lens`` = keys whose id is
-  the row's query id (``Sk`` minus the padding), computed from ``kv_segment_ids`` inside the traced
-  function; the valid keys are assumed to be one run at the end of the row (a left-padded
-  cache); packed documents are refused;
-- sliding window: ``sliding_window=W`` masks ``q_pos - W >= k_pos``, i.e. keeps ``p - W < j <= p``,
-  our definition;
-- soft-capping: ``soft_cap=c`` applies ``c * tanh(s / c)`` to the scaled scores before the mask,
-  our definition.
-
-Its mask is always causal, so a non-causal block of several queries is refused (one query sees
-every key either way). Tiles: the kernel's own tuned table (``get_tuned_block_sizes``) for the
-TPU generation it runs on or is compiled for; where the table has no entry, its default with the
-kv block capped to fit VMEM (``block_sizes``).
-
-No interpreter of this jax release runs it on a CPU (see ``CPU_NOTE``), so here it only compiles
-for TPU targets (``attnbench/compiled_for``; checked for v5e and v6e with jax 0.10.2 / libtpu).
-That compile needs the target's device as jax's default device (``jax.default_device``): Mosaic
-lowers the kernel's integer division through ``sign``, whose rule reads
-``tpu_info.get_tpu_info()`` from the default device ("Unsupported TPU device kind: cpu"
-otherwise). ``tests/test_decode_kernels.py`` checks the layout it builds against the library's
-own ``ref_ragged_paged_attention``.
+No interpreter runs it on a CPU (``CPU_NOTE``), so it only compiles for TPU targets
+(docs/compiled-for.md). ``tests/test_decode_kernels.py`` checks the layout against the library's
+``ref_ragged_paged_attention``.
 """
 
 from __future__ import annotations
@@ -50,6 +19,8 @@ from attention_impls.base import RUNS, AttentionImpl, unsupported
 from attention_impls.jax_pallas_gpu_decode import DECODE_ONLY
 from attention_impls.registry import register
 
+# Imported where used: jax (each venv holds only some frameworks, and the asv process none).
+
 MODULE = "jax.experimental.pallas.ops.tpu.ragged_paged_attention"
 LANES = 128  # head_dim is padded to a multiple of this
 DEFAULT_BLOCKS = (128, 32)  # get_tuned_block_sizes' (kv pages, queries) per block off its table
@@ -57,7 +28,7 @@ V4_BLOCKS = (32, 32)  # ... and on a TPU v4 ("not tuned, only make sure there's 
 # VMEM for the double-buffered kv block where the table has no entry: half of a v5e's 16 MiB scoped
 # default, leaving room for the q/out blocks and the f32 accumulators.
 KV_BLOCK_BUDGET = 8 * 2**20
-# Seen with jax 0.10.2 on this project's CPU hosts.
+# Why no CPU interpreter can run it (jax 0.10.2).
 CPU_NOTE = ("no Pallas interpreter runs it: the TPU interpreter (force_tpu_interpret_mode) has no "
             "ref reshape (\"'ReshapeTransform' object has no attribute 'indices'\", at its DMA'd kv "
             "buffer), and the HLO interpreter (interpret=True) fails discharging its masked stores "
@@ -69,8 +40,7 @@ def cdiv(a: int, b: int) -> int:
 
 
 def page_layout(seq_k: int) -> tuple[int, int]:
-    """``(page_size, pages_per_seq)`` for a cache of ``seq_k`` keys: the library's recommended
-    minimum page size (``get_min_page_size``), which keeps pages per sequence at most 16."""
+    """``(page_size, pages_per_seq)``: the library's ``get_min_page_size``, at most 16 pages."""
     from jax.experimental.pallas.ops.tpu.ragged_paged_attention import tuned_block_sizes
 
     page_size = tuned_block_sizes.get_min_page_size(seq_k)
@@ -113,13 +83,11 @@ def tpu_generation() -> int | None:
 
 def block_sizes(q_heads: int, kv_heads: int, head_dim: int, dtype, page_size: int, tokens: int,
                 pages_per_seq: int) -> tuple[int, int]:
-    """``(num_kv_pages_per_block, num_queries_per_block)``, as ``get_tuned_block_sizes`` picks them
-    (its table for this TPU generation, else its default), looked up here because the library's
-    lookup asks ``jax.devices()``, which is the host CPU when compiling for a TPU target.
+    """``(num_kv_pages_per_block, num_queries_per_block)``, as ``get_tuned_block_sizes`` picks them.
 
-    One change where the table has no entry: its default of 128 kv pages per block assumes small
-    pages; with our pages (up to ``Sk / 16`` keys) the double-buffered kv block would exceed the
-    scoped VMEM (Mosaic: ``CompileTimeScopedVmemOom``), so it is capped at ``KV_BLOCK_BUDGET``.
+    Looked up here because the library asks ``jax.devices()``, the host CPU when compiling ahead of
+    time. Off the table the default kv block is capped at ``KV_BLOCK_BUDGET``: with our large pages
+    it would exceed scoped VMEM (``CompileTimeScopedVmemOom``).
     """
     import jax.numpy as jnp
     from jax.experimental.pallas.ops.tpu.ragged_paged_attention import kernel, tuned_block_sizes
@@ -139,11 +107,10 @@ def block_sizes(q_heads: int, kv_heads: int, head_dim: int, dtype, page_size: in
 
 
 def paged_inputs(q, k, v, kv_lens=None):
-    """The kernel's arguments for our ``[B, S, H, D]`` arrays: ``(queries, kv_pages, kv_lens,
-    page_indices, cu_q_lens, num_seqs)``, head_dim padded to a multiple of 128.
+    """The kernel's arguments for our ``[B, S, H, D]`` arrays, head_dim padded to a multiple of 128.
 
-    ``kv_lens`` (int32 ``[B]``, traced): each row's valid keys, the last ones of a left-padded
-    row; ``None``: every row holds ``Sk`` keys. The valid keys are rolled to the front.
+    ``kv_lens`` (int32 ``[B]``, traced): valid keys per left-padded row, rolled to the front;
+    ``None``: every row holds ``Sk`` keys.
     """
     import jax.numpy as jnp
 

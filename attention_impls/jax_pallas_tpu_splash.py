@@ -1,30 +1,13 @@
 """Pallas TPU splash attention (``jax.experimental.pallas.ops.tpu.splash_attention``).
 
 ``make_splash_mha_single_device`` with the largest of 512/256/128 tiles dividing each length (jax's
-``BlockSizes.get_default()`` is 128 everywhere, "TODO: select better parameters"; the same choice
-as ``jax-pallas-tpu-flash``), one kernel per (mask, shape, soft cap), ``vmap``-ed over the batch as
-jax's own tests do. Splash has no softmax-scale argument, so q is scaled before the call.
+default is 128, "TODO: select better parameters"), one kernel per (mask, shape, soft cap),
+``vmap``-ed over the batch as jax's own tests do. No softmax-scale argument, so q is scaled first.
 
-Mask features, all the kernel's own (``splash_attention_kernel`` / ``splash_attention_mask``):
-
-- causal: ``CausalMask(offset=seq_k - seq_q)`` (its rule is ``q + offset >= kv``: exactly our
-  bottom-right alignment), else ``FullMask``;
-- sliding window: ``LocalMask(window_size=(W - 1, 0), offset=seq_k - seq_q)``, which keeps
-  ``q + offset - left <= kv <= q + offset + right``, i.e. ``p - W < j <= p`` with ``p`` the
-  bottom-right aligned position (its block-sparse mask info skips the tiles outside the band);
-- segment ids: the kernel call's ``segment_ids=SegmentIds(q=[Sq], kv=[Sk])``, per example (the
-  batch ``vmap`` maps them with q, k, v), traced arrays; the mask object stays static;
-- logit soft-capping: ``attn_logits_soft_cap`` (``tanh(logits / cap) * cap`` on the logits, which
-  are the scaled scores since q is pre-scaled), in the forward and both backward kernels.
-
-GQA is native: the multi-head form takes k, v with fewer heads and its index maps read kv head
-``h // q_heads_per_kv_head`` for query head ``h`` (the backward dkv kernel accumulates over the
-group); no repeat. (``make_splash_mqa`` is the one-kv-head special case of the same kernel.)
-
-Off a TPU it runs with ``interpret=True``: Pallas's HLO interpreter turns the kernel body into plain
-XLA ops looped over the grid (``pallas_call_hlo_interpret``), a lowering that exists on every
-backend; so it is interpret-only on CPU and GPU. Shape rules are from ``_splash_attention_forward``
-/ ``_splash_attention_bwd_dkv`` and ``splash_attention_mask_info._process_mask``.
+Causal and the window are ``CausalMask`` / ``LocalMask`` with ``offset=seq_k - seq_q``: exactly our
+bottom-right alignment, and the block-sparse mask info skips tiles outside the band. Off a TPU it
+runs with ``interpret=True``. Shape rules are from ``_splash_attention_forward`` and
+``splash_attention_mask_info._process_mask``.
 """
 
 from __future__ import annotations
@@ -34,6 +17,8 @@ import functools
 from attention_impls.base import RUNS, AttentionImpl, interpret_only
 from attention_impls.jax_pallas_tpu_flash import tile
 from attention_impls.registry import register
+
+# Imported where used: jax (each venv holds only some frameworks, and the asv process none).
 
 BLOCK = 128  # BlockSizes.get_default(): block_q = block_kv = block_kv_compute = 128 (and backward)
 INTERPRETER = "Pallas HLO interpreter (interpret=True): the kernel body as plain XLA ops per grid step"
@@ -49,10 +34,7 @@ def splash_shape_reason(workload) -> str | None:
 
 
 def head_mask(seq_q: int, seq_k: int, causal: bool, window: int | None = None):
-    """Splash's mask for one head: ``CausalMask`` keeps ``q + offset >= kv``, so the offset
-    ``seq_k - seq_q`` gives our bottom-right alignment (query i sees keys j <= i + seq_k - seq_q);
-    ``LocalMask`` keeps ``q + offset - left <= kv <= q + offset + right``: left ``W - 1``, right 0
-    is the last W keys up to and including the query's position."""
+    """Splash's mask for one head; ``LocalMask`` left ``W - 1``, right 0 is the last W keys."""
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
 
     offset = seq_k - seq_q
@@ -68,8 +50,7 @@ def _kernel(seq_q: int, seq_k: int, q_heads: int, causal: bool, window: int | No
             softcap: float | None, interpret: bool):
     """One splash kernel per mask and shape (building the mask info is host work: cache it).
 
-    Built under ``ensure_compile_time_eval`` so that its mask-info arrays are concrete even when
-    the first call happens inside a trace; a cached kernel holding tracers would leak them.
+    Built under ``ensure_compile_time_eval``: a cached kernel holding tracers would leak them.
     """
     import jax
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash

@@ -1,19 +1,7 @@
 """``jax.nn.dot_product_attention`` with XLA's own lowering: native on every backend.
 
-Mask features, all through ``jax.nn.dot_product_attention``'s own options (jax
-``_src/nn/functions.py``; the xla path ``_apply_masks`` turns each into a boolean mask over the
-materialized [Sq, Sk] logits):
-
-- sliding window: ``local_window_size=(W - 1, 0)`` with ``is_causal=True`` keeps
-  ``i - (W - 1) <= j <= i`` (``_get_window_mask``: query and key positions both count from 0, so
-  it is top-left aligned). That is ``attnbench.core.masks``' window when ``Sq == Sk``; with
-  ``Sq != Sk`` (decode) the bottom-right causal window goes in ``mask`` instead, as causal does;
-- segment ids: ``mask = q_segment_ids[b, i] == kv_segment_ids[b, j]`` ([B, 1, Sq, Sk], boolean,
-  built from the traced id arrays);
-- logit soft-capping: refused, ``dot_product_attention`` has no such option.
-
-Grouped-query heads are native: the xla path reshapes the queries to [B, T, K, G, H] and vmaps over
-the group, so each kv head enters one batched dot_general for its whole group (no repeat).
+``is_causal`` and ``local_window_size`` are top-left aligned (jax ``_src/nn/functions.py``
+``_get_window_mask``), so with ``Sq != Sk`` causal and the window go in as an explicit ``mask``.
 """
 
 from __future__ import annotations
@@ -21,10 +9,11 @@ from __future__ import annotations
 from attention_impls.base import AttentionImpl
 from attention_impls.registry import register
 
+# Imported where used: jax (each venv holds only some frameworks, and the asv process none).
+
 
 def bottom_right_mask(seq_q: int, seq_k: int, window: int | None = None):
-    """Boolean [1, 1, Sq, Sk] mask, True where query i may see key j: bottom-right causal, and the
-    last ``window`` keys only when given (``attnbench.core.masks``)."""
+    """Boolean [1, 1, Sq, Sk]: bottom-right causal, optionally the last ``window`` keys only."""
     import jax.numpy as jnp
 
     pos = jnp.arange(seq_q)[:, None] + (seq_k - seq_q)

@@ -1,28 +1,20 @@
 """Memory-efficient chunked attention in plain jax: a portable, native alternative to forced flash.
 
 Rabe and Staats, "Self-attention does not need O(n^2) memory" (arXiv:2112.05682), as Tokamax's
-``xla_chunked`` does it: queries in chunks (``lax.map``), and for each chunk an online softmax
-over key chunks (``lax.scan`` carrying the running max, normaliser and output, in float32).
-Only one [q_chunk, k_chunk] score tile is live at a time, so memory grows with the chunk sizes,
-not with the square of the length. The key-chunk body is ``jax.checkpoint``-ed, as in the paper,
-so the backward pass recomputes the tile's scores instead of storing every tile.
+``xla_chunked`` does it: ``lax.map`` over query chunks, a float32 online softmax ``lax.scan`` over
+key chunks. The key-chunk body is ``jax.checkpoint``-ed, as in the paper, so the backward pass
+recomputes scores instead of storing every tile.
 
-Every tile is computed and masked (no tile skipping for causal, window or documents), so a
-masked step does the full unmasked matmul work; XLA compiles the whole loop for any backend,
-which is what makes it native everywhere (no Pallas, no Mosaic, no Triton). Lengths that the
-chunks do not divide are padded inside the kernel and the padded keys masked out.
-
-Mask features (``attnbench.core.masks``), all in the tile: sliding window and segment ids as
-conditions of the tile's boolean mask (segment ids are traced [B, S] arrays, chunked with the
-keys), logit soft-capping as ``softcap * tanh(s / softcap)`` on the float32 scores before the
-mask. Grouped-query heads are grouped, not repeated: the query chunk is [B, qc, Hkv, G, D] and
-each score einsum reads a kv head once for its G query heads.
+Every tile is computed and masked (no tile skipping), so a masked step does the full matmul work;
+plain XLA loops are what make it native everywhere.
 """
 
 from __future__ import annotations
 
 from attention_impls.base import AttentionImpl
 from attention_impls.registry import register
+
+# Imported where used: jax (each venv holds only some frameworks, and the asv process none).
 
 QUERY_CHUNK = 256
 KEY_CHUNK = 512
@@ -42,11 +34,9 @@ def _padded(x, length: int, axis: int = 1):
 def chunked_attention(q, k, v, *, causal: bool, scale: float, window: int | None = None,
                       softcap: float | None = None, q_segment_ids=None, kv_segment_ids=None,
                       query_chunk: int = QUERY_CHUNK, key_chunk: int = KEY_CHUNK):
-    """[B, Sq, Hq, D] x [B, Sk, Hkv, D] -> [B, Sq, Hq, D] under ``attnbench.core.masks``' mask:
-    bottom-right causal, sliding ``window`` (W keys up to the query's position), ``softcap``
-    (``softcap * tanh(s / softcap)`` on the scaled float32 scores, before masking), segment ids
-    ([B, Sq] / [B, Sk] int arrays, traced). Grouped-query heads stay grouped: each kv head's tile
-    is multiplied with its whole query group in one einsum, nothing is repeated."""
+    """[B, Sq, Hq, D] x [B, Sk, Hkv, D] -> [B, Sq, Hq, D] under ``attnbench.core.masks``' mask.
+
+    Each kv head's tile meets its whole query group in one einsum, nothing is repeated."""
     import jax
     import jax.numpy as jnp
     from jax import lax

@@ -1,8 +1,7 @@
 """The naive materialized-softmax reference, in float64 on the CPU: the yardstick for correctness.
 
-It builds the full [Sq, Sk] score matrix, so its memory grows as O(S^2): that is the point of
-keeping it in the sweep beside the flash kernels. It takes every mask feature (``attnbench.core.masks``
-defines them): it is what every other kernel is checked against.
+Its O(S^2) memory is the point of keeping it in the sweep beside the flash kernels. It takes every
+mask feature: every other kernel is checked against it.
 """
 
 from __future__ import annotations

@@ -11,8 +11,7 @@ _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 def register(cls):
     """Class decorator: instantiate and register under ``cls.name`` (stable kebab-case).
 
-    A kernel of this package lives in the file named after it (``jax-xla`` in ``jax_xla.py``), so
-    the file list is the kernel list and a new kernel is one new file.
+    A kernel lives in the file named after it, so the file list is the kernel list.
     """
     if not _NAME.match(cls.name):
         raise ValueError(f"implementation name must be kebab-case, got {cls.name!r}")

@@ -1,22 +1,11 @@
 """FlashAttention's algorithm written in plain torch ops: KV blocks, running max and sum.
 
-Tile sizes are the ones FlashAttention-2's forward picks on NVIDIA GPUs for head_dim 64 without
-dropout (128 query rows x 128 keys; ``run_mha_fwd_hdim64`` in ``flash_fwd_launch_template.h``), so
-off a GPU this is a forced, GPU-shaped flash kernel.
-The same function is traced through XLA by ``torch_xla_blockwise``.
+Tiles are FlashAttention-2's forward on NVIDIA GPUs for head_dim 64 (128 x 128;
+``run_mha_fwd_hdim64`` in ``flash_fwd_launch_template.h``), so off a GPU this is a forced,
+GPU-shaped flash kernel. ``torch_xla_blockwise`` traces the same function through XLA.
 
-Mask features, as FlashAttention-2 has them (``attnbench.core.masks``' semantics):
-
-- sliding window (FA2's ``window_size_left``): the key blocks left of every row's window are
-  skipped, like those above the causal diagonal, and tiles the window cuts are masked;
-- logit soft-capping (FA2's ``softcap``): ``softcap * tanh(s / softcap)`` on each tile's scaled
-  scores, before the mask;
-- segment ids: each tile is masked where the query's and the key's ids differ; with
-  ``skip_segments`` (the eager kernel here) a tile whose query ids and key ids cannot meet (their
-  [min, max] ranges are disjoint in every batch row) is skipped, from one small host-side table
-  per call. Off by default, since reading tensor values on the host would cut an XLA trace.
-
-GQA is native: each kv head is read once for its whole query group.
+``skip_segments`` skips tiles whose segment ids cannot meet, from one host-side table per call;
+it is off by default because reading tensor values on the host would cut an XLA trace.
 """
 
 from __future__ import annotations
@@ -25,15 +14,16 @@ from attention_impls._torch_ops import attention_ops
 from attention_impls.base import RUNS, AttentionImpl, unsupported
 from attention_impls.registry import register
 
+# Imported where used: torch (each venv holds only some frameworks, and the asv process none).
+
 BLOCK_Q = 128
 BLOCK_K = 128
 
 
 def _segment_tiles(q_ids, kv_ids, block_q: int, block_k: int) -> list[list[bool]]:
-    """``meet[i][j]``: whether query block i and key block j share a segment id range in some row.
+    """``meet[i][j]``: whether query block i and key block j's id ranges overlap in some row.
 
-    Ranges per block are the ids' min and max; disjoint ranges cannot hold an equal pair. One
-    host transfer of an ``[n_q_blocks, n_k_blocks]`` table.
+    One host transfer of an ``[n_q_blocks, n_k_blocks]`` table.
     """
     import torch
 
@@ -54,9 +44,7 @@ def blockwise_attention(q, k, v, *, causal: bool, scale: float, block_q: int = B
                         q_segment_ids=None, kv_segment_ids=None, skip_segments: bool = False):
     """Online-softmax attention on [B, S, H, D] tensors; never materializes more than one tile.
 
-    Accumulates in float32 whatever the input dtype, like the CUDA kernels do. The mask keywords
-    are ``attnbench.core.masks``'; ``skip_segments`` skips tiles whose segment ids cannot meet (reads
-    the ids on the host once per call).
+    Accumulates in float32, like the CUDA kernels; mask keywords as ``attnbench.core.masks``.
     """
     import torch
 
@@ -75,14 +63,12 @@ def blockwise_attention(q, k, v, *, causal: bool, scale: float, block_q: int = B
     for qb, q0 in enumerate(range(0, seq_q, block_q)):
         q_blk = qf[..., q0:q0 + block_q, :]
         rows = q_blk.shape[-2]
-        # The query group's rows stacked, [B, Hkv, group * rows, D]: one matmul per kv head, so a
-        # kv tile is read once for the group, never broadcast (copied) to every query head.
+        # The group's rows stacked: one matmul per kv head, never a copy per query head.
         q_rows = q_blk.reshape(batch, kv_heads, group * rows, head_dim)
         acc = torch.zeros_like(q_blk)
         row_max = torch.full(q_blk.shape[:-1] + (1,), float("-inf"), device=q.device)
         row_sum = torch.zeros_like(row_max)
-        # Key blocks entirely above the causal diagonal, or left of every row's window, are
-        # skipped, as the CUDA kernel does. Row i sits at position i + offset.
+        # Skip key blocks above the causal diagonal or left of every row's window, as FA2 does.
         k_end = min(seq_k, q0 + rows + offset) if causal else seq_k
         k_begin = (max(0, q0 + offset - window + 1) // block_k) * block_k if window is not None else 0
         q_idx = torch.arange(q0, q0 + rows, device=q.device)[:, None] + offset
@@ -108,8 +94,7 @@ def blockwise_attention(q, k, v, *, causal: bool, scale: float, block_q: int = B
             if drop is not None:
                 scores = scores.masked_fill(drop, float("-inf"))
             new_max = torch.maximum(row_max, scores.amax(dim=-1, keepdim=True))
-            # A row this tile masks entirely, with nothing seen before, keeps max -inf: shift by 0
-            # there so that exp(-inf - -inf) does not make a NaN (FA2's Check_inf).
+            # Shift a fully masked row by 0 so exp(-inf - -inf) is not NaN (FA2's Check_inf).
             shift = torch.where(new_max == float("-inf"), torch.zeros_like(new_max), new_max)
             probs = torch.exp(scores - shift)
             correction = torch.exp(row_max - shift)

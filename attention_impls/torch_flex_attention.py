@@ -1,34 +1,17 @@
 """FlexAttention: ``torch.compile(flex_attention)`` with a block mask for bottom-right causal.
 
-Inductor generates the kernel from a template: Triton on CUDA, a C++ template on CPU (since torch
-2.6), both tiled online-softmax (flash-style) kernels, so it is native on either. Compiled with
-``fullgraph=True`` and ``dynamic=False``: a graph break or the recompile limit raises instead of
-falling back to the unfused eager path (``flex_attention`` called outside ``torch.compile``
-materializes the full score matrix, with only a warning). Each (shapes, dtype, causal, window,
-softcap, grad mode) gets its own compiled function, with its own code object, so a sweep over
-many shapes never meets dynamo's per-function recompile limit (8), and its own block mask built
-once, outside the timed call.
+Inductor generates a tiled online-softmax kernel from a template (Triton on CUDA, C++ on CPU).
+``fullgraph=True, dynamic=False``: a graph break raises instead of falling back to the unfused
+eager path, which materializes the score matrix with only a warning. Each (shapes, dtype, mask,
+grad mode) gets its own code object, so a sweep never meets dynamo's per-function recompile limit.
 
-Mask features, all in flex's own options (``torch.nn.attention.flex_attention``):
-
-- bottom-right causal, the sliding window and segment ids in one ``mask_mod`` given to
-  ``create_block_mask``, so the kernel skips the key blocks it masks entirely (causal, window,
-  other documents) and applies ``mask_mod`` only to partial blocks; the ``[B, S]`` segment-id
-  tensors are captured by the ``mask_mod`` (dynamo lifts them as graph inputs, so new ids of the
-  same shape reuse the compiled kernel). The block mask depends on the ids' values: it is rebuilt
-  when the call's segment-id tensors are not the ones it was built from.
-- logit soft-capping as a ``score_mod``, ``softcap * tanh(score / softcap)`` on the scaled score,
-  applied before the mask as ``attnbench.core.masks`` defines.
-- GQA with ``enable_gqa=True``: native, each kv head is read for its query group in the kernel
-  (the Triton template's ``GQA_SHARED_HEADS``, the C++ template's ``gqa_shards``).
-
-Decode (few queries): on CUDA, Inductor's flex lowering picks its split-KV decoding template
-(``_inductor/kernel/flex/flex_decoding.py``) by itself for short query lengths; on CPU the one C++
-template serves every length.
+Causal, window and segment ids are one ``mask_mod`` for ``create_block_mask``, so fully masked
+blocks are skipped; the block mask depends on the ids' values and is rebuilt for new id tensors.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
@@ -37,6 +20,8 @@ import types
 from attention_impls._torch_ops import attention_ops
 from attention_impls.base import RUNS, AttentionImpl, unsupported
 from attention_impls.registry import register
+
+# Imported where used: torch (each venv holds only some frameworks, and the asv process none).
 
 
 def _flex_call(q, k, v, block_mask, scale, enable_gqa, score_mod):
@@ -47,8 +32,7 @@ def _flex_call(q, k, v, block_mask, scale, enable_gqa, score_mod):
 
 
 def _own_copy(fn, name: str, defaults: tuple):
-    """``fn`` with a code object of its own (dynamo keeps compiled graphs per code object) and its
-    trailing arguments bound as defaults, which dynamo bakes into the graph as constants."""
+    """``fn`` with its own code object (dynamo caches per code object), trailing args as defaults."""
     return types.FunctionType(fn.__code__.replace(co_name=name), fn.__globals__, name, defaults)
 
 
@@ -110,9 +94,7 @@ def cpu_template_missing() -> str | None:
 def flex_evidence(ops: dict[str, int]) -> str:
     """The fused kernel ran when the step was one compiled region with no ATen matmul inside.
 
-    An unfused lowering would show its score matmuls (``aten::bmm``/``mm``, Inductor's extern
-    kernels) or an ATen attention op. The template itself is invisible to this profiler: all it
-    records of the attention is the compiled region.
+    The template itself is invisible to this profiler; an unfused lowering shows its matmuls.
     """
     regions = [name for name in ops if name.startswith("Torch-Compiled Region")]
     matmuls = ("aten::bmm", "aten::mm", "aten::baddbmm")
@@ -128,8 +110,7 @@ def flex_evidence(ops: dict[str, int]) -> str:
 class TorchFlexAttention(AttentionImpl):
     name = "torch-flex-attention"
     framework = "torch"
-    # Compiles: the torch backend meters dynamo and gives each runner a fresh instance (no
-    # compiled functions yet, as a new serving loop).
+    # The torch backend meters dynamo and gives each runner a fresh instance, as a new serving loop.
     compiled_by = "torch.compile"
     designed_for = frozenset({"cpu", "gpu"})
     is_flash = True
@@ -155,7 +136,6 @@ class TorchFlexAttention(AttentionImpl):
         if platform == "gpu":
             if workload.head_dim < 16:  # _inductor/kernel/flex/flex_attention.py: tl.dot minimum
                 return f"FlexAttention's Triton kernel needs head_dim >= 16, got {workload.head_dim}"
-            import importlib.util
 
             if importlib.util.find_spec("triton") is None:
                 return "FlexAttention on CUDA needs triton, which is not installed"
@@ -165,9 +145,7 @@ class TorchFlexAttention(AttentionImpl):
                kv_segment_ids=None):
         """``(compiled function, block mask or None, segment ids it was built from)`` for this call.
 
-        Keyed on everything the compiled graph bakes in; the segment ids' values only shape the
-        block mask, so new id tensors rebuild the mask (outside the timed call when the step
-        reuses its inputs) and keep the compiled function.
+        Keyed on what the graph bakes in; new id tensors rebuild only the block mask.
         """
         import torch
 

@@ -1,14 +1,7 @@
 """SDPA forced to CUDNN_ATTENTION: cuDNN's fused flash attention (CUDA only).
 
-The backend is forced with ``sdpa_kernel([backend])``: torch raises instead of falling back, so
-the name is the kernel that ran. Rules and the dispatcher check live in ``_sdpa.py``.
-
-Mask features: a sliding window and segment ids as SDPA's boolean ``attn_mask`` (``_sdpa.sdpa``):
-``can_use_cudnn_attention`` checks only its shape (``check_attn_mask_shape``: 2-D, or 4-D with
-batch and heads equal or 1) and ``attention.cpp`` hands it to cuDNN as ``attn_bias``
-(``convert_boolean_attn_mask_cudnn``). No logit soft-capping (SDPA has no option for it).
-GQA is native: the gate takes grouped heads (``check_batch_size_and_num_heads_dense<true, false>``)
-and cuDNN's SDPA graph reads the shared kv head itself.
+Forcing and rules: ``_sdpa.py``. The boolean mask reaches cuDNN as ``attn_bias``
+(``attention.cpp`` ``convert_boolean_attn_mask_cudnn``); cuDNN's graph reads the shared kv head.
 """
 
 from __future__ import annotations
@@ -16,6 +9,8 @@ from __future__ import annotations
 from attention_impls._sdpa import CUDA_ONLY, HALF, NO_TPU, SdpaBackendKernel
 from attention_impls.base import RUNS, unsupported
 from attention_impls.registry import register
+
+# Imported where used: torch (each venv holds only some frameworks, and the asv process none).
 
 
 @register

@@ -1,17 +1,9 @@
 """SDPA forced to EFFICIENT_ATTENTION: xformers' CUTLASS memory-efficient kernel (CUDA only).
 
-The backend is forced with ``sdpa_kernel([backend])``: torch raises instead of falling back, so
-the name is the kernel that ran. Rules and the dispatcher check live in ``_sdpa.py``.
-
-Mask features: a sliding window and segment ids as SDPA's boolean ``attn_mask`` (``_sdpa.sdpa``):
-``can_use_mem_efficient_attention`` has no mask check, and ``attention.cpp`` turns the mask into
-an additive bias padded to 16 keys (``convert_boolean_attn_mask``, ``preprocess_mask``) that the
-CUTLASS kernel reads as ``attn_bias``. No logit soft-capping (SDPA has no option for it).
-GQA: declared native, what the kernel does when torch lets it run grouped heads (pytorch#191085
-adds in-kernel GQA to it). Releases before that build its dense gate without GQA
-(``check_batch_size_and_num_heads_dense<false>``; torch 2.13's installed ``sdp_utils_cpp.h`` still
-has the two-parameter template that change extends), so there the dispatcher, asked on the GPU
-host in ``shape_reason``, refuses grouped workloads.
+Forcing and rules: ``_sdpa.py``. The boolean mask becomes an additive bias padded to 16 keys
+(``attention.cpp`` ``preprocess_mask``). GQA is declared native, as pytorch#191085 makes it;
+releases before that gate it out (``check_batch_size_and_num_heads_dense<false>``), which the
+dispatcher, asked in ``shape_reason``, reports.
 """
 
 from __future__ import annotations

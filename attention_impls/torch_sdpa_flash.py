@@ -1,16 +1,8 @@
 """SDPA forced to FLASH_ATTENTION: FlashAttention-2 on CUDA, ATen's own tiled flash kernel on CPU.
 
-The backend is forced with ``sdpa_kernel([backend])``: torch raises instead of falling back, so
-the name is the kernel that ran. Rules and the dispatcher check live in ``_sdpa.py``.
-
-Mask features: a sliding window and segment ids as SDPA's boolean ``attn_mask`` (``_sdpa.sdpa``)
-on CPU, where torch's flash kernel takes one (``sdp_utils_cpp.cpp`` ``use_flash_attention_cpp``
-checks only ``check_attn_mask_shape``; ``_scaled_dot_product_flash_attention_for_cpu`` and its
-backward take ``attn_mask``, verified on torch 2.13). On CUDA both are refused: the FLASH gate
-rejects any explicit mask (``sdp_utils.cpp`` ``check_for_attn_mask``: "Flash Attention does not
-support non-null attn_mask"), and SDPA does not expose FlashAttention-2's own ``window_size``.
-No logit soft-capping (SDPA has no option for it). GQA is native on both: the CPU kernel and FA2
-index the shared kv head (no ``repeat_interleave`` in the profile).
+Forcing and rules: ``_sdpa.py``. A window and segment ids work on CPU (a boolean ``attn_mask``);
+on CUDA the FLASH gate rejects any explicit mask (``check_for_attn_mask``) and SDPA does not
+expose FlashAttention-2's own ``window_size``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """FlashAttention's online softmax in torch ops (``torch_blockwise``) traced by torch_xla.
 
-The Python loops over 128x128 tiles unroll into one XLA graph per shape; XLA compiles it, so this is
-the GPU-shaped flash algorithm as XLA schedules it, not a hand-written kernel.
-
-Mask features: exactly those of the shared loop, ``torch_blockwise_flash.blockwise_attention``
-(its ``window``, ``softcap`` and ``q_segment_ids`` / ``kv_segment_ids`` keywords), so
-``supports``, ``feature_notes`` and ``gqa`` are ``torch-blockwise-flash``'s: the same code, traced
-instead of run eagerly.
+The Python loops over 128x128 tiles unroll into one XLA graph per shape: the GPU-shaped flash
+algorithm as XLA schedules it, not a hand-written kernel.
 """
 
 from __future__ import annotations

@@ -1,41 +1,18 @@
 """torch_xla's Pallas TPU flash attention (``torch_xla.experimental.custom_kernel.flash_attention``).
 
-torch_xla lowers jax's Pallas TPU kernel (``jax.experimental.pallas.ops.tpu.flash_attention``) with
-jax, extracts the Mosaic payload of the ``tpu_custom_call`` and embeds it in its own graph through
-``torch_xla._XLAC._xla_tpu_custom_call``. Only the TPU PJRT runtime (libtpu) executes that call.
+torch_xla embeds the kernel's Mosaic ``tpu_custom_call``, which only libtpu executes, so there is
+no CPU path, not even interpreted (tests/test_support_torch_xla.py), nor a GPU one.
 
-Checked here (torch_xla 2.9.0, jax 0.7.1, XLA:CPU), see tests/test_support_torch_xla.py:
-- plain call: jax refuses to lower the kernel for its CPU backend, ``ValueError: Only interpret
-  mode is supported on CPU backend.``
-- inside ``pltpu.force_tpu_interpret_mode()``: jax lowers the kernel to ordinary HLO with no
-  ``tpu_custom_call``, so torch_xla's payload extraction fails (``AttributeError: 'MeshOp' object
-  has no attribute 'body'``); torch_xla has no interpret mode of its own.
-- lowering the kernel for TPU (``lower(lowering_platforms=("tpu",))``) and handing the payload to
-  ``_xla_tpu_custom_call`` on the CPU device: ``No registered implementation for untyped custom call
-  to tpu_custom_call for Host``.
-So there is no CPU path, not even interpreted. Nor a GPU one: the same tpu_custom_call is all
-torch_xla emits, and its own tests run the kernel only on TPU v3+ (pytorch/xla test/test_pallas.py).
-
-Shape rules (``shape_reason``) come from torch_xla's wrapper (``FlashAttention.DEFAULT_BLOCK_SIZES``,
-``_fa_custom_forward_single_device``, ``_fa_custom_backward_single_device``) and jax's kernel; each
-was reproduced by tracing the torch_xla wrapper with the kernel lowered for TPU on this CPU machine
-(trace-time checks only: Mosaic's own compile-time checks need a TPU).
-
-Mask features: segment ids only, through the wrapper's own ``q_segment_ids`` / ``kv_segment_ids``
-arguments (torch_xla 2.9 ``flash_attention(q, k, v, causal, q_segment_ids, kv_segment_ids,
-sm_scale, *, ab, partition_spec, mesh)``; jax's kernel keeps the pairs whose ids are equal).
-Its other options are ``sm_scale`` and ``ab`` (an additive bias): no sliding window and no logit
-soft-capping, so both are refused. Traced for TPU here with segment ids, the wrapper fails on two
-more shapes: a kv block (``min(512, seq_k)``) that is not a multiple of 128 lanes
-(``NotImplementedError: kv block size must be a multiple of 128``), and K/V it pads to a multiple
-of 512 without padding ``kv_segment_ids`` (``TypeError: broadcast_in_dim operand dimension sizes
-...``, e.g. seq_k=640).
+Shape rules come from torch_xla's wrapper (``FlashAttention.DEFAULT_BLOCK_SIZES``,
+``_fa_custom_forward_single_device``, ``_fa_custom_backward_single_device``) and jax's kernel.
 """
 
 from __future__ import annotations
 
 from attention_impls.base import RUNS, AttentionImpl, unsupported
 from attention_impls.registry import register
+
+# Imported where used: torch_xla (each venv holds only some frameworks, and the asv process none).
 
 # torch_xla's FlashAttention.DEFAULT_BLOCK_SIZES (maxtext's), which the wrapper clips to the shape.
 BLOCK_Q_DQ, BLOCK_MAJOR, BLOCK_K_DQ, LANES = 1024, 512, 256, 128

@@ -1,18 +1,8 @@
 """``F.scaled_dot_product_attention`` on an XLA device: XLA's own materialized-softmax lowering.
 
-No ``sdpa_kernel`` backend is forced: on an XLA device SDPA decomposes into ATen math ops
-(``_scaled_dot_product_attention_math``), which torch_xla lowers to HLO and XLA fuses; the HLO
-holds no custom call (``Step.kernel_evidence`` says so). GQA (``enable_gqa``) and the bottom-right
-causal bias (``causal_lower_right``, materialized as a boolean mask off CUDA) both lower on XLA.
-The math path repeats the kv heads to the query heads (``repeat_interleave``) before its matmuls,
-so GQA is ``repeated``.
-
-Mask features: a sliding window and segment ids go in as SDPA's own ``attn_mask``: one boolean
-``[B or 1, 1, Sq, Sk]`` tensor built on the device inside the traced graph (``_sdpa.keep_mask``,
-causal folded in, since SDPA refuses ``attn_mask`` together with ``is_causal``), which the math
-path turns into a ``-inf`` bias before its softmax.
-Logit soft-capping is refused: SDPA has no option for it (``attn_mask`` can only add to or mask
-the scores, not apply ``tanh``).
+No ``sdpa_kernel`` backend is forced: on an XLA device SDPA decomposes into ATen math ops, which
+torch_xla lowers to HLO and XLA fuses (no custom call). The math path repeats the kv heads
+(``repeat_interleave``), so GQA is ``repeated``. Masks go in as in ``_sdpa.sdpa``.
 """
 
 from __future__ import annotations
@@ -33,5 +23,4 @@ class TorchXlaSdpa(AttentionImpl):
     gqa = "repeated"
 
     def attention(self, q, k, v, *, causal, scale, **mask):
-        # mask: window and/or segment ids only (check() refuses softcap); sdpa() makes them attn_mask.
         return sdpa(q, k, v, causal=causal, scale=scale, backend=None, **mask)

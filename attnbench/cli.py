@@ -3,15 +3,45 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import sys
 
-from attnbench.core.workload import DTYPE_BYTES, Workload
+import attention_impls
+from attention_impls.base import MASK_FEATURES
+from attnbench import hardware
+from attnbench.asv.rename_env import rename_environment
+from attnbench.asv.suite import METRICS, detect_machine_name
+from attnbench.checks import noisecheck
+from attnbench.checks.observability import add_parser as add_observability
+from attnbench.compiled_for.cli import add_parser as add_compile_for
+from attnbench.core import presets
+from attnbench.core.atomic import atomic_write_bytes, atomic_write_text
+from attnbench.core.workload import DTYPE_BYTES, PHASE_MODES, Workload
+from attnbench.hardware import get_hardware_profile, load_hardware_profiles
+from attnbench.hardware.dtypes import machine_dtype_problem
+from attnbench.measure.engine import Options
+from attnbench.measure.process_env import pin_threads
+from attnbench.releases.run import add_parser as add_releases
+from attnbench.report import series_name, short_env, spike_sentences, write_report
+from attnbench.report.render import noise_sentences
+from attnbench.report.select import best_native_vs_forced
+from attnbench.report.verdict import (
+    DISPLAY_COLUMNS,
+    STREAM_STEPS,
+    display,
+    headline,
+    plot_stream_cost,
+    verdict_table,
+)
+from attnbench.results.asv_results import load_results, ordering_note
+from attnbench.results.table import render
+from attnbench.run import provenance, resume, sweep
+from attnbench.run.case_cache import read_folder
+from attnbench.run.compare import compare
 
 
 def _impls(names: list[str] | None, frameworks: list[str] | None = None):
-    import attention_impls
-
     impls = [attention_impls.get(n) for n in (names or attention_impls.names())]
     return [i for i in impls if not frameworks or i.framework in frameworks]
 
@@ -56,8 +86,6 @@ def support_matrix_rows(impls) -> list[dict]:
 
 def feature_matrix_rows(impls) -> list[dict]:
     """Per kernel: how it runs grouped-query heads and which mask features it declares."""
-    from attention_impls.base import MASK_FEATURES
-
     titles = {"window": "window", "softcap": "softcap", "segment_ids": "segment ids"}
     rows = []
     for impl in impls:
@@ -108,11 +136,6 @@ def _fmt(value) -> str:
 
 def cmd_run(args) -> int:
     """A sweep outside asv: every case in a killable worker, written as a tidy table."""
-    import datetime as dt
-
-    from attnbench.measure.engine import Options
-    from attnbench.measure.process_env import pin_threads
-    from attnbench.run import sweep
 
     threads = args.threads or len(os.sched_getaffinity(0))
     memory_cap = parse_bytes(args.memory_cap) if args.memory_cap else None
@@ -142,11 +165,9 @@ def cmd_run(args) -> int:
     cases = [(name, workload, regime) for name in impls for workload in workloads for regime in regimes]
     kwargs = {"isolate": not args.no_isolate, "timeout_s": args.timeout, "memory_cap_bytes": memory_cap,
               "threads": threads}
-    meta = sweep.run_metadata()
+    meta = provenance.run_metadata()
     path = os.path.join(out_dir, f"records.{args.format}")
-    # --resume (attnbench/run/resume.py): measure only the cases missing from the records an interrupted
-    # sweep left there; the rows already there are written back unchanged, first.
-    from attnbench.run import resume
+    # --resume: attnbench/run/resume.py.
 
     if args.resume and not args.out:
         raise ValueError("--resume needs --out DIR: the folder of the sweep to finish")
@@ -157,8 +178,14 @@ def cmd_run(args) -> int:
         print(f"resume: {len(kept)} cases already in {path}; measuring the {len(cases)} missing",
               file=sys.stderr)
     # Rewritten (atomically) after every case: an interrupted sweep keeps what it measured.
+    done: dict[int, dict] = {}  # by case index: a pooled record replaces its first round's in place
+
+    def write(i, record):
+        done[i] = record
+        resume.write_resumed(kept, list(done.values()), path, meta)
+
     rows = sweep.run_sweep(cases, options_for, progress=not args.quiet, rounds=args.rounds,
-                           on_record=lambda done: resume.write_resumed(kept, done, path, meta), **kwargs)
+                           on_record=write, **kwargs)
     print(_render([{c: _fmt(r.get(c)) for c in RUN_COLUMNS} for r in rows], RUN_COLUMNS, args))
     if args.max_seq and args.resume and os.path.exists(os.path.join(out_dir, f"max_seq.{args.format}")):
         print("resume: max_seq table already there; not walking the lengths again", file=sys.stderr)
@@ -172,12 +199,8 @@ def cmd_run(args) -> int:
 
 
 def run_workloads(args) -> list[Workload]:
-    """The workloads ``run`` measures: a preset's (``--workload``) or the custom template's, one per
-    ``--seq`` (or decode ``--kv-len``), the mask options overriding. Bad combinations raise
-    ``ValueError`` naming what is wrong and the valid choices."""
-    from attnbench.core import presets
-    from attnbench.core.workload import PHASE_MODES
-
+    """The workloads ``run`` measures: a preset's or the custom template's, one per ``--seq`` (or
+    ``--kv-len``); bad combinations raise ``ValueError`` naming the valid choices."""
     if args.softcap is not None and args.softcap <= 0:
         raise ValueError(f"--softcap must be a positive number, got {args.softcap}")
     if args.window is not None and not args.causal:
@@ -223,16 +246,13 @@ def run_workloads(args) -> list[Workload]:
 def check_run_inputs(hardware_profile: str | None, dtype: str) -> None:
     """Refuse, naming the valid choices, a hardware profile that does not exist or a dtype this
     machine's accelerator cannot run (``hardware.dtypes.machine_dtype_problem``)."""
-    from attnbench.hardware import accelerator_present, get_hardware_profile, load_hardware_profiles
-    from attnbench.hardware.dtypes import machine_dtype_problem
-
     if hardware_profile:
         try:
             get_hardware_profile(hardware_profile)
         except KeyError:
             raise ValueError(f"--hardware-profile {hardware_profile!r} is not a hardware profile; choose one "
                              f"of {', '.join(load_hardware_profiles())}") from None
-    attached = accelerator_present()
+    attached = hardware.accelerator_present()
     problem = machine_dtype_problem(attached.platform if attached else "cpu", dtype)
     if problem:
         raise ValueError(f"--dtype {dtype}: {problem}")
@@ -240,8 +260,6 @@ def check_run_inputs(hardware_profile: str | None, dtype: str) -> None:
 
 def cmd_workloads(args) -> int:
     """The workload catalogue: each preset's heads, head dim, mask, phases, real lengths and source."""
-    from attnbench.core import presets
-
     rows = presets.table()
     columns = ["name", "heads", "kv_heads", "head_dim", "gqa", "mask", "phases", "lengths", "source"]
     if not args.sources:
@@ -254,8 +272,6 @@ def cmd_workloads(args) -> int:
 
 def cmd_rename_env(args) -> int:
     """``attnbench rename-env OLD NEW``: see ``attnbench/asv/rename_env.py``."""
-    from attnbench.asv.rename_env import rename_environment
-
     moved = rename_environment(args.results, args.old, args.new)
     for path in moved:
         print(f"wrote {path}")
@@ -271,8 +287,6 @@ CASE_COLUMNS = ["impl", "dtype", "seq_q", "mode", "regime", "label", "execution"
 def cmd_cases(args) -> int:
     """The records a case cache holds (``attnbench/run/case_cache.py``): what ran, how fast, and the
     evidence of which kernel ran (or why a case did not run). Reads only."""
-    from attnbench.run.case_cache import read_folder
-
     rows = []
     for r in read_folder(args.folder):
         if r.get("status") == "unsupported" and not args.all:
@@ -290,16 +304,12 @@ def cmd_cases(args) -> int:
 
 def cmd_machine_name(args) -> int:
     """``ATTNBENCH_MACHINE``, else the name the frameworks' devices give (this process initialises
-    them; ``make bench`` runs it before asv and hands its answer to asv as ``ATTNBENCH_MACHINE``)."""
-    from attnbench.asv.suite import detect_machine_name
-
+    them, so ``make bench`` runs it before asv)."""
     print(os.environ.get("ATTNBENCH_MACHINE") or detect_machine_name())
     return 0
 
 
 def _verdict_rows(args, table) -> list[dict]:
-    from attnbench.report.verdict import DISPLAY_COLUMNS, display
-
     width = getattr(args, "width", None)
     rows = display(table).to_dict("records")
     if width:
@@ -312,16 +322,6 @@ def _verdict_rows(args, table) -> list[dict]:
 def cmd_verdict(args) -> int:
     """The verdict (``attnbench/report/verdict.py``) from the results, read only; ``--png`` also
     draws its picture, ``--csv`` writes every row."""
-    from attnbench.report.verdict import (
-        DISPLAY_COLUMNS,
-        STREAM_STEPS,
-        headline,
-        plot_stream_cost,
-        verdict_table,
-    )
-    from attnbench.results.asv_results import load_results
-    from attnbench.results.atomic import atomic_write_bytes, atomic_write_text
-
     args.stream_steps = STREAM_STEPS if args.stream_steps is None else args.stream_steps
     if args.stream_steps < 1:
         raise ValueError(f"--stream-steps must be at least 1, got {args.stream_steps}")
@@ -347,10 +347,6 @@ def cmd_verdict(args) -> int:
 def cmd_summary(args) -> int:
     """The verdict first, then best native vs best forced-flash per sequence length, from the asv
     results (read only): the report's tables, at each machine's newest commit."""
-    from attnbench.report.select import best_native_vs_forced
-    from attnbench.report.verdict import DISPLAY_COLUMNS, headline, verdict_table
-    from attnbench.results.asv_results import load_results, ordering_note
-
     frame = load_results(args.results)
     note = ordering_note(frame)[1]
     if note:  # which commit is "newest" comes from git, else the commit dates asv recorded
@@ -377,8 +373,6 @@ def cmd_summary(args) -> int:
 
 def parse_thresholds(default: float, pairs: list[str] | None) -> dict[str, float]:
     """``--threshold`` for every metric, then ``--threshold-metric metric=0.1`` overrides."""
-    from attnbench.asv.suite import METRICS
-
     names = [m.name for m in METRICS]
     thresholds = dict.fromkeys(names, default)
     for pair in pairs or []:
@@ -395,15 +389,12 @@ def parse_thresholds(default: float, pairs: list[str] | None) -> dict[str, float
 
 def cmd_report(args) -> int:
     """Markdown/HTML report, plots and tidy tables from the asv results; prints what regressed."""
-    from attnbench.report import series_name, short_env, spike_sentences, write_report
-
     thresholds = parse_thresholds(args.threshold, args.threshold_metric)
     report = write_report(args.results, args.out, repo=args.repo, thresholds=thresholds)
     regressions, spikes = report.regressions, report.cost_spikes
     shown = 20  # the rest are in the report and its regressions.csv / cost_spikes.csv
     if report.ordering:  # commits git does not know: ordered by date, or (WARNING) not at all
         print(f"attnbench report: {report.ordering}", file=sys.stderr)
-    from attnbench.report.render import noise_sentences
 
     if report.noise is not None and not report.noise.empty:
         for sentence in noise_sentences(report.noise):
@@ -439,8 +430,6 @@ def cmd_report(args) -> int:
 
 def cmd_compare(args) -> int:
     """``attnbench compare REV_A REV_B``: see ``attnbench/run/compare.py``."""
-    from attnbench.run.compare import compare
-
     template = Workload(batch=1, q_heads=8, head_dim=64, seq_q=args.seq[0], causal=True, dtype=args.dtype)
     print(f"attnbench compare: B={args.rev_b} against A={args.rev_a}, {args.rounds} interleaved rounds, "
           f"threshold {args.threshold:.0%}")
@@ -457,8 +446,6 @@ def cmd_compare(args) -> int:
 
 
 def _render(rows, columns, args) -> str:
-    from attnbench.results.table import render
-
     return render(rows, columns, markdown=getattr(args, "markdown", False))
 
 
@@ -469,13 +456,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_results_commands(sub)
     _add_check_commands(sub)
     _add_run_command(sub)
-    from attnbench.compiled_for.cli import add_parser as add_compile_for
 
     add_compile_for(sub)  # compile-for: the compiled-for tier (attnbench/compiled_for/)
-    from attnbench.releases.run import add_parser as add_releases
 
     add_releases(sub)  # releases: the release matrix (attnbench/releases/)
-    from attnbench.checks.observability import add_parser as add_observability
 
     add_observability(sub)  # observability: does the framework's profiler name each kernel
     return parser
@@ -645,8 +629,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["noisecheck"]:
-        from attnbench.checks import noisecheck
-
         return noisecheck.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:

@@ -14,9 +14,8 @@ skipped (``NotImplementedError`` in ``setup``: asv shows n/a) with the implement
 
 import itertools
 
-from attnbench.asv import suite as suite
+from attnbench.asv import suite
 from attnbench.core.regimes import REGIMES
-from attnbench.run import case_cache
 
 SUITE = suite.suite_settings()  # ATTNBENCH_SUITE=default|full: the lengths measured
 DTYPES = suite.suite_dtypes(SUITE)  # the size's on a CPU; float32+bfloat16 on a GPU, bfloat16 on a TPU
@@ -53,7 +52,7 @@ def measure(cls):
     """The records of ``cls``'s cases (its ``setup_cache``): with a case cache, the other classes'
     cases are measured in the same sweep and handed over through it."""
     others = {other.__name__: other.cases() for other in MEASURED if other is not cls}
-    return case_cache.measure_cases(cls.cases(), suite=cls.__name__, also=others)
+    return suite.measure_suite(cls.cases(), suite=cls.__name__, also=others, cache=suite.run_case_cache())
 
 
 @with_metrics
@@ -120,7 +119,7 @@ class Models:
     lengths are the suite size's (``attnbench/core/presets.py`` SIZES: default prefill 512 tokens and
     decode 1 token x 4 ragged caches of up to 1024 keys, training (full) 256 with 4 packed
     documents; full and gpu: the models' own, 8k tokens and 32k caches). The implementations are
-    the size's (``asv_suite.preset_impl_names``). A phase a preset lacks (an encoder's decode) is
+    the size's (``asv.suite.preset_impl_names``). A phase a preset lacks (an encoder's decode) is
     n/a."""
 
     params = (suite.preset_impl_names(SUITE), list(SUITE["model_presets"]),

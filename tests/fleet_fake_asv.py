@@ -9,7 +9,7 @@ and behaves as asv does where the runner depends on it:
   run ends, not atomically;
 * ``--skip-existing-successful`` skips a benchmark whose stored values hold no failure;
 * the benchmarks of a class share one measurement per case through the suite's real measure-once
-  cache (``attnbench.run.case_cache.measure_cases`` with ``ATTNBENCH_CASE_CACHE``); the fake
+  cache (``attnbench.asv.suite.measure_suite`` with ``ATTNBENCH_CASE_CACHE``); the fake
   measurement appends the case to ``$FAKE_ASV_LEDGER`` once it is stored, so a test can count how
   often each case was measured.
 
@@ -30,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from attnbench.asv import suite as asv_suite
 from attnbench.core.workload import Workload
 from attnbench.run import case_cache
 
@@ -113,7 +114,8 @@ def main(argv: list[str]) -> int:
         benchmarks = [b for b in wanted if b.split(".")[1] == cls]
         if not benchmarks:
             continue
-        measured = case_cache.measure_cases(cases_of(cls), suite=cls, cache=cache, measure=fake_measure)
+        measured = asv_suite.measure_suite(cases_of(cls), suite=cls, cache=cache,
+                                           measure_missing=fake_measure)
         records = list(measured.values())
         for bench in benchmarks:
             metric = bench.rsplit("track_", 1)[1]

@@ -11,9 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("attnbench", "attention_impls")
-# Known and left for the module regrouping: JaxBackend.compile_for calls the compiled-for tier,
-# whose compile step builds the program with JaxBackend's own forward and backward.
-KNOWN_CYCLES = [{"attnbench.backends.jax_backend", "attnbench.compiled_for.compile"}]
+KNOWN_CYCLES: list[set[str]] = []  # none is left; a new one fails the test
 # What the kernels may take from the harness: the workload value type and the masks; base.py asks
 # the framework's backend where a kernel can run.
 KERNEL_IMPORTS = {"attnbench.core.workload", "attnbench.core.masks"}
@@ -85,9 +83,37 @@ def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
     return found
 
 
-def test_the_project_has_no_import_cycle_but_the_known_one():
+def test_the_project_has_no_import_cycle():
     found = cycles(import_graph(modules()))
     assert [c for c in found if c not in KNOWN_CYCLES] == []
+
+
+def _group(name: str) -> str:
+    return name.split(".")[1] if name.startswith("attnbench.") else name.split(".")[0]
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """core/ imports only core/; results/ and report/ read what was measured and never import the
+    measuring side (measure/, run/, backends/)."""
+    out = []
+    for name, targets in sorted(graph.items()):
+        groups = {_group(t) for t in targets if t.startswith("attnbench.")}
+        if _group(name) == "core" and groups - {"core"}:
+            out.append(f"{name} imports {sorted(groups - {'core'})}")
+        if _group(name) in ("results", "report") and groups & {"measure", "run", "backends"}:
+            out.append(f"{name} imports {sorted(groups & {'measure', 'run', 'backends'})}")
+    return out
+
+
+def test_the_value_types_import_nothing_else_and_the_readers_never_measure():
+    assert layer_violations(import_graph(modules())) == []
+
+
+def test_the_layer_rule_names_a_reader_that_measures():
+    graph = {"attnbench.report.verdict": {"attnbench.measure.engine", "attnbench.core.records"},
+             "attnbench.core.records": {"attnbench.hardware"}}
+    assert layer_violations(graph) == ["attnbench.core.records imports ['hardware']",
+                                       "attnbench.report.verdict imports ['measure']"]
 
 
 def test_the_cycle_finder_finds_a_cycle():

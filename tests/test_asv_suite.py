@@ -93,7 +93,7 @@ def test_twins_are_exact_inverses():
 
 
 def test_unsupported_is_skipped_with_reason_and_other_env_is_not_started():
-    cache = asv_suite.measure_cases([("jax-cudnn", asv_suite.FORWARD, "static"),
+    cache = asv_suite.sweep_cases([("jax-cudnn", asv_suite.FORWARD, "static"),
                                      ("torch-xla-sdpa", asv_suite.FORWARD, "static")])
     cudnn, xla = (asv_suite.case_key(n, asv_suite.FORWARD, "static") for n in ("jax-cudnn", "torch-xla-sdpa"))
     with pytest.raises(NotImplementedError, match="cuDNN needs an NVIDIA GPU"):
@@ -110,7 +110,7 @@ def test_default_suite_runs_dynamic_regimes_at_its_regime_lengths_only(monkeypat
     assert asv_suite.asv_context() is None
     monkeypatch.setenv("ATTNBENCH_SUITE", "default")
     short = asv_suite.FORWARD.replace(seq_q=256, seq_k=256)
-    cache = asv_suite.measure_cases([("jax-xla", short, "dynamic")])
+    cache = asv_suite.sweep_cases([("jax-xla", short, "dynamic")])
     with pytest.raises(NotImplementedError, match="runs the dynamic regime at 1024 tokens only"):
         asv_suite.record_for(cache, asv_suite.case_key("jax-xla", short, "dynamic"))
 
@@ -157,7 +157,9 @@ def test_asv_run_records_ok_and_skipped_not_failed(asv_run):
     # so a noisy host can leave one: its interval is then over that round's samples.
     rounds = jax_xla["rounds"]
     assert 1 <= rounds <= 4 and jax_xla["ci_basis"] == ("rounds" if rounds > 1 else "samples")
-    assert dict(zip(names, entry["stats_repeat"], strict=True))["jax-xla"] == rounds
+    repeat = dict(zip(names, entry["stats_repeat"], strict=True))["jax-xla"]
+    # asv's samples are the rounds' medians; with one round left, they are that round's own samples
+    assert (repeat == rounds) if rounds > 1 else (repeat >= 2)
     # One sweep measured both classes: Forward's setup_cache measured the Training cases too and
     # handed them over through the run's case cache; Training's setup_cache only read them.
     from benchmarks.attention import Forward, Models, Training

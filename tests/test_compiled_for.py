@@ -436,11 +436,11 @@ def test_a_hanging_compile_is_a_timeout_record_and_a_crash_an_error_record(stubs
 
     [target] = get_targets(["tpu-v5e"])
     workload = Workload(seq_q=1024, dtype="bfloat16", causal=True)
-    with CompileWorker(main=stubs.hang_main) as worker:
+    with CompileWorker(task=stubs.hang) as worker:
         record = worker.compile(target, "jax-xla", workload, timeout_s=1.0)
     assert record["status"] == classify.TIMEOUT and "no result within 1 s" in record["reason"]
     assert (record["target"], record["impl"], record["seq_q"]) == ("tpu-v5e", "jax-xla", 1024)
-    with CompileWorker(main=stubs.die_main) as worker:
+    with CompileWorker(task=stubs.die) as worker:
         record = worker.compile(target, "jax-xla", workload, timeout_s=30.0)
     assert record["status"] == classify.ERROR and "exit code 3" in record["reason"]
     assert "Check failed: layout assignment aborted" in record["reason"]
@@ -453,8 +453,8 @@ def test_a_crash_mid_sweep_never_stops_it(stubs):
     workload = Workload(seq_q=1024, dtype="bfloat16", causal=True)
     cases = [Case(target, name, workload) for name in ("jax-xla", "crash", "jax-cudnn")]
     seen = []
-    with CompileWorker(main=stubs.echo_main) as worker:
-        rows = run_cases(cases, progress=False, worker=worker, on_record=lambda done: seen.append(len(done)))
+    with CompileWorker(task=stubs.echo) as worker:
+        rows = run_cases(cases, progress=False, worker=worker, on_record=lambda i, record: seen.append(i + 1))
     assert [r["status"] for r in rows] == [classify.OK, classify.ERROR, classify.OK]
     assert "exit code 9" in rows[1]["reason"] and seen == [1, 2, 3]
 

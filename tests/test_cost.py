@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.core import cost
 from attnbench.hardware import Device, load_hardware_profiles
+from attnbench.measure import cost
 
 H200 = Device("gpu", "NVIDIA H200", 8, "Intel Xeon", 16)
 V5E = Device("tpu", "TPU v5 lite", 4, "AMD EPYC", 112)

@@ -41,24 +41,23 @@ def test_no_case_starts_after_the_deadline_and_the_rest_say_why():
 class _CountingWorker:
     started = 0
 
-    def __init__(self, **_kwargs):
-        self.alive = False
+    def __init__(self, task, **kwargs):
+        self.alive, self.threads = False, kwargs.get("threads")
 
-    def measure(self, impl, workload, options, timeout_s):
+    def call(self, args, timeout_s):
+        impl, _workload, options = args
         if not self.alive:
             _CountingWorker.started += 1
             self.alive = True
         return {"impl": impl, "regime": options.regime, "status": records.OK,
-                "process": _CountingWorker.started}
+                "process": _CountingWorker.started}, None
 
     def close(self):
         self.alive = False
 
 
 def test_static_cases_share_a_worker_and_a_regime_case_gets_its_own(monkeypatch):
-    from attnbench.run import worker as isolation
-
-    monkeypatch.setattr(isolation, "Worker", _CountingWorker)
+    monkeypatch.setattr(sweep, "Worker", _CountingWorker)
     _CountingWorker.started = 0
     cases = [("a", SMALL, "static"), ("b", SMALL, "static"), ("a", SMALL, "dynamic"), ("c", SMALL, "static"),
              ("d", SMALL, "static")]
@@ -83,7 +82,7 @@ def test_the_gpu_suite_runs_lengths_shortest_first_and_regimes_in_bfloat16(monke
     monkeypatch.setattr(asv_suite, "plan_cases", lambda every, settings: ({}, list(every)))
     cases = [(i, asv_suite.FORWARD.replace(seq_q=s, seq_k=s, dtype="bfloat16"), r)
              for i in ("jax-xla", "torch-sdpa-flash") for s in (16384, 1024) for r in ("dynamic", "static")]
-    asv_suite.measure_cases(cases, suite="Forward")
+    asv_suite.sweep_cases(cases, suite="Forward")
     assert [(c[1].seq_q, c[2]) for c in seen["cases"]][:4] == [(1024, "static")] * 2 + [(1024, "dynamic")] * 2
     assert seen["timer"] == "device" and seen["fresh_process"] is False and seen["deadline"] == 1e12
     impl = __import__("attention_impls").get("jax-xla")
@@ -210,7 +209,7 @@ def test_the_device_run_rehearses_here_from_a_copy_without_git(tmp_path):
     assert f"commit {head.stdout.strip()}" in log and "machine name: cpu-" in log
     assert "everything bench needs is here" in log and "evidence of which kernel" in log
     machine = next(line.split(": ", 1)[1] for line in log.splitlines() if line.startswith("machine name: "))
-    name = __import__("attnbench.run.environment").environment.environment_name()
+    name = __import__("attnbench.run.environment").run.environment.environment_name()
     with tarfile.open(out / f"results-{machine}.tar.gz") as tar:
         members = tar.getnames()
         result = json.load(tar.extractfile(f"{machine}/{head.stdout[:8]}-{name}.json"))

@@ -12,7 +12,7 @@ import pytest
 from attnbench.core import records
 from attnbench.core.workload import Workload
 from attnbench.measure.engine import Options, measure_case, numerics_workload, pool_rounds
-from attnbench.run.sweep import run_sweep, write_table
+from attnbench.run.sweep import measure_in_worker, run_sweep, write_table
 from attnbench.run.worker import Worker
 from tests.conftest import FRAMEWORKS
 
@@ -112,8 +112,8 @@ def test_unknown_implementation_is_error_not_crash():
 
 
 def test_memory_cap_turns_an_allocation_into_oom():
-    with Worker(memory_cap_bytes=4 * 2**30) as worker:
-        r = worker.measure("tests.stub_impls:HogKernel", SMALL, FAST, timeout_s=120)
+    with Worker(measure_case, memory_cap_bytes=4 * 2**30) as worker:
+        r = measure_in_worker(worker, "tests.stub_impls:HogKernel", SMALL, FAST, timeout_s=120)
     assert r["status"] == records.OOM, r["reason"]
 
 
@@ -186,7 +186,7 @@ def test_write_table_is_atomic_and_readable(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
 
         with monkeypatch.context() as patch:
-            patch.setattr("attnbench.results.atomic.os.fsync", disk_full)
+            patch.setattr("attnbench.core.atomic.os.fsync", disk_full)
             with pytest.raises(OSError, match="No space left"):
                 write_table(rows, target)
         assert open(target, "rb").read() == before

@@ -8,9 +8,9 @@ import dataclasses
 
 import pytest
 
-from attnbench.core import cost
 from attnbench.fleet import prices
 from attnbench.hardware import Device
+from attnbench.measure import cost
 
 V5E = Device(platform="tpu", name="TPU v5 lite", count=8, host_cpu="x", host_cores=112)
 H200 = Device(platform="gpu", name="NVIDIA H200", count=8, host_cpu="x", host_cores=192)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from attnbench.asv import suite as asv_suite
 from attnbench.fleet import runner
 from attnbench.run import case_cache
 from tests import fleet_fake_asv as fake
@@ -203,12 +204,12 @@ def test_case_cache_measures_only_the_missing_cases_and_survives_a_damaged_file(
             on_record(case_key(*case), out[case_key(*case)])
         return out
 
-    first = case_cache.measure_cases(cases[:2], "Forward", cache=cache, measure=measure)
-    everything = case_cache.measure_cases(cases, "Forward", cache=cache, measure=measure)
+    first = asv_suite.measure_suite(cases[:2], "Forward", cache=cache, measure_missing=measure)
+    everything = asv_suite.measure_suite(cases, "Forward", cache=cache, measure_missing=measure)
     assert calls == [2, 4] and len(everything) == 6
     assert {k: everything[k] for k in first} == first  # the first two were read, not measured again
     Path(cache.path(list(first)[0])).write_text("{trunc")
-    case_cache.measure_cases(cases, "Forward", cache=cache, measure=measure)
+    asv_suite.measure_suite(cases, "Forward", cache=cache, measure_missing=measure)
     assert calls == [2, 4, 1]  # the damaged one only
     other = case_cache.CaseCache(str(tmp_path), "m", COMMIT, "env", {"suite": "full"})
     assert other.load(list(everything)) == {}  # other settings never read these records
@@ -230,9 +231,9 @@ def test_the_first_class_measures_the_others_cases_in_its_sweep_and_hands_them_o
             on_record(case_key(*case), out[case_key(*case)])
         return out
 
-    got_forward = case_cache.measure_cases(forward, "Forward", cache=cache, measure=measure,
+    got_forward = asv_suite.measure_suite(forward, "Forward", cache=cache, measure_missing=measure,
                                            also={"Training": training})
-    got_training = case_cache.measure_cases(training, "Training", cache=cache, measure=measure,
+    got_training = asv_suite.measure_suite(training, "Training", cache=cache, measure_missing=measure,
                                             also={"Forward": forward})
     assert sweeps == [("Forward", [c[0] for c in forward], {"Training": 3})]  # Training measured nothing
     assert list(got_forward) == [case_key(*c) for c in forward]  # each class gets its own cases only
@@ -240,9 +241,9 @@ def test_the_first_class_measures_the_others_cases_in_its_sweep_and_hands_them_o
     assert {r["mode"] for r in got_training.values()} == {"fwd_bwd"}
     # Without a cache nothing could hand them on: each class measures its own, and only its own.
     plain = []
-    case_cache.measure_cases(training, "Training", cache=None,
-                             measure=lambda todo, suite=None: plain.append((suite, len(todo))) or {},
-                             also={"Forward": forward})
+    asv_suite.measure_suite(training, "Training", cache=None,
+                            measure_missing=lambda todo, suite=None: plain.append((suite, len(todo))) or {},
+                            also={"Forward": forward})
     assert plain == [("Training", 3)]
 
 

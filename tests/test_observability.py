@@ -167,11 +167,11 @@ def _row(impl, **fields):
 
 
 def test_rows_are_written_atomically_with_the_columns_and_other_kernels_kept(tmp_path, monkeypatch):
-    import attnbench.results.atomic
+    import attnbench.core.atomic
 
     written = []
-    real = attnbench.results.atomic.atomic_write_text
-    monkeypatch.setattr(attnbench.results.atomic, "atomic_write_text",
+    real = attnbench.core.atomic.atomic_write_text
+    monkeypatch.setattr(attnbench.core.atomic, "atomic_write_text",
                         lambda p, t: (written.append(p), real(p, t)))
     path = obs.output_path(str(tmp_path), "cpu-2core", "torch")
     obs.write_rows(path, [_row("torch-sdpa-math", profiler_visible=True, attributed_share=0.99),

@@ -270,7 +270,7 @@ from attnbench.asv import suite as asv_suite
 F = asv_suite.FORWARD
 cases = [("jax-cudnn", F, "static"), ("torch-xla-sdpa", F, "static"), ("jax-pallas-tpu-flash", F, "static"),
          ("reference-float64", F.replace(seq_q=128, seq_k=128), "static")]  # the one case measured
-out = asv_suite.measure_cases(cases, suite="Forward")
+out = asv_suite.sweep_cases(cases, suite="Forward")
 print(json.dumps({"status": {k.split("|")[0]: v["status"] for k, v in out.items()},
                   "reason": {k.split("|")[0]: v["reason"] for k, v in out.items()},
                   "machine": asv_suite.machine_name(), "dtypes": list(asv_suite.suite_dtypes()),
@@ -431,7 +431,7 @@ def test_the_report_shows_the_recorded_suite_and_which_labels_were_recomputed(tm
 
 # -- 8. an unknown CPU is not priced as the first CPU row -----------------------------------------
 def test_a_made_up_cpu_gets_an_unknown_price():
-    from attnbench.core import cost
+    from attnbench.measure import cost
 
     made_up = Device("cpu", "Frobnitz Q9000 Made-Up CPU", 1, "Frobnitz Q9000 Made-Up CPU", 4)
     pricing = cost.pricing_for(made_up)

@@ -1,12 +1,9 @@
 """asv plugin (``asv.conf.json`` ``"plugins"``): an existing environment is named by what it holds.
 
-asv names an existing environment (``-E existing:PATH``) after the interpreter's path
-(``existing-py_work_main_.venv-targets_bin_python``) and records no library versions, so the same
-stack run from another folder or machine starts another history, and its graphs cannot say which
-jax or torch they show. Here an existing environment takes its Python version and the versions of
-``attnbench.run.environment.NAMED`` (jax, torch, torch-xla, libtpu) as asv's own ``python`` and
-``requirements``, and asv's stock naming of virtualenvs: ``existing-py3.12-jax0.11.2-torch2.11.0``.
-The benchmarks' sidecars use the same name (``attnbench.run.environment.environment_name``).
+asv names an existing environment after the interpreter's path and records no versions, so the
+same stack run from another folder starts another history. Here it takes the Python version and the
+versions of ``attnbench.run.environment.NAMED`` as ``python`` and ``requirements``, and so asv's stock
+name: ``existing-py3.12-jax0.11.2-torch2.11.0`` (the sidecars' name too).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """``attnbench rename-env OLD NEW``: file an asv environment's results under another name.
 
-asv named existing environments after the interpreter's path until ``attnbench/asv/plugin.py``
-named them by what they hold; results written before (``<commit8>-existing-py_work_main_.venv-
-targets_bin_python.json``) would start a second history beside the new name. This moves every file of
-environment ``OLD`` on every machine under ``results/`` to ``NEW``: the asv result files (their
-``env_name``, and the ``python`` and requirements that ``NEW`` states), the sidecars and the trace
-folders. Nothing measured changes; each file is written atomically before its old name goes.
+Results filed under an interpreter-path name (before ``attnbench/asv/plugin.py``) would start a
+second history. This moves environment ``OLD``'s result files (``env_name``, ``python``,
+requirements), sidecars and trace folders on every machine to ``NEW``; nothing measured changes, and
+each file is written atomically before its old name goes.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ import os
 import re
 
 from attnbench.asv import sidecar
-from attnbench.results.atomic import atomic_write_text
+from attnbench.core.atomic import atomic_write_text
 from attnbench.run.environment import NAMED
 
 

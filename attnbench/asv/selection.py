@@ -27,8 +27,12 @@ import re
 import subprocess
 import sys
 
+import attention_impls
+from attnbench.asv.suite import accelerator_kind, outside_suite, suite_settings
+from attnbench.core.atomic import atomic_write_text
 from attnbench.core.workload import Workload
-from attnbench.results.atomic import atomic_write_text
+
+# Imported where used: asv (the main venv only).
 
 CONF = "asv.conf.json"
 MAIN_FRAMEWORKS = ("numpy", "jax", "torch")
@@ -38,13 +42,8 @@ XLA_FRAMEWORKS = ("torch_xla",)
 def can_run(
     impl_name: str, workload: Workload, regime: str, frameworks: tuple[str, ...], settings: dict, accel: str
 ) -> bool:
-    """False only where the case is certainly n/a in an environment of ``frameworks`` on ``accel``:
-    another framework's kernel, one the support table marks unsupported on a CPU-only host, or one
-    the suite size leaves out (``asv_suite.outside_suite``; a kernel counts as interpreted only on a
-    CPU-only host, where the support table says so without a device)."""
-    import attention_impls
-    from attnbench.asv.suite import outside_suite
-
+    """False only where the case is certainly n/a in an environment of ``frameworks`` on ``accel``
+    (interpreted only counts on a CPU-only host, where the support table says so without a device)."""
     impl = attention_impls.get(impl_name)
     if impl.framework not in frameworks:
         return False
@@ -89,7 +88,7 @@ def env_configs(conf: str = CONF) -> list[tuple[str, tuple[str, ...]]]:
 
 
 def existing_frameworks(python: str) -> tuple[str, ...]:
-    """What an existing interpreter measures (``asv_suite.this_env_frameworks``, asked of it)."""
+    """What an existing interpreter measures (``asv.suite.this_env_frameworks``, asked of it)."""
     found = subprocess.run(
         [python, "-c", "import importlib.util as u; print(u.find_spec('torch_xla') is not None)"],
         capture_output=True,
@@ -103,8 +102,7 @@ def _user_selects(asv_args: list[str]) -> bool:
 
 
 def _measured_classes():
-    """``benchmarks/attention.py``'s measured classes, imported from the checkout (this process is
-    not asv's: no device is touched at import)."""
+    """``benchmarks/attention.py``'s measured classes, imported from the checkout."""
     sys.path.insert(0, os.getcwd())
     path = os.path.join("benchmarks", "attention.py")
     spec = importlib.util.spec_from_file_location("benchmarks_attention", path)
@@ -114,15 +112,13 @@ def _measured_classes():
 
 
 def _bench_args(classes, frameworks) -> list[str]:
-    from attnbench.asv.suite import accelerator_kind, suite_settings
-
     regexes = selection(classes, frameworks, suite_settings(), accelerator_kind())
     return [arg for r in regexes for arg in ("-b", r)] or ["-b", r"^$"]
 
 
 def run(machine: str, existing: list[str], commit: str | None, asv_args: list[str]) -> int:
-    """One ``asv run`` per environment, each with its selection unless ``asv_args`` selects; a run
-    that reports failed benchmarks is said, not fatal."""
+    """One ``asv run`` per environment, each with its selection unless ``asv_args`` selects; failed
+    benchmarks are reported, not fatal."""
     if existing:
         runs = [(["-E", f"existing:{python}", "--set-commit-hash", commit], existing_frameworks(python),
                  python) for python in existing]

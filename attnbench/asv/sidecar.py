@@ -1,35 +1,14 @@
 """The suite's sidecar: what an asv result file cannot hold, written beside it at measurement time.
 
-asv result files hold numbers only. For every machine x commit x asv environment the suite writes
-one sidecar, ``results/<machine>/sidecars/<commit8>-<env>.sidecar`` (JSON):
+One JSON sidecar per machine x commit x environment,
+``results/<machine>/sidecars/<commit8>-<env>.sidecar``: ``versions`` imported, ``host``
+(``hardware/fingerprint.py``), ``settings`` (everything that changes what a number means) and, per
+``case_id``, what the engine recorded when it measured it (fields: docs/suite.md). The loader
+(``asv_results.load_results``) joins these to the rows, so reports show what was measured, never
+what today's code would say. Fields a sidecar lacks read as unknown.
 
-* ``versions``: every library version the suite imported (asv's existing-environment mode records
-  none);
-* ``host``: the host the run ran on (``attnbench/hardware/fingerprint.py``: CPU model and flags, cores,
-  caches, memory, accelerator and driver, the run's CPU GEMM probe), which the analysis reads to tell a
-  different host from a regression;
-* ``settings``: the suite size (``suite``: default/full/...) and its settings (lengths, dtypes,
-  timing budget and grace, regime lengths and steps, interpreter length limit), the compile-cache
-  policy, the case timeout, the implementation subset and the pinned threads: everything that
-  changes what a number means;
-* ``cases``: per case (``case_id``), what the engine recorded when it measured it: ``label``
-  (forced-flash/native), ``execution`` (compiled/eager/interpret), ``platform`` (cpu/gpu/tpu, the
-  platform the framework really ran on), ``device``, ``status`` and ``reason``; and how far its
-  timing can be trusted: ``contended`` (the rest of the machine was busy while it was timed, see
-  ``attnbench/measure/contention.py``) with ``contention_reason``, the interval of seconds per step
-  (``ci_low_s``, ``ci_high_s``), what it is over (``ci_basis``: the timing ``rounds``' medians, or
-  one window's ``samples``) and its ``ci_coverage``. Sidecars written before
-  these fields have none of them; the loader reads them as unknown.
-
-The loader (``asv_results.load_results``) joins these to the tidy rows, so reports show what was
-measured, never what today's code would say about it.
-
-Why ``.sidecar`` and not ``.json``: ``asv publish`` walks every folder under ``results/``
-(``asv.results.iter_results_paths``) and, in each folder holding a ``*.json`` other than
-``machine.json``/``benchmarks.json``, wants a ``machine.json`` and loads every ``*.json`` as a
-result file. The old sidecars, ``results/<machine>/versions/<commit8>-<env>.json``, made it warn
-``could not load results/<machine>/versions/machine.json`` on every publish. They are still read
-(``read``), never written.
+Not ``.json``: ``asv publish`` loads every ``*.json`` under ``results/`` as a result file. Legacy
+``versions/<commit8>-<env>.json`` sidecars are still read, never written.
 """
 
 from __future__ import annotations
@@ -37,9 +16,11 @@ from __future__ import annotations
 import json
 import os
 
+from attnbench.core.atomic import atomic_write_text
+
 FOLDER = "sidecars"
 SUFFIX = ".sidecar"
-LEGACY_FOLDER = "versions"  # up to this change: results/<machine>/versions/<commit8>-<env>.json
+LEGACY_FOLDER = "versions"
 CASE_FIELDS = ("label", "execution", "platform", "device", "status", "reason", "contended",
                "contention_reason", "ci_low_s", "ci_high_s", "ci_basis", "ci_coverage", "rounds",
                "mask", "gqa", "flops")  # what a preset's case computed (Models)
@@ -82,10 +63,8 @@ def _load(file: str) -> dict | None:
 
 
 def read(results_dir: str, machine: str, commit: str, env: str) -> dict:
-    """The sidecar (new location, else the legacy ``versions/`` one), ``{}`` when there is none.
-
-    A legacy sidecar holds ``versions`` and (from 14c0909 on) ``settings.compile_cache``, no cases.
-    """
+    """The sidecar (new location, else the legacy ``versions/`` one, which holds no cases), ``{}``
+    when there is none."""
     for file in (path(results_dir, machine, commit, env), legacy_path(results_dir, machine, commit, env)):
         data = _load(file)
         if data is not None:
@@ -113,12 +92,9 @@ def case_entry(record: dict) -> dict:
 
 def write(results_dir: str, machine: str, commit: str, env: str, *, versions: dict, settings: dict,
           cases: dict[str, dict], host: dict | None = None) -> str:
-    """Write (atomically) the sidecar, merging ``cases`` into those already recorded for this commit
-    and environment (asv measures each benchmark class in its own process, and keeps earlier results
-    of benchmarks a run skipped); ``versions`` and ``settings`` are this run's, and so is ``host``
-    (``hardware.fingerprint``), whose fields this process could not read keep what was recorded."""
-    from attnbench.results.atomic import atomic_write_text
-
+    """Write the sidecar atomically, merging ``cases`` into those recorded (asv runs each class in its
+    own process and keeps skipped benchmarks' results); ``host`` fields this process could not read
+    keep what was recorded."""
     file = path(results_dir, machine, commit, env)
     old = _load(file) or {}
     merged = dict(old.get("cases") or {})

@@ -1,74 +1,50 @@
 """What the asv suite measures and how it reads it: suite sizes, cases, metrics, provenance.
 
-The classes in ``benchmarks/`` stay thin: each ``setup_cache`` calls ``measure_cases`` once per
-environment and commit (every case in its own worker process, through ``attnbench.measure.engine``), and
-every ``track_*`` benchmark reads one metric (``attnbench/core/metrics.py``, one row each) of that one
-measurement. Nothing here imports a framework at import time: asv imports the suite in every
-benchmark process.
+Each ``setup_cache`` in ``benchmarks/`` calls ``measure_suite`` once per environment and commit, and
+each ``track_*`` reads one metric (``attnbench/core/metrics.py``) of it. Nothing here imports a
+framework at import time: asv imports the suite in every benchmark process.
 
-Suite sizes (``ATTNBENCH_SUITE``; ``ATTNBENCH_PROFILE`` is its deprecated old name): ``default``
-fits this project's 2-core CPU machine in 10 minutes; ``full`` adds lengths up to 8192 and
-bfloat16. On a GPU every size runs float32 and bfloat16 (FlashAttention-2 and cuDNN refuse float32),
-on a TPU bfloat16 only (``suite_dtypes``). ``ATTNBENCH_IMPLS`` (comma-separated names) and asv's own
-``-b REGEX`` narrow a run.
-
-The asv process itself initialises no device: on a GPU, jax would preallocate 75% of its memory
-there, and a TPU admits one process. Which cases an implementation supports here is asked of a
-short-lived spawned process (``plan_cases``) that exits before the measuring workers start; the
-machine's name comes from ``ATTNBENCH_MACHINE`` (``make bench`` sets it), from device files, or from
-``python -m attnbench machine-name`` run as its own process (``machine_name``); the dtypes from
-``ACCEL`` or device files (``accelerator_kind``).
-
-Beside the results it writes a sidecar per machine x commit x environment (``attnbench/asv/sidecar.py``):
-library versions, the suite and its settings (with the metrics' ``definitions`` version), and per
-case what the engine recorded at measurement time (label, execution, platform, device, contention,
-the timing interval and rounds), which the reports read instead of recomputing them.
+The asv process initialises no device (jax would preallocate 75% of a GPU, and a TPU admits one
+process): support is asked of a spawned process (``plan_cases``), the machine name and dtypes come
+from the environment or device files. Suite sizes and the sidecar: docs/suite.md.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import subprocess
 import sys
 
-from attnbench.core import metrics, presets, records
+import attention_impls
+from attnbench import hardware
+from attnbench.asv import sidecar
+from attnbench.core import metrics, presets, records, statuses
 from attnbench.core.metrics import METRIC_VERSION, Metric  # noqa: F401  (the suite's names for them)
 from attnbench.core.workload import CUSTOM, PHASES, Workload
+from attnbench.hardware import detection
 from attnbench.hardware.dtypes import MACHINE_DTYPES
+from attnbench.hardware.fingerprint import host_fingerprint
+from attnbench.measure.engine import Options
+from attnbench.measure.process_env import pin_threads
+from attnbench.run import case_cache, sweep
+from attnbench.run.case_cache import CaseCache
+from attnbench.run.environment import environment_name
+from attnbench.run.provenance import git_commit, library_versions
+from attnbench.run.worker import Worker
 
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# Models (benchmarks/attention.py): the presets each size measures, at which lengths
-# (attnbench/core/presets.py SIZES), whether kernels that only run in an interpreter here take part, and
-# whether the float64 reference is timed on them. The default size keeps two presets that between
-# them hold every causal mask and head structure of the catalogue (GQA 4:1 at head dim 128; GQA 2:1
-# with window + soft cap at head dim 256; packed documents in training, ragged caches in decode),
-# leaves out the interpreted kernels (their speed says nothing about any hardware), the reference
-# (the yardstick: every case's numerics are checked against it anyway) and the torch_xla kernels,
-# and runs prefill and decode (training: the Training class, and full); full runs every
-# preset, phase and kernel for real, gpu the default's two presets for real (its run has about 8
-# minutes).
+# The default's two presets between them hold every mask and head structure of the catalogue.
 DEFAULT_PRESETS = ("llama-3.1-8b", "gemma-2-9b")
 ALL_PRESETS = tuple(presets.PRESETS)
 SUITES = {
-    # max_interpret_seq: Pallas kernels that only run here through an interpreter (100x slower than
-    # native) are skipped above it, with that reason; it keeps the default suite within 10 minutes
-    # (256: their forward at 256 only; with timing rounds, 512 took the run to 11.4 min). What the
-    # kernels do on their own hardware is the compiled-for tier's (results/compiled-for/).
-    # fresh_process False + static_first: every static case, the toy's and the presets', runs in one
-    # shared worker, first (a worker's start and imports cost ~2.3 s here, ~4.5 s with torch_xla: more
-    # than most cases); each still compiles its own shapes cold, and each regime case gets a fresh
-    # process of its own (its compile count must be cold).
-    # max_reference_seq: the float64 numpy reference (the yardstick for correctness, not a
-    # contender: 0.6 s a step at 1024 here) is timed up to this length only.
-    # regime_seqs: lengths at which the dynamic and bucketed regimes run (None: every length); each
-    # such case compiles once per length or bucket, cold. max_extra_seconds: how long the first
-    # timing window may go on past min_seconds while its IQR exceeds 5%.
-    # rounds: timing windows of every static case (not of interpreted kernels), each in its own
-    # process, spread over the run; the figure is the median of their medians (stats.py: between-
-    # process noise dominates here, so the budget goes to more short rounds, each of round_seconds,
-    # rather than longer windows). 4: the interval over 4 medians (their range) covers 87.5% (6
-    # covered 96.9%); the Models class's 22 cases made each round ~40 s here, and 6 rounds took make
-    # bench to 11 min 21 s (results/LOG.md; full keeps 9).
+    # max_interpret_seq: an interpreter's speed says nothing about any hardware (the compiled-for
+    # tier's). fresh_process False + static_first: static cases share a worker (its start costs more
+    # than most cases; shapes still compile cold); a regime case gets its own, so its compile count
+    # is cold. max_extra_seconds: how long the first window may run on while its IQR exceeds 5%.
+    # rounds: windows per static case, each in its own process; more short rounds beat longer
+    # windows because noise between processes dominates (stats.py; results/LOG.md).
     "default": {"forward_seqs": (256, 1024), "training_seqs": (512,), "dtypes": ("float32",),
                 "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 0.2,
                 "max_interpret_seq": 256, "max_reference_seq": 256, "regime_seqs": (1024,), "rounds": 4,
@@ -86,13 +62,8 @@ SUITES = {
              "max_extra_seconds": 3.0, "max_interpret_seq": None, "max_reference_seq": None,
              "regime_seqs": None, "rounds": 9, "round_seconds": 0.2, "model_presets": ALL_PRESETS,
              "preset_size": "real", "preset_interpret": True},
-    # One short run on a GPU (tools/device-run.sh: about 8 minutes on the H200). Device timer (CUDA
-    # events for torch; jax blocks on its own work and is wall-clocked), one timing window per case: a
-    # dedicated GPU does not drift between processes as a shared CPU does. Static cases share a worker
-    # (a worker's start, imports and CUDA context cost more than most cases; regime cases still get
-    # their own), lengths run shortest first so a run cut by its deadline keeps whole lengths, the
-    # regimes run in bfloat16 only, and the TPU kernels, which only run in an interpreter here, stay
-    # out (their interpreter's speed says nothing about any hardware).
+    # One short GPU run (tools/device-run.sh): one window per case, as a dedicated GPU does not drift
+    # between processes as a shared CPU does; shortest lengths first, so a deadline keeps whole lengths.
     "gpu": {"forward_seqs": (1024, 4096, 16384), "training_seqs": (4096,), "dtypes": ("bfloat16", "float32"),
             "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 0.3, "max_interpret_seq": 512,
             "max_reference_seq": 1024, "regime_seqs": (4096,), "regime_dtypes": ("bfloat16",), "rounds": 1,
@@ -104,10 +75,9 @@ FORWARD = Workload(batch=1, q_heads=8, head_dim=64, seq_q=1024, causal=True, mod
 TRAINING = FORWARD.replace(mode="fwd_bwd")
 CASE_TIMEOUT_S = 600.0
 CHECK_TIMEOUT_S = 600.0  # the spawned support check imports every framework and initialises its device
-# The dtypes a suite runs on an accelerator, whatever its size. GPU: float32 and bfloat16 (the
-# FlashAttention-2 and cuDNN kernels refuse float32). TPU: bfloat16 only: XLA computes a float32
-# matmul on a TPU in bfloat16 passes by default (JAX "Matmul precision": "bfloat16 on TPU"), so a
-# "float32" case would not be what its name says, and no TPU has a published float32 peak.
+# Whatever the size. GPU: FlashAttention-2 and cuDNN refuse float32, so bfloat16 too. TPU: XLA
+# computes float32 matmuls in bfloat16 passes by default (JAX "Matmul precision"), and no TPU
+# publishes a float32 peak.
 ACCELERATOR_DTYPES = {"gpu": ("bfloat16", "float32"), "tpu": MACHINE_DTYPES["tpu"]}
 ACCEL_ENV = ("ATTNBENCH_ACCEL", "ACCEL")  # make exports ACCEL (cpu | cuda | tpu)
 _ACCEL_PLATFORM = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu", "tpu": "tpu"}
@@ -148,21 +118,16 @@ def suite_settings() -> dict:
 
 def accelerator_kind() -> str:
     """``cpu``, ``gpu`` or ``tpu``: the accelerator this machine's suite is sized for, decided
-    without initialising any device (asv imports the suite in every benchmark process).
-
-    ``ATTNBENCH_ACCEL`` or ``ACCEL`` (``make`` exports the latter: ``cpu``, ``cuda``, ``tpu``: what
-    the venvs were built for), else the device files of ``hardware.accelerator_present``. Both asv
-    environments see the same answer, so their parameters agree.
-    """
+    without initialising any device, from ``ACCEL_ENV`` else device files, so both asv environments
+    agree on their parameters."""
     for var in ACCEL_ENV:
         value = os.environ.get(var, "").strip().lower()
         if value:
             if value not in _ACCEL_PLATFORM:
                 raise ValueError(f"{var} must be one of {sorted(_ACCEL_PLATFORM)}, got {value!r}")
             return _ACCEL_PLATFORM[value]
-    from attnbench.hardware.detection import accelerator_present
 
-    attached = accelerator_present()
+    attached = detection.accelerator_present()
     return attached.platform if attached else "cpu"
 
 
@@ -174,9 +139,8 @@ def suite_dtypes(settings: dict | None = None, accelerator: str | None = None) -
 
 
 def provenance_settings(settings: dict | None = None) -> dict:
-    """What the sidecar records as the run's settings: the suite and everything that changes what a
-    number means. Flat and scalar, so that each becomes one ``setting_<name>`` column of the tidy
-    table and a change across a regression is named like a library version."""
+    """The sidecar's settings: everything that changes what a number means. Flat and scalar, so each
+    becomes a ``setting_<name>`` column and a change across a regression is named like a version."""
     settings = suite_settings() if settings is None else settings
 
     def seqs(values):
@@ -207,7 +171,6 @@ def provenance_settings(settings: dict | None = None) -> dict:
 
 def impl_names() -> list[str]:
     """Every registered name (params must not differ between asv environments), or a chosen subset."""
-    import attention_impls
 
     chosen = os.environ.get("ATTNBENCH_IMPLS")
     names = attention_impls.names()
@@ -221,29 +184,64 @@ def impl_names() -> list[str]:
 
 def this_env_frameworks() -> tuple[str, ...]:
     """The torch_xla environment measures torch_xla only; the main one everything else."""
-    import importlib.util
 
     if importlib.util.find_spec("torch_xla") is not None:
         return ("torch_xla",)
     return ("numpy", "jax", "torch")
 
 
-def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = None, on_record=None,
-                  also: dict[str, list[tuple[str, Workload, str]]] | None = None) -> dict:
-    """Measure each (impl, workload, regime) once; returns {case key: record}.
+def measure_suite(cases: list[tuple[str, Workload, str]], suite: str | None = None, *,
+                  also: dict[str, list[tuple[str, Workload, str]]] | None = None,
+                  cache: CaseCache | None = None, measure_missing=None) -> dict:
+    """The records of a benchmark class's cases, each measured once; ``{case key: record}``.
 
-    ``suite``: the benchmark class (``Forward``, ``Training``) the cases belong to, as the sidecar
-    names them. ``also``: ``{class: cases}`` of other classes measured in the same sweep, so that one
-    support check and one set of timing-round workers serve them all (each round worker pays its
-    framework imports, ~5 s here); their records are in the answer too, and the sidecar files them
-    under their own class. Cases of another environment's frameworks, cases the implementation
-    refuses and cases outside the suite size are recorded without starting a worker
-    (``plan_cases``: asked of a spawned process, never of this one). Writes the sidecar (inside asv).
+    ``cache``: records it holds are not measured again. ``also``: ``{class: cases}`` of other
+    classes; with a cache, those it lacks join this sweep and reach their class through the cache
+    (without one nothing could hand them on, so they are left to their class).
     """
-    from attnbench.measure.engine import Options
-    from attnbench.measure.process_env import pin_threads
-    from attnbench.run.sweep import run_probe_dir, run_sweep
+    measure_missing = sweep_cases if measure_missing is None else measure_missing
+    if cache is None:
+        return measure_missing(cases, suite=suite)
+    keys = [case_key(*case) for case in cases]
+    done = cache.load(keys)
+    missing = [case for case, key in zip(cases, keys, strict=True) if key not in done]
+    others = {}
+    for other_suite, other_cases in (also or {}).items():
+        have = cache.load([case_key(*case) for case in other_cases])
+        lacking = [case for case in other_cases if case_key(*case) not in have]
+        if lacking:
+            others[other_suite] = lacking
+    if missing or others:
+        together = "".join(f", with {len(c)} {s} cases" for s, c in others.items())
+        print(f"attnbench: case cache {cache.folder}: {len(done)} of {len(cases)} {suite or ''} cases "
+              f"already measured, measuring {len(missing)}{together}", file=sys.stderr)
+        written = set()
 
+        def persist(key, record):  # as each case ends, before the next one starts
+            cache.put(key, record)
+            written.add(key)
+
+        measured = measure_missing(missing, suite=suite, on_record=persist, also=others)
+        for key, record in measured.items():  # the cases decided without a worker too
+            if key not in written:
+                cache.put(key, record)
+        done.update((key, measured[key]) for key in keys if key in measured)
+    if done and len(missing) < len(cases):  # the sidecar names every case, also those measured earlier
+        write_sidecar({suite: cases}, done)
+    return {key: done[key] for key in keys if key in done}
+
+
+def run_case_cache() -> CaseCache | None:
+    """This asv run's ``ATTNBENCH_CASE_CACHE``; ``None`` when unset or outside asv."""
+    context = asv_context() if os.environ.get(case_cache.CACHE_ENV) else None
+    return case_cache.from_env(provenance_settings(), context) if context else None
+
+
+def sweep_cases(cases: list[tuple[str, Workload, str]], suite: str | None = None, on_record=None,
+                also: dict[str, list[tuple[str, Workload, str]]] | None = None) -> dict:
+    """Measure each (impl, workload, regime) in one sweep, with ``also``'s other classes' cases;
+    returns {case key: record}. ``on_record(key, record)``: as each case ends.
+    """
     groups = {suite: list(cases), **(also or {})}
     every = list({case_key(*case): case for group in groups.values() for case in group}.values())
     threads = len(os.sched_getaffinity(0))
@@ -258,22 +256,16 @@ def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = No
                        min_seconds=settings["min_seconds"],
                        max_extra_seconds=settings["max_extra_seconds"], trace_dir=traces,
                        compile_cache=compile_cache(), round_seconds=settings.get("round_seconds", 0.1),
-                       timer=settings.get("timer", "wall"))
+                       timer=settings.get("timer", "wall"), support_checked=True)
 
-    handed = {}
+    def measured(i, record):
+        on_record(case_key(*to_run[i]), record)
 
-    def measured(rows):  # ``on_record(key, record)`` as each case ends (attnbench/run/case_cache.py),
-        # and again for a record the timing rounds pooled
-        for case, row in zip(to_run, rows, strict=False):
-            key = case_key(*case)
-            if handed.get(key) is not row:
-                handed[key] = row
-                on_record(key, row)
-
-    with run_probe_dir():  # the run's CPU GEMM probe, kept until the sidecar's host fingerprint reads it
-        rows = run_sweep(to_run, options_for, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False,
-                         on_record=measured if on_record else None, rounds=settings.get("rounds", 1),
-                         fresh_process=fresh_process_of(settings), deadline=deadline())
+    with sweep.run_probe_dir():  # the run's CPU GEMM probe, kept until the sidecar's fingerprint reads it
+        rows = sweep.run_sweep(to_run, options_for, timeout_s=CASE_TIMEOUT_S, threads=threads,
+                               progress=False, on_record=measured if on_record else None,
+                               rounds=settings.get("rounds", 1), fresh_process=fresh_process_of(settings),
+                               deadline=deadline())
         for (name, workload, regime), row in zip(to_run, rows, strict=True):
             out[case_key(name, workload, regime)] = row
         write_sidecar(groups, out, settings)
@@ -281,9 +273,8 @@ def measure_cases(cases: list[tuple[str, Workload, str]], suite: str | None = No
 
 
 def run_order(cases: list, settings: dict) -> list:
-    """The order a sweep measures its cases in (stable): ``length_first``, shortest length first, so
-    that a run cut by its deadline keeps its shorter lengths whole; ``static_first``, the static cases
-    before the regimes', so that consecutive static cases share one worker."""
+    """The order a sweep measures its cases in (stable): ``length_first`` so a run cut by its deadline
+    keeps its shorter lengths whole; ``static_first`` so consecutive static cases share one worker."""
     if settings.get("length_first"):
         return sorted(cases, key=lambda case: (case[1].seq_q, case[1].mode, case[2] != "static"))
     if settings.get("static_first"):
@@ -292,11 +283,9 @@ def run_order(cases: list, settings: dict) -> list:
 
 
 def fresh_process_of(settings: dict):
-    """Whether a case gets a worker of its own: the size's ``fresh_process`` (default yes), and for
-    a preset's static case ``preset_fresh_process`` (default: the same). The default size lets
-    consecutive preset cases share a worker: a worker's start and imports (~4 s here) cost more than
-    most of them, and each still compiles its own shapes cold (jax and Inductor key their caches by
-    shape; the Inductor cache is empty per run)."""
+    """Whether a case gets a worker of its own (``fresh_process``; ``preset_fresh_process`` for a
+    preset's case). Sharing is safe for timing: jax and Inductor key their caches by shape, so each
+    case still compiles cold."""
     fresh = settings.get("fresh_process", True)
     preset = settings.get("preset_fresh_process", fresh)
     if preset == fresh:
@@ -319,13 +308,9 @@ def plan_cases(cases: list[tuple[str, Workload, str]], settings: dict | None = N
                check=None) -> tuple[dict, list]:
     """``({case key: record} of the cases that need no worker, [cases to measure])``.
 
-    Whether an implementation runs a workload here (``impl.check``: the framework's platform) and
-    how (``impl.execution``: interpreted kernels stop at the suite's length limit) is answered by
-    ``check`` (default: ``check_in_subprocess``, one spawned process for all cases, gone before any
-    measuring worker starts), so that this process initialises no device. A check that fails makes
-    its cases ``error`` records.
+    Support is answered by ``check`` (default ``check_in_subprocess``, gone before any measuring
+    worker starts), so this process initialises no device. A failed check makes ``error`` records.
     """
-    import attention_impls
 
     settings = suite_settings() if settings is None else settings
     check = check_in_subprocess if check is None else check
@@ -362,10 +347,8 @@ def _record(name, workload, regime, status, reason, **fields) -> dict:
 
 
 def check_cases(cases: list[tuple[str, Workload, str]], settings: dict) -> list[dict]:
-    """Per case: ``reason`` it is not measured here (the implementation's, or the suite size's),
-    and the ``platform``, ``label`` and ``execution`` it would run with. Initialises the frameworks'
-    devices: run it in a process of its own (``check_in_subprocess``)."""
-    import attention_impls
+    """Per case: ``reason`` it is not measured here, and the ``platform``, ``label`` and ``execution``
+    it would run with. Initialises devices: run it in its own process (``check_in_subprocess``)."""
 
     machine, machine_platform = machine_name(), accelerator_kind()
     answers = []
@@ -388,47 +371,28 @@ def check_cases(cases: list[tuple[str, Workload, str]], settings: dict) -> list[
     return answers
 
 
-def _check_main(conn, cases, settings) -> None:
+def _check_task(cases, settings):
     try:
-        answer = check_cases(cases, settings)
+        return check_cases(cases, settings)
     except Exception as exc:
-        answer = RuntimeError(f"{type(exc).__name__}: {exc}")
-    conn.send(answer)
-    conn.close()
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
 def check_in_subprocess(cases, settings, timeout_s: float = CHECK_TIMEOUT_S):
-    """``check_cases`` in one spawned process, which exits (releasing any device it initialised)
+    """``check_cases`` in one spawned worker, which exits (releasing any device it initialised)
     before this returns; an exception (returned, not raised) when it gave no answer."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    reader, writer = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=_check_main, args=(writer, cases, settings), daemon=True)
-    process.start()
-    writer.close()
-    try:
-        if reader.poll(timeout_s):
-            answer = reader.recv()
-        else:
-            answer = TimeoutError(f"no answer within {timeout_s:g} s")
-    except (EOFError, ConnectionError):
-        process.join(5)
-        answer = RuntimeError(f"the check process died (exit code {process.exitcode})")
-    finally:
-        reader.close()
-        process.join(60)
-        if process.is_alive():
-            process.kill()
-            process.join(5)
-    return answer
+    with Worker(_check_task) as worker:
+        answer, failure = worker.call((cases, settings), timeout_s)
+    if failure is None:
+        return answer
+    if failure.status == statuses.TIMEOUT:
+        return TimeoutError(f"no answer within {timeout_s:g} s")
+    return RuntimeError(f"the check process died: {failure.reason}")
 
 
 def off_machine(impl, platform: str, machine: str, machine_platform: str) -> str | None:
-    """Why a case must not be filed under ``machine``: its framework runs on the CPU here while the
-    machine is an accelerator host (``machine_platform``: ``accelerator_kind``), as torch_xla on PJRT
-    CPU on a GPU host does. The float64 reference always runs on the host CPU: it is the yardstick,
-    not a contender."""
+    """Why a case must not be filed under ``machine``: its framework runs on the CPU of an
+    accelerator host (torch_xla on PJRT CPU on a GPU host). The float64 reference is exempt."""
     if platform == "cpu" and machine_platform != "cpu" and impl.framework != "numpy":
         return (f"{impl.framework} runs on the CPU in this environment, and this machine ({machine}) is a "
                 f"{machine_platform.upper()} host: CPU figures are never filed under an accelerator's name")
@@ -439,9 +403,7 @@ def outside_suite(impl, workload: Workload, regime: str, settings: dict,
                   interpreted: bool | None = None) -> str | None:
     """Why the suite size leaves out a case the implementation could run (n/a with this reason).
 
-    ``interpreted`` (whether the kernel runs in an interpreter here), unless given, is asked of
-    ``impl`` on its framework's platform: then call it where a device may be initialised
-    (``check_cases``), never in the asv process.
+    Without ``interpreted`` it asks ``impl``'s platform: then never call it in the asv process.
     """
     limit, regime_seqs = settings["max_interpret_seq"], settings["regime_seqs"]
     if interpreted is None:
@@ -470,12 +432,9 @@ def outside_suite(impl, workload: Workload, regime: str, settings: dict,
 
 
 def preset_impl_names(settings: dict | None = None) -> list[str]:
-    """The Models class's implementations: ``impl_names()`` less those this size leaves out of the
-    presets whatever the preset (declared, so both asv environments agree, and nothing is imported):
-    other frameworks than ``preset_frameworks``, the float64 reference unless ``preset_reference``,
-    and kernels that do not run natively on this machine's platform unless ``preset_interpret``.
-    A kernel that refuses one preset's mask stays in, n/a with its reason there."""
-    import attention_impls
+    """The Models class's implementations: ``impl_names()`` less those this size leaves out of every
+    preset, from declarations only, so both asv environments agree. A kernel that refuses one
+    preset's mask stays in, n/a with its reason there."""
 
     settings = suite_settings() if settings is None else settings
     platform = accelerator_kind()
@@ -493,8 +452,7 @@ def preset_impl_names(settings: dict | None = None) -> list[str]:
 
 
 def case_length(workload: Workload) -> int | str:
-    """The sidecar's length field of a case: the sequence length, or ``<preset>:<phase>`` for a
-    preset's workload (Models has no length parameter: a preset and phase fix it)."""
+    """The sidecar's length field: the sequence length, or ``<preset>:<phase>`` for a preset's."""
     return workload.seq_q if workload.name == CUSTOM else f"{workload.name}:{workload.phase}"
 
 
@@ -512,14 +470,11 @@ def case_key(name: str, workload: Workload, regime: str) -> str:
 
 
 # -- metrics --------------------------------------------------------------------------------------
-# One track_<name> benchmark per row of the metric table (attnbench/core/metrics.py); their unit and
-# ``METRIC_VERSION`` come from there too.
 STATUS_CODES = records.STATUS_CODES
 
 
 def tracked_metrics() -> list[Metric]:
-    """The metrics ``benchmarks/attention.py`` gives every class a ``track_<name>`` for (read when
-    called: the metric table is the one place a metric is declared)."""
+    """The metrics every class gets a ``track_<name>`` for (the metric table is their one source)."""
     return list(metrics.METRICS)
 
 
@@ -543,28 +498,24 @@ _machine: str | None = None  # this process's answer, once found
 def machine_name() -> str:
     """The name results are filed under: states the accelerator (cpu-2core, h200, tpu-v5-lite-4).
 
-    Initialises no device in this process: ``ATTNBENCH_MACHINE`` (``make bench`` sets it from
-    ``python -m attnbench machine-name``), else ``cpu-<cores>core`` when no GPU/TPU device file is
-    there (``hardware.accelerator_present``), else ``python -m attnbench machine-name`` run as a
-    process of its own (``detect_machine_name``: the frameworks say which device they use).
+    Initialises no device in this process: ``ATTNBENCH_MACHINE``, else ``cpu-<cores>core`` without a
+    GPU/TPU device file, else ``machine-name`` run as a process of its own.
     """
     global _machine
     override = os.environ.get("ATTNBENCH_MACHINE")
     if override:
         return override
     if _machine is None:
-        from attnbench.hardware.detection import accelerator_present, detect_host
 
-        attached = accelerator_present()
+        attached = detection.accelerator_present()
         if attached is None:
-            _machine = f"cpu-{detect_host().usable_cores}core"
+            _machine = f"cpu-{detection.detect_host().usable_cores}core"
         else:
             _machine = _machine_name_in_subprocess(attached)
     return _machine
 
 
 def _machine_name_in_subprocess(attached) -> str:
-    import subprocess
 
     try:
         out = subprocess.run([sys.executable, "-m", "attnbench", "machine-name"], capture_output=True,
@@ -582,10 +533,8 @@ def _machine_name_in_subprocess(attached) -> str:
 
 
 def detect_machine_name() -> str:
-    """The machine's name as the frameworks see it: the first of jax, torch and torch_xla whose
-    default device is an accelerator names it; else ``cpu-<usable cores>core``. Initialises every
-    framework's device: ``python -m attnbench machine-name`` runs it in its own process."""
-    from attnbench import hardware
+    """The machine's name as the first framework whose default device is an accelerator sees it.
+    Initialises every framework's device: run it in its own process (``machine-name``)."""
 
     for framework in ("jax", "torch", "torch_xla"):
         try:
@@ -600,24 +549,15 @@ def detect_machine_name() -> str:
 
 
 def asv_context() -> dict | None:
-    """Where this asv run files its results: results dir, machine, commit and environment name.
+    """Where this asv run files its results (results dir, machine, commit, env); ``None`` outside asv.
 
-    asv sets ``ASV_ENV_NAME`` and ``ASV_COMMIT`` for virtualenv runs; in existing-environment mode
-    it sets neither, so the name is this environment's stable one
-    (``attnbench.run.environment.environment_name``: ``existing-py3.12-jax0.11.2-torch2.11.0``, the name
-    ``attnbench/asv/plugin.py`` gives asv) and the commit is ``ATTNBENCH_COMMIT``, else the checkout's
-    HEAD (the run's ``--set-commit-hash``). asv runs benchmarks in a scratch cwd, so the results dir is
-    ``ATTNBENCH_RESULTS_DIR``, else ``$ASV_CONF_DIR/results``, else the checkout's ``results/``.
-    ``None`` outside asv.
+    asv sets ``ASV_ENV_NAME`` and ``ASV_COMMIT`` only for virtualenv runs, and runs in a scratch cwd.
     """
-    from attnbench.run.sweep import git_commit
 
     env = os.environ.get("ASV_ENV_NAME")
-    # asv starts every benchmark process as `python .../asv/benchmark.py ...` (forkserver children
-    # inherit its argv); a process that merely imported asv (pytest, a notebook) is not a run.
+    # forkserver children inherit asv/benchmark.py's argv; a process that merely imported asv is not a run.
     in_asv = bool(sys.argv) and os.path.abspath(sys.argv[0]).endswith(os.path.join("asv", "benchmark.py"))
     if env is None and in_asv:
-        from attnbench.run.environment import environment_name
 
         env = environment_name()
     # ATTNBENCH_COMMIT: the run's --set-commit-hash where the tree has no .git (tools/device-run.sh)
@@ -641,14 +581,8 @@ def trace_dir() -> str | None:
 
 def write_sidecar(groups: dict[str | None, list[tuple[str, Workload, str]]], measured: dict,
                   settings: dict | None = None) -> str | None:
-    """The sidecar of this asv environment and commit (``attnbench/asv/sidecar.py``): library versions,
-    the suite and its settings, and per case of ``groups`` (``{class: cases}``, each case filed
-    under its class) what was recorded when it was measured. Merged into what this commit and
-    environment already hold; ``None`` outside asv."""
-    from attnbench.asv import sidecar
-    from attnbench.hardware import PROBE_DIR_ENV
-    from attnbench.hardware.fingerprint import host_fingerprint
-    from attnbench.run.sweep import library_versions
+    """Write this environment and commit's sidecar, each case of ``groups`` (``{class: cases}``)
+    filed under its class; returns its path, ``None`` outside asv."""
 
     ctx = asv_context()
     if ctx is None:
@@ -663,4 +597,4 @@ def write_sidecar(groups: dict[str | None, list[tuple[str, Workload, str]]], mea
     versions = {k.removeprefix("version_"): v for k, v in library_versions().items() if v}
     return sidecar.write(ctx["results_dir"], ctx["machine"], ctx["commit"], ctx["env"], versions=versions,
                          settings=provenance_settings(settings), cases=entries,
-                         host=host_fingerprint(os.environ.get(PROBE_DIR_ENV)))
+                         host=host_fingerprint(os.environ.get(hardware.PROBE_DIR_ENV)))

@@ -1,13 +1,8 @@
 """One backend per framework: how the harness places, runs, meters and inspects a kernel.
 
 ``attention_impls`` declares kernels (what is measured); a backend knows its framework (how it is
-measured): device detection, input placement, the blocking step, compile metering, memory by
-source, kernel evidence and the CPU GEMM probe. The engine, the conformance entry point and the
-hardware module call a backend through the ``Backend`` protocol (``attnbench/backends/base.py``)
-and never branch on a framework's name.
-
-    from attnbench import backends
-    backends.get("jax").platform()          # "cpu" | "gpu" | "tpu"
+measured). Callers use the ``Backend`` protocol (``attnbench/backends/base.py``) and never branch on
+a framework's name.
 """
 
 from __future__ import annotations
@@ -16,8 +11,8 @@ import importlib
 
 from attnbench.backends.base import Backend
 
-# framework name -> module holding its backend class (``BACKEND``); imported on first use, so an
-# environment without torch_xla can still list every backend.
+# framework -> module holding its ``BACKEND``; imported on first use, so an environment without
+# torch_xla can still list every backend.
 _MODULES = {
     "numpy": "attnbench.backends.numpy_backend",
     "jax": "attnbench.backends.jax_backend",

@@ -1,9 +1,7 @@
 """jax: numpy <-> jax arrays, ``jax.jit`` ahead-of-time lowering and compile, vjp, blocking steps.
 
-A kernel's optional ``trace_context(platform)`` is entered around every trace and call (Pallas'
-TPU interpreter is switched on that way). Compiles are metered through ``jax.monitoring``.
-``compile_for`` compiles a kernel for a TPU or GPU this host lacks (the compiled-for tier,
-``attnbench/compiled_for/``).
+A kernel's optional ``trace_context(platform)`` is entered around every trace and call (how Pallas'
+TPU interpreter is switched on). ``compile_for`` serves the compiled-for tier.
 """
 
 from __future__ import annotations
@@ -15,8 +13,15 @@ import time
 
 import numpy as np
 
+from attention_impls.base import default_scale, static_mask
+from attnbench.backends import jax_steps
 from attnbench.backends.base import Backend, Runner, Step
+from attnbench.compiled_for.compile import compile_case
+from attnbench.core.inputs import make_inputs
 from attnbench.core.workload import Workload
+from attnbench.hardware import Device, cpu_device
+
+# Imported where used: jax (each venv holds only some frameworks, and the asv process none).
 
 
 def _context(impl, platform: str):
@@ -35,12 +40,6 @@ def _split(mask: dict) -> tuple[dict, tuple]:
     return static, segments
 
 
-def _mask(static: dict, segments: tuple) -> dict:
-    from attention_impls.base import mask_call
-
-    return mask_call(static, segments)
-
-
 class JaxBackend(Backend):
     framework = "jax"
     module = "jax"
@@ -57,7 +56,6 @@ class JaxBackend(Backend):
     def detect_device(self, host):
         import jax
 
-        from attnbench.hardware import Device, cpu_device
 
         first = jax.devices()[0]
         platform = {"cuda": "gpu", "rocm": "gpu"}.get(first.platform, first.platform)
@@ -82,35 +80,9 @@ class JaxBackend(Backend):
 
         return make, xla_cpu_threads()
 
-    # -- jitted functions of a kernel -----------------------------------------------------------
-    @staticmethod
-    def forward(impl, causal: bool, scale: float, static: dict | None = None):
-        """``jit(f)(q, k, v, *segment_ids)``: the static mask features (window, softcap) are bound,
-        segment ids (when the workload has them) are traced arguments after v."""
-        import jax
-
-        static = static or {}
-
-        def fwd(q, k, v, *segments):
-            return impl.attention(q, k, v, causal=causal, scale=scale, **_mask(static, segments))
-
-        return jax.jit(fwd)
-
-    @staticmethod
-    def forward_backward(impl, causal: bool, scale: float, static: dict | None = None):
-        """``jit(f)(q, k, v, do, *segment_ids)`` -> (out, (dq, dk, dv))."""
-        import jax
-
-        static = static or {}
-
-        def fwd_bwd(q, k, v, do, *segments):
-            def f(q, k, v):
-                return impl.attention(q, k, v, causal=causal, scale=scale, **_mask(static, segments))
-
-            out, vjp = jax.vjp(f, q, k, v)
-            return out, vjp(do)
-
-        return jax.jit(fwd_bwd)
+    # -- jitted functions of a kernel (``jax_steps``, shared with the compiled-for tier) ----------
+    forward = staticmethod(jax_steps.forward)
+    forward_backward = staticmethod(jax_steps.forward_backward)
 
     def run_numpy(self, impl, q, k, v, *, causal, scale, **mask):
         import jax.numpy as jnp
@@ -133,8 +105,6 @@ class JaxBackend(Backend):
     def make_step(self, impl, workload: Workload, seed: int = 0) -> Step:
         import jax
 
-        from attention_impls.base import default_scale, static_mask
-        from attnbench.core.inputs import make_inputs
 
         platform = impl.require(workload)
         mark = _device_peak()  # this process's high-water mark before the case (earlier cases' steps)
@@ -164,16 +134,11 @@ class JaxBackend(Backend):
     def make_runner(self, impl, template: Workload, seed: int = 0) -> Runner:
         """One ``jax.jit`` object for the runner's life: each new length is a new trace + compile.
 
-        ``compiles()`` is that function's ``_cache_size()`` (one entry per compiled shape; it was
-        empty when the runner was made). ``compile_seconds()`` sums jax.monitoring's
-        ``backend_compile_duration`` (XLA's compile only; tracing and lowering are in the step's
-        wall time but not here) reported while this runner's step runs; see ``CompileMeter``.
-        Inputs are ``device_put`` and ready before a step is timed.
+        ``compiles()`` is its ``_cache_size()`` (one entry per compiled shape). ``compile_seconds()``
+        is XLA's compile only (``CompileMeter``): tracing and lowering are in the step's wall time.
         """
         import jax
 
-        from attention_impls.base import default_scale, static_mask
-        from attnbench.core.inputs import make_inputs
 
         platform = impl.require(template)
         scale = default_scale(template.head_dim, None)
@@ -199,13 +164,9 @@ class JaxBackend(Backend):
                       count_cache_hits=lambda: meter.cache_hits)
 
     def compile_for(self, impl, workload: Workload, target) -> dict:
-        """Compile ``impl`` at ``workload`` for ``target`` (a name in
-        ``attnbench/compiled_for/targets.toml`` or a ``Target``) with that target's own compiler, in
-        this process, traced as on the target: the compiled-for record
-        (``attnbench.compiled_for.compile.compile_case``). Needs libtpu / the CUDA plugin
-        (``.venv-targets``) and ``JAX_PLATFORMS=cpu``; sweeps use killable workers instead."""
-        from attnbench.compiled_for.compile import compile_case
-
+        """The compiled-for record of ``impl`` at ``workload`` for ``target`` (``targets.toml`` name or
+        ``Target``), compiled in this process by the target's own compiler. Needs libtpu / the CUDA
+        plugin (``.venv-targets``) and ``JAX_PLATFORMS=cpu``; sweeps use killable workers instead."""
         return compile_case(target, impl.name, workload)
 
     def measure_memory(self, step: Step) -> dict:
@@ -235,11 +196,8 @@ def _device_peak() -> int | None:
 class CompileMeter:
     """Sums jax.monitoring's ``/jax/core/compile/backend_compile_duration`` while it is entered.
 
-    jax's listeners are process-wide and the event also fires for helper jits (e.g. ops a Pallas
-    interpreter or ``ensure_compile_time_eval`` compiles while the step is traced) and for
-    persistent-cache hits. So the listener is registered only for the duration of a ``with`` block
-    (one runner step) and everything reported meanwhile, from any thread, is charged to it: exact
-    for a benchmark that compiles nothing else concurrently, which is what the harness runs.
+    jax's listeners are process-wide and the event also fires for helper jits, so the listener lives
+    only for one ``with`` block (one runner step): exact while nothing else compiles concurrently.
     """
 
     EVENT = "/jax/core/compile/backend_compile_duration"

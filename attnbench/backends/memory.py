@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+import psutil
+
 
 def rss_growth_bytes(run) -> int | None:
     """How far this process's resident high-water mark rises above its current RSS during ``run()``.
 
-    Linux only: writing 5 to /proc/self/clear_refs resets VmHWM (psutil has no reset), so the
-    figure is per step even in a long-lived worker. Host memory, so on a GPU/TPU it is the host
-    side of the step only.
+    Linux only: writing 5 to /proc/self/clear_refs resets VmHWM (psutil cannot), so the figure is
+    per step even in a long-lived worker. Host memory only, even on a GPU/TPU.
     """
-    import psutil
-
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")

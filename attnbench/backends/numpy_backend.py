@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
+from attention_impls.base import default_scale, mask_call, static_mask
 from attnbench.backends.base import Backend, Step
+from attnbench.core.inputs import make_inputs
 from attnbench.core.workload import Workload
+from attnbench.hardware import cpu_device
+
+# Imported where used: threadpoolctl (the tools extra).
 
 
 class NumpyBackend(Backend):
@@ -19,8 +26,6 @@ class NumpyBackend(Backend):
         return "eager"
 
     def detect_device(self, host):
-        from attnbench.hardware import cpu_device
-
         return cpu_device(host)
 
     def gemm_runner(self, dtype: str):
@@ -46,9 +51,6 @@ class NumpyBackend(Backend):
                      for g in impl.attention_grads(q, k, v, do, causal=causal, scale=scale, **mask))
 
     def make_step(self, impl, workload: Workload, seed: int = 0) -> Step:
-        from attention_impls.base import default_scale, mask_call, static_mask
-        from attnbench.core.inputs import make_inputs
-
         impl.require(workload)
         x = make_inputs(workload, seed)
         q, k, v, do = (a.astype(np.float64) for a in (x.q, x.k, x.v, x.do))
@@ -67,8 +69,6 @@ class NumpyBackend(Backend):
 
 def blas_threads() -> int | None:
     """Threads numpy's BLAS uses (threadpoolctl), else the thread variables it honours."""
-    import os
-
     try:
         from threadpoolctl import threadpool_info
 

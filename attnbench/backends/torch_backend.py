@@ -1,10 +1,8 @@
 """torch: numpy <-> tensors, autograd, device sync, profiler evidence, dynamo compile metering.
 
-Runs on CUDA when torch sees a GPU and on the CPU otherwise; the torch_xla backend subclasses it
-and swaps the device and the synchronisation. A kernel declares ``compiled_by = "torch.compile"``
-when it compiles (its compiles are then metered, and each runner gets a fresh kernel instance, as
-a new serving loop has no compiled functions yet), and ``evidence_from_ops`` to say what one
-profiled step's ops prove about the kernel that ran.
+Runs on CUDA when torch sees a GPU, else on the CPU; the torch_xla backend subclasses it. A kernel
+declaring ``compiled_by`` has its compiles metered and a fresh instance per runner (a new serving
+loop has no compiled functions yet).
 """
 
 from __future__ import annotations
@@ -14,11 +12,18 @@ import os
 import re
 import sys
 import tempfile
+from collections import Counter
 
 import numpy as np
 
+from attention_impls.base import default_scale, mask_call, static_mask
 from attnbench.backends.base import Backend, Runner, Step
+from attnbench.core.inputs import make_inputs
 from attnbench.core.workload import Workload
+from attnbench.hardware import Device, cpu_device
+from attnbench.measure.timing import time_calls
+
+# Imported where used: torch (each venv holds only some frameworks, and the asv process none).
 
 L2_FLUSH_BYTES = 256 * 2**20  # larger than any GPU's L2 (H100/H200: 50 MB), as do_bench uses
 
@@ -41,12 +46,8 @@ KINETO_LOG = re.compile(rb"^(USDT|STAGE):\S+ \S+ \d+:\d+ \S+\.cpp:\d+\] ")
 
 @contextlib.contextmanager
 def kineto_quiet():
-    """Drop the lines torch's profiler library (kineto) writes to stderr on every start and stop.
-
-    They come from C++ (``USDT:... profiler_start``), past ``sys.stderr`` and ``KINETO_LOG_LEVEL``,
-    and a sweep profiles every torch case, so they flooded the console. File descriptor 2 goes to
-    a temporary file meanwhile; every other line is written back unchanged.
-    """
+    """Drop the lines kineto writes to stderr on every profiler start and stop: they come from C++,
+    past ``sys.stderr`` and ``KINETO_LOG_LEVEL``, so fd 2 is captured and other lines written back."""
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
@@ -64,13 +65,8 @@ def kineto_quiet():
 
 
 def profiled_ops(run) -> dict[str, int]:
-    """Run ``run`` once under torch's CPU-side profiler; how often each op name was recorded.
-
-    This is what an op-level profiler can see of a step: ATen ops by name, but a compiled region
-    (Inductor, XLA) only as one opaque entry.
-    """
-    from collections import Counter
-
+    """Run ``run`` once under torch's CPU-side profiler; how often each op name was recorded
+    (a compiled region, Inductor or XLA, is one opaque entry)."""
     from torch.profiler import ProfilerActivity, profile
 
     with kineto_quiet(), profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -79,14 +75,8 @@ def profiled_ops(run) -> dict[str, int]:
 
 
 def torch_profiler_peak_bytes(run) -> int:
-    """Peak of live host bytes allocated during ``run()``, from torch's allocation records.
-
-    The profiler's op events carry ``cpu_memory_usage`` summed over every op nested inside them,
-    so adding those up counts an allocation once per nesting level (234 MB reported here for a
-    step whose score matrix is 32 MiB). The allocation records themselves are instants with a
-    signed size: their running sum in time order is the live bytes, and its maximum the peak
-    above what was live when ``run`` started.
-    """
+    """Peak of live host bytes allocated during ``run()``, from the allocation records' running sum:
+    op events' ``cpu_memory_usage`` includes nested ops, counting an allocation once per level."""
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 
@@ -144,7 +134,6 @@ class TorchBackend(Backend):
     def detect_device(self, host):
         import torch
 
-        from attnbench.hardware import Device, cpu_device
 
         if torch.cuda.is_available():
             return Device("gpu", torch.cuda.get_device_name(0), torch.cuda.device_count(),
@@ -192,7 +181,6 @@ class TorchBackend(Backend):
         """``call(placed)``: one blocking step of ``workload.mode`` on ``_place``'s tensors."""
         import torch
 
-        from attention_impls.base import default_scale, mask_call, static_mask
 
         scale, causal, static = default_scale(workload.head_dim, None), workload.causal, static_mask(workload)
         if workload.mode == "fwd":
@@ -212,8 +200,6 @@ class TorchBackend(Backend):
 
     def _place(self, workload: Workload, seed: int):
         """``((q, k, v[, do]), segment ids)`` as tensors on the device; segment ids ``()`` without."""
-        from attnbench.core.inputs import make_inputs
-
         x = make_inputs(workload, seed)
         arrays = (x.q, x.k, x.v) if workload.mode == "fwd" else (x.q, x.k, x.v, x.do)
         tensors = tuple(to_tensor(a, self.device()) for a in arrays)
@@ -237,12 +223,8 @@ class TorchBackend(Backend):
         return DynamoCompileMeter() if getattr(impl, "compiled_by", None) else NoCompiles()
 
     def make_runner(self, impl, template: Workload, seed: int = 0) -> Runner:
-        """The same ``attention`` call at every length; ``compile_meter`` counts what compiles.
-
-        A compiling kernel runs as a fresh instance (``type(impl)()``): whatever other runners or
-        ``make_step`` compiled before in this process, the runner starts as a new serving loop
-        does, so each new (shape, grad mode) it meets is a real compile.
-        """
+        """The same ``attention`` call at every length; a compiling kernel runs as a fresh instance,
+        so each new (shape, grad mode) is a real compile whatever ran before in this process."""
         if getattr(impl, "compiled_by", None):
             impl = type(impl)()
         platform = impl.require(template)
@@ -263,14 +245,13 @@ class TorchBackend(Backend):
 
     def time(self, step: Step, *, timer: str = "wall", **budget):
         """``"cuda-events"`` (or ``"device"``) on a CUDA device: one call per sample between CUDA events,
-        with L2 flushed before each (``triton.testing.do_bench``'s method); ``"cuda-events"`` is refused
-        anywhere else, ``"device"`` falls back to the wall clock."""
+        L2 flushed before each (``triton.testing.do_bench``'s method). Elsewhere ``"cuda-events"`` is
+        refused and ``"device"`` falls back to the wall clock."""
         import torch
 
         events = timer in ("cuda-events", "device") and self.framework == "torch"
         if not events or not torch.cuda.is_available():
             return super().time(step, timer=timer, **budget)
-        from attnbench.measure.timing import time_calls
 
         l2_flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
 
@@ -314,13 +295,11 @@ class NoCompiles:
 
 
 class DynamoCompileMeter:
-    """Counts ``torch.compile`` work done while entered: dynamo's ``unique_graphs`` counter (one per
-    graph dynamo compiles, recompiles included) and the wall time of its ``_compile.compile_inner``
-    (dynamo tracing + AOTAutograd + Inductor codegen and C++/Triton build, all of a compile).
+    """Counts ``torch.compile`` work done while entered: dynamo's ``unique_graphs`` (recompiles
+    included) and the wall time of ``_compile.compile_inner`` (tracing through Inductor's build).
 
-    Both are process-wide, so only deltas taken across a ``with`` block (one runner step) are kept.
-    A compile whose Inductor output comes from its FX-graph cache (warm, on disk across processes)
-    still counts as a compile here, just a fast one.
+    Both are process-wide, so only deltas across a ``with`` block (one runner step) are kept. An
+    FX-graph cache hit still counts as a compile, just a fast one.
     """
 
     def __init__(self):

@@ -1,23 +1,25 @@
 """torch_xla: the torch backend on an XLA device.
 
-torch_xla records torch ops into a lazy graph; nothing runs until the graph is cut. Here the cut is
-``torch_xla.sync()`` (compile, or fetch from the compile cache, and launch the pending graph) followed
-by ``xm.wait_device_ops()`` (block until the device is done), so a timed step is really executed.
+torch_xla records ops into a lazy graph; ``torch_xla.sync()`` then ``xm.wait_device_ops()`` cut,
+launch and wait for it, so a timed step is really executed.
 
-Device selection: torch_xla refuses to start without ``PJRT_DEVICE``, but since 2.x its own import
-picks a default when the variable is unset (``torch_xla.runtime._maybe_select_default_device``):
-TPU when libtpu finds chips, else CPU, logging "Defaulting to PJRT_DEVICE=CPU". We therefore set
-nothing ourselves: a default of CPU here would hide a TPU from that detection. A GPU is never picked
-by default; run with ``PJRT_DEVICE=CUDA`` for one.
+``PJRT_DEVICE`` is left unset: torch_xla's import then picks TPU when libtpu finds chips, else CPU
+(``torch_xla.runtime._maybe_select_default_device``), and a default of ours would hide a TPU. A GPU
+needs ``PJRT_DEVICE=CUDA``.
 """
 
 from __future__ import annotations
 
 import re
 
+from attention_impls.base import default_scale, mask_call, static_mask
 from attnbench.backends.base import Backend, Step
 from attnbench.backends.torch_backend import TorchBackend, to_tensor
+from attnbench.core.inputs import make_inputs
 from attnbench.core.workload import Workload
+from attnbench.hardware import Device, cpu_device
+
+# Imported where used: torch, torch_xla (each venv holds only some frameworks, and the asv process none).
 
 # PJRT device type (``torch_xla.runtime.device_type()``) -> our platform names.
 PLATFORM_OF = {"CPU": "cpu", "TPU": "tpu", "CUDA": "gpu", "GPU": "gpu"}
@@ -68,7 +70,6 @@ class TorchXlaBackend(TorchBackend):
         import torch_xla
         import torch_xla.core.xla_model as xm
 
-        from attnbench.hardware import Device, cpu_device
 
         dev = torch_xla.device()
         platform = PLATFORM_OF.get(str(xm.xla_device_hw(dev)).upper(), str(xm.xla_device_hw(dev)).lower())
@@ -95,8 +96,6 @@ class TorchXlaBackend(TorchBackend):
         """The torch step (run() ends in sync + wait), plus the forward HLO's custom calls as evidence."""
         import torch
 
-        from attention_impls.base import default_scale, mask_call, static_mask
-        from attnbench.core.inputs import make_inputs
 
         step = super().make_step(impl, workload, seed)
         x = make_inputs(workload, seed)
@@ -127,13 +126,11 @@ class TorchXlaBackend(TorchBackend):
 
 
 class XlaCompileMeter:
-    """Counts XLA graph compiles while entered, from ``torch_xla.debug.metrics``' ``CompileTime``
-    (count and total ns; its count moves with the ``UncachedCompile`` counter).
+    """Counts XLA graph compiles while entered, from ``torch_xla.debug.metrics``' ``CompileTime``.
 
     The metrics are process-wide, so only deltas across a ``with`` block (one runner step) are
-    kept; a ``metrics.clear_all()`` inside a step counts nothing for it. torch_xla's compile cache
-    is process-wide too, keyed by graph hash: a shape some earlier code in this process already
-    compiled (another runner, ``make_step``) is a cache hit, and this meter rightly counts 0 for it.
+    kept. The compile cache is process-wide too: a shape compiled earlier in this process is a
+    cache hit, rightly counted 0.
     """
 
     def __init__(self):

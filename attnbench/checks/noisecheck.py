@@ -31,6 +31,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from attnbench.core.atomic import atomic_write_text
+from attnbench.core.workload import Workload
+from attnbench.report import write_report
+from attnbench.results.analysis import run_shifts
+from attnbench.run.compare import compare
+
 ROOT = Path(__file__).resolve().parents[2]
 SLOWDOWN_PATCH = '''
     def attention(self, q, k, v, *, causal, scale):  # noisecheck: a deliberate slowdown
@@ -90,8 +96,7 @@ def _asv_run(repo: Path, work: Path, conf: Path, sha: str, env: dict) -> float:
 
 
 def _check_ran_the_clone(results: Path, sha: str) -> None:
-    """The suite files its sidecar under the commit of the code it imported: none for ``sha`` means
-    asv's benchmark processes ran some other checkout's code, and every figure would be wrong."""
+    """No sidecar under ``sha`` means asv's benchmark processes imported another checkout's code."""
     if not list((results / "sidecars").glob(f"{sha[:8]}-*.sidecar")):
         found = sorted(p.name for p in (results / "sidecars").glob("*.sidecar"))
         raise RuntimeError(f"the asv run of {sha[:8]} wrote no sidecar for it (found: {found}): its "
@@ -104,10 +109,6 @@ def _burner(core: int) -> subprocess.Popen:
 
 
 def run(impls: list[str], slow_impl: str, slowdown: float, out: Path, rounds: int) -> dict:
-    from attnbench.core.workload import Workload
-    from attnbench.report import write_report
-    from attnbench.run.compare import compare
-
     if slow_impl not in impls:
         impls = [*impls, slow_impl]
     with tempfile.TemporaryDirectory(prefix="attnbench-noisecheck-") as tmp:
@@ -120,9 +121,8 @@ def run(impls: list[str], slow_impl: str, slowdown: float, out: Path, rounds: in
         machine = "noisecheck-" + subprocess.run([sys.executable, "-m", "attnbench", "machine-name"],
                                                  capture_output=True, text=True, check=True).stdout.strip()
         conf = _asv_conf(repo, work)
-        # asv discards PYTHONPATH in its benchmark processes (environment isolation) and puts
-        # ASV_PYTHONPATH first instead: without it they would import this checkout, not the clone's
-        # commits, and file every sidecar under this checkout's HEAD.
+        # asv drops PYTHONPATH in its benchmark processes, putting ASV_PYTHONPATH first: without it
+        # they would import this checkout, not the clone's commits.
         env = {**os.environ, "PYTHONPATH": str(repo), "ASV_PYTHONPATH": str(repo),
                "ATTNBENCH_IMPLS": ",".join(impls),
                "ATTNBENCH_MACHINE": machine, "ATTNBENCH_RESULTS_DIR": str(work / "results")}
@@ -156,7 +156,6 @@ def run(impls: list[str], slow_impl: str, slowdown: float, out: Path, rounds: in
                    date=dt.date.today().isoformat(), machine=machine)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"{machine}-{summary['date']}"
-    from attnbench.results.atomic import atomic_write_text
 
     # Not *.json: asv publish would try to load any JSON under results/ as a result file.
     atomic_write_text(str(stem) + ".noisecheck", json.dumps(summary, indent=1, default=str))
@@ -175,10 +174,8 @@ def summarize(frame, steps, sha: dict, slow_impl: str) -> dict:
         flagged = here[here["verdict"] == "regression"] if len(here) else here
         by_step[label] = sorted({f"{r['implementation']} S={r['seq_len']} {r['regime']} {r['metric']}"
                                  for r in flagged.to_dict("records")})
-    from attnbench.results.analysis import run_shifts
 
-    # How far run B moved as a whole (the median ratio over its series, as the report judges each
-    # figure against its run): the A/A spread against the run is what is left for the kernels.
+    # The report judges each figure against its run's overall shift; what is left is the kernels' spread.
     shifts = run_shifts(frame)
     at_b = shifts[shifts["commit_after"].astype(str).str.startswith(short["B"])]
     run_shift_b = float(at_b["shift"].iloc[0]) if len(at_b) else None

@@ -15,6 +15,7 @@ compiled HLO; the HLO's ``op_name`` metadata is not in the profile, so it only g
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
 import glob
@@ -24,15 +25,28 @@ import re
 import sys
 import tempfile
 from collections import defaultdict
+from importlib import metadata
 
+import attention_impls
+from attention_impls.base import Unsupported, default_scale, static_mask
+from attnbench import backends
+from attnbench.asv.suite import machine_name
+from attnbench.backends import jax_steps
+from attnbench.backends.torch_backend import kineto_quiet
+from attnbench.core import atomic
+from attnbench.core.inputs import make_inputs
 from attnbench.core.workload import Workload
+from attnbench.measure.engine import resolve_impl
+from attnbench.results.table import render
+from attnbench.run.worker import Worker
+
+# Imported where used: jax, torch, torch_xla (not every venv has them); pandas (not in the xla venv).
 
 VISIBLE_SHARE = 0.5  # most of the step's op time must sit under attention-named ops
 ATTENTION_NAME = re.compile(r"attention|attn|flash|sdpa|fmha|(?<![a-z])mha(?![a-z])", re.IGNORECASE)
-# A compiled region is one opaque entry whatever it computes (its generated name could even hold
-# a match by chance): never attribution to attention.
 # An attention-named op below this share of the step is not listed as carrying its time.
 CARRIER_FLOOR = 0.01
+# A compiled region is opaque (its generated name may match by chance): never attributed to attention.
 OPAQUE_NAME = re.compile(r"Torch-Compiled Region|CompiledFunction|CompiledFxGraph|TorchDynamo")
 FRAMEWORKS = ("jax", "torch", "torch_xla")
 PROFILERS = {"torch": "torch.profiler (CPU events)", "jax": "jax.profiler (XLA op events)",
@@ -141,7 +155,6 @@ def torch_op_times(run) -> list[OpTime]:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from attnbench.backends.torch_backend import kineto_quiet
 
     with kineto_quiet(), profile(activities=[ProfilerActivity.CPU]) as prof:
         run()
@@ -261,22 +274,17 @@ def metadata_note(lines: list[list[XlaEvent]]) -> str:
 
 
 def jax_hlo_text(impl, workload: Workload, seed: int = 0) -> str:
-    """The compiled HLO of the function ``JaxBackend.make_step`` jits for ``workload`` (lowered
-    again: the step keeps only its custom calls; the same function and shapes give the same names)."""
-    import contextlib
-
+    """The compiled HLO of the function ``JaxBackend.make_step`` jits for ``workload``, lowered again
+    (the step keeps only its custom calls; the same function and shapes give the same names)."""
     import jax
 
-    from attention_impls.base import default_scale, static_mask
-    from attnbench.backends.jax_backend import JaxBackend
-    from attnbench.core.inputs import make_inputs
 
     x = make_inputs(workload, seed)
     scale, static = default_scale(workload.head_dim, None), static_mask(workload)
     if workload.mode == "fwd":
-        fn, args = JaxBackend.forward(impl, workload.causal, scale, static), (x.q, x.k, x.v)
+        fn, args = jax_steps.forward(impl, workload.causal, scale, static), (x.q, x.k, x.v)
     else:
-        fn, args = (JaxBackend.forward_backward(impl, workload.causal, scale, static),
+        fn, args = (jax_steps.forward_backward(impl, workload.causal, scale, static),
                     (x.q, x.k, x.v, x.do))
     args = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args + x.mask_arrays())
     hook = getattr(impl, "trace_context", None)
@@ -324,8 +332,6 @@ class ProfileUnreadable(RuntimeError):
 
 # -- one kernel (the worker's task) ----------------------------------------------------------------
 def framework_version(framework: str) -> str:
-    from importlib import metadata
-
     try:
         return metadata.version(framework.replace("_", "-"))
     except metadata.PackageNotFoundError:
@@ -342,9 +348,6 @@ def empty_row(impl: str, framework: str, workload: Workload) -> dict:
 
 def observe(impl_spec, workload: Workload | None = None) -> dict:
     """One kernel's row; never raises for a failing kernel (a crash or hang needs ``observe_all``)."""
-    from attention_impls.base import Unsupported
-    from attnbench.measure.engine import resolve_impl
-
     workload = workload or default_workload()
     try:
         impl = resolve_impl(impl_spec)
@@ -391,9 +394,6 @@ def observe(impl_spec, workload: Workload | None = None) -> dict:
 def observe_all(impl_specs: list, workload: Workload | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S,
                 threads: int | None = None, progress: bool = True) -> list[dict]:
     """Every kernel's row, each observed in a killable worker; a crash or timeout is a row."""
-    from attnbench.measure.engine import resolve_impl
-    from attnbench.run.worker import Worker
-
     workload = workload or default_workload()
     rows = []
     with Worker(threads=threads, task=observe) as worker:
@@ -429,9 +429,6 @@ def to_csv(rows: list[dict]) -> str:
 
 def write_rows(path: str, rows: list[dict]) -> None:
     """Write ``rows`` to ``path`` atomically; the rows already there of other kernels are kept."""
-    import attention_impls
-    from attnbench.results.atomic import atomic_write_text
-
     fresh = {row["impl"] for row in rows}
     kept = []
     if os.path.exists(path):
@@ -439,7 +436,7 @@ def write_rows(path: str, rows: list[dict]) -> None:
             kept = [r for r in csv.DictReader(f) if r.get("impl") not in fresh]
     order = {name: i for i, name in enumerate(attention_impls.names())}
     merged = sorted(kept + rows, key=lambda r: (order.get(r["impl"], len(order)), r["impl"]))
-    atomic_write_text(path, to_csv(merged))
+    atomic.atomic_write_text(path, to_csv(merged))
 
 
 def output_path(out_dir: str, machine: str, framework: str) -> str:
@@ -476,9 +473,6 @@ TABLE_COLUMNS = ["impl", "label", "execution", "profiler_visible", "attributed_t
 
 def plan(frameworks: list[str] | None, impls: list[str] | None) -> dict[str, list[str]]:
     """``{framework: kernel names}`` to observe; bad names raise ``KeyError``/``ValueError`` naming them."""
-    import attention_impls
-    from attnbench import backends
-
     chosen = [attention_impls.get(name) for name in impls] if impls else None  # KeyError names it
     if frameworks is None:
         frameworks = sorted({i.framework for i in chosen} & set(FRAMEWORKS), key=FRAMEWORKS.index) if chosen \
@@ -503,9 +497,6 @@ def plan(frameworks: list[str] | None, impls: list[str] | None) -> dict[str, lis
 
 
 def main(args) -> int:
-    from attnbench.asv.suite import machine_name
-    from attnbench.results.table import render
-
     work = plan(args.framework, args.impl)
     machine = machine_name()
     threads = args.threads or len(os.sched_getaffinity(0))

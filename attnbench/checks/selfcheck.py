@@ -11,18 +11,23 @@ Targets (issue "measurement engine"), checked here and reported, never in a time
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
+import attention_impls
+from attention_impls.jax_xla import JaxXla
+from attnbench.core.inputs import make_inputs
 from attnbench.core.workload import Workload
+from attnbench.measure.process_env import pin_threads
+from attnbench.measure.timing import time_step
+
+# Imported where used: jax, torch (each venv holds only some frameworks, and the asv process none).
 
 WORKLOAD = Workload(batch=1, q_heads=8, seq_q=1024, head_dim=64, dtype="float32", causal=False)
 
 
 def engine_timing(name: str, min_seconds: float):
-    import attention_impls
-    from attnbench.measure.timing import time_step
-
     step = attention_impls.get(name).make_step(WORKLOAD)
     step.run()  # compile outside the budget being checked
     start = time.perf_counter()
@@ -34,8 +39,6 @@ def bare_jax_median(reps: int = 15, number: int = 5) -> float:
     """The plainest loop: the same jitted call, blocked, best practice from jax's docs."""
     import jax
 
-    from attention_impls.jax_xla import JaxXla
-    from attnbench.core.inputs import make_inputs
 
     x = make_inputs(WORKLOAD, 0)
     fn = jax.jit(lambda q, k, v: JaxXla().attention(q, k, v, causal=False, scale=0.125))
@@ -56,7 +59,6 @@ def torch_timer_median() -> float:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.benchmark import Timer
 
-    from attnbench.core.inputs import make_inputs
 
     x = make_inputs(WORKLOAD, 0)
     q, k, v = (torch.from_numpy(a).transpose(1, 2) for a in (x.q, x.k, x.v))
@@ -71,9 +73,6 @@ def torch_timer_median() -> float:
 
 
 def main() -> int:
-    import os
-
-    from attnbench.measure.process_env import pin_threads
 
     pin_threads(len(os.sched_getaffinity(0)))
     results = []

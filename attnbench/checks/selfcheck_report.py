@@ -8,13 +8,13 @@ commits of a throw-away git repository, so commit order comes from git as it doe
 
     python -m attnbench selfcheck-report
 
-The same generator builds the fixtures of ``tests/test_report.py`` (``make_git_repo``,
-``write_synthetic_results``): a known cost step can be injected at one commit, with the host memory
-and one library version moving with it, so that detection and attribution can be checked.
+The same generator builds ``tests/test_report.py``'s fixtures: a known cost step injected at one
+commit, with host memory and one library version moving with it, checks detection and attribution.
 """
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
 import math
@@ -25,7 +25,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+import attention_impls
+from attnbench.asv import sidecar
+from attnbench.core.metrics import METRIC_VERSION, METRICS
 from attnbench.core.workload import Workload
+from attnbench.results.analysis import find_cost_spikes, find_regressions
+from attnbench.results.asv_results import load_results
 
 ENV_MAIN = "virtualenv-py3.11-jax0.10.2-jaxlib0.10.2-numpy-torch2.13.0"
 ENV_XLA = "virtualenv-py3.11-jax0.7.1-jaxlib0.7.1-numpy-torch2.9.0-torch-xla2.9.0"
@@ -61,9 +66,8 @@ class Spike:
 
 
 def make_git_repo(path: str, n: int, touch: str | None = "attention_impls/_synthetic_shared.py") -> list[str]:
-    """A repository with ``n`` commits; their hashes, oldest first. Each commit rewrites ``touch`` (a
-    path under the measured code that every kernel shares, so that the analysis sees every series'
-    code change at every commit: ``analysis.code_changed_for``); ``touch=None`` makes empty commits."""
+    """A repository with ``n`` commits; their hashes, oldest first. Each rewrites ``touch``, a path
+    every kernel shares, so every series sees a code change (``touch=None``: empty commits)."""
     os.makedirs(path, exist_ok=True)
     env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",
            "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.invalid"}
@@ -162,10 +166,6 @@ def write_synthetic_results(results_dir: str, commits: list[str], *, machines=("
     """asv result files for every commit x machine x env, plus versions sidecars and (for the newest
     commit with ``traces="last"``, every commit with ``"all"``) per-step traces. Returns the number
     of tidy rows ``load_results`` will make of them."""
-    import attention_impls
-    from attnbench.asv import sidecar
-    from attnbench.core.metrics import METRIC_VERSION, METRICS
-
     names = attention_impls.names()
     suites = {"Forward": (["implementation", "seq_len", "regime", "dtype"],
                           [names, list(forward_seqs), ["static", "dynamic", "bucketed"], ["float32"]]),
@@ -238,8 +238,6 @@ def _write_json(path: str, payload) -> None:
 
 
 def _write_trace(results_dir, machine, commit, env, impl, regime, seq_len, trace) -> None:
-    import csv
-
     folder = os.path.join(results_dir, machine, "traces", f"{commit[:8]}-{env}")
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, f"{impl}__{regime}__S{seq_len}__fwd__float32.csv"), "w", newline="",
@@ -250,17 +248,11 @@ def _write_trace(results_dir, machine, commit, env, impl, regime, seq_len, trace
 
 
 def rows_per_commit(envs=(ENV_MAIN, ENV_XLA), forward_seqs=(256, 1024), training_seqs=(512,)) -> int:
-    import attention_impls
-    from attnbench.core.metrics import METRICS
-
     n = len(attention_impls.names())
     return len(METRICS) * n * (len(forward_seqs) * 3 + len(training_seqs)) * len(envs)
 
 
 def main(rows: int = 100_000, target_s: float = 3.0) -> int:
-    from attnbench.results.analysis import find_cost_spikes, find_regressions
-    from attnbench.results.asv_results import load_results
-
     n_commits = max(2, -(-rows // rows_per_commit()))
     spike = Spike(commit=n_commits // 2)
     with tempfile.TemporaryDirectory(prefix="attnbench-selfcheck-report-") as tmp:

@@ -1,20 +1,7 @@
 """A compile that failed, in the compiler's own words, classified; and whether a program fits.
 
-Statuses of a compiled-for record (``attnbench/compiled_for/records.py``):
-
-* ``ok``: the target's compiler produced an executable (it may still not *fit*: the GPU compiler
-  does not refuse an over-capacity program, so ``fits`` is computed, see ``fits``);
-* ``does-not-fit``: the compiler refused because the program needs more HBM than the device has
-  (libtpu: ``RESOURCE_EXHAUSTED: Ran out of memory on HBM ...``);
-* ``kernel-refused``: a custom kernel's own compiler refused it (Mosaic for Pallas TPU kernels,
-  Triton / ptxas for Pallas GPU kernels, cuDNN's graph checks), e.g. ``Unsupported matmul RHS type``
-  or running out of VMEM / shared memory;
-* ``unsupported``: the implementation cannot express this case on this target: its declaration
-  (``platform_support``), a shape rule (``shape_reason``, block divisibility), the head sharding of a
-  multi-device target, or a lowering that does not exist for the platform (``MLIR translation rule
-  ... not found for platform``);
-* ``timeout`` / ``error``: the worker was killed after its time limit / anything else (the
-  exception, or the exit code of a worker that died).
+The statuses are described in docs/compiled-for.md. ``ok`` may still not *fit*: the GPU compiler
+does not refuse an over-capacity program, so ``fits`` is computed.
 """
 
 from __future__ import annotations
@@ -68,8 +55,7 @@ def first_lines(message: str, limit: int = MAX_REASON) -> str:
 
 
 def classify_compile_error(message: str, exc_type: str = "") -> tuple[str, str]:
-    """``(status, reason)`` for a compile that raised ``exc_type: message``; the reason is the
-    compiler's own message (prefixed with what refused, for a kernel)."""
+    """``(status, reason)`` for a compile that raised; the reason is the compiler's own message."""
     text = str(message)
     lowered = text.lower()
     reason = first_lines(text)
@@ -87,13 +73,11 @@ def classify_compile_error(message: str, exc_type: str = "") -> tuple[str, str]:
 
 
 def fits(peak_bytes: int | None, hbm_bytes: int | None, status: str = OK) -> bool | None:
-    """Whether a compiled program fits the device: its peak (``memory_analysis``) within the HBM of
-    its hardware profile. A compiler's refusal for memory is ``False``; unknowable is ``None``.
+    """Whether the per-device peak (``memory_analysis``) is within the profile's HBM per device.
 
-    Both sides are per device. The GPU compiler accepts programs larger than the device, so this
-    comparison is the only verdict there; on a TPU the compiler refuses them itself (its usable HBM,
-    e.g. 15.75 GiB of a v5e's 16 GB, is a little above the profile's 16e9 bytes), and the
-    comparison with the profile's capacity makes the verdict the conservative one of the two.
+    A compiler's refusal for memory is ``False``; unknowable is ``None``. The GPU compiler accepts
+    oversized programs, so this is the only verdict there; on a TPU libtpu's usable HBM is a little
+    above the profile's, so comparing with the profile is the conservative verdict.
     """
     if status == DOES_NOT_FIT:
         return False

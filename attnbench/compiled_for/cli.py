@@ -17,7 +17,15 @@ import argparse
 import datetime as dt
 import os
 
+import attention_impls
+from attnbench.compiled_for import run
+from attnbench.compiled_for import targets as compile_targets
+from attnbench.compiled_for.records import MAX_BATCH_COLUMNS, MAX_SEQ_COLUMNS, SUMMARY
+from attnbench.compiled_for.targets import get_targets
+from attnbench.compiled_for.worker import ENVIRONMENT
 from attnbench.core.workload import Workload
+from attnbench.measure.process_env import scoped_environ
+from attnbench.results.table import render
 
 DEFAULT_OUT = os.path.join("results", "compiled-for", "runs")
 
@@ -96,25 +104,15 @@ def _fmt(column: str, value) -> str:
 
 
 def cmd_compile_for(args) -> int:
-    """The compile-for sweep, with this process's environment that of a compiling one (JAX_PLATFORMS=cpu
-    for it and its workers) for the command's duration only: a caller's environment is restored."""
-    from attnbench.compiled_for.worker import ENVIRONMENT
-    from attnbench.measure.process_env import scoped_environ
-
+    """The compile-for sweep under the compiling environment, restored for the caller afterwards."""
     with scoped_environ(**ENVIRONMENT):
         return _compile_for(args)
 
 
 def _compile_for(args) -> int:
-    import attention_impls
-    from attnbench.compiled_for import run
-    from attnbench.compiled_for.records import MAX_BATCH_COLUMNS, MAX_SEQ_COLUMNS, SUMMARY
-    from attnbench.compiled_for.targets import environment_problem, get_targets
-    from attnbench.results.table import render
-
     targets = get_targets(args.target)  # an unknown name: KeyError naming the known ones
     for platform in sorted({t.platform for t in targets}):
-        problem = environment_problem(platform)
+        problem = compile_targets.environment_problem(platform)
         if problem:
             names = ", ".join(t.name for t in targets if t.platform == platform)
             raise ValueError(f"cannot compile for {names}: {problem}")
@@ -128,8 +126,14 @@ def _compile_for(args) -> int:
     out_dir = args.out or os.path.join(DEFAULT_OUT, stamp)
     path = os.path.join(out_dir, f"records.{args.format}")
     hlo_dir = os.path.join(out_dir, "hlo") if args.keep_hlo else None
+    done: list[dict] = []
+
+    def write(_i, record):  # the table, rewritten atomically as each case ends
+        done.append(record)
+        run.write_table(done, path)
+
     rows = run.run_cases(cases, timeout_s=args.timeout, progress=not args.quiet, hlo_dir=hlo_dir,
-                         on_record=lambda done: run.write_table(done, path))
+                         on_record=write)
     kv = f"/{template.kv_heads}kv" if template.is_gqa else ""
     print(f"# compiled for, not measured: B{template.batch} H{template.q_heads}{kv} D{template.head_dim}"
           f"{' causal' if template.causal else ''}; peak and HBM per device; the roofline is a model")

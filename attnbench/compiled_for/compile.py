@@ -1,36 +1,33 @@
 """Compile one case for one target, in this process, and read what the compiler decided.
 
-Runs inside a worker (``attnbench.compiled_for.worker``) of the targets venv, with
-``JAX_PLATFORMS=cpu``: jax's own devices stay the host CPU, the target exists only as a
-topology (``jax.experimental.topologies``: libtpu's for a TPU, a ``GpuTargetConfig`` for a GPU).
-Inputs are abstract (``jax.ShapeDtypeStruct`` placed on the topology's devices), so nothing is
-allocated and nothing runs; ``jit(...).lower(...).compile()`` is the target's real compiler.
-
-The kernel is traced as on its own hardware: inside ``compiling_for(target.platform)``
-``impl.platform()`` is the target's platform (no Pallas interpreter for a TPU target), its
-``trace_context`` is entered for that platform, and its support and shape rules are checked for
-it. On a target with several devices (a v4 chip's two TensorCores, a multi-chip slice) the heads
-are sharded over a 1-D mesh of all of them and the kernel runs under ``shard_map``, one shard of
-heads per device, as a data-parallel-over-heads deployment would run it.
-
-The step is the measured suite's (``JaxBackend.forward`` / ``forward_backward``) with the
-workload's mask (``attnbench.core.masks``): the static features (window, softcap:
-``attention_impls.base.static_mask``) bound, the segment ids (packed documents, a ragged decode
-cache's padding: ``Workload.segment_ids()``) abstract int32 ``[B, S]`` arguments after q, k, v
-(replicated over a multi-device mesh), so the compiled program takes them as inputs, as it would
-on the target. A kernel that lacks a feature the workload uses is ``unsupported`` with its reason.
+The target exists only as a topology (``jax.experimental.topologies``); inputs are abstract
+``jax.ShapeDtypeStruct``s on its devices, so nothing is allocated or run, while
+``jit(...).lower(...).compile()`` is the target's real compiler. Inside ``compiling_for`` the kernel
+is traced as on its own hardware. On a multi-device target the heads are sharded over a 1-D mesh
+under ``shard_map``, as a data-parallel-over-heads deployment would run it. The step is the
+measured suite's (``jax_steps``), segment ids traced arguments as they would be on the target.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 
+import numpy as np
+
+import attention_impls
+from attention_impls._compile_target import compiling_for
+from attention_impls.base import default_scale, static_mask
+from attnbench.backends import jax_steps
 from attnbench.compiled_for import classify, hlo
 from attnbench.compiled_for.records import new_record
 from attnbench.compiled_for.roofline import roofline, roofline_bytes
 from attnbench.compiled_for.targets import Target, gpu_target_config, library_versions, load_targets
+from attnbench.core.atomic import atomic_write_text
 from attnbench.core.workload import CUSTOM, Workload
+
+# Imported where used: jax (each venv holds only some frameworks, and the asv process none).
 
 _TOPOLOGIES: dict[str, tuple] = {}
 _VERSIONS: dict | None = None
@@ -50,7 +47,6 @@ def target_devices(target: Target):
         devices = list(topo.devices)
         mesh = None
         if len(devices) > 1:  # a plain 1-D mesh: topologies.make_mesh refuses a v4's per-core devices
-            import numpy as np
             from jax.sharding import Mesh
 
             mesh = Mesh(np.array(devices), ("heads",))
@@ -83,18 +79,11 @@ def support_reason(impl, workload: Workload, target: Target, devices: int) -> st
 
 
 def _program(impl, workload: Workload, devices, mesh):
-    """The jitted step and its abstract arguments, placed on the target's devices.
-
-    The step is the measured suite's (``JaxBackend.forward`` / ``forward_backward``): the
-    workload's static mask features (window, softcap) bound, its segment ids (documents, a ragged
-    cache's padding; int32 ``[B, S]``) traced arguments after q, k, v (and dO).
-    """
+    """The jitted step and its abstract arguments (q, k, v[, dO], segment ids), on the target's devices."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
-    from attention_impls.base import default_scale, static_mask
-    from attnbench.backends.jax_backend import JaxBackend
 
     dtype = jnp.dtype(workload.dtype)
     scale, static = default_scale(workload.head_dim, None), static_mask(workload)
@@ -109,12 +98,11 @@ def _program(impl, workload: Workload, devices, mesh):
     ids = tuple(jax.ShapeDtypeStruct(s.shape, jnp.int32, sharding=ids_sharding) for s in segments)
     fwd = workload.mode == "fwd"
     if mesh is None:
-        make = JaxBackend.forward if fwd else JaxBackend.forward_backward
+        make = jax_steps.forward if fwd else jax_steps.forward_backward
         step = make(impl, workload.causal, scale, static)
         return step, ((q, kv, kv) if fwd else (q, kv, kv, q)) + ids
-    # Several devices: the forward under shard_map, one shard of heads per device; the backward (as
-    # JaxBackend.forward_backward) is the vjp of that sharded forward.
-    sharded = jax.jit(jax.shard_map(JaxBackend.forward(impl, workload.causal, scale, static), mesh=mesh,
+    # Several devices: the forward under shard_map; the backward is the vjp of that sharded forward.
+    sharded = jax.jit(jax.shard_map(jax_steps.forward(impl, workload.causal, scale, static), mesh=mesh,
                                     in_specs=(spec,) * 3 + (ids_spec,) * len(ids), out_specs=spec,
                                     check_vma=False))
     if fwd:
@@ -153,13 +141,9 @@ def _positive(value):
 
 def compile_case(target: Target | str, impl_name: str, workload: Workload,
                  hlo_dir: str | None = None) -> dict:
-    """One record (``attnbench.compiled_for.records.COLUMNS``) of compiling ``impl_name`` at
-    ``workload`` for ``target`` (a ``Target`` or a name in ``targets.toml``); a refusal by the
-    compiler or the implementation is a record, not an exception."""
+    """One record of compiling ``impl_name`` for ``target``; a refusal is a record, not an exception."""
     import jax
 
-    import attention_impls
-    from attention_impls._compile_target import compiling_for
 
     if isinstance(target, str):
         target = load_targets()[target]
@@ -185,9 +169,8 @@ def compile_case(target: Target | str, impl_name: str, workload: Workload,
         hook = getattr(impl, "trace_context", None)
         context = hook(target.platform) if hook else contextlib.nullcontext()
         try:
-            # jax's default device is the host CPU here. A kernel whose lowering asks it which TPU it
-            # lowers for (Mosaic's tpu_info.get_tpu_info, in ragged_paged_attention) declares
-            # ``lowers_on_target_device``; not the rest: splash builds its masks eagerly on it.
+            # jax's default device is the host CPU here; only kernels whose lowering asks it which TPU
+            # it is switch to the target's device (splash builds its masks eagerly on the default one).
             on_target = jax.default_device(devices[0]) if getattr(impl, "lowers_on_target_device", False) \
                 else contextlib.nullcontext()
             with context, on_target:
@@ -225,9 +208,6 @@ def _read_compiled(record: dict, compiled, target: Target, workload: Workload, p
 
     text = compiled.as_text() or ""
     if hlo_dir:
-        import os
-
-        from attnbench.results.atomic import atomic_write_text
 
         preset = "" if workload.name == CUSTOM else f"{workload.name}-{workload.phase}-"
         seq = workload.seq_q if workload.seq_q == workload.seq_k else f"{workload.seq_q}x{workload.seq_k}"

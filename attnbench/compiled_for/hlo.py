@@ -1,18 +1,9 @@
 """What the compiled (optimized) HLO text says: which kernel, and what the compiler put around it.
 
-Reads ``compiled.as_text()`` of an executable compiled for a target, with no framework:
-
-* ``custom_calls``: every custom call, its target (``tpu_custom_call`` for a Mosaic/Pallas TPU
-  kernel, ``__cudnn$fmha*`` for cuDNN attention, ``__gpu$xla.gpu.triton`` for a Pallas GPU kernel),
-  the kernel's name and, for Mosaic kernels, the cost estimate the kernel's author wrote (or none);
-* ``kernel_evidence``: that, in one line; a program without custom calls says "plain XLA fusions";
-* ``inserted_copies``: the layout copies, transposes and pads the compiler placed between the
-  program's inputs and a custom call's operands, and between its results and the outputs, with
-  the bytes each writes. Bytes are physical: a TPU layout's tiling (``T(8,128)``) pads the minor
-  dimensions, so a ``head_dim`` of 64 laid out minor takes the room of 128.
-
-The parser knows HLO's text form only as far as this needs: computations, one instruction each
-(possibly spanning lines: kernel metadata holds newlines), shapes, operands and a few attributes.
+Reads ``compiled.as_text()`` with no framework. Copy bytes are physical: a TPU layout's tiling
+(``T(8,128)``) pads the minor dimensions, so a ``head_dim`` of 64 laid out minor takes the room of
+128. The parser knows HLO's text form only as far as this needs; an instruction may span lines
+(kernel metadata holds newlines).
 """
 
 from __future__ import annotations
@@ -29,9 +20,8 @@ DTYPE_BYTES = {
     "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16,
     "s4": 0.5, "u4": 0.5, "token": 0,
 }
-# Instructions that move or relabel data without computing. A bitcast, get-tuple-element or an
-# async copy (copy-start/-done: a move to another memory space, e.g. a prefetch into TPU VMEM) is
-# walked through but not counted; the others write a new buffer and are counted.
+# Walked through but not counted: no new buffer in HBM (copy-start/-done move to another memory
+# space, e.g. a prefetch into TPU VMEM). LAYOUT_OPS write a new buffer and are counted.
 PASS_THROUGH = {"bitcast", "get-tuple-element", "copy-start", "copy-done", "tuple"}
 LAYOUT_OPS = {"copy", "transpose", "pad", "reshape", "slice", "concatenate"}
 MOVEMENT_BODY = LAYOUT_OPS | PASS_THROUGH | {"parameter", "constant", "broadcast"}
@@ -193,8 +183,7 @@ def _array_bytes(dtype: str, dims_text: str, layout: str | None, physical: bool)
 
 
 def shape_bytes(shape: str, *, physical: bool = True) -> int:
-    """Bytes of an HLO shape (an array, or a tuple of them). ``physical``: with the layout's tile
-    padding (TPU layouts carry ``T(8,128)``-style tiles); otherwise elements x element size."""
+    """Bytes of an HLO shape (array or tuple); ``physical``: with the layout's tile padding."""
     return int(sum(_array_bytes(dtype, dims, layout, physical)
                    for dtype, dims, layout in _ARRAY.findall(shape)))
 
@@ -217,8 +206,7 @@ def _strip_wrappers(part: str) -> str:
 
 
 def kernel_name(instr: Instruction) -> str:
-    """The kernel's name: the instruction's (Pallas names it after the kernel), else the op_name
-    path's component before ``pallas_call`` (``.../mha_forward/pallas_call`` -> ``mha_forward``)."""
+    """The instruction's name, else the op_name component before ``pallas_call``."""
     base = re.sub(r"(\.\d+)+$", "", instr.name)
     # jax names a kernel traced under transformations "jvp_jit_flash_attention__": unwrap it.
     base = re.sub(r"^((jvp|jit|vmap|transpose|remat|checkpoint)_)+", "", base).strip("_") or base
@@ -253,9 +241,7 @@ def custom_calls(module: Module) -> list[CustomCall]:
     return out
 
 
-# Custom-call targets that are kernels: Mosaic TPU (Pallas TPU), cuDNN, Triton (Pallas GPU),
-# Mosaic GPU. Every other custom call is one XLA itself inserts (AllocateBuffer, Sharding,
-# ConcatBitcast, ...): not a kernel.
+# Custom-call targets that are kernels; the others XLA inserts itself (AllocateBuffer, Sharding, ...).
 KERNEL_TARGETS = re.compile(r"^(tpu_custom_call|__cudnn\$|__gpu\$xla\.gpu\.triton|mosaic_gpu|__triton)")
 
 
@@ -298,8 +284,7 @@ def kernel_evidence(module: Module, *, interpret: bool = False) -> str:
 
 
 def flops_source(module: Module) -> str:
-    """Where the compiler's FLOP count comes from: XLA's ops, and for each custom kernel the cost
-    estimate its author wrote, or none (its FLOPs are then missing from the count)."""
+    """Where the compiler's FLOP count comes from: XLA's ops, and each kernel's own cost estimate."""
     calls = kernel_calls(custom_calls(module))
     if not calls:
         return "xla: counted by XLA from its ops"
@@ -339,9 +324,8 @@ def _kind(instr: Instruction, module: Module) -> str | None:
 
 
 def inserted_copies(module: Module) -> list[Copy]:
-    """Layout copies/transposes/pads the compiler put around the custom calls (kernels only), each
-    once: walking back from each call's operands, and forward from its results, through pure data
-    movement until something computes (or a parameter / the output is reached)."""
+    """Layout copies the compiler put around kernel calls, each once: walked through pure data
+    movement back from the operands and forward from the results until something computes."""
     found: dict[str, Copy] = {}
     for comp in module.computations.values():
         users = None

@@ -1,26 +1,8 @@
 """The compiled-for records table: one row per target x implementation x workload, its columns.
 
-Byte columns are per device of the target (a v4 chip is two devices here, a 4-chip slice four):
-``peak_bytes``, ``argument_bytes``, ``output_bytes``, ``temp_bytes``, ``alias_bytes``,
-``generated_code_bytes`` are ``compiled.memory_analysis()``'s; ``hbm_bytes`` is the hardware
-profile's HBM per chip (GB x 1e9) divided among the chip's devices; ``fits`` compares the two
-(``attnbench.compiled_for.classify.fits``). ``inserted_copy_bytes`` are the physical bytes the
-layout copies around custom calls write (``attnbench.compiled_for.hlo``).
-
-The workload: ``workload`` is its preset's name (``attnbench.core.presets``) or ``custom``, ``phase``
-prefill / training / decode; the mask (``attnbench.core.masks``) is ``mask`` in words
-(``causal+window(4096)+softcap(50)``), ``mask_density`` the kept fraction of the batch's Sq x Sk
-pairs, and its parts ``window`` (keys), ``softcap`` and ``documents`` (packed per sequence; a ragged
-decode cache shows in ``mask`` as ``ragged-cache``). The compiled step took the mask as the measured
-suite does: window and softcap bound, segment ids traced int32 ``[B, S]`` arguments.
-
-``flops`` is the workload's own count (``Workload.flops``: the pairs the mask keeps, exactly; the
-whole step, all chips); ``compiler_flops`` and ``compiler_bytes_accessed`` are ``cost_analysis()``'s
-per device where the compiler gives one (``compiler_flops_source`` says whose FLOPs those are: XLA's
-count, a Pallas kernel's hand-written estimate, or nothing for a kernel without one). Columns
-starting with ``model_`` are the roofline model (``attnbench.compiled_for.roofline``) and libtpu's
-own cost-model estimate: models, not measurements; nothing here was run on the target.
-``lower_seconds`` / ``compile_seconds`` are how long this host took, the only timings in the table.
+The columns are described in docs/compiled-for.md. Byte columns are per device of the target (a
+v4 chip is two devices); ``flops`` is the whole step's, all chips. ``model_`` columns are models,
+not measurements; ``lower_seconds`` / ``compile_seconds`` (this host) are the only timings.
 """
 
 from __future__ import annotations
@@ -49,9 +31,7 @@ SUMMARY = ["target", "impl", "seq_q", "mode", "dtype", "status", "fits", "peak_b
            "inserted_copy_bytes", "model_roofline_seconds", "kernel_evidence", "reason"]
 MAX_SEQ_COLUMNS = ["target", "impl", "mode", "dtype", "block", "execution", "max_feasible_seq",
                    "tried_up_to", "lengths_tried", "compiles", "stopped_by"]
-# ``compile-for --max-batch``: per target x impl x mode x dtype x length, the largest batch that
-# compiles and fits; ``tokens_per_chip`` is max_batch x seq_len / the target's chips, the ``_at_max``
-# bytes the record's at that batch, ``stopped_by`` the record's one batch above it.
+# ``compile-for --max-batch``; ``stopped_by`` is the record one batch above the maximum.
 MAX_BATCH_COLUMNS = ["target", "impl", "mode", "dtype", "seq_len", "execution", "max_batch", "tried_up_to",
                      "batches_tried", "compiles", "capped", "tokens_per_chip", "peak_bytes_at_max",
                      "hbm_bytes", "inserted_copy_bytes_at_max", "stopped_by", "skipped"]

@@ -5,15 +5,10 @@
     seconds         = max(compute_seconds, memory_seconds)        (no step can be faster)
     usd             = seconds x price per chip-hour x chips / 3600
 
-FLOPs are the workload's (``Workload.flops``, ``attnbench/core/workload.py``: the two matmuls over the
-(query, key) pairs its mask keeps, counted exactly, so a causal, windowed or packed mask is credited
-only with the pairs it keeps; backward 2.5x), split evenly over the chips. Bytes are what the
-target's compiler says the program accesses (``cost_analysis()['bytes accessed']``) where it says
-it, never less than the workload's minimum traffic (``Workload.min_bytes``: read q, k, v, write o,
-and the backward's; for decode that is the KV cache, read once, its valid keys only when ragged);
-where the compiler gives no figure (the GPU compiler has no cost analysis) the workload's minimum
-is used. Peaks, bandwidth and price are the hardware profile's
-(``attnbench/hardware/hardware_profiles.toml``).
+FLOPs are ``Workload.flops`` (only the pairs the mask keeps), split evenly over the chips. Bytes are
+the compiler's ``cost_analysis()['bytes accessed']``, never less than ``Workload.min_bytes``, which
+also stands in where the compiler gives none (XLA:GPU). Peaks, bandwidth and price are the
+hardware profile's (``attnbench/hardware/hardware_profiles.toml``).
 """
 
 from __future__ import annotations
@@ -37,9 +32,7 @@ class Roofline:
 
 def roofline(*, flops_per_chip: float, bytes_per_chip: float, peak_tflops: float | None,
              hbm_tb_s: float | None, price_per_chip_hour: float | None, chips: int = 1) -> Roofline:
-    """The lower bound of one step on ``chips`` chips working in parallel. A missing peak drops the
-    compute side (the bound is then the memory side only, and says so); a missing bandwidth the
-    memory side; a missing price leaves ``usd`` None."""
+    """The lower bound of one step on ``chips`` chips in parallel; a missing figure drops its side."""
     compute = flops_per_chip / (peak_tflops * 1e12) if peak_tflops else None
     memory = bytes_per_chip / (hbm_tb_s * 1e12) if hbm_tb_s else None
     if compute is None and memory is None:
@@ -57,8 +50,7 @@ def roofline(*, flops_per_chip: float, bytes_per_chip: float, peak_tflops: float
 
 def roofline_bytes(compiler_bytes_per_device: float | None, devices_per_chip: int,
                    min_bytes_per_chip: float) -> tuple[float, str]:
-    """(bytes per chip, where they come from): the compiler's figure for the chip's devices, not
-    below the workload's minimum; ``-1``/``None`` from the compiler means it gave none."""
+    """(bytes per chip, source), not below the workload's minimum; ``-1``/``None``: the compiler gave none."""
     if compiler_bytes_per_device is None or compiler_bytes_per_device < 0:
         return float(min_bytes_per_chip), "workload minimum (the compiler gives no bytes accessed)"
     compiler = float(compiler_bytes_per_device) * devices_per_chip

@@ -1,12 +1,8 @@
 """The compiled-for tier's sweeps: a grid of cases, the longest feasible length, the table.
 
-``run_cases`` compiles every (target, implementation, workload) in a killable worker
-(``CompileWorker``), one after another, with a progress bar; the table is rewritten atomically
-after every case, so an interrupted sweep keeps what it compiled. ``max_feasible`` bisects, per
-implementation x target x mode x dtype, on lengths that are multiples of the kernel's block for the
-longest one whose program compiles and fits (``bisect_max_length``, which knows nothing of
-compilers); ``max_batch`` likewise, per length, for the largest batch (``bisect_max_batch``).
-Nothing here imports jax: the workers do.
+Every compile runs in a killable worker; the table is rewritten atomically after every case, so an
+interrupted sweep keeps what it compiled. The bisections know nothing of compilers. Nothing here
+imports jax: the workers do.
 """
 
 from __future__ import annotations
@@ -18,10 +14,14 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+import attention_impls
 from attnbench.compiled_for import classify
+from attnbench.compiled_for import worker as compile_worker
 from attnbench.compiled_for.records import COLUMNS, MAX_BATCH_COLUMNS, MAX_SEQ_COLUMNS
+from attnbench.core.atomic import atomic_write_bytes
 from attnbench.core.workload import Workload
-from attnbench.results.atomic import atomic_write_bytes
+
+# Imported where used: pandas (the torch_xla venv has no report libraries); tqdm (not in every venv).
 
 DEFAULT_BLOCK = 128  # every kernel here tiles lengths by 128 at least
 BLOCK_NAMES = ("BLOCK", "BLOCK_FWD", "BLOCK_Q")
@@ -55,15 +55,14 @@ def kernel_block(impl) -> int:
 
 
 def feasible(record: dict) -> bool:
-    """A length is feasible when its program compiled and fits the device (``fits`` may come back
-    from a CSV as a string or a numpy bool)."""
+    """Compiled and fits (``fits`` may come back from a CSV as a string or a numpy bool)."""
     return record.get("status") == classify.OK and str(record.get("fits")) == "True"
 
 
 def bisect_max_length(is_feasible: Callable[[int], bool], block: int, hi: int) -> tuple[int, int]:
-    """``(longest feasible length, lengths tried)`` among multiples of ``block`` up to ``hi``,
-    assuming feasibility only falls as the length grows; 0 when not even ``block`` is feasible.
-    ``hi`` is tried first (all feasible: one try), then a bisection on block counts."""
+    """``(longest feasible length, lengths tried)`` among multiples of ``block`` up to ``hi``.
+
+    Assumes feasibility only falls as the length grows; 0 when not even ``block`` is feasible."""
     top = hi // block
     if top < 1:
         raise ValueError(f"the bisection's upper length {hi} is below the kernel's block {block}")
@@ -86,12 +85,9 @@ def bisect_max_batch(is_feasible: Callable[[int], bool], hi: int,
     """``(largest feasible batch in 1..hi, batches tried)``, assuming feasibility only falls as the
     batch grows; 0 when batch 1 is not feasible.
 
-    Batch 1 first; then each of ``estimates`` (read lazily, so that a later guess can use what the
-    compiles before it said) with its neighbour: a feasible guess whose next batch is not, or an
-    infeasible one whose previous batch is, is the answer in two tries; otherwise the guesses narrow
-    the bracket and a bisection finishes it (``hi`` tried first while nothing above is known to
-    fail: all feasible, one more try). The answer is always tried on both sides: it is feasible, and
-    it is ``hi`` or the batch after it was tried and is not.
+    ``estimates`` are read lazily, so a later guess can use the compiles before it; each is tried
+    with its neighbour, so a good guess answers in two tries. The answer is always confirmed on
+    both sides: feasible, and ``hi`` or its successor tried and infeasible.
     """
     if hi < 1:
         raise ValueError(f"the bisection's upper batch {hi} is below 1")
@@ -146,13 +142,9 @@ class _NoBar:
 
 @contextlib.contextmanager
 def _session(worker, total: int, progress: bool, desc: str):
-    """``(worker, bar)`` for one sweep: the caller's worker or a new one (closed afterwards), and a
-    progress bar (tqdm; none when ``progress`` is false, so that an environment without tqdm, a
-    release matrix's, compiles too) closed whatever happens."""
-    from attnbench.compiled_for.worker import CompileWorker
-
+    """``(worker, bar)`` for one sweep; tqdm is imported only with ``progress`` (not in every venv)."""
     own = worker is None
-    worker = worker or CompileWorker()
+    worker = worker or compile_worker.CompileWorker()
     if progress:
         from tqdm import tqdm
 
@@ -168,18 +160,18 @@ def _session(worker, total: int, progress: bool, desc: str):
 
 
 def run_cases(cases: list[Case], *, timeout_s: float = 300.0, progress: bool = True,
-              on_record: Callable[[list[dict]], None] | None = None, hlo_dir: str | None = None,
+              on_record: Callable[[int, dict], None] | None = None, hlo_dir: str | None = None,
               worker=None) -> list[dict]:
-    """One record per case, in order; never stops for a failed case."""
+    """One record per case, in order; never stops for a failed case. ``on_record(i, record)`` as each ends."""
     rows: list[dict] = []
     with _session(worker, len(cases), progress, "compile-for") as (worker, bar):
-        for case in cases:
+        for i, case in enumerate(cases):
             w = case.workload
             bar.set_postfix_str(f"{case.target.name} {case.impl} {w.seq_q} {w.mode}")
             rows.append(worker.compile(case.target, case.impl, case.workload, timeout_s=timeout_s,
                                        hlo_dir=hlo_dir))
             if on_record:
-                on_record(rows)
+                on_record(i, rows[-1])
             bar.update(1)
     return rows
 
@@ -189,14 +181,10 @@ def max_feasible(targets, impls: list[str], template: Workload, modes: list[str]
                  worker=None) -> tuple[list[dict], list[dict]]:
     """Per target x implementation x mode x dtype: the longest feasible length up to ``hi``.
 
-    Returns ``(summary rows, every record compiled for it)``. Records already in ``known`` (a
-    grid's) answer their lengths without compiling again (``lengths_tried``: lengths the bisection
-    looked at; ``compiles``: how many of them it had to compile). A case the implementation refuses at the
-    top length (``unsupported``: the platform, the head sharding; lengths are multiples of the
-    kernel's block, so not its block rule) stops there with its reason, without bisecting.
+    Returns ``(summary rows, every record compiled for it)``; records in ``known`` are not compiled
+    again. A case ``unsupported`` at the top length is not bisected: lengths are multiples of the
+    kernel's block, so the refusal does not depend on the length.
     """
-    import attention_impls
-
     summary, compiled = [], []
     groups = [(t, i, m, d) for t in targets for i in impls for m in modes for d in dtypes]
     with _session(worker, len(groups), progress, "max length") as (worker, bar):
@@ -243,17 +231,15 @@ def _stopped_by(at: int, record: dict) -> str:
 
 
 def _peak(record: dict) -> float | None:
-    """The bytes a record says its program needs per device: the peak where it compiled, what the
-    compiler said it needed where it refused for HBM (its temporaries: a guess's input only)."""
+    """Bytes per device the program needs: its peak, or what the compiler said when it refused."""
     key = "peak_bytes" if record.get("status") == classify.OK else "compiler_required_bytes"
     value = record.get(key)
     return float(value) if isinstance(value, (int, float)) and value == value and value > 0 else None
 
 
 def _batch_estimates(seen: dict[int, dict], hbm) -> Iterator[int]:
-    """Guesses at the largest batch that fits, memory taken as linear in the batch: the line through
-    zero and batch 1's peak, then (read after that guess was compiled) the line through batch 1 and
-    the largest batch compiled since, which also sees a part that does not grow with the batch."""
+    """Guesses at the largest batch that fits, memory linear in the batch: through zero and batch 1,
+    then through batch 1 and the largest compiled since (which sees a part fixed in the batch)."""
     first = _peak(seen[1])
     if first is None or not isinstance(hbm, (int, float)) or not hbm == hbm or hbm <= 0:
         return
@@ -272,12 +258,8 @@ def max_batch(targets, impls: list[str], template: Workload, seqs: list[int], mo
     """Per target x implementation x mode x dtype x length: the largest feasible batch up to ``hi``.
 
     Returns ``(summary rows, every record compiled for it)``; ``on_row(rows so far)`` after each
-    case. Records in ``known`` (a grid's, at its batch) answer their batch without compiling
-    (``batches_tried``: batches looked at; ``compiles``: how many had to be compiled). Batch 1 first:
-    a case unsupported there, or running as the Pallas interpreter (its memory says nothing about
-    the real kernel), is recorded with why (``skipped``) and not bisected; so is one not feasible at
-    batch 1 (``max_batch`` empty). The others go to ``bisect_max_batch`` with ``_batch_estimates``'
-    guesses; ``stopped_by`` is the record one batch above the answer (none when ``hi`` fits).
+    case. An interpreted case is skipped: the Pallas interpreter's memory says nothing about the
+    real kernel.
     """
     summary, compiled = [], []
     groups = [(t, i, m, d, s) for t in targets for i in impls for m in modes for d in dtypes for s in seqs]
@@ -333,8 +315,7 @@ def max_batch(targets, impls: list[str], template: Workload, seqs: list[int], mo
 
 
 def write_table(rows: list[dict], path: str, columns: list[str] = COLUMNS) -> None:
-    """``rows`` as CSV or Parquet (by the extension), written atomically; columns in ``columns``'
-    order, then any others."""
+    """``rows`` as CSV or Parquet (by the extension), written atomically, ``columns`` first."""
     import pandas as pd
 
     extra = [c for r in rows for c in r if c not in columns]

@@ -1,22 +1,12 @@
 """What the asv classes of ``benchmarks/compiled_for.py`` compile, and how they read the records.
 
-``CompiledFor``: the toy workload (B1 H8 D64 causal) over lengths. Sizes follow ``ATTNBENCH_SUITE``
-like the measured suite: ``default`` (``make bench``: two targets, forward, two lengths, kernels on
-their own or a portable lowering only; ~20 s of compiles here), ``smoke`` (the tests), ``full``
-(every target, both modes, 1k-128k, interpreted kernels too).
+``CompiledFor``: the toy workload over lengths; ``CompiledForModels``: the model presets at their
+real lengths, with their masks. Sizes follow ``ATTNBENCH_SUITE`` like the measured suite
+(docs/compiled-for.md); ``ATTNBENCH_COMPILE_TARGETS`` and ``ATTNBENCH_IMPLS`` narrow a run.
 
-``CompiledForModels``: the model presets (``attnbench.core.presets``) at their real lengths, each with
-its mask (``MODELS``, ``model_case``): prefill prompts and training sequences of ``MODEL_LENGTHS``
-tokens (batch 1), decode against caches of that many keys (the preset's real decode batch, ragged).
-``default`` compiles a chosen subset (``MODELS["default"]["cases"]``), ``full`` the whole grid.
-
-``ATTNBENCH_COMPILE_TARGETS=tpu-v5e,h200`` and ``ATTNBENCH_IMPLS`` narrow a run (of either class).
-
-The classes run where the compilers are: the targets venv (``.venv-targets``: libtpu and the CUDA
-plugin); ``make bench`` runs them there as an existing asv environment. Anywhere else every case is
-skipped (``NotImplementedError`` with the install step: asv shows n/a), without importing jax.
-Figures tracked are the compiler's decisions, deterministic for a given commit and compiler
-versions: peak/temp bytes, inserted copy bytes, fits, the roofline model, a status code.
+Outside the targets venv every case is n/a (``NotImplementedError`` with the install step), without
+importing jax. Tracked figures are the compiler's decisions, deterministic for a commit and
+compiler versions.
 """
 
 from __future__ import annotations
@@ -24,7 +14,14 @@ from __future__ import annotations
 import math
 import os
 
-from attnbench.compiled_for import classify
+import attention_impls
+from attnbench.asv.suite import impl_names as suite_impls
+from attnbench.asv.suite import suite_name
+from attnbench.compiled_for import classify, run
+from attnbench.compiled_for import targets as compile_targets
+from attnbench.compiled_for.records import case_key
+from attnbench.compiled_for.run import Case
+from attnbench.compiled_for.targets import get_targets
 from attnbench.core import presets
 from attnbench.core.workload import Workload
 
@@ -42,15 +39,9 @@ SUITES = {
 # CompiledForModels. Lengths per phase: prefill and training tokens per sequence, decode cache keys.
 MODEL_LENGTHS = {"prefill": (8192, 32768), "training": (8192, 32768), "decode": (32768, 131072)}
 MODEL_DTYPE = "bfloat16"
-# Per size: the targets, kernels (None: every jax one), presets (None: all), phases, and ``cases``:
-# the (preset, phase, length) compiled, None for every one the grid allows. The default's subset
-# fits make bench on a 2-core host (15 compiles; `time`: 21 s wall at a load of 2, 34 s at 4):
-# Llama-3.1-8B (GQA 4:1, 128k context) at a 32k prompt and a 128k cache, and Gemma-2-9B (window
-# 4096, softcap 50, head dim 256, context 8k) at its 8k prompt; on v5e and the H200; the kernels
-# quickest to compile that cover them (v5e: jax-xla, jax-xla-chunked, jax-pallas-tpu-flash,
-# jax-pallas-tpu-splash; H200: jax-xla, jax-xla-chunked, jax-cudnn, jax-pallas-gpu-decode). Splash
-# is the slowest of them (~5 s of host-side block-mask building at 32k before libtpu starts).
-# jax-blockwise-flash is left out: it compiles like jax-xla-chunked, slower.
+# ``impls``/``presets``/``cases`` None: every one. The default's subset is sized for make bench on a
+# 2-core host: GQA (Llama) and window + softcap (Gemma), with the kernels quickest to compile that
+# cover them (jax-blockwise-flash compiles like jax-xla-chunked, slower).
 MODELS = {
     "default": {"targets": ("tpu-v5e", "h200"),
                 "impls": ("jax-xla", "jax-xla-chunked", "jax-pallas-tpu-flash", "jax-pallas-tpu-splash",
@@ -66,8 +57,7 @@ MODELS = {
              "phases": ("prefill", "training", "decode"), "cases": None, "interpreted": True,
              "timeout": 12 * 3600},
 }
-# The GPU suite (tools/device-run.sh) compiles nothing ahead of time (there is no libtpu or CUDA
-# plugin venv there): its compiled-for classes import with the smoke grids, every case n/a.
+# The GPU suite (tools/device-run.sh) has no targets venv: smoke grids, every case n/a.
 SUITES["gpu"], MODELS["gpu"] = SUITES["smoke"], MODELS["smoke"]
 COMPILE_TIMEOUT_S = 900.0
 # The status metric: lower is better, as asv assumes. unsupported cases are skipped (n/a) instead.
@@ -77,8 +67,6 @@ TARGETS_ENV = "ATTNBENCH_COMPILE_TARGETS"
 
 
 def settings() -> dict:
-    from attnbench.asv.suite import suite_name
-
     name = suite_name()
     if name not in SUITES:
         raise ValueError(f"ATTNBENCH_SUITE must be one of {sorted(SUITES)}, got {name!r}")
@@ -86,17 +74,12 @@ def settings() -> dict:
 
 
 def target_names() -> list[str]:
-    from attnbench.compiled_for.targets import get_targets
-
     chosen = os.environ.get(TARGETS_ENV)
     names = [n.strip() for n in chosen.split(",") if n.strip()] if chosen else list(settings()["targets"])
     return [t.name for t in get_targets(names)]  # unknown names fail loudly
 
 
 def impl_names() -> list[str]:
-    import attention_impls
-    from attnbench.asv.suite import impl_names as suite_impls
-
     return [n for n in suite_impls() if attention_impls.get(n).framework == "jax"]
 
 
@@ -105,19 +88,13 @@ def workload(seq_len: int, mode: str, dtype: str) -> Workload:
 
 
 def key(target: str, impl: str, seq_len: int, mode: str, dtype: str) -> str:
-    from attnbench.compiled_for.records import case_key
-
     return case_key(target, impl, workload(seq_len, mode, dtype))
 
 
 def outside_suite(target, impl_name: str, grid: dict) -> str | None:
     """Why a case is left out of this suite size without compiling (interpreted kernels in default)."""
-    import attention_impls
-
     support = attention_impls.get(impl_name).platform_support[target.platform]
     if support.status == "interpret-only" and not grid["interpreted"]:
-        from attnbench.asv.suite import suite_name
-
         return (f"{impl_name} is interpret-only on {target.platform} ({support.note}); the "
                 f"{suite_name()} suite compiles kernels on their own hardware and portable lowerings "
                 "only (ATTNBENCH_SUITE=full compiles it too)")
@@ -125,10 +102,7 @@ def outside_suite(target, impl_name: str, grid: dict) -> str | None:
 
 
 def _compile(entries: list[tuple]) -> dict:
-    """``{key: record}`` for ``(key, target, impl, workload, skip reason)`` entries: each one without
-    a skip reason compiled once, in order, in one killable worker; the others ``{"skip": reason}``."""
-    from attnbench.compiled_for.run import Case, run_cases
-
+    """``{key: record}`` for ``(key, target, impl, workload, skip reason)``; skipped: ``{"skip": reason}``."""
     out, cases = {}, []
     for k, target, impl, work, skip in entries:
         if skip:
@@ -136,25 +110,19 @@ def _compile(entries: list[tuple]) -> dict:
         else:
             cases.append((k, Case(target, impl, work)))
     if cases:
-        rows = run_cases([c for _, c in cases], timeout_s=COMPILE_TIMEOUT_S, progress=False)
+        rows = run.run_cases([c for _, c in cases], timeout_s=COMPILE_TIMEOUT_S, progress=False)
         out.update({k: row for (k, _), row in zip(cases, rows, strict=True)})
     return out
 
 
 def _left_out(target, impl: str, grid: dict) -> str | None:
     """Why no case of ``impl`` on ``target`` compiles here: no compiler, or the suite leaves it out."""
-    from attnbench.compiled_for.targets import environment_problem
-
-    return environment_problem(target.platform) or outside_suite(target, impl, grid)
+    return compile_targets.environment_problem(target.platform) or outside_suite(target, impl, grid)
 
 
 def compile_grid(targets: list[str], impls: list[str], seqs: list[int], modes: list[str],
                  dtypes: list[str]) -> dict:
-    """``{case key: record}``: every case compiled once (one killable worker), or a skip record
-    ``{"skip": reason}`` where this environment lacks the target's compiler or the suite leaves
-    the case out. Imports jax only in the worker."""
-    from attnbench.compiled_for.targets import get_targets
-
+    """``{case key: record}``: each case compiled once, or a skip record. Imports jax only in the worker."""
     grid = settings()
     entries = []
     for target in get_targets(targets):
@@ -184,15 +152,11 @@ def record_for(cache: dict, target: str, impl: str, seq_len: int, mode: str, dty
 
 # ------------------------------------------------------------------------ CompiledForModels
 def model_settings() -> dict:
-    from attnbench.asv.suite import suite_name
-
     settings()  # an unknown size fails here, naming the valid ones
     return MODELS[suite_name()]
 
 
 def model_target_names() -> list[str]:
-    from attnbench.compiled_for.targets import get_targets
-
     chosen = os.environ.get(TARGETS_ENV)
     names = ([n.strip() for n in chosen.split(",") if n.strip()] if chosen
              else list(model_settings()["targets"]))
@@ -232,9 +196,7 @@ def _listing(cases) -> str:
 
 
 def model_case(preset: str, phase: str, length: int) -> tuple[Workload | None, str | None]:
-    """``(workload, None)`` for a case of the models grid, or ``(None, why it is n/a)``: a phase
-    the preset lacks (an encoder's decode), a length that is not the phase's, a context shorter
-    than the length, a case the suite size leaves out."""
+    """``(workload, None)`` for a case of the models grid, or ``(None, why it is n/a)``."""
     p = presets.get(preset)
     what, unit = _unit(phase)
     if phase not in p.phases:
@@ -250,8 +212,6 @@ def model_case(preset: str, phase: str, length: int) -> tuple[Workload | None, s
                       f"shorter than a {length}-{unit[:-1]} {what}")
     chosen = model_settings()["cases"]
     if chosen is not None and (preset, phase, length) not in chosen:
-        from attnbench.asv.suite import suite_name
-
         return None, (f"left out of the {suite_name()} suite size, which compiles {_listing(chosen)} "
                       "(ATTNBENCH_SUITE=full compiles every preset at every length)")
     extent = {"kv_len": length} if phase == "decode" else {"seq": length}
@@ -264,10 +224,7 @@ def model_key(target: str, impl: str, preset: str, phase: str, length: int) -> s
 
 def compile_models_grid(targets: list[str], impls: list[str], workloads: list[str], phases: list[str],
                         lengths: list[int]) -> dict:
-    """``{model key: record}`` over target x implementation x preset x phase x length, as
-    ``compile_grid``: n/a cases (``model_case``) and left-out kernels are skip records."""
-    from attnbench.compiled_for.targets import get_targets
-
+    """``{model key: record}`` over target x impl x preset x phase x length, as ``compile_grid``."""
     grid = model_settings()
     entries = []
     for target in get_targets(targets):
@@ -304,7 +261,7 @@ def status_code(record: dict) -> float:
 
 
 def does_not_fit(record: dict) -> float:
-    """1 when the program does not fit the target's HBM (or the compiler refused it for that), 0
-    when it fits; lower is better, as asv assumes. NaN where unknowable (a failed compile)."""
+    """1 when the program does not fit the target's HBM, 0 when it fits (lower is better, for asv);
+    NaN where unknowable."""
     fits = record.get("fits")
     return math.nan if fits is None else (0.0 if fits else 1.0)

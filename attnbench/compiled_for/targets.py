@@ -1,12 +1,9 @@
 """Compile targets: which hardware, which hardware profile, and what its compiler is told.
 
-``targets.toml`` (beside this module) lists the targets; each is tied to a hardware profile of
-``attnbench/hardware/hardware_profiles.toml``, which alone supplies HBM size, peaks, bandwidth and price.
-A TPU target is a libtpu topology name; a GPU target is an XLA ``GpuTargetConfig`` text proto built
-here from the spec-sheet figures of its chip (``[chips.*]``, each with a source) plus the profile's
-memory size and bandwidth, so no figure is written twice.
-
-Nothing here imports jax: the CLI checks targets and the environment before any worker starts.
+Each target in ``targets.toml`` is tied to a hardware profile, which alone supplies HBM, peaks,
+bandwidth and price, so no figure is written twice. A GPU target's ``GpuTargetConfig`` is built from
+its chip's sourced spec-sheet figures (``[chips.*]``) plus the profile's memory. No jax import: the
+CLI checks targets and the environment before any worker starts.
 """
 
 from __future__ import annotations
@@ -183,9 +180,8 @@ def _version_triple(dist: str, fallback: tuple[int, int, int]) -> tuple[int, int
 
 
 def gpu_target_config(target: Target) -> str:
-    """XLA's ``GpuTargetConfig`` text proto for ``target``: per-SM figures from its ``[chips.*]``
-    table, memory size and bandwidth from its hardware profile, and the cuDNN / CUDA versions of
-    the installed wheels (what the compile will link against)."""
+    """XLA's ``GpuTargetConfig`` text proto for ``target``, with the installed cuDNN / CUDA versions
+    (what the compile will link against)."""
     if target.platform != "gpu":
         raise ValueError(f"{target.name} is not a GPU target")
     profile = target.profile

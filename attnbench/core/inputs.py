@@ -8,6 +8,8 @@ import numpy as np
 
 from attnbench.core.workload import Workload
 
+# Imported where used: ml_dtypes (each venv holds only some frameworks, and the asv process none).
+
 
 def numpy_dtype(name: str) -> np.dtype:
     """numpy dtype for a workload dtype name; bfloat16 comes from ml_dtypes (a jax dependency)."""

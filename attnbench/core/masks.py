@@ -1,27 +1,13 @@
 """What an attention mask keeps: causal, sliding window, documents (segment ids), ragged KV caches.
 
-One definition, in numpy, that the float64 reference, the FLOPs count and the seeded inputs share.
-Query row ``i`` of ``Sq`` sits at the bottom-right aligned position ``p = i + (Sk - Sq)``; it sees
-key ``j`` when every active rule keeps the pair:
+One numpy definition shared by the float64 reference, the FLOPs count and the seeded inputs
+(docs/workloads.md). Query row ``i`` sits at ``p = i + (Sk - Sq)`` (bottom-right aligned) and sees key
+``j`` when every active rule keeps it: causal ``j <= p``; window ``W`` ``p - W < j <= p`` (the Mistral /
+Hugging Face convention); equal segment ids. Soft-capping changes values, not which pairs are kept.
 
-- causal: ``j <= p``;
-- sliding window ``W`` (causal only): ``p - W < j <= p``, W keys the query itself included (the
-  Mistral / Hugging Face convention);
-- segment ids: ``q_segment_ids[b, i] == kv_segment_ids[b, j]`` (packed documents; a ragged cache's
-  padding is a segment no query belongs to).
-
-Logit soft-capping (``softcap * tanh(s / softcap)`` on the scaled scores) is applied before the
-mask; it changes values, not which pairs are kept.
-
-Seeded layouts (both drawn from ``numpy.random.default_rng(seed)``, per batch row in order):
-
-- documents: a sequence of ``S`` tokens packed with ``N`` documents is cut at ``N - 1`` distinct
-  positions drawn uniformly without replacement from ``1 .. S-1`` (uniform spacings: document
-  lengths are the gaps, every document at least one token); ids are ``0 .. N-1``;
-- ragged decode: sequence 0's cache holds all ``kv_len`` keys, every other sequence's length is
-  drawn uniformly from ``[max(seq_q, kv_len // 4), kv_len]``; caches are left-padded (valid keys are
-  the last ``len_b`` positions), so the queries stay bottom-right aligned; padding has segment id
-  ``-1`` and the queries ``0``.
+Seeded layouts (``default_rng(seed)``, per batch row): documents are cut at ``N - 1`` distinct uniform
+positions in ``1 .. S-1``; a ragged cache's row 0 is full, the others' lengths uniform in
+``[max(seq_q, kv_len // 4), kv_len]``, left-padded with segment id ``-1`` (queries ``0``).
 """
 
 from __future__ import annotations
@@ -84,9 +70,8 @@ def visible_pairs(seq_q: int, seq_k: int, *, causal: bool, window: int | None = 
                   q_segment_ids=None, kv_segment_ids=None) -> int:
     """Exactly how many (query, key) pairs the mask keeps, summed over the batch (per head).
 
-    Row by row, without materialising ``Sq x Sk``: each row's visible keys are one interval when
-    every segment id occupies one contiguous run of keys (documents, ragged caches), the layouts
-    this harness makes. Other segment layouts are counted on the dense mask.
+    Each row's keys are one interval when every segment id is one contiguous run (the layouts made
+    here), so ``Sq x Sk`` is never materialised; other layouts are counted on the dense mask.
     """
     pos = np.arange(seq_q, dtype=np.int64) + (seq_k - seq_q)
     hi = pos if causal else np.full(seq_q, seq_k - 1, dtype=np.int64)

@@ -1,25 +1,8 @@
 """Every metric, once: one row per metric, read by the records, the asv suite, the analysis and the report.
 
-A row says what the metric is called (its asv benchmark is ``track_<name>``, its tidy-table
-``metric`` is ``<name>``), which record column it reads (``attnbench/core/records.py``), its unit, which
-way is better, its lower-is-better twin, and its group. Everything else derives from this table:
-
-* ``records.UNITS``/``COLUMNS``: the unit of every record column a metric reads directly (a new
-  column is appended to the record);
-* ``asv_suite.METRICS`` → ``benchmarks/attention.py``: one ``track_<name>`` per row, with ``unit``
-  and ``version = METRIC_VERSION``;
-* ``asv_results``: each tidy row's ``direction``;
-* ``analysis``: the cost metrics (group ``cost``) whose regressions are cost spikes, and the
-  companions (``companion=True``) each spike is attributed to;
-* ``report``: the memory plot (group ``memory``), throughput/MFU and the cost tables.
-
-Adding a metric is one row here (and the engine filling its record column). Renaming a row, or
-changing its unit, renames or re-units an asv benchmark: asv then starts a new history for it.
-
-Two more things the analysis reads here: ``timed`` (whether a figure depends on how long something
-took, so that a contended measurement makes it unreliable) and ``DEFINITION_CHANGES``, the dated
-table of changes to what a metric means, numbered by ``DEFINITIONS`` (written into every sidecar's
-settings), so that a step across such a change is shown as "definition changed".
+Record units, the ``track_<name>`` benchmarks, directions, companions and the report's plots all
+derive from this table (docs/suite.md). Renaming a row or changing its unit starts a new asv history
+for that benchmark.
 """
 
 from __future__ import annotations
@@ -59,26 +42,18 @@ class Metric:
     direction: str | None  # "lower" / "higher" is better (asv itself only knows lower-is-better)
     group: str  # a key of GROUPS
     twin: str | None = None  # higher-is-better only: the row of the same quantity, lower-is-better
-    # Reads ``column`` as is when None; else computes the value from the whole record.
-    derive: Callable[[dict], float] | None = None
+    derive: Callable[[dict], float] | None = None  # None: reads ``column`` as is
     record_unit: str | None = None  # the record column's unit, where it differs from ``unit``
     companion: bool = False  # listed beside a cost spike when it moved across the same commits
-    # How the metric follows the timed step: +1 proportional to its seconds, -1 inversely, 0 not
-    # at all. A metric that follows it is given to asv with the step's samples, scaled.
+    # Power of the timed step's seconds it follows (+1, -1, 0); nonzero: asv gets the scaled samples.
     time_exponent: int = 0
-    # Whether the figure depends on how long something took, so that other load on the machine can
-    # move it: a contended measurement (``records`` ``contended``) makes such a figure unreliable.
+    # Depends on elapsed time, so a contended measurement (``records`` ``contended``) is unreliable.
     timed: bool = True
-    # How the figure moves when the whole run is faster or slower (the host, not one kernel): +1 with
-    # the run's seconds, -1 inversely, 0 not at all; None: as ``time_exponent``. The analysis divides
-    # each figure by its run's shift to this power (``analysis.find_steps``). First-call and compile
-    # seconds, and the costs and rates built on them, follow the run though they carry no samples.
+    # Power of the whole run's speed shift it follows (None: ``time_exponent``), samples or not.
     run_exponent: int | None = None
-    # Already divided by a peak measured in the same run (a CPU's GEMM probe): such a figure is not
-    # divided by the run's shift again where the peak was that probe (``analysis``: CPU rows).
+    # Already divided by a same-run peak (a CPU's GEMM probe): not divided by the run's shift again.
     per_run_peak: bool = False
-    # One reading per run, with no samples and no interval (a first call, a compile, the process's
-    # resident growth): judged by its series' run-to-run scatter (``analysis.find_steps``).
+    # One reading per run, no samples: judged by its series' run-to-run scatter.
     one_reading: bool = False
 
     @property
@@ -93,14 +68,10 @@ class Metric:
         return _num(record.get(self.column))
 
     def asv_value(self, record: dict):
-        """What the asv ``track_`` benchmark returns: the value, or, for a metric that follows the
-        timed step of a record that has samples, ``{"samples": [...], "number": 1}``. asv then
-        computes the median, its 99% interval and quartiles itself (``asv_runner.statistics``),
-        stores them beside the result and weighs steps by them.
-
-        The samples asv gets are the independent ones (``attnbench.measure.stats``): each timing round's
-        median when there were several rounds, else the one window's samples; scaled to the metric
-        (``time_exponent``), so that asv's median is the record's figure."""
+        """What the asv ``track_`` benchmark returns: the value, or, for a timed-step metric with
+        samples, ``{"samples": [...], "number": 1}`` so asv computes the median and 99% interval itself
+        (``asv_runner.statistics``). Samples are the independent ones (each round's median when there
+        were several rounds), scaled by ``time_exponent`` so that asv's median is the record's figure."""
         value = self.value(record)
         raw = record.get("round_medians_s") if (record.get("rounds") or 1) > 1 else None
         raw = raw or record.get("timing_samples_s")
@@ -159,8 +130,7 @@ METRICS: list[Metric] = [
            time_exponent=1),
     Metric("mfu", "mfu", "fraction", H, "compute", twin="mfu_shortfall", time_exponent=-1, per_run_peak=True),
     Metric("mfu_shortfall", "mfu", "fraction", L, "compute", derive=_mfu_shortfall, per_run_peak=True),
-    # The workload's minimum bytes per second: what bounds decode (records' bandwidth_utilisation
-    # divides it by the device's HBM bandwidth where a hardware profile gives one).
+    # The workload's minimum bytes per second: what bounds decode.
     Metric("bytes_per_s", "bytes_per_s", "bytes/s", H, "compute", twin="seconds_per_gb", time_exponent=-1),
     Metric("seconds_per_gb", "bytes_per_s", "seconds", L, "compute", derive=_seconds_per_gb, time_exponent=1),
     Metric("first_call_seconds", "first_call_s", "seconds", L, "compile", record_unit="s", companion=True,
@@ -199,13 +169,10 @@ del L, H
 
 
 # -- definition changes ----------------------------------------------------------------------------
-# What a figure means can change while its name, unit and asv history stay (``METRIC_VERSION`` would
-# drop the history). Such a change is dated here, one row each, and numbered: the suite writes
-# ``DEFINITIONS`` into every sidecar's settings (``definitions``, read back as the tidy table's
-# ``setting_definitions``), which stands in for the first commit a change applies to (a commit
-# cannot name its own hash); results whose sidecar has no ``definitions`` are version "1". A step
-# across commits whose versions differ, in a metric a change between them covers, is shown as
-# "definition changed", never as a regression.
+# A figure's meaning can change while its name, unit and asv history stay (``METRIC_VERSION`` would
+# drop the history). Each change is a numbered row; the suite writes ``DEFINITIONS`` into every
+# sidecar (a commit cannot name its own hash), and a step across versions that a change covers is
+# shown as "definition changed", never as a regression.
 DEFINITIONS = "4"
 UNRECORDED_DEFINITIONS = "1"  # results written before the sidecar recorded a definitions version
 

@@ -1,25 +1,9 @@
 """The workload catalogue: real models' attention, by name, with where each number comes from.
 
-A preset holds one model's public attention config (query heads, kv heads, head dim, causal or
-not, sliding window and which layers use it, logit soft cap) and the lengths it runs at, and turns
-into a ``Workload`` per phase (``workload(preset, phase, ...)``):
-
-- ``prefill``: the forward over a prompt of ``seq`` tokens (batch ``batch``);
-- ``training``: forward and backward over packed sequences of ``seq`` tokens holding
-  ``documents`` documents each (document masks; seeded lengths: ``attnbench.core.masks``; an encoder
-  may pack its prefill too, as BERT does here);
-- ``decode``: ``seq`` new query tokens per sequence (1 by default) against a KV cache of
-  ``kv_len`` keys, for a batch whose cache lengths differ (ragged, seeded).
-
-Sizes (``SIZES``): ``real`` runs the model's own lengths (prefill and training at 8k tokens or the
-model's context if shorter, decode against a 32k cache); ``default`` is sized for a 2-core CPU:
-shorter sequences and caches and a smaller decode batch, with the head structure kept and every
-mask kept in proportion (a window covers the same fraction of the sequence or cache as at the real
-length, a training sequence holds the same number of documents). Encoders run at their own length.
-
-A model that alternates windowed and global layers (Gemma-2) is one preset whose ``layer`` is
-``windowed`` (the default) or ``global``. Every value was checked against the model's published
-config (``source``); docs/workloads.md says how.
+``workload(preset, phase, ...)`` makes a preset's ``Workload`` for ``prefill``, ``training`` or
+``decode``. ``SIZES``: ``real`` runs the model's own lengths; ``default`` fits a 2-core CPU, heads kept
+and masks in proportion (a window covers the same fraction of the sequence). Every value was checked
+against the model's published config (``source``; docs/workloads.md).
 """
 
 from __future__ import annotations
@@ -103,8 +87,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            notes="bidirectional encoder with packed documents (segment ids) in every phase"),
 )}
 
-# Per size: lengths of each phase, and the decode batch. "real" is what a model serves or trains
-# at; "default" fits the 2-core CPU (make bench), masks kept in proportion.
+# Per size: each phase's length and the decode batch (module doc).
 SIZES = {
     "real": {"prefill": 8192, "training": 8192, "decode": 32768, "batch": 1, "decode_batch": 8},
     "default": {"prefill": 512, "training": 256, "decode": 1024, "batch": 1, "decode_batch": 4},
@@ -131,11 +114,9 @@ def workload(name: str, phase: str = "prefill", *, size: str = "real", seq: int 
              dtype: str = "float32") -> Workload:
     """The ``Workload`` of preset ``name`` in ``phase`` at ``size``; the options override it.
 
-    ``seq``: prefill/training tokens per sequence, or decode's new query tokens (1 by default);
-    ``kv_len``: decode's cache. A window or a document count the caller does not give is the
-    preset's, scaled with the length when the size shortens it (module doc). ``layer="global"``
-    drops the window of a model whose windowed layers alternate with global ones. Bad values
-    raise ``ValueError`` naming the valid choices.
+    ``seq``: tokens per sequence, or decode's new query tokens (1 by default); ``kv_len``: decode's
+    cache; ``layer="global"``: the unwindowed layers of a model that alternates them (Gemma-2). An
+    unset window or document count is the preset's, scaled with the length. Bad values raise ``ValueError``.
     """
     preset = get(name)
     if phase not in PHASES:

@@ -1,12 +1,8 @@
 """The record of one measured case: its columns, their units, and the statuses it can end in.
 
 One record is one implementation x workload x shape regime x device. Every metric column is named
-with its unit or its source, so that nothing is mixed (e.g. ``compiler_temp_bytes`` is XLA's
-estimate, ``host_rss_growth_bytes`` how far the process's resident high-water mark rose).
-
-The unit of every column a metric reads comes from the metric table (``attnbench/core/metrics.py``);
-the columns below say where such a column sits in a written table (``METRIC``). A metric whose
-column is not placed here is appended after these columns.
+with its unit or source so that nothing is mixed. A metric column's unit comes from
+``attnbench/core/metrics.py``; ``LAYOUT`` only places it (``METRIC``), and unplaced ones are appended.
 """
 
 from __future__ import annotations
@@ -75,8 +71,7 @@ LAYOUT = {
 
 
 def units(table: list[metrics.Metric] | None = None) -> dict[str, str]:
-    """Column -> unit of a record: ``LAYOUT`` with the metric table's units, then any metric column
-    ``LAYOUT`` does not place (``table``: the metric rows, default ``metrics.METRICS``)."""
+    """Column -> unit of a record: ``LAYOUT`` with the metric table's units, then unplaced metric columns."""
     from_metrics = metrics.column_units(table)
     out = {}
     for column, unit in LAYOUT.items():

@@ -1,27 +1,13 @@
 """Shape regimes: what a stream of varying sequence lengths costs a compiled backend.
 
-A serving or training loop meets a new sequence length at nearly every step. A compiled backend
-(``jax.jit``, ``torch.compile``, torch_xla) specializes its code to shapes, so it must choose:
+A compiled backend specializes its code to shapes, so a loop meeting new lengths must choose:
+``static`` pads to ``max_len`` (one compile), ``dynamic`` runs exact lengths (one compile each),
+``bucketed`` pads up to a bucket (one compile per bucket). ``run_regime`` runs one seeded stream
+through one ``Runner``, as a real loop keeps it, and records per step whether it compiled and how
+long it took, so compile stalls land in the throughput instead of being warmed away.
 
-* ``static``   pad every length to ``max_len``: one compile, the most padding.
-* ``dynamic``  run each exact length: no padding, one compile per distinct length.
-* ``bucketed`` pad each length up to its bucket (``multiple-128``, ``pow2``, ``multiple-N``):
-  one compile per bucket used, bounded padding.
-
-``run_regime`` runs one seeded stream of lengths (``length_stream``, the same for every regime and
-implementation) through one ``Runner`` (``impl.make_runner``: one compiled function for the
-stream, as a real loop keeps it) and records per step whether it compiled and how long it took,
-so compile stalls land in the throughput figure instead of being warmed away.
-
-Padding is right-padding: a step of length ``L`` padded to ``P`` computes attention over ``P``
-query and ``P`` key positions, of which the last ``P - L`` are padding. With a causal mask
-(bottom-right aligned, here ``seq_q == seq_k`` so it is also top-left) a real query ``i < L``
-sees keys ``j <= i < L`` only, never a padded key, so the outputs of real tokens are unchanged by
-the padding. A non-causal model would need a key-padding mask to keep real outputs exact; the
-static/bucketed timing here still measures the padded compute, which is the point: the cost of
-padding is the work done on padding. The inputs are seeded random arrays of the padded length
-(the padding's content does not change the work), generated and placed on the device before each
-timed step (``Runner.prepare``), so a step's time is device work plus launch and compile.
+Padding is right-padding: under a causal mask real outputs are unchanged, and either way the timing
+measures the padded compute, which is what padding costs. Inputs are placed before each timed step.
 """
 
 from __future__ import annotations
@@ -42,13 +28,9 @@ POLICY_FORMS = ("multiple-128", "pow2", "multiple-N (any N >= 1, e.g. multiple-6
 _MULTIPLE = re.compile(r"^multiple-([0-9]+)$")
 
 
-# -- the stream of lengths -----------------------------------------------------------------------
 def length_stream(max_len: int, steps: int, seed: int, low_frac: float = 0.5) -> list[int]:
-    """``steps`` lengths drawn uniformly from the integers in ``[ceil(low_frac*max_len), max_len]``.
-
-    Seeded (numpy ``default_rng(seed)``): the same arguments give the same stream, for every regime
-    and implementation. Every length is an int in ``[1, max_len]``.
-    """
+    """``steps`` lengths drawn uniformly from ``length_range``; seeded, so every regime and
+    implementation gets the same stream."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
     lengths = length_range(max_len, low_frac)
@@ -65,7 +47,6 @@ def length_range(max_len: int, low_frac: float = 0.5) -> range:
     return range(min(max_len, max(1, math.ceil(low_frac * max_len))), max_len + 1)
 
 
-# -- bucket policies -----------------------------------------------------------------------------
 def _round_up(length: int, multiple: int) -> int:
     return -(-length // multiple) * multiple
 
@@ -87,14 +68,8 @@ def bucket_policy(name: str) -> Callable[[int], int]:
 
 
 def bucket(length: int, policy: str, max_len: int) -> int:
-    """``length`` rounded up by ``policy``, capped at ``max_len``.
-
-    The cap: a bucket never exceeds ``max_len``, the static regime's shape. The top bucket is
-    then the static shape itself, so bucketing never pads more than static does (with
-    ``max_len=300`` and ``multiple-128``, a length of 290 runs at 300, not 384). For kernels that
-    need aligned lengths (e.g. multiples of 128) choose ``max_len`` aligned under the policy;
-    then the cap changes nothing.
-    """
+    """``length`` rounded up by ``policy``, capped at ``max_len`` (the static shape) so bucketing never
+    pads more than static; kernels that need aligned lengths need an aligned ``max_len``."""
     if not 1 <= length <= max_len:
         raise ValueError(f"length {length} is outside [1, max_len={max_len}]")
     return min(bucket_policy(policy)(length), max_len)
@@ -113,7 +88,6 @@ def padded_length(length: int, regime: str, max_len: int, policy: str = "multipl
     return bucket(length, policy, max_len)
 
 
-# -- results -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StepTrace:
     step: int
@@ -139,8 +113,7 @@ class RegimeResult:
     compile_seconds_total: float | None  # as the framework reports it (see the Runner)
     compile_cache_hits: int | None  # compiles a compiler cache served: 0 means every compile was cold
     steady_seconds_per_step: float | None  # median of the steps that did not compile
-    # Over the same steady steps: the tokens and FLOPs they really computed (padding included),
-    # per second of their summed wall time. None when no step was steady.
+    # Tokens and FLOPs the steady steps computed (padding included) per second; None: none steady.
     steady_tokens_per_s: float | None
     steady_flops_per_s: float | None
     total_seconds: float  # sum of every step's wall time, compiles included
@@ -164,17 +137,9 @@ def run_regime(impl, template: Workload, regime: str, lengths: Sequence[int],
                policy: str = "multiple-128", *, seed: int = 0) -> RegimeResult:
     """Run ``lengths`` through one fresh ``impl.make_runner(template, seed)`` under ``regime``.
 
-    ``max_len`` is ``template.stream_length``: the static shape and the cap of every bucket; a
-    length above it is an error. Every step runs ``template.at_length(length)`` (``seq_q = seq_k``;
-    a decode template only runs static: its stream is the cache, not the query tokens).
-    Each step: its inputs are prepared (untimed), then ``runner.step`` is timed; ``compiled`` is
-    whether ``runner.compiles()`` rose during it. ``Unsupported`` from the implementation (a
-    length its kernel refuses) propagates.
-
-    ``steady_seconds_per_step`` is the median over steps with ``compiled`` False; where compiles
-    are not reported, over steps that repeat an already-run padded length.
-    ``padding_waste`` counts query tokens (each padded query row is wasted output); attention's
-    work grows with length squared, so ``padding_flops_waste`` (over ``Workload.flops``) is larger.
+    ``max_len`` is ``template.stream_length``; decode runs static only (its stream is the cache).
+    Steady time is the median of the non-compiling steps (compiles unreported: of repeated padded
+    lengths). ``Unsupported`` (a length the kernel refuses) propagates.
     """
     if regime not in REGIMES:
         raise ValueError(f"unknown regime {regime!r}; valid: {', '.join(REGIMES)}")
@@ -200,8 +165,7 @@ def run_regime(impl, template: Workload, regime: str, lengths: Sequence[int],
         trace.append(StepTrace(step=i, length=int(length), padded_length=run_len, compiled=compiled,
                                seconds=seconds, compile_seconds=spent))
 
-    # When every step of the stream compiled (dynamic shapes, all lengths new), replay each shape
-    # once more, warm, so the steady step time is still measured; the replay is not in the trace.
+    # Every step compiled (all lengths new): replay each shape warm, outside the trace, for a steady time.
     replay = []
     if all(t.compiled for t in trace):
         for run_len in dict.fromkeys(padded):

@@ -1,19 +1,9 @@
 """The workload value type: one attention problem, its mask, its FLOPs and its minimum bytes.
 
-FLOPs count the (query, key) pairs the mask keeps, exactly (``attnbench.core.masks.visible_pairs``),
-with flash-attention's factors (``benchmarks/benchmark_attn.py``):
-
-    fwd       = 4 * D * Hq * pairs          (pairs summed over the batch)
-    fwd_bwd   = 3.5 * fwd                   (bwd = 2.5 * fwd)
-    dense_fwd = 4 * D * Hq * B * Sq * Sk    (no mask at all: beside it, for comparison)
-
-Only the two matmuls count; softmax exponentials and masking are not FLOPs here. A kernel that
-computes masked blocks anyway does more work than ``flops`` credits it with: it shows as a lower
-TFLOP/s, never as more FLOPs. Causal is exact too: ``S (S + 1) / 2`` pairs per head and row block,
-where flash-attention's convention counts ``S^2 / 2``.
-
-The phase follows from the shapes: ``training`` is ``fwd_bwd``; a forward whose queries are fewer
-than its keys is ``decode`` (queries against a KV cache); every other forward is ``prefill``.
+FLOPs count the (query, key) pairs the mask keeps, exactly, with flash-attention's factors
+(``benchmarks/benchmark_attn.py``): fwd = 4 * D * Hq * pairs, fwd_bwd = 3.5 * fwd. Only the two
+matmuls count; a kernel that computes masked blocks anyway shows a lower TFLOP/s, never more FLOPs.
+Causal counts ``S (S + 1) / 2`` pairs, not flash-attention's ``S^2 / 2`` (docs/workloads.md).
 """
 
 from __future__ import annotations
@@ -37,15 +27,9 @@ BWD_FLOPS_FACTOR = 2.5
 class Workload:
     """One attention problem in ``[batch, seq, heads, head_dim]`` layout.
 
-    ``kv_heads`` below ``q_heads`` is grouped-query attention (each kv head serves
-    ``q_heads // kv_heads`` query heads). ``causal`` masks are bottom-right aligned:
-    query ``i`` sees keys ``j <= i + (seq_k - seq_q)``, the convention of
-    flash-attention >= 2.1 and of KV-cache decoding.
-
-    The mask (``attnbench.core.masks``): ``window`` (sliding window of W keys, causal only), ``softcap``
-    (logit soft-capping), ``documents`` (that many packed documents per sequence, seeded lengths,
-    as segment ids) and ``ragged`` (decode: the batch's caches hold different, seeded lengths,
-    left-padded). ``name`` is the preset it came from (``attnbench.core.presets``), or ``custom``.
+    ``kv_heads < q_heads`` is grouped-query attention. ``causal`` is bottom-right aligned (the
+    convention of flash-attention >= 2.1 and of KV-cache decoding). The mask fields are
+    ``attnbench.core.masks``'s; ``name`` is the preset (``attnbench.core.presets``) or ``custom``.
     """
 
     batch: int = 1
@@ -121,7 +105,6 @@ class Workload:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Workload.name must be a preset name or {CUSTOM!r}, got {self.name!r}")
 
-    # -- shapes ---------------------------------------------------------------------------------
     @property
     def q_shape(self) -> tuple[int, int, int, int]:
         return (self.batch, self.seq_q, self.q_heads, self.head_dim)
@@ -145,7 +128,6 @@ class Workload:
             return "training"
         return "decode" if self.seq_q < self.seq_k else "prefill"
 
-    # -- the mask -------------------------------------------------------------------------------
     @property
     def segmented(self) -> bool:
         """Whether the mask has segment ids (documents, or a ragged cache's padding)."""
@@ -202,7 +184,6 @@ class Workload:
         """The unmasked fraction of the batch's Sq x Sk pairs."""
         return self.pairs / (self.batch * self.seq_q * self.seq_k)
 
-    # -- cost model -----------------------------------------------------------------------------
     @property
     def avg_k(self) -> float:
         """Keys each query attends to, on average."""
@@ -226,12 +207,8 @@ class Workload:
 
     @property
     def min_bytes(self) -> int:
-        """Bytes any kernel must move at least: read q, k, v and write o once.
-
-        ``fwd_bwd`` adds the backward pass's own minimum: read q, k, v, o and dO, write dq, dk, dv.
-        For decode that is the KV cache, read once: a ragged cache counts only its valid keys (a
-        kernel that reads the padding moves more than this minimum). Segment ids are not counted.
-        """
+        """Bytes any kernel must move at least: read q, k, v and write o once (``fwd_bwd``: also read
+        q, k, v, o, dO and write dq, dk, dv). A ragged cache counts only its valid keys."""
         itemsize = DTYPE_BYTES[self.dtype]
         q_elems = self.batch * self.seq_q * self.q_heads * self.head_dim
         kv_elems = int(sum(self.cache_lengths())) * self.kv_heads * self.head_dim
@@ -239,7 +216,6 @@ class Workload:
         bwd = (3 * q_elems + 2 * kv_elems) + (q_elems + 2 * kv_elems)
         return itemsize * (fwd + (bwd if self.mode == "fwd_bwd" else 0))
 
-    # -- lengths --------------------------------------------------------------------------------
     @property
     def stream_length(self) -> int:
         """The length a stream of steps varies: the KV cache's for decode, else the sequence's."""
@@ -252,7 +228,6 @@ class Workload:
         documents = None if self.documents is None else min(self.documents, length)
         return self.replace(seq_q=length, seq_k=length, documents=documents)
 
-    # -- helpers --------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         """The fields, less the mask fields left at their defaults: what an older release's
         ``Workload(**fields)`` also takes (``attnbench compare`` hands it to another revision)."""

@@ -1,26 +1,16 @@
 """Run the asv suite on a fleet of cloud machines with SkyPilot, resumably, into one asv history.
 
-* ``tasks/<kind>.yaml``: one SkyPilot task file per hardware kind (TPU v5e, TPU v6e, H100, H200 and
-  its neocloud / SSH-pool variants), each with ``use_spot``, ``job_recovery``, the accelerator build
-  (``ACCEL``), a fixed asv machine name, the commit to measure and a bucket mount for the results.
-* ``runner.py``: the job's run loop: ``asv run --bench GROUP --skip-existing-successful`` per
-  benchmark group, results copied to the bucket after each group, so a preempted and relaunched job
-  resumes where it stopped (stdlib only: it runs before any venv exists).
-* ``case_cache.py``: the suite's measure-once cache made persistent (one file per measured case on
-  the bucket), so a relaunch never measures a case twice.
-* ``prices.py``: USD per hour from SkyPilot's catalog for the cloud/region the job landed in, with
-  the catalog's quirks (placeholder prices, blank spot cells, spot above on-demand) named in a note.
-* ``validate.py``: every task file through ``sky.Task.from_yaml``, then a feasible, priced option in
-  the catalog (offline against a pinned copy).
-* ``launch.py`` / ``collect.py``: ``make fleet-launch KIND=...`` and ``make fleet-collect``.
-
-SkyPilot is an optional extra (``pip install -e '.[fleet]'``); nothing here imports it at module
-level, and ``runner.py`` / ``case_cache.py`` / ``collect.py`` never need it.
+One SkyPilot task file per hardware kind (``tasks/``); see docs/fleet.md. SkyPilot is an optional
+extra (``pip install -e '.[fleet]'``), never imported at module level; ``runner.py`` and
+``collect.py`` never need it.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,14 +62,9 @@ def task_files() -> list[Path]:
 
 
 def sky_runtime_dir_for(catalog_dir: str | os.PathLike) -> Path:
-    """A SkyPilot runtime dir (``SKY_RUNTIME_DIR``) whose catalog is ``catalog_dir`` (a folder with
-    ``v8/<cloud>/vms.csv``): SkyPilot reads ``$SKY_RUNTIME_DIR/.sky/catalogs/v8/...`` and, with no
-    ``.meta/*.md5`` beside a CSV, treats it as user-edited and never downloads over it. It is
-    removed when this process exits (SkyPilot runs in it or in its children)."""
-    import atexit
-    import shutil
-    import tempfile
+    """A ``SKY_RUNTIME_DIR`` whose catalog is ``catalog_dir`` (``v8/<cloud>/vms.csv``), removed at exit.
 
+    With no ``.meta/*.md5`` beside a CSV, SkyPilot treats it as user-edited and never downloads over it."""
     root = Path(tempfile.mkdtemp(prefix="attnbench-sky-"))
     atexit.register(shutil.rmtree, root, True)
     catalogs = root / ".sky" / "catalogs"

@@ -13,6 +13,12 @@ import sys
 from pathlib import Path
 
 from attnbench import fleet
+from attnbench.fleet import prices, runner
+from attnbench.fleet.collect import collect
+from attnbench.fleet.launch import launch
+from attnbench.fleet.validate import TaskInvalid, validate_task
+
+# Imported where used: sky (the fleet extra).
 
 
 def _use_catalog(args) -> None:
@@ -38,7 +44,6 @@ def _money(value) -> str:
 def cmd_validate(args) -> int:
     _use_catalog(args)
     _need_sky()
-    from attnbench.fleet.validate import TaskInvalid, validate_task
 
     failed = 0
     for path in args.files or fleet.task_files():
@@ -66,7 +71,6 @@ def cmd_plan(args) -> int:
     """Every kind's launchable options from the catalog, cheapest first, and what a run costs."""
     _use_catalog(args)
     _need_sky()
-    from attnbench.fleet.validate import validate_task
 
     print(f"| kind | asv machine | cloud/region | machine | USD/h on demand | USD/h spot | billed | "
           f"USD per {args.hours:g} h run |")
@@ -91,7 +95,6 @@ def cmd_plan(args) -> int:
 def cmd_price(args) -> int:
     _use_catalog(args)
     _need_sky()
-    from attnbench.fleet import prices
 
     price = prices.lookup(args.accelerator, args.count, args.cloud, region=args.region, zone=args.zone,
                           market=args.market)
@@ -104,7 +107,6 @@ def cmd_price(args) -> int:
 
 def cmd_launch(args) -> int:
     _need_sky()
-    from attnbench.fleet.launch import launch
 
     commit = args.commit or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                                            check=True).stdout.strip()
@@ -113,8 +115,6 @@ def cmd_launch(args) -> int:
 
 
 def cmd_collect(args) -> int:
-    from attnbench.fleet.collect import collect
-
     report = collect(args.source, args.results, args.machine)
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -179,8 +179,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["run"]:
-        from attnbench.fleet import runner
-
         return runner.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:

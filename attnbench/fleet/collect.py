@@ -1,20 +1,8 @@
 """Bring the fleet's results back and merge every machine's into ``results/<machine>/``: one history.
 
-The source is the results bucket (``gs://NAME``, ``s3://NAME``, fetched with the cloud's own CLI into
-a staging folder) or a local folder, in the bucket's layout (``attnbench/<machine>/results/...``, as
-``runner.py`` publishes it) or as plain ``<machine>/`` folders. Per file:
-
-* an asv results file (``<sha8>-<env>.json``): must parse and name the machine of the folder it is
-  in; merged benchmark by benchmark into the one already there (the fleet's value wins), else copied
-  byte for byte;
-* ``machine.json``: copied when the machine has none;
-* ``sidecars/*.sidecar`` (the suite's provenance), ``fleet/*.fleet`` (the runs' attempts and catalog
-  prices): merged (cases, attempts) into what is there; ``traces/**``: copied;
-* anything else, a file that does not parse, or one holding another machine's results: a warning
-  naming the file and why, and the rest is merged. A damaged local file is replaced.
-
-Then ``make fleet-collect`` publishes (``make html``: ``asv publish`` and the offline pages).
-Nothing here needs SkyPilot.
+The source is the bucket (fetched with the cloud's own CLI) or a local folder. asv results are
+merged benchmark by benchmark (the fleet's value wins); a file that does not parse or holds
+another machine's results is a warning, and the rest is merged. Nothing here needs SkyPilot.
 """
 
 from __future__ import annotations
@@ -26,9 +14,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnbench.core.atomic import atomic_write_text
 from attnbench.fleet import BUCKET_PREFIX
 from attnbench.fleet.runner import copy_atomic
-from attnbench.results.atomic import atomic_write_text
 
 
 @dataclass
@@ -132,7 +120,7 @@ def _merge_doc(src: Path, dst: Path, data: dict, report: MergeReport, name: str)
 
 
 def merge(root: Path, results: Path, machines: list[str] | None = None) -> MergeReport:
-    """Merge every machine folder under ``root`` into ``results/<machine>/`` (see the module docstring)."""
+    """Merge every machine folder under ``root`` into ``results/<machine>/``."""
     report = MergeReport()
     for machine, source in _machine_sources(root):
         if machines and machine not in machines:

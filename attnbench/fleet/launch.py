@@ -1,10 +1,8 @@
 """``make fleet-launch KIND=...``: check the credentials a kind needs, then ``sky jobs launch`` it.
 
-The check asks each cloud the task can run on the question ``sky check`` asks it
-(``Cloud.check_credentials`` for compute, and for storage where the results bucket lives) and, when
-none can run it, prints SkyPilot's own answer per cloud and the ``sky check`` step to fix, before
-anything is provisioned. The launch is a managed job (``sky jobs launch``): SkyPilot relaunches it
-after a preemption (``job_recovery`` in the task file) and the run resumes from the bucket.
+The check (``sky check``'s ``Cloud.check_credentials``, compute and the bucket's storage) fails
+before anything is provisioned. A managed job is relaunched after a preemption and the run
+resumes from the bucket.
 """
 
 from __future__ import annotations
@@ -15,10 +13,11 @@ from pathlib import Path
 
 from attnbench.fleet import BUCKET_MOUNT, Kind
 
+# Imported where used: sky (the fleet extra).
+
 
 def credential_problems(task_file: Path) -> tuple[list[str], list[str]]:
-    """``(clouds ready, problems)``: a cloud is ready when ``sky check`` would enable it for compute and
-    the bucket's store; each problem names the ``sky check`` step and quotes SkyPilot's reason."""
+    """``(clouds ready, problems)``; each problem names the ``sky check`` step and SkyPilot's reason."""
     import sky
     from sky.clouds import cloud as cloud_lib
     from sky.utils import registry, yaml_utils

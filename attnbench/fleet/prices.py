@@ -1,30 +1,10 @@
 """USD per hour from SkyPilot's price catalog, for the cloud/region a fleet job runs in.
 
-SkyPilot's catalog (``skypilot-org/skypilot-catalog``, ``catalogs/v8/<cloud>/vms.csv``) lists every
-instance type and accelerator per region and zone, on demand and spot, in USD per hour; SkyPilot
-downloads it into ``$SKY_RUNTIME_DIR/.sky/catalogs/v8/`` and refreshes it every few hours unless the
-file was edited by hand (no ``.meta/<file>.md5`` matching it: a pinned copy stays put).
-
-``lookup`` asks SkyPilot's own catalog functions for the price of the machine a task gets (the host
-VM plus its accelerators: on GCP a GPU row prices the GPUs alone, the host is its own row; a TPU VM's
-host is free; an AWS row prices the whole instance), then reads the same CSV rows itself to guard
-against the catalog's real quirks, each named in ``notes`` and never turned into a silent figure:
-
-* ``700.0``: SkyPilot's placeholder where GCP publishes no TPU v6e price (``fetch_gcp.py``
-  ``TPU_V6E_MAX_PRICE``, set high so that failover tries priced regions first): not a price;
-* a blank spot cell: no spot offer there (SkyPilot's GCP accelerator lookup then silently returns
-  the on-demand price as the "spot" one; this does not);
-* spot above on-demand: not used (nobody buys spot at that price); spot equal to on-demand is kept,
-  with a note.
-
-A price that fails a guard is ``None`` here; ``attnbench.core.cost.pricing_for`` then falls back to the
-hardware profile (``attnbench/hardware/hardware_profiles.toml``) and says so in the record's ``cost_note``.
-
-The result (``CatalogPrice``) records where the price comes from: cloud, region, zone, instance
-type, market (what the run is billed at: ``spot`` or ``on-demand``), the catalog file, its sha256
-and its date (the file's modification time: the catalog has no date column), and whether SkyPilot
-downloaded it or it is a pinned/hand-edited copy. ``ATTNBENCH_CATALOG_PRICE=<json>`` hands it to
-every measured case (``attnbench.core.cost.pricing_for``).
+``lookup`` asks SkyPilot for the price, then reads the same CSV cells to guard against the
+catalog's quirks, each named in ``notes`` rather than turned into a silent figure: SkyPilot's
+``700.0`` placeholder (no published TPU v6e price), a blank spot cell (SkyPilot would silently
+return the on-demand price), spot above on-demand. A guarded price is ``None``, and
+``attnbench.measure.cost.pricing_for`` falls back to the hardware profile.
 
 Import SkyPilot only after ``SKY_RUNTIME_DIR`` is set: it fixes its catalog folder at import.
 """
@@ -37,6 +17,8 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
+
+# Imported where used: pandas (the torch_xla venv has no report libraries); sky (the fleet extra).
 
 CATALOG_PRICE_ENV = "ATTNBENCH_CATALOG_PRICE"
 PLACEHOLDER_PRICES = (700.0,)  # sky/catalog/data_fetchers/fetch_gcp.py: TPU_V6E_MAX_PRICE
@@ -164,10 +146,9 @@ def _guard(label: str, values: list[float | None], what: str, notes: list[str]) 
 
 def lookup(accelerator: str, count: int, cloud: str, region: str | None = None, zone: str | None = None,
            market: str = "spot", instance_type: str | None = None) -> CatalogPrice:
-    """The catalog's on-demand and spot USD/h of the machine SkyPilot would launch for
-    ``accelerator:count`` on ``cloud`` in ``region``/``zone`` (the cheapest region when none).
+    """On-demand and spot USD/h of the machine SkyPilot would launch (cheapest region when none).
 
-    Raises ``ValueError`` when the catalog has no such offer (SkyPilot's own message where it has one).
+    Raises ``ValueError`` when the catalog has no such offer.
     """
     import sky
     from sky.catalog import common as catalog_common
@@ -252,7 +233,7 @@ def lookup(accelerator: str, count: int, cloud: str, region: str | None = None, 
                         **file_provenance(path), notes=tuple(notes))
 
 
-# -- the record's side: read by attnbench.core.cost.pricing_for, never imports SkyPilot ----------------
+# -- the record's side: read by attnbench.measure.cost.pricing_for, never imports SkyPilot ----------------
 
 def from_env() -> CatalogPrice | None:
     """The catalog price the fleet run handed to this process (``ATTNBENCH_CATALOG_PRICE``), if any."""
@@ -267,9 +248,9 @@ def from_env() -> CatalogPrice | None:
 
 
 def catalog_prices_for(device, chips: int = 1) -> dict | None:
-    """What ``attnbench.core.cost.pricing_for`` takes from the catalog for ``device`` (charged ``chips``):
-    per-chip prices x chips, their source and the catalog's notes; ``None`` when no catalog price was
-    handed over or it is for another platform (a CPU case on an accelerator VM keeps its CPU profile).
+    """Catalog prices for ``device`` (per-chip x ``chips``), sources and notes, for ``pricing_for``.
+
+    ``None`` without a handed-over price or for another platform (a CPU case keeps its CPU profile).
     """
     price = from_env()
     if price is None or device.platform != price.platform:

@@ -1,30 +1,25 @@
 """The fleet job's run loop: the asv suite one benchmark group at a time, resumable after a preemption.
 
-asv writes a machine's results file only when a whole ``asv run`` ends, and not atomically. A spot
-VM taken away mid-run would lose everything since the run began, and could leave a truncated file
-that the next ``asv run`` cannot read. So the job runs, per benchmark group and asv environment::
+asv writes a machine's results file only when a whole ``asv run`` ends, and not atomically, so a
+spot VM taken away mid-run would lose everything and could leave a truncated file. So the job runs,
+per benchmark group and asv environment::
 
     asv run --bench GROUP --skip-existing-successful --machine NAME -E ENV --set-commit-hash COMMIT
 
 and after each group checks the results files and copies them to the bucket
-(``<bucket>/attnbench/<machine>/results/``, mirroring ``results/<machine>/``). A relaunched job
-(SkyPilot's managed jobs start it again from ``setup`` on a new VM) first brings the bucket's copy
-back (``restore``), replaces a damaged local file with it, skips the groups already done
-(``state/progress-<commit8>.json``) and lets asv skip the benchmarks already successful: at most the
-group that was running is run again. The measurements themselves are never repeated: the suite's
-measure-once cache is written one file per case to ``<bucket>/attnbench/<machine>/state/case-cache``
-(``ATTNBENCH_CASE_CACHE``, ``case_cache.py``), so a group that runs again, or the next group of
-the same class, reads the cases already measured.
+(``<bucket>/attnbench/<machine>/results/``). A relaunched job restores the bucket's copy, skips
+the groups already done (``state/progress-<commit8>.json``) and lets asv skip benchmarks already
+successful: at most the running group runs again. Measurements are never repeated: the suite's
+case cache lives in the bucket too (``<bucket>/attnbench/<machine>/state/case-cache``,
+``ATTNBENCH_CASE_CACHE``).
 
-A group whose run failed is run again while it makes progress (the case cache grew: e.g. the
-class's ``setup_cache`` hit asv's timeout); one that fails the same way twice is recorded and left.
+A failed group is run again while it makes progress (its case cache grew); one that fails the same
+way twice is recorded and left.
 
-Every start appends an attempt to ``results/<machine>/fleet/<commit8>.fleet`` (JSON, published with
-the results): when it started, the SkyPilot task id, the cloud/region/zone it landed in, the
-machine name the frameworks detect there and the catalog price used (``prices.py``), with its notes.
+Every start appends an attempt to ``results/<machine>/fleet/<commit8>.fleet`` (JSON): when, the
+SkyPilot task id, where it landed, the detected machine name and the catalog price used.
 
-Only the standard library (plus ``attnbench.core.metrics`` for the default groups): it runs before, and
-apart from, the measured venvs.
+Only the standard library (plus ``attnbench.core.metrics``): it runs apart from the measured venvs.
 """
 
 from __future__ import annotations
@@ -41,8 +36,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnbench.core import metrics
+from attnbench.core.atomic import atomic_write_text
 from attnbench.fleet import BUCKET_PREFIX
-from attnbench.results.atomic import atomic_write_text
+
+# Imported where used: sky (the fleet extra).
 
 STOPPED_EXIT = 143  # 128 + SIGTERM: what SkyPilot and shells read as "terminated"
 GROUP_TRIES = 3  # runs of one group while its case cache keeps growing
@@ -59,14 +57,10 @@ def log(message: str) -> None:
 def default_groups() -> list[str]:
     r"""One group per benchmark class x metric group of the metric table, then everything else.
 
-    Regexes for ``asv run --bench``: asv matches them against ``attention.<Class>.track_<metric>``
-    and, for a parameterized benchmark, against ``attention.<Class>.track_<metric>(<params>)``, so a
-    group ends in ``(\(|$)``, never in a bare ``$`` (that selects nothing). The last
-    group, ``.``, catches any benchmark the earlier ones do not name (one the measured commit adds);
-    ``--skip-existing-successful`` makes it free otherwise.
+    asv matches a parameterized benchmark as ``...track_<metric>(<params>)``, so a group ends in
+    ``(\(|$)``, never a bare ``$`` (that selects nothing). The last group, ``.``, catches benchmarks a
+    measured commit adds; ``--skip-existing-successful`` makes it free otherwise.
     """
-    from attnbench.core import metrics
-
     groups = []
     for cls in ("Forward", "Training"):
         for group in metrics.GROUPS:
@@ -89,9 +83,10 @@ def result_file_ok(path: Path) -> bool:
 
 
 def session_members(sid: int) -> list[int]:
-    """Every process of session ``sid`` (Linux ``/proc``). asv puts its forkserver and each
-    benchmark's process in a process group of its own, so killing asv's group leaves them running;
-    they all stay in the session the runner started asv in."""
+    """Every process of session ``sid`` (Linux ``/proc``).
+
+    asv puts its forkserver and each benchmark in process groups of their own, so killing asv's
+    group leaves them running; they all stay in asv's session."""
     members = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -107,8 +102,7 @@ def session_members(sid: int) -> list[int]:
 
 
 def stop_session(sid: int, grace_s: float = 10.0) -> None:
-    """SIGTERM every process of session ``sid`` (asv, its forkserver, the benchmark and measuring
-    workers), then SIGKILL what is left after ``grace_s``."""
+    """SIGTERM every process of session ``sid``, then SIGKILL what is left after ``grace_s``."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         members = session_members(sid) if os.path.isdir("/proc") else [sid]
         for pid in members:
@@ -177,8 +171,7 @@ class Runner:
 
     # -- the bucket -----------------------------------------------------------------------------
     def restore(self) -> None:
-        """Bring the bucket's results back: missing or damaged local files get the bucket's copy (the
-        last one published after a finished group); a damaged file with no copy is moved aside."""
+        """Missing or damaged local files get the bucket's copy; a damaged one with none is moved aside."""
         if self.remote is not None:
             source = self.remote / "results"
             for src in _files(source):
@@ -195,8 +188,7 @@ class Runner:
                 path.rename(aside)
 
     def publish(self) -> int:
-        """Copy every readable results file that changed to the bucket; a damaged one is left out
-        (the bucket keeps its last good copy). Returns the number of files copied."""
+        """Copy changed, readable results files to the bucket; returns how many were copied."""
         if self.remote is None:
             return 0
         copied = 0
@@ -338,8 +330,7 @@ def detect_machine(checkout: Path) -> str | None:
 
 
 def catalog_price(task_file: Path, market: str, out: Path) -> tuple[Path | None, str | None]:
-    """The catalog price for where this job landed (``SKYPILOT_CLUSTER_INFO``), written to ``out``;
-    ``(None, why)`` when it cannot be had (costs then come from the hardware profiles)."""
+    """The catalog price for where this job landed, written to ``out``; else ``(None, why)``."""
     info = os.environ.get("SKYPILOT_CLUSTER_INFO")
     if not info:
         return None, "not under SkyPilot (no SKYPILOT_CLUSTER_INFO): prices from the hardware profiles"

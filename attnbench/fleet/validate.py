@@ -1,23 +1,10 @@
 """Validate a fleet task file offline: SkyPilot's own schema, then a feasible, priced option.
 
-1. ``sky.Task.from_yaml(path)``: SkyPilot's schema. A misspelt field fails here with SkyPilot's
-   message naming it (``Invalid resources YAML: Instead of 'use_spott', did you mean 'use_spot'?``).
-2. ``job_recovery``: SkyPilot's client accepts unknown keys there (its server checks them later,
-   after a controller is up), so the same schema is applied strictly here with SkyPilot's validator,
-   and the strategy is looked up in SkyPilot's registry (its message: ``... is not a valid jobs
-   recovery strategy among ['failover', 'eager_next_region']. Did you mean 'failover'?``).
-3. What the fleet needs of every task: ``use_spot`` and ``job_recovery`` written out, the envs
-   ``ACCEL`` (tpu|cuda), ``ATTNBENCH_MACHINE`` (the kind's fixed asv machine name),
-   ``ATTNBENCH_FLEET_KIND`` (the file's name), ``ATTNBENCH_MARKET`` (agreeing with ``use_spot``),
-   ``COMMIT`` and ``BUCKET`` (set at launch), and the bucket mounted at ``/attnbench-bucket``.
-4. Accelerator names: ``from_yaml`` accepts any name (``tpu-v5e-8``, ``H10O``); SkyPilot checks
-   them only against its catalog when it plans a launch. Each ``resources`` entry is asked of its
-   cloud (``get_feasible_launchable_resources``, what the optimizer asks), and every region it offers
-   is priced through ``prices.lookup``. None feasible anywhere is an error in the optimizer's words
-   (``No resource satisfying GCP({'tpu-v5e-8': 1}) on GCP.``) plus the closest catalog names.
-
-Offline, a cloud with no catalog file here (a neocloud, an SSH node pool) is reported as not
-checked, never downloaded. Import SkyPilot only after ``SKY_RUNTIME_DIR`` is set.
+SkyPilot's client accepts unknown ``job_recovery`` keys (its server checks them later, after a
+controller is up), so that schema is applied strictly here. ``from_yaml`` accepts any accelerator
+name, so each ``resources`` entry is asked of its cloud as the optimizer would ask it, and priced.
+Offline, a cloud with no catalog file here is reported as not checked, never downloaded. Import
+SkyPilot only after ``SKY_RUNTIME_DIR`` is set.
 """
 
 from __future__ import annotations
@@ -29,7 +16,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnbench.fleet import BUCKET_MOUNT, KINDS
+from attnbench.fleet import BUCKET_MOUNT, KINDS, prices
+
+# Imported where used: pandas (the torch_xla venv has no report libraries); sky (the fleet extra).
 
 REQUIRED_ENVS = ("ACCEL", "ATTNBENCH_MACHINE", "ATTNBENCH_FLEET_KIND", "ATTNBENCH_MARKET", "COMMIT", "BUCKET")
 ACCELS = ("tpu", "cuda")
@@ -109,8 +98,8 @@ def _catalog_file(cloud_name: str) -> str:
 
 
 def _close_names(cloud_name: str, name: str) -> list[str]:
-    """Catalog names close to ``name`` when ``name`` is no accelerator SkyPilot knows at all (a typo);
-    none when it is a real one this cloud just does not offer (an H200 is no misspelt H100)."""
+    """Catalog names close to ``name`` when it is a typo; none for a real one this cloud lacks
+    (an H200 is no misspelt H100)."""
     import pandas as pd
 
     names = set(pd.read_csv(_catalog_file(cloud_name))["AcceleratorName"].dropna().astype(str))
@@ -133,11 +122,10 @@ def _resource_entries(config: dict) -> list[dict]:
 
 
 def validate_task(path: str | os.PathLike, offline: bool = True) -> TaskReport:
-    """Validate ``path`` (see the module docstring); ``offline``: never download a catalog."""
+    """Validate ``path``; ``offline``: never download a catalog."""
     import sky
     from sky.utils import resources_utils, yaml_utils
 
-    from attnbench.fleet import prices
 
     path = Path(path)
     try:

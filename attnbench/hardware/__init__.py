@@ -1,15 +1,9 @@
 """What a run ran on, what that hardware can do, and where those numbers come from.
 
-* :mod:`.detection`: :func:`detect_host` and :func:`detect_accelerator` say what the run used (the
-  framework's backend detects its device; framework imports are lazy); :func:`cpu_device`;
-  :func:`accelerator_present` (a GPU/TPU seen from device files alone: initialises nothing).
-* :mod:`.hardware_profiles`: :func:`load_hardware_profiles` reads ``hardware_profiles.toml``
-  (packaged, or the user's own file of the same schema): spec-sheet peaks, memory and prices, every
-  number with its source and date. :func:`match_hardware_profile` picks the profile for a detected
-  device, :func:`get_hardware_profile` one by name.
-* :mod:`.peak_probe`: :func:`cpu_peak_tflops` measures a CPU's peak with a GEMM probe;
-  :func:`peak_tflops` gives the peak an MFU is taken against: the hardware profile's spec figure on
-  an accelerator, the probe on a CPU.
+:mod:`.detection` (host and device; :func:`accelerator_present` initialises nothing),
+:mod:`.hardware_profiles` (spec-sheet peaks, memory and prices from ``hardware_profiles.toml``, each
+number with its source and date) and :mod:`.peak_probe` (the peak an MFU is taken against: the
+profile's spec figure on an accelerator, a GEMM probe on a CPU).
 """
 
 from attnbench.hardware.detection import (

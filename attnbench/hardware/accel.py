@@ -1,13 +1,9 @@
 """Which accelerator this host has, read from device files, PCI ids and ``nvidia-smi``: no framework,
 no device initialised, nothing outside the standard library.
 
-``make`` runs this file before any venv exists (``python3 attnbench/hardware/accel.py``) to choose
-what to build: ``cpu``, ``cuda`` or ``tpu``. A requested ``ACCEL`` that contradicts the host (the CPU
-wheels on a GPU host, CUDA wheels on a host without a GPU) is refused unless forced, because the
-frameworks would then run somewhere other than the machine's name says.
-
-    python3 attnbench/hardware/accel.py                  # prints cpu|cuda|tpu, the reason on stderr
-    python3 attnbench/hardware/accel.py --requested cpu  # exit 2 and one line on a GPU host
+``make`` runs this file before any venv exists to choose what to build (``cpu``, ``cuda``, ``tpu``). A
+requested ``ACCEL`` that contradicts the host is refused unless forced: the frameworks would then run
+somewhere other than the machine's name says.
 """
 
 from __future__ import annotations
@@ -79,12 +75,9 @@ def accelerator_present(dev: str = "/dev", pci: str = "/sys/bus/pci/devices", wh
                         run=subprocess.run) -> Attached | None:
     """The GPU or TPU attached to this host; ``None`` when none is seen.
 
-    TPU: Google's PCI vendor id with a TPU device id (counts the chips, names the generation); else
-    ``/dev/accel<N>`` (TPU v2-v4 VMs); else ``/dev/vfio/<N>`` groups beside a Google PCI device
-    (v5e and later pass chips through vfio; a vfio group alone can be any passthrough device).
-    NVIDIA: ``/dev/nvidia0`` (``/dev/nvidiactl`` in containers, ``/dev/dxg`` on WSL2), counted by
-    ``/dev/nvidia<N>``; else a GPU that ``nvidia-smi -L`` lists. Whether a framework can use the device
-    is another question, answered only by initialising it.
+    TPU: a TPU PCI device id, else ``/dev/accel<N>`` (v2-v4 VMs), else vfio groups beside a Google
+    PCI device (v5e and later; a vfio group alone can be any passthrough device). NVIDIA: its device
+    files, else ``nvidia-smi -L``. Whether a framework can use the device needs initialising it.
     """
     google = _google_pci_devices(pci)
     chips = [TPU_PCI_DEVICES[d] for d in google if d in TPU_PCI_DEVICES]
@@ -123,10 +116,7 @@ class Refused(ValueError):
 
 def choose(requested: str | None, force: bool = False, **where) -> tuple[str, str]:
     """``(accel, why)``: ``requested`` when it agrees with the host (or is forced), else the detected one.
-
-    Raises ``Refused`` (one line, naming the fix) for an unknown value, or for a request that
-    contradicts the host without ``force``.
-    """
+    Raises ``Refused`` (one line, naming the fix) for an unknown value or an unforced contradiction."""
     requested = (requested or "").strip().lower()
     if requested and requested not in ACCELS:
         raise Refused(f"ACCEL must be one of {', '.join(ACCELS)}, got {requested!r}")

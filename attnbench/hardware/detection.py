@@ -1,9 +1,7 @@
 """What a run ran on: the host, and the device a framework's default placement uses.
 
-:func:`detect_accelerator` asks the framework's backend (``attnbench.backends``), which imports its
-framework lazily; nothing here knows a framework by name. :func:`accelerator_present` answers
-"is there a GPU or TPU attached?" from device files, PCI ids and ``nvidia-smi`` alone (``accel.py``),
-initialising nothing: what a process that must not touch a device (the asv parent process) may ask.
+The device comes from the framework's backend; nothing here knows a framework by name.
+:func:`accelerator_present` (``accel.py``) initialises nothing: what the asv parent process may ask.
 """
 
 from __future__ import annotations
@@ -11,6 +9,9 @@ from __future__ import annotations
 import platform as _platform
 from dataclasses import dataclass
 
+import psutil
+
+from attnbench import backends
 from attnbench.hardware.accel import Attached, accelerator_present
 
 
@@ -24,13 +25,8 @@ class Host:
 
 @dataclass(frozen=True)
 class Device:
-    """The device a run's steps execute on.
-
-    ``platform`` is ``"cpu"``, ``"gpu"`` or ``"tpu"``; ``name`` is what the framework calls it
-    (``torch.cuda.get_device_name``, jax ``device_kind``, torch_xla device kind) or, on a CPU, the
-    host CPU model; ``count`` is how many such devices the framework sees (1 for a CPU host);
-    ``host_cores`` is the host's usable logical cores.
-    """
+    """The device a run's steps execute on: ``name`` is what the framework calls it (on a CPU, its
+    model), ``count`` how many it sees (1 for a CPU host), ``host_cores`` the usable logical cores."""
 
     platform: str
     name: str
@@ -53,10 +49,7 @@ def _cpu_model() -> str:
 
 
 def detect_host() -> Host:
-    """CPU model (``/proc/cpuinfo`` "model name", else ``platform.processor()``); logical and usable
-    cores and total memory from psutil."""
-    import psutil
-
+    """CPU model, logical and usable cores, and total memory."""
     logical = psutil.cpu_count(logical=True) or 1
     try:
         usable = len(psutil.Process().cpu_affinity())
@@ -77,12 +70,7 @@ def cpu_device(host: Host) -> Device:
 
 def detect_accelerator(framework: str) -> Device:
     """The device ``framework``'s default placement runs on; the host CPU when it has no accelerator.
-
-    The framework's backend says which (``attnbench.backends.get(framework).detect_device``); an
-    unknown framework raises ``ValueError`` listing the known ones.
-    """
-    from attnbench import backends
-
+    An unknown framework raises ``ValueError``."""
     return backends.get(framework).detect_device(detect_host())
 
 

@@ -1,13 +1,9 @@
 """Which host a run ran on: one machine name (``cpu-2core``, ``h200``) stands for many hosts (cloud
 CI runners, preemptible VMs, a team's shared boxes), and asv keys history by that name alone.
 
-:func:`host_fingerprint` reads, without initialising any device: the CPU model, a digest of its
-feature flags, logical and usable cores, cache sizes, memory (whole GiB), the accelerator
-(``nvidia-smi``'s name and driver, or the TPU generation and chip count from PCI ids), and the
-run's own CPU GEMM probe (best and median of its rounds, from the run's probe directory). The suite
-writes it into every sidecar (``host``); the analysis calls two runs' hosts different when any
-identity field differs, or when the probe moved by more than its measured noise
-(``analysis.host_changes``).
+:func:`host_fingerprint` reads the ``IDENTITY`` fields and the run's CPU GEMM probe without
+initialising any device, for every sidecar; the analysis calls two hosts different when an identity
+field differs or the probe moved beyond its noise (``analysis.host_changes``).
 """
 
 from __future__ import annotations

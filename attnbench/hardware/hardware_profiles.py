@@ -1,17 +1,9 @@
 """Hardware profiles: what a chip can do (spec sheet) and what an hour of it costs.
 
 A *hardware profile* is one table of ``hardware_profiles.toml`` (packaged, or the user's own file of
-the same schema): spec-sheet peaks, memory and prices, every number with its source and date.
-(Not the asv suite's size profile, nor the torch profiler.)
-
-* :func:`load_hardware_profiles` reads and validates a file;
-* :func:`match_hardware_profile` picks the profile of a detected device;
-* :func:`get_hardware_profile` picks one by name (``--hardware-profile NAME``).
-
-The schema *is* the dataclasses below: :func:`_from_toml` builds them from the TOML tables by their
-type hints (unknown keys, missing fields, wrong types, a Literal's allowed values) and runs the
-checks each field declares in its metadata (``check``) and the cross-field ones of ``__post_init__``.
-A failure names the file, the profile, the field and the problem.
+the same schema), every number with its source and date; not the asv suite's size profile. The schema
+*is* the dataclasses below (:func:`_from_toml` builds them by their type hints); a failure names the
+file, the profile, the field and the problem.
 """
 
 from __future__ import annotations
@@ -66,7 +58,6 @@ def _regexes(patterns: tuple[str, ...]) -> str | None:
     return None
 
 
-# ------------------------------------------------------------------------------------ the schema
 @dataclass(frozen=True)
 class Sourced:
     """A number, where it comes from, and when it was read: ``{value, source, date}`` in the file."""
@@ -233,14 +224,9 @@ def _convert(hint, raw, path: str):
     raise TypeError(f"no TOML conversion for {hint!r}")  # a schema bug, not a file's
 
 
-# ------------------------------------------------------------------------------------ public API
 def load_hardware_profiles(path: str | os.PathLike | None = None) -> dict[str, HardwareProfile]:
-    """Hardware profiles by name, in file order. ``path=None`` reads the packaged
-    ``attnbench/hardware/hardware_profiles.toml``.
-
-    Raises ``ValueError`` naming the file, the profile and the field for anything malformed: a
-    number without ``source`` or ``date``, an unknown field or dtype, a bad regex, a wrong kind.
-    """
+    """Hardware profiles by name, in file order (``path=None``: the packaged file). Raises
+    ``ValueError`` naming the file, the profile and the field for anything malformed."""
     if path is None:
         where = f"attnbench/hardware/{PACKAGED_FILE}"
         data = resources.files("attnbench.hardware").joinpath(PACKAGED_FILE).read_bytes()

@@ -1,12 +1,9 @@
 """The peak an MFU is taken against: a profile's spec figure, or a GEMM probe of this CPU.
 
 A CPU peak here is an *achieved-GEMM* peak, not a spec-sheet peak: the TFLOP/s one large square
-matmul reaches on this machine, in this dtype, through the framework's own matmul (MKL/oneDNN for
-torch, XLA:CPU for jax, the BLAS for numpy), with the threads the framework uses. The matmul comes
-from the framework's backend (``attnbench.backends.get(framework).gemm_runner(dtype)``); the probe
-itself knows no framework. An MFU against it therefore means "fraction of this machine's own matmul
-speed", which answers "how far is attention from the best this CPU does" and is not comparable with
-an accelerator's spec-sheet MFU.
+matmul reaches on this machine through the framework's own matmul (the backend's ``gemm_runner``).
+An MFU against it means "fraction of this machine's own matmul speed", not comparable with an
+accelerator's spec-sheet MFU.
 """
 
 from __future__ import annotations
@@ -19,6 +16,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from attnbench import backends
+from attnbench.core.atomic import atomic_write_text
 from attnbench.hardware.detection import Device
 from attnbench.hardware.dtypes import LONG_DTYPE, canonical_dtype
 from attnbench.hardware.hardware_profiles import HardwareProfile
@@ -44,9 +43,7 @@ class GemmProbe:
 
 
 _PROBE_CACHE: dict[tuple, GemmProbe] = {}
-# A directory where probes are shared between the processes of one run (``run_sweep`` sets it):
-# each case runs in a fresh worker, and re-probing there cost ~3 s per case and gave each case
-# of the run a slightly different peak.
+# Shared by one run's worker processes (``run_sweep`` sets it): one probe, so one peak, per run.
 PROBE_DIR_ENV = "ATTNBENCH_PROBE_DIR"
 
 
@@ -75,22 +72,11 @@ def cpu_peak_tflops(dtype="float32", framework: str = "torch", *, size: int | No
                     max_size: int = 2048, min_call_seconds: float = 0.05, rounds: int = 3) -> GemmProbe:
     """Measure this CPU's achieved GEMM TFLOP/s in ``dtype`` through ``framework``'s matmul.
 
-    The matmul and its thread count come from ``attnbench.backends.get(framework).gemm_runner``
-    (``ValueError`` for a framework or dtype without one). The matrix size, unless given, grows
-    256, 512, ... up to ``max_size`` until one matmul takes ``min_call_seconds`` (compute bound,
-    timer noise negligible; a dtype the CPU runs slowly, e.g. torch fp16 without native support,
-    stops early instead of taking minutes). Then ``rounds`` rounds of
-    :func:`attnbench.measure.timing.time_step` (blocked, median per round); ``best_tflops`` is the best
-    round, ``median_tflops`` the median round.
-
-    The result is memoised per process (keyed by every argument and the framework's thread count),
-    and shared through ``$ATTNBENCH_PROBE_DIR`` between the worker processes of one sweep, so a run
-    pays for the probe once per framework and dtype; :func:`clear_cpu_peak_cache` forgets the
-    process's copy. This is an achieved-GEMM peak, not a spec-sheet peak: MFU against it is
-    "fraction of this machine's own matmul speed".
+    Unless given, the size doubles from 256 up to ``max_size`` until one matmul takes
+    ``min_call_seconds`` (compute bound, timer noise negligible; a dtype the CPU runs slowly stops
+    early). ``ValueError`` for a framework or dtype without a matmul. Memoised per process and shared
+    through ``$ATTNBENCH_PROBE_DIR`` by one sweep's workers, so a run probes once per framework and dtype.
     """
-    from attnbench import backends
-
     dtype = canonical_dtype(dtype)
     make, threads = backends.get(framework).gemm_runner(dtype)
     key = (framework, dtype, size, max_size, min_call_seconds, rounds, threads)
@@ -123,8 +109,6 @@ def cpu_peak_tflops(dtype="float32", framework: str = "torch", *, size: int | No
                       best_tflops=max(rates), median_tflops=statistics.median(rates), rounds=len(rates))
     _PROBE_CACHE[key] = probe
     if shared:
-        from attnbench.results.atomic import atomic_write_text
-
         atomic_write_text(shared, json.dumps(dataclasses.asdict(probe)))
     return probe
 
@@ -135,7 +119,6 @@ def _clock_one(run) -> float:
     return time.perf_counter() - start
 
 
-# ------------------------------------------------------------------------------------------ the peak
 @dataclass(frozen=True)
 class Peak:
     """The peak an MFU is taken against; ``tflops`` None means unknown and ``source`` says why."""
@@ -149,17 +132,13 @@ class Peak:
         return self.tflops is not None
 
 
-# Every framework's run on a CPU is divided by the same peak: one probe per machine, dtype and run
-# (shared through $ATTNBENCH_PROBE_DIR), through one matmul that both venvs have. Probing per
-# framework gave jax 0.207 and torch 0.195 TFLOP/s in one run here, so MFUs were not comparable.
+# One probe per machine, dtype and run for every framework, through a matmul both venvs have:
+# per-framework probes differ, which would make MFUs incomparable across frameworks.
 CPU_PROBE_FRAMEWORK = "torch"
 
 
 def peak_tflops(device: Device, hardware_profile: HardwareProfile | None, dtype) -> Peak:
-    """Spec-sheet peak from ``hardware_profile`` for an accelerator; the GEMM probe for a CPU.
-
-    On a CPU the probe is torch's matmul whatever the run's framework (``CPU_PROBE_FRAMEWORK``).
-    """
+    """Spec-sheet peak from ``hardware_profile`` for an accelerator; the torch GEMM probe for a CPU."""
     dt = canonical_dtype(dtype)
     if device.platform == "cpu":
         probe_fw = CPU_PROBE_FRAMEWORK

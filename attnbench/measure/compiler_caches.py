@@ -1,14 +1,10 @@
 """Whether a case compiles against empty or already-filled on-disk compiler caches.
 
-torch's Inductor keeps compiled graphs and C++/Triton kernels on disk (``TORCHINDUCTOR_CACHE_DIR``,
-by default under /tmp), so the same ``torch.compile`` costs seconds on a fresh machine and a
-fraction of one after any earlier run: measured here, FlexAttention's dynamic regime compiled in
-27 s cold and 1.2 s with the cache warm. A compile figure that depends on what ran before on the
-machine is not a measurement of the workload, so by default every case starts ``cold``: Inductor
-gets an empty cache directory of its own (removed after the case) and jax's persistent
-compilation cache is switched off. ``warm`` leaves both as the user has them, for the serving setup
-that ships its caches. torch_xla keeps no persistent cache unless ``initialize_cache`` is called,
-which this project never does.
+Inductor keeps compiled kernels on disk (``TORCHINDUCTOR_CACHE_DIR``, under /tmp), so a compile
+figure would depend on what ran before on the machine. ``cold`` (the default) gives Inductor an empty
+directory per case and switches jax's persistent cache off; ``warm`` leaves both as the user has
+them (a serving setup that ships its caches). torch_xla keeps no persistent cache unless
+``initialize_cache`` is called, which this project never does.
 """
 
 from __future__ import annotations
@@ -18,6 +14,8 @@ import sys
 import tempfile
 
 from attnbench.measure.process_env import scoped_environ
+
+# Imported where used: torch (each venv holds only some frameworks, and the asv process none).
 
 MODES = ("cold", "warm")
 INDUCTOR_DIR = "TORCHINDUCTOR_CACHE_DIR"

@@ -1,20 +1,10 @@
 """How busy the machine was, apart from us, while a figure was measured.
 
-On a shared machine (CI runners, dev boxes) another process taking a core turns a kernel's 10 ms
-into 18 ms, and a single run cannot tell that from a regression. So each timing window records
-what the rest of the machine did meanwhile:
-
-* ``other_cpu_share``: CPU seconds spent by every other process (machine busy time from
-  ``psutil.cpu_times()`` minus this process's own), per second of wall time: in cores;
-* ``steal_share``: time the hypervisor gave our vCPUs to someone else (``steal``), in cores;
-* ``cpu_pressure_share``: ``/proc/pressure/cpu`` "some" stall time per second (Linux PSI): the
-  share of time at least one runnable task waited for a CPU (our own threads included, so it is
-  recorded, not used for the verdict).
-
-A window is **contended** when others used more than ``OTHER_CPU_LIMIT`` cores or steal exceeded
-``STEAL_LIMIT``; the measurement is then repeated (a bounded number of times) and, if it stays
-contended, recorded with the flag and the reason. Reports never call a contended figure a
-regression, a spike or a winner.
+On a shared machine another process taking a core slows a kernel, and one run cannot tell that
+from a regression, so each timing window records what the rest of the machine did. It is
+**contended** when other processes used more than ``OTHER_CPU_LIMIT`` cores or hypervisor steal
+exceeded ``STEAL_LIMIT``; PSI CPU pressure counts our own threads too, so it is recorded, not judged.
+Reports never call a contended figure a regression, a spike or a winner.
 """
 
 from __future__ import annotations
@@ -22,6 +12,8 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+
+import psutil
 
 OTHER_CPU_LIMIT = 0.10  # cores used by other processes during the window
 STEAL_LIMIT = 0.05  # cores stolen by the hypervisor
@@ -80,8 +72,6 @@ class ContentionMonitor:
     result: Contention | None = None
 
     def __enter__(self):
-        import psutil
-
         self._process = psutil.Process()
         self._start = (time.perf_counter(), psutil.cpu_times(), self._own_seconds(), _pressure_total_us())
         return self
@@ -91,8 +81,6 @@ class ContentionMonitor:
         return own.user + own.system
 
     def __exit__(self, *exc) -> None:
-        import psutil
-
         wall0, cpu0, own0, psi0 = self._start
         wall, cpu, own, psi = time.perf_counter() - wall0, psutil.cpu_times(), self._own_seconds(), \
             _pressure_total_us()

@@ -1,37 +1,37 @@
 """Measure one case: implementation x workload x shape regime, on this process's device.
 
-``measure_case`` returns one record (``attnbench.core.records``) with every metric and a status. It
-never raises for a case that fails: unsupported, out-of-memory and numerics failures become the
-record's status, anything else ``error`` with the message. Timeouts and hard crashes need a
-separate process: ``attnbench.run.worker`` runs this function in a worker it can kill.
+``measure_case`` never raises for a failing case: the failure becomes the record's status. Timeouts
+and hard crashes need ``attnbench.run.worker``, which can kill the process.
 
-Order of work for one case, so that each number has one source:
-  1. the shape-regime stream through a fresh Runner, first, so that nothing in the process has run
-     its shapes: its first step is the case's first call (trace + compile + run) and every compile
-     in it is cold (``compile_cache_hits`` says when a compiler cache served one anyway);
-  2. ``make_step`` places inputs (jax also lowers + compiles ahead of time: ``lower_s``,
-     ``compile_s``, XLA's memory estimate) and the backend times it (static: a warmed, blocked
-     autorange, median and IQR; other regimes: the stream's steady steps);
-  3. one more, warm, step under the memory probes (device peak, allocation records, process RSS);
-  4. kernel evidence (a profiled run, after every timing);
-  5. throughput from the tokens and FLOPs the timed steps ran, MFU against the run's one peak, cost;
-  6. numerics of the timed step's own output (and gradients) against the float64 reference.
+Order of work, so that each number has one source: the regime stream first (nothing in the process
+has run its shapes, so its compiles are cold), the timed step, one warm step under the memory probes,
+kernel evidence (profiled after every timing, so it warms nothing timed), throughput and cost, then
+numerics of the timed step's own output.
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import importlib
+import io
 import json
 import os
 import traceback
 
-from attention_impls.base import Unsupported
-from attnbench.core import records
-from attnbench.core.numerics import compare
+import attention_impls
+from attention_impls.base import Unsupported, mask_call, static_mask
+from attention_impls.reference_float64 import attention_fwd, attention_grads
+from attnbench import hardware
+from attnbench.core import records, regimes
+from attnbench.core.atomic import atomic_write_text
+from attnbench.core.inputs import make_inputs
+from attnbench.core.numerics import GRAD_SLACK, compare
 from attnbench.core.workload import Workload
+from attnbench.measure import cost, stats
 from attnbench.measure.compiler_caches import check_mode as check_compile_cache
 from attnbench.measure.compiler_caches import compiler_caches
+from attnbench.measure.contention import ContentionMonitor
 
 # The float64 reference materialises B*H*Sq*Sk doubles; above this it runs on a proxy workload.
 REFERENCE_MAX_SCORE_ELEMENTS = 2**25  # 256 MiB of float64 scores
@@ -60,9 +60,9 @@ class Options:
     timer: str = "wall"  # wall | cuda-events (torch on CUDA: events around each call, L2 flushed)
     contention_retries: int = 2  # re-time a window other processes shared, at most this often
     timing_only: bool = False  # a later timing round of a static case (``pool_rounds``)
-    # A later round's window: short and never extended, since the rounds (separate processes at
-    # separate moments), not longer windows, average out the noise between processes (stats.py).
+    # Short and never extended: rounds, not longer windows, average out noise between processes.
     round_seconds: float = 0.1
+    support_checked: bool = False  # the caller already asked ``impl.check`` (the asv suite's plan)
 
     def __post_init__(self):
         check_compile_cache(self.compile_cache)
@@ -79,8 +79,6 @@ def new_record(workload: Workload, options: Options, **fields) -> dict:
 
 def resolve_impl(spec):
     """A registered name, an ``AttentionImpl`` instance, or ``"module:Class"`` (test stubs, plugins)."""
-    import attention_impls
-
     if not isinstance(spec, str):
         return spec
     if ":" in spec:
@@ -105,7 +103,7 @@ def measure_case(impl_spec, workload: Workload, options: Options = Options()) ->
         record.update(impl=str(impl_spec), status=records.ERROR, reason=f"{type(exc).__name__}: {exc}")
         return record
     record.update(impl=impl.name, framework=impl.framework, gqa=impl.gqa_mode(workload))
-    reason = impl.check(workload)
+    reason = None if options.support_checked else impl.check(workload)
     if reason:
         record.update(status=records.UNSUPPORTED, reason=reason)
         return record
@@ -113,7 +111,7 @@ def measure_case(impl_spec, workload: Workload, options: Options = Options()) ->
     record.update(platform=platform, label=impl.label(platform), execution=impl.execution(platform))
     try:
         with compiler_caches(options.compile_cache):
-            (_time_only if options.timing_only else _measure)(impl, workload, options, record)
+            (_timing_round if options.timing_only else _every_metric)(impl, workload, options, record)
     except Unsupported as exc:  # e.g. a length of the dynamic stream the kernel cannot take
         record.update(status=records.UNSUPPORTED, reason=exc.reason)
     except Exception as exc:
@@ -122,15 +120,10 @@ def measure_case(impl_spec, workload: Workload, options: Options = Options()) ->
     return record
 
 
-def _measure(impl, workload: Workload, options: Options, record: dict) -> None:
-    from attnbench import hardware
-
+def _every_metric(impl, workload: Workload, options: Options, record: dict) -> None:
     device = hardware.detect_accelerator(impl.framework)
     record["device"] = device.name
-    # 1. The shape-regime stream first, on a fresh runner: nothing in this process has run any
-    #    of its shapes yet, so each of its compiles (and its first call) is cold.
     regime_result = _run_regime(impl, workload, options, record)
-    # 2. The timed step at the case's own shape (jax also lowers and compiles it ahead of time).
     step = impl.make_step(workload, seed=options.seed)
     record["execution"] = step.execution
     for key, value in (step.compile_info or {}).items():
@@ -140,8 +133,6 @@ def _measure(impl, workload: Workload, options: Options, record: dict) -> None:
         time_static(impl, step, options, record)
     else:
         step.run()  # warm: the memory probes below measure a steady step, never a compiling one
-    # 3. Memory of one more, warm, step; 4. which kernel ran (a profiled evidence run comes after
-    #    every timing, so it warms nothing that is timed).
     record.update(impl.backend().measure_memory(step))
     evidence = step.evidence()
     record.update(kernel_evidence=evidence, kernel_verified=not evidence.startswith("not verified"))
@@ -150,7 +141,6 @@ def _measure(impl, workload: Workload, options: Options, record: dict) -> None:
     if options.trace_dir:
         record["trace_file"] = write_trace(regime_result, record, options.trace_dir, pricing)
     record["status"] = records.OK
-    # 5. Numerics of the very step that was timed, against the float64 reference.
     if options.numerics:
         record.update(check_numerics(impl, workload, step, options.seed))
         if record["numerics_ok"] is False:
@@ -160,15 +150,8 @@ def _measure(impl, workload: Workload, options: Options, record: dict) -> None:
 
 
 def time_static(impl, step, options: Options, record: dict) -> None:
-    """The static step's samples, median and interval (over this one window), with what the
-    machine did meanwhile.
-
-    A window another process shared (``attnbench.measure.contention``) is timed again, at most
-    ``options.contention_retries`` times; the last window is recorded, flagged if still contended.
-    """
-    from attnbench.measure import stats
-    from attnbench.measure.contention import ContentionMonitor
-
+    """Time the static step in one window, re-timed (at most ``options.contention_retries`` times)
+    while another process shared it; the last window is recorded, flagged if still contended."""
     retries = 0
     while True:
         with ContentionMonitor() as monitor:
@@ -188,7 +171,7 @@ def time_static(impl, step, options: Options, record: dict) -> None:
                   **monitor.result.columns())
 
 
-def _time_only(impl, workload: Workload, options: Options, record: dict) -> None:
+def _timing_round(impl, workload: Workload, options: Options, record: dict) -> None:
     """A later timing round of a static case: its step timed, nothing else (see ``pool_rounds``)."""
     step = impl.make_step(workload, seed=options.seed)
     record["execution"] = step.execution
@@ -198,8 +181,6 @@ def _time_only(impl, workload: Workload, options: Options, record: dict) -> None
 
 def _run_regime(impl, workload, options, record):
     """The regime's stream; its first step is the case's first call (trace + compile + run)."""
-    from attnbench.core import regimes
-
     lengths = regimes.length_stream(workload.stream_length, options.regime_steps, options.seed)
     template = workload.replace(seq_k=workload.seq_q) if workload.seq_k == workload.seq_q else workload
     result = regimes.run_regime(impl, template, options.regime, lengths, options.bucket_policy)
@@ -216,15 +197,8 @@ def _run_regime(impl, workload, options, record):
 
 
 def write_trace(result, record: dict, trace_dir: str, pricing=None) -> str | None:
-    """The per-step trace of a regime run as CSV (spikes are per step); returns the path.
-
-    Each step's ``usd`` is its wall time at the on-demand price (None when unpriced).
-    """
-    import csv
-    import io
-
-    from attnbench.core import cost, regimes
-    from attnbench.results.atomic import atomic_write_text
+    """The per-step trace of a regime run as CSV, each step's ``usd`` at the on-demand price (None
+    when unpriced); returns the path."""
 
     rows = regimes.trace_to_rows(result)
     if not rows:
@@ -245,9 +219,8 @@ def throughput(workload: Workload, regime: str, seconds_per_step: float,
                regime_result) -> tuple[float | None, float | None]:
     """(tokens/s, FLOP/s) the timed steps really computed, padding included.
 
-    static: every step is ``workload`` at its full length. dynamic/bucketed: the stream's steady
-    steps, each at its own (padded) length, over their summed time; dividing the full length's
-    tokens by the median step would credit every step with tokens it never ran.
+    Regimes use the stream's steady steps at their own lengths: the full length's tokens over the
+    median step would credit steps with tokens they never ran.
     """
     if regime == "static":
         return workload.tokens / seconds_per_step, workload.flops / seconds_per_step
@@ -256,9 +229,6 @@ def throughput(workload: Workload, regime: str, seconds_per_step: float,
 
 def _throughput_and_cost(device, workload, options, record, regime_result):
     """Throughput, MFU and cost columns of ``record``; returns the ``Pricing`` used."""
-    from attnbench import hardware
-    from attnbench.core import cost
-
     profile = (hardware.get_hardware_profile(options.hardware_profile) if options.hardware_profile
                else hardware.match_hardware_profile(device))
     peak = hardware.peak_tflops(device, profile, workload.dtype)
@@ -276,16 +246,14 @@ def _throughput_and_cost(device, workload, options, record, regime_result):
 
 
 def derive_figures(record: dict, pricing, tokens_per_s: float | None, flops_per_s: float | None) -> None:
-    """Every figure that follows from the step time: throughput, MFU (against ``peak_tflops``), and
-    cost at ``pricing``. One formula for the worker's first figure and for rounds pooled later."""
-    from attnbench.core import cost
-
+    """Every figure that follows from the step time; one formula for the first figure and for pooled
+    rounds."""
     seconds = record["seconds_per_step"]
     record.update(tokens_per_s=tokens_per_s, tflops=flops_per_s / 1e12 if flops_per_s else None,
                   seconds_per_million_tokens=1e6 / tokens_per_s if tokens_per_s else None)
     if record.get("peak_tflops") and record["tflops"]:
         record["mfu"] = record["tflops"] / record["peak_tflops"]
-    # The workload's minimum bytes over the step (static steps only: a regime's steps differ).
+    # Static only: a regime's steps differ in size.
     if record.get("min_bytes") and seconds and record.get("regime", "static") == "static":
         record["bytes_per_s"] = record["min_bytes"] / seconds
         if record.get("peak_bytes_per_s"):
@@ -293,8 +261,7 @@ def derive_figures(record: dict, pricing, tokens_per_s: float | None, flops_per_
     tokens_per_step = tokens_per_s * seconds if tokens_per_s else None
     costs = cost.cost_per_step(seconds, pricing, tokens_per_step=tokens_per_step)
     record.update({k: v for k, v in costs.items() if k in record})
-    # What a step of the regime's stream costs, compile stalls included, and what a useful
-    # (unpadded) token costs over the whole stream: the figure to compare across regimes.
+    # Compile stalls included, per useful (unpadded) token: the figure to compare across regimes.
     stream = cost.cost_per_step(record["seconds_per_step_with_compiles"], pricing)
     useful_per_step = (record["useful_tokens_per_s"] or 0) * (record["seconds_per_step_with_compiles"] or 0)
     useful = cost.cost_per_step(record["seconds_per_step_with_compiles"], pricing,
@@ -307,8 +274,6 @@ def derive_figures(record: dict, pricing, tokens_per_s: float | None, flops_per_
 
 def pricing_of(record: dict):
     """The ``Pricing`` a record was costed at (its hourly prices and their source)."""
-    from attnbench.core import cost
-
     return cost.Pricing(device_name=record.get("device") or "", hardware_profile=None, units=None, unit=None,
                         on_demand_usd_per_hour=record.get("usd_per_hour_on_demand"),
                         spot_usd_per_hour=record.get("usd_per_hour_spot"),
@@ -318,14 +283,9 @@ def pricing_of(record: dict):
 def pool_rounds(first: dict, later: list[dict]) -> dict:
     """``first`` (a static case's full record) with its step time estimated over every timing round.
 
-    Rounds measured under contention are dropped while an uncontended one exists; if every round
-    was contended the figure keeps them all and says so (``contended``). The median of the rounds'
-    medians and its interval over the rounds (``stats.estimate``) replace the first round's; every
-    figure that follows from the step time is derived again from it (``derive_figures``), the
-    compile and memory figures stay the first's.
+    Contended rounds are dropped while an uncontended one exists; if all were contended, all are
+    kept and flagged. Step-time figures are derived again; compile and memory figures stay the first's.
     """
-    from attnbench.measure import stats
-
     rounds = [first] + [r for r in later if r.get("status") == records.OK and r.get("timing_samples_s")]
     clean = [r for r in rounds if not r.get("contended")]
     used = clean or rounds
@@ -365,23 +325,14 @@ def numerics_workload(workload: Workload) -> Workload:
 
 def reference_mask(workload: Workload, x) -> dict:
     """The mask keywords of ``workload`` with its inputs' segment ids, for the float64 reference."""
-    from attention_impls.base import mask_call, static_mask
-
     return mask_call(static_mask(workload), x.mask_arrays())
 
 
 def check_numerics(impl, workload: Workload, step, seed: int) -> dict:
-    """Errors of the timed step's own output against the float64 reference.
-
-    The step runs once more (same inputs, same compiled function as the timing) and its output,
-    and for ``fwd_bwd`` its gradients, are compared with the reference on the same seeded inputs.
-    Where the reference's score matrix would not fit (``numerics_workload``), the kernel is checked
-    on a smaller proxy workload through its conformance entry point instead, and the record says so.
+    """Errors of the timed step's own output (and gradients) against the float64 reference, from
+    one more run of the same compiled function. Where the reference would not fit, a smaller proxy
+    is checked through the conformance entry point instead, and the record says so.
     """
-    from attention_impls.reference_float64 import attention_fwd, attention_grads
-    from attnbench.core.inputs import make_inputs
-    from attnbench.core.numerics import GRAD_SLACK
-
     checked = numerics_workload(workload)
     if checked.replace(mode=workload.mode) == workload:
         x = make_inputs(workload, seed)

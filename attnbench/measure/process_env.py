@@ -9,6 +9,8 @@ import contextlib
 import os
 import sys
 
+# Imported where used: torch (each venv holds only some frameworks, and the asv process none).
+
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
@@ -29,11 +31,10 @@ def scoped_environ(**values: str):
 
 def pin_threads(threads: int) -> None:
     """Pin this process to ``threads`` cores, and the thread pools to as many threads, before
-    jax/torch load (timings on 2 cores jump up to 50x otherwise).
+    jax/torch load (oversubscribed pools make timings jump).
 
-    The CPU affinity (``os.sched_setaffinity``) is what holds every framework to the same cores:
-    XLA:CPU has no intra-op thread flag that jax honours, so its pool follows the cores it may run
-    on. Cost is charged for these cores (``ATTNBENCH_THREADS``).
+    The affinity is what holds every framework: XLA:CPU has no intra-op thread flag that jax
+    honours. Cost is charged for these cores (``ATTNBENCH_THREADS``).
     """
     if hasattr(os, "sched_setaffinity"):
         allowed = sorted(os.sched_getaffinity(0))

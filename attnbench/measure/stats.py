@@ -1,19 +1,13 @@
 """Uncertainty of a timing: the median with a distribution-free confidence interval, and rounds.
 
-A step time is never one number here. Every figure is a median with a confidence interval from
-order statistics: for ``n`` values, the interval between the ``j``-th and ``k``-th smallest holds
-the true median with probability ``P(j <= Bin(n, 1/2) < k)``, whatever the noise's distribution
-(the sign test's interval; asv's ``quantile_ci`` is the same idea).
+For ``n`` values the interval between the ``j``-th and ``k``-th smallest holds the median with
+probability ``P(j <= Bin(n, 1/2) < k)``, whatever the distribution (the sign test's interval, as
+asv's ``quantile_ci``).
 
-Which values? The samples of one timing window are not independent of each other: on a shared or
-virtual machine the window's process and its moment (the host's other tenants, frequency, where the
-allocator put the buffers) move all of them together. Measured here (results/LOG.md), two windows of
-the same case in different processes differ by 5-20% while each window's own interval is 1-2% wide.
-So with several rounds (separate processes, spread over a run) the unit is the round: the figure is
-the median of the rounds' medians and its interval the order-statistics interval of those
-(``basis="rounds"``); a burst of outside load that hits one round moves the figure little and
-widens the interval instead. A single window's interval (``basis="samples"``) only says how steady
-that one window was.
+One window's samples are not independent: its process and moment move them together, and windows
+in different processes differ far more than one window's interval (results/LOG.md). So with several
+rounds the unit is the round (``basis="rounds"``); one window's interval (``basis="samples"``) only
+says how steady that window was.
 """
 
 from __future__ import annotations
@@ -80,12 +74,8 @@ class Estimate:
 
 
 def estimate(rounds: Sequence[Sequence[float]]) -> Estimate:
-    """One estimate from the samples (per-step seconds) of each round.
-
-    Several rounds: the median of the rounds' medians, with the order-statistics interval of those
-    medians. One round: the median of its samples and their interval, which only describes that
-    window (see the module's docstring).
-    """
+    """One estimate from the samples (per-step seconds) of each round: over the rounds' medians when
+    there are several, else over the one window's samples."""
     kept = [[float(x) for x in r] for r in rounds if len(r)]
     pooled = [x for r in kept for x in r]
     if not pooled:

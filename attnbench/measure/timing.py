@@ -1,9 +1,8 @@
 """A small, explicit timing loop in the spirit of ``torch.utils.benchmark``'s blocked autorange.
 
-Every step is visible: one first call (compile + run, timed on its own), warm-up calls, then blocks
-of calls sized so each block lasts at least ``block_seconds`` (timer overhead becomes negligible),
-repeated until ``min_seconds`` has passed. Each ``Step.run`` blocks until the device is done, so a
-block's wall time is device time plus launch overhead.
+One first call (compile + run, timed on its own), warm-up, then blocks of calls lasting at least
+``block_seconds`` so timer overhead is negligible. ``Step.run`` blocks until the device is done, so
+a block's wall time is device time plus launch overhead.
 """
 
 from __future__ import annotations
@@ -31,12 +30,7 @@ class Timing:
 def time_step(run, *, warmup: int = 1, block_seconds: float = 0.02, min_seconds: float = 0.3,
               min_samples: int = 5, max_samples: int = 200, max_seconds: float = 30.0,
               target_rel_iqr: float | None = None) -> Timing:
-    """Time ``run()`` (which must block until its work is done).
-
-    Sampling stops once ``min_seconds`` and ``min_samples`` are reached and, when
-    ``target_rel_iqr`` is set, the interquartile range is within that fraction of the median;
-    ``max_seconds`` bounds it whatever the noise.
-    """
+    """Time ``run()`` (which must block until its work is done); stops as ``_sample`` says."""
     clock = time.perf_counter
     start = clock()
     run()
@@ -68,8 +62,8 @@ def time_step(run, *, warmup: int = 1, block_seconds: float = 0.02, min_seconds:
 
 def _sample(take, samples: list[float], *, min_seconds, min_samples, max_samples, max_seconds,
             target_rel_iqr) -> list[float]:
-    """Append ``take()`` to ``samples`` until the budget and the IQR target are met (or
-    ``max_seconds``/``max_samples`` run out): the stopping rule every timer shares."""
+    """Append ``take()`` to ``samples`` until ``min_seconds``, ``min_samples`` and (if set) the
+    relative IQR target are met, or ``max_seconds``/``max_samples`` run out."""
     clock = time.perf_counter
     begin = clock()
     while len(samples) < max_samples:
@@ -94,9 +88,8 @@ def time_calls(timed_call, *, timer: str, warmup: int = 1, min_seconds: float = 
                target_rel_iqr: float | None = None) -> Timing:
     """Time one call per sample with a timer that measures the call itself (device events).
 
-    ``timed_call()`` runs the step once and returns its seconds by that timer (for CUDA events:
-    L2 flushed first, then events recorded around the call, as ``triton.testing.do_bench``).
-    Stops as ``time_step`` does.
+    ``timed_call()`` runs the step once and returns its seconds (CUDA events: L2 flushed first, as
+    ``triton.testing.do_bench``).
     """
     first_call = timed_call()
     for _ in range(warmup):

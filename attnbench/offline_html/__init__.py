@@ -1,19 +1,7 @@
 """Make an ``asv publish`` site work without internet, serve it on loopback, check it in chromium.
 
-The stock asv 0.6.6 page loads jQuery, Flot, flot-orderbars, stupidtable, blueimp-md5 and Bootstrap
-from CDNs; offline it shows only ``error.html``. One module per job:
-
-- :mod:`.vendor`: the CDN URL table and :func:`fetch_vendor`, which fills a vendor cache
-  (``.asv/vendor``) with those libraries via ``npm pack``.
-- :mod:`.rewrite`: :func:`make_offline` copies them to ``<html_dir>/vendor/`` and rewrites the URLs
-  in every published ``.html``, ``.js`` and ``.css`` file. ``asv publish`` rewrites ``index.html``
-  each time, so run it after every publish.
-- :mod:`.serve`: :func:`serve` serves the site over HTTP on 127.0.0.1.
-- :mod:`.browser`: :func:`check_published_site` opens graph pages in headless chromium with the
-  network cut and checks that flot plotted data, with no asv error, JS error or failed load.
-
-CLI (:mod:`.__main__`): ``python -m attnbench.offline_html HTML_DIR [--serve PORT]
-[--check NAME ... --screenshot PNG]``.
+The stock asv 0.6.6 page loads its JS/CSS from CDNs; offline it shows only ``error.html``.
+``asv publish`` rewrites ``index.html`` each time, so run :func:`make_offline` after every publish.
 """
 
 from .browser import (

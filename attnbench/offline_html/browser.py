@@ -1,8 +1,7 @@
 """Open a published site in headless chromium with the network cut, and check that its graphs plot.
 
-:func:`check_published_site` serves the site with a probe script injected into ``index.html``
-(by its own server only), loads each page with DNS for every host but 127.0.0.1 blackholed, and
-reads back what the live flot plot holds, the JS errors and the console.
+A probe script, injected into ``index.html`` by the check's own server only, reports what the live
+flot plot holds; DNS for every host but 127.0.0.1 is blackholed.
 """
 
 from __future__ import annotations
@@ -172,11 +171,7 @@ def check_published_site(html_dir: str | os.PathLike, benchmark_names, screensho
                          budget_ms: int = 8000, min_points: int = 1) -> dict[str, PageResult]:
     """Open the grid and each benchmark's graph page of an offline published site in chromium.
 
-    Raises :class:`SiteCheckError` listing every problem: an external reference left in the site,
-    a page that fell back to error.html, an asv error message, a graph without a flot canvas or
-    with fewer than ``min_points`` plotted values, a benchmark missing from the grid, an uncaught
-    JS error, a failed or blocked load (the console) or a 404 (the server). Saves a PNG of the
-    first benchmark's graph to ``screenshot_path`` when given. Returns the probes by page name.
+    Raises :class:`SiteCheckError` listing every problem found; returns the probes by page name.
     """
     html_dir = Path(html_dir)
     benchmark_names = list(benchmark_names)

@@ -49,9 +49,7 @@ def _site_files(html_dir: Path, suffixes: tuple[str, ...]):
 def external_references(html_dir: str | os.PathLike) -> list[tuple[Path, str]]:
     """(file, URL) of every external script/stylesheet/font the site would load.
 
-    Covers ``<script src>`` and ``<link href>`` in HTML (except ``rel=alternate``/``canonical``
-    links, which browsers do not fetch), and quoted or ``url()`` asset URLs in JS and CSS (including
-    the vendored CSS).
+    Skips ``rel=alternate``/``canonical`` links, which browsers do not fetch; scans the vendored CSS too.
     """
     html_dir = Path(html_dir)
     found = []
@@ -74,10 +72,7 @@ def external_references(html_dir: str | os.PathLike) -> list[tuple[Path, str]]:
 def make_offline(html_dir: str | os.PathLike, vendor_dir: str | os.PathLike | None = None) -> list:
     """Point the published site at local copies of its CDN files; return the rewrites made.
 
-    ``vendor_dir`` is the vendor cache (default ``.asv/vendor``, filled by :func:`fetch_vendor`
-    when incomplete). Copies the files of :data:`URL_MAP` to ``<html_dir>/vendor/``, rewrites every
-    mapped URL in the site's HTML, JS and CSS, then raises :class:`OfflineHtmlError` naming the file
-    and URL if any external script/stylesheet reference is left. Idempotent.
+    Raises :class:`OfflineHtmlError` if any external reference is left. Idempotent.
     Returns ``[(file, cdn_url, local_url), ...]``.
     """
     html_dir = Path(html_dir)

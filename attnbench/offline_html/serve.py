@@ -38,8 +38,7 @@ class _Server(ThreadingHTTPServer):
 def serve(html_dir: str | os.PathLike, port: int = 0, *, handler=None) -> ThreadingHTTPServer:
     """Start serving ``html_dir`` on 127.0.0.1:``port`` (0: any free port) in a daemon thread.
 
-    The URL is ``http://127.0.0.1:{server.server_address[1]}/``; stop with ``server.shutdown();
-    server.server_close()``. ``server.requests`` lists ``(method, path, status)`` served.
+    Stop with ``server.shutdown(); server.server_close()``.
     """
     handler = handler or QuietHandler
     server = _Server(("127.0.0.1", port), functools.partial(handler, directory=str(html_dir)))

@@ -73,9 +73,7 @@ def _needed_files(name: str) -> list[str]:
 def fetch_vendor(cache_dir: str | os.PathLike | None = None) -> Path:
     """Fill ``cache_dir`` (default ``.asv/vendor``) with the npm packages of :data:`PACKAGES`.
 
-    Each lands, extracted, in ``<cache_dir>/<name>-<version>/package/``. A package whose needed files
-    are already there is skipped, so this is cheap to call before every publish. Raises
-    :class:`OfflineHtmlError` naming npm when a package is missing and npm is not installed.
+    Packages already there are skipped, so this is cheap to call before every publish.
     """
     cache = Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE
     missing = [
@@ -115,8 +113,7 @@ def fetch_vendor(cache_dir: str | os.PathLike | None = None) -> Path:
 
 
 def copy_vendor(html_dir: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
-    """Copy the files of :data:`URL_MAP` and :data:`EXTRA_DIRS` from the cache (filled by
-    :func:`fetch_vendor` when incomplete) to ``<html_dir>/vendor/``; return that directory."""
+    """Copy the vendored files from the cache to ``<html_dir>/vendor/``; return that directory."""
     cache = fetch_vendor(cache_dir)
     out = Path(html_dir) / VENDOR_SUBDIR
     for pkg, src, dst in URL_MAP.values():

@@ -1,25 +1,25 @@
 """One cell of the release matrix, run in the release's own environment, stage by stage.
 
-Stages (``matrix.STAGES``): ``import`` (the kernel's own imports of the library, and its support
-check), ``compile`` (``make_step``: jax traces, lowers and compiles ahead of time; a torch kernel
-compiles on its first call, so for a compiled torch kernel the first call is this stage), ``run``,
-``numerics`` (the step's output against the float64 reference, ``engine.check_numerics``) and
-``time`` (a short timing window, the backend's own loop). The first stage that raises decides the
-status (``matrix.classify``) and its exception's first line is the reason, with the line of the
-project's code it came through. Each cell runs in a killable worker (``isolation.Worker``): a
-release whose jaxlib crashes or hangs ends that cell, not the matrix.
+The first stage (``matrix.STAGES``) that raises decides the status; a compiled torch kernel
+compiles on its first call, so that call is its ``compile`` stage. Each cell runs in a killable
+worker: a release whose jaxlib crashes or hangs ends that cell, not the matrix.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 import platform as host_platform
 import sys
 import traceback
 
 import attention_impls
+import attnbench
+from attnbench.measure import stats
+from attnbench.measure.engine import check_numerics
 from attnbench.releases import matrix
+from attnbench.run.worker import Worker
 
 CELL_TIMEOUT_S = 300.0
 TIMING = {"min_seconds": 0.2, "target_rel_iqr": 0.05, "max_seconds": 0.5}
@@ -38,11 +38,7 @@ def versions() -> dict:
 
 
 def _project_line(exc: BaseException) -> str | None:
-    """``path:line: code`` of the innermost frame of this project's code (the ``attnbench`` and
-    ``attention_impls`` packages, installed or not, and the checkout outside any site-packages) the
-    exception came through."""
-    import attnbench
-
+    """``path:line: code`` of the innermost frame of this project's code (installed or not)."""
     packages = [os.path.dirname(os.path.abspath(m.__file__)) for m in (attnbench, attention_impls)]
 
     def ours(path: str) -> bool:
@@ -70,9 +66,6 @@ def _row(impl_name: str, workload_name: str) -> dict:
 
 def run_cell(impl_name: str, workload_name: str) -> dict:
     """The cell's row (``matrix.COLUMNS`` it knows here); never raises for a failing cell."""
-    from attnbench.measure import stats
-    from attnbench.measure.engine import check_numerics
-
     workload = matrix.WORKLOADS[workload_name]
     cell = _row(impl_name, workload_name)
     impl = attention_impls.get(impl_name)
@@ -121,10 +114,7 @@ def run_cell(impl_name: str, workload_name: str) -> dict:
 
 
 def frameworks_here() -> tuple[str, ...]:
-    """The frameworks this environment's cells measure: torch where torch is installed (a torch
-    release's venv also holds some jax, whose cells come from the jax releases), else jax."""
-    import importlib.util
-
+    """torch where installed (a torch venv's jax cells come from the jax releases), else jax."""
     return ("torch",) if importlib.util.find_spec("torch") is not None else ("jax",)
 
 
@@ -133,11 +123,7 @@ def kernel_names(framework: str) -> list[str]:
 
 
 def run_cells(frameworks: tuple[str, ...] | None = None, progress: bool = False) -> dict:
-    """``{cell key: row}`` for every kernel of ``frameworks`` (default: ``frameworks_here``) x
-    workload, each in a killable worker (one shared by consecutive cells; a fresh one after a
-    crash or a timeout)."""
-    from attnbench.run.worker import Worker
-
+    """``{cell key: row}`` for every kernel of ``frameworks`` x workload, in a killable worker."""
     cells = [
         (impl, name)
         for fw in (frameworks or frameworks_here())

@@ -1,14 +1,9 @@
 """What the release matrix runs, and what a cell's status means. No framework is imported here.
 
-Releases. jax: the last patch of each minor series released in the 18 months up to the newest jax
-this Python (3.11) can install: jax 0.11.0 (2026-07-16) and later ship no cp311 jaxlib wheel, so
-0.10.2 is the newest, and the series 0.6 to 0.10 are one release a quarter, the upgrade steps a team
-pinning a minor line takes. TPU: ``jax[tpu]`` of the three newest of them, each with the libtpu it
-pins (``jax[tpu]`` 0.8.2: ``libtpu==0.0.32.*``, pip takes 0.0.32.1; 0.9.2: 0.0.37.*; 0.10.2:
-0.0.42.*, 0.0.42.1; read from each jax wheel's metadata). torch: only the releases whose build is already on
-this host (``pip install torch==2.13.0`` takes the CPU build lying here; torch 2.9.0 is the CUDA
-build the torch_xla venv needs, which runs on a CPU too); every other torch release is a CUDA build
-of several GB from PyPI, which the disk and the 60-minute CI of a 2-core host do not afford.
+Which releases and why: docs/releases.md. In short, the last patch of each jax minor series up to
+the newest with a Python 3.11 wheel (the upgrade steps a team pinning a minor line takes), each
+TPU one with the libtpu its ``jax[tpu]`` pins; torch only where its build is already on this host,
+since every other one is a CUDA build of several GB.
 """
 
 from __future__ import annotations
@@ -53,9 +48,8 @@ def version_key(version: str) -> tuple:
     return tuple(int(p) if p.isdigit() else -1 for p in version.split("+")[0].split("."))
 
 
-# The cells' two workloads: the project's toy shape, and a preset with grouped heads and a window
-# (Mistral-7B: 32/8 heads, D128, window in proportion: 64 of 128 tokens at the smoke size), small
-# enough that interpreted Pallas kernels run in seconds. float32: the CPU's own dtype.
+# The toy shape and a preset with GQA and a window, small enough that interpreted Pallas kernels run
+# in seconds. float32: the CPU's own dtype.
 WORKLOADS = {
     "causal-256": Workload(
         batch=1, q_heads=8, head_dim=64, seq_q=256, seq_k=256, causal=True, mode="fwd", dtype="float32"

@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import shutil
 import subprocess
 import sys
 
+from attnbench.releases.table import grid_markdown, load_table, matrix_frame, write_table
+
 CONFIG = "asv.releases.conf.json"
 ASV_RESULTS = os.path.join("results", "releases", "asv")
 TABLE = os.path.join("results", "releases", "releases.csv")
 HTML = os.path.join("html", "releases")
-# Measured here: a jax release's venv is 0.4-0.5 GB, 0.7 GB with its libtpu; five of them and the
-# wheels pip caches on the way take about 3.5 GB. Refuse below twice that.
+# Five jax release venvs and pip's wheel cache take several GB: refuse below twice what they need.
 MIN_FREE_GB = 7.0
 TORCH_VENVS = {"2.13.0": ".venv", "2.9.0": ".venv-xla"}  # the torch releases this host has, by venv
 
@@ -53,9 +55,8 @@ def head_commit() -> str:
 
 
 def run_matrix(machine: str, *, torch: bool = True, asv_args: list[str] | None = None) -> str:
-    """Steps 2 and 3; returns the commit measured (HEAD when it started: a commit made meanwhile
-    does not split the run). A failed benchmark (a cell that broke) makes asv exit non-zero:
-    expected here."""
+    """Steps 2 and 3; returns the commit measured (HEAD at the start, so a new commit does not split
+    the run). A broken cell makes asv exit non-zero: expected here."""
     env = {**os.environ, "ATTNBENCH_MACHINE": machine, "ATTNBENCH_RESULTS_DIR": os.path.abspath(ASV_RESULTS),
            "JAX_PLATFORMS": "cpu", "PJRT_DEVICE": "CPU"}
     commit = head_commit()
@@ -74,10 +75,7 @@ def run_matrix(machine: str, *, torch: bool = True, asv_args: list[str] | None =
 
 
 def filed_cells(commits: list[str], root: str = ASV_RESULTS) -> list[dict]:
-    """Every environment's cells of ``commits`` (read only; an environment filed under several of
-    them keeps the last commit's)."""
-    import json
-
+    """Every environment's cells of ``commits``; an environment under several keeps the last's."""
     by_env = {}
     for commit in commits:
         for path in sorted(glob.glob(os.path.join(root, "*", "cells", f"{commit[:8]}-*.cells"))):
@@ -88,8 +86,6 @@ def filed_cells(commits: list[str], root: str = ASV_RESULTS) -> list[dict]:
 
 def collect(commits, root: str = ASV_RESULTS, out: str = TABLE) -> str:
     """Step 4's table from the filed cells of ``commits`` (one commit or several)."""
-    from attnbench.releases.table import matrix_frame, write_table
-
     commits = [commits] if isinstance(commits, str) else list(commits)
     rows = filed_cells(commits, root)
     if not rows:
@@ -113,7 +109,6 @@ def main(args) -> int:
     if not args.collect_only:
         _asv("publish", "--config", CONFIG)
         subprocess.call([sys.executable, "-m", "attnbench.offline_html", HTML])
-    from attnbench.releases.table import grid_markdown, load_table
 
     print(grid_markdown(load_table(path)))
     return 0

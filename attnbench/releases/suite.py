@@ -1,12 +1,9 @@
 """The asv glue of ``benchmarks/releases.py``: measure this environment's cells once, file them, and
 hand each benchmark its cell.
 
-asv's environment matrix (``asv.releases.conf.json``) gives one environment per jax release, so the
-HTML has one series per release; the torch releases run as existing environments. Each
-environment's cells are also filed beside its asv results, as ``<machine>/cells/<commit8>-<env>.cells``
-(JSON; not ``.json``, which ``asv publish`` would read as a result file): statuses, reasons and
-evidence, which asv's numbers cannot hold. ``attnbench releases`` gathers them into
-``results/releases/releases.csv``.
+Cells are also filed beside the asv results as ``<machine>/cells/<commit8>-<env>.cells``: statuses,
+reasons and evidence, which asv's numbers cannot hold. Not ``.json``: ``asv publish`` would read it
+as a result file.
 """
 
 from __future__ import annotations
@@ -14,15 +11,19 @@ from __future__ import annotations
 import json
 import os
 
+import attention_impls
+from attnbench.asv.suite import asv_context
+from attnbench.compiled_for import classify
+from attnbench.compiled_for.suite import compile_grid, key
+from attnbench.core.atomic import atomic_write_text
 from attnbench.releases import matrix
+from attnbench.releases.cell import run_cells, versions
 
 VERSION = "1"  # the benchmarks' explicit asv version
 
 
 def impl_names() -> list[str]:
     """Every jax and torch kernel (params must not differ between environments)."""
-    import attention_impls
-
     return [n for n in attention_impls.names() if attention_impls.get(n).framework in ("jax", "torch")]
 
 
@@ -34,9 +35,6 @@ def cells_path(context: dict) -> str:
 
 def file_cells(rows: dict) -> str | None:
     """Merge ``rows`` into this environment's cells file (atomically); ``None`` outside asv."""
-    from attnbench.asv.suite import asv_context
-    from attnbench.results.atomic import atomic_write_text
-
     context = asv_context()
     if context is None:
         return None
@@ -59,8 +57,6 @@ def read_cells(path: str) -> dict:
 
 def measure_cells() -> dict:
     """``Releases.setup_cache``: this environment's CPU cells, filed."""
-    from attnbench.releases.cell import run_cells
-
     rows = run_cells()
     file_cells(rows)
     return rows
@@ -71,10 +67,7 @@ def tpu_key(target: str, impl: str, seq_len: int) -> str:
 
 
 def compile_tpu_cells() -> dict:
-    """``ReleasesTPU.setup_cache``: the TPU compiles of this environment's libtpu (``matrix.TPU_*``);
-    every case ``{"skip": reason}`` where it has none. Filed with the CPU cells."""
-    from attnbench.compiled_for.suite import compile_grid, key
-
+    """``ReleasesTPU.setup_cache``: the TPU compiles of this environment's libtpu, filed."""
     records = compile_grid(
         list(matrix.TPU_TARGETS), list(matrix.TPU_IMPLS), list(matrix.TPU_SEQS), ["fwd"], ["bfloat16"]
     )
@@ -92,9 +85,6 @@ def compile_tpu_cells() -> dict:
 
 def tpu_row(k: str, record: dict) -> dict:
     """A compiled-for record as a release-matrix row."""
-    from attnbench.compiled_for import classify
-    from attnbench.releases.cell import versions
-
     target, impl, seq = k.split("|")
     status = {
         classify.OK: matrix.OK,
@@ -130,8 +120,8 @@ def tpu_row(k: str, record: dict) -> dict:
 
 
 def cell_for(cache: dict, k: str) -> dict:
-    """The cell, for a benchmark's ``setup``: n/a (``NotImplementedError``) where it does not run in
-    this environment or the kernel refuses it; a failed benchmark (``RuntimeError``) where it broke."""
+    """The cell, for ``setup``: ``NotImplementedError`` (n/a) where not run or refused,
+    ``RuntimeError`` where it broke."""
     row = cache.get(k)
     if row is None:
         raise NotImplementedError(f"{k}: not a cell of this environment")

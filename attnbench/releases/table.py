@@ -5,21 +5,22 @@ from __future__ import annotations
 
 import io
 
+from attnbench.core.atomic import atomic_write_text
 from attnbench.releases import matrix
+
+# Imported where used: pandas (the torch_xla venv has no report libraries).
 
 GRID_INDEX = ["framework", "target", "impl", "workload", "seq_len"]
 
 
 def release_of(row: dict) -> str | None:
-    """The release a row belongs to: its framework's version in that environment, without a local
-    build tag (torch's ``2.13.0+cpu`` is release 2.13.0)."""
+    """The row's framework version without a local build tag (``2.13.0+cpu`` is 2.13.0)."""
     version = row.get(row.get("framework") or "jax")
     return None if version is None or version != version else str(version).split("+")[0]
 
 
 def matrix_frame(rows: list[dict]):
-    """``matrix.COLUMNS`` frame of cell rows, with each row's release, its date, and its step time
-    relative to the same cell at the newest release of its framework that measured it."""
+    """``matrix.COLUMNS`` frame of cell rows, with release, date and ``relative_to_newest``."""
     import pandas as pd
 
     dates = {(r.framework, r.version): r.date for r in matrix.RELEASES}
@@ -40,8 +41,7 @@ def matrix_frame(rows: list[dict]):
 
 
 def relative_to_newest(frame):
-    """Per row: its seconds per step over the newest release's of the same cell (None where either
-    has no time: a broken cell, a TPU compile)."""
+    """Per row: seconds per step over the newest timed release's of the same cell; None without times."""
     import pandas as pd
 
     seconds = pd.to_numeric(frame["seconds_per_step"], errors="coerce")
@@ -60,8 +60,6 @@ def relative_to_newest(frame):
 
 
 def write_table(frame, path: str) -> None:
-    from attnbench.results.atomic import atomic_write_text
-
     buffer = io.StringIO()
     frame.to_csv(buffer, index=False)
     atomic_write_text(path, buffer.getvalue())
@@ -84,8 +82,7 @@ def cell_text(status: str, relative) -> str:
 
 
 def grid(frame):
-    """Kernel (x target x workload x length) rows by release columns: each cell ``ok 1.04x``, or
-    its status."""
+    """Cell rows by release columns: ``ok 1.04x``, or the status."""
     import pandas as pd
 
     text = [cell_text(s, r) for s, r in zip(frame["status"], frame["relative_to_newest"], strict=True)]

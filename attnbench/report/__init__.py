@@ -1,33 +1,10 @@
 """The pandas report over everything asv wrote under ``results/``: reads, never writes there.
 
-``write_report(results_dir, out_dir)`` loads the tidy table (``asv_results.load_results``) and the
-per-step traces (``analysis.load_traces``), runs the analysis (regressions, cost spikes with their
-attribution, per-step trace spikes) and writes, each file atomically, into ``out_dir``
-(default ``html/report/``, git-ignored beside asv's HTML; note that ``asv publish`` deletes
-``html/``, so write the report after publishing):
-
-* ``report.md``, top-down: the verdict (``report/verdict.py``: paper vs production winner per
-  machine, framework, workload and length, and the compile targets' memory headroom); the plots;
-  regressions and cost spikes with their attribution; the details (paper-only verdicts, best native
-  vs best forced-flash, model workloads, static vs dynamic vs bucketed, profiler visibility, the
-  noise floor, per-step trace spikes, compiled-for, releases); coverage and provenance last;
-* ``report.html``: the same content in one self-contained page (PNGs as base64 data URIs, no
-  external reference);
-* ``stream_cost.png``, ``throughput.png``, ``cost_by_length.png``, ``memory.png``,
-  ``regime_cost.png``, ``cost_over_commits.png``, ``trace_dynamic.png`` (matplotlib, Agg, no
-  pyplot state); with compile-for records under ``results/compiled-for/``, a section "Compiled
-  for, not measured" and ``compiled_<target>.png`` (``report/compiled.py``);
-* ``tidy.csv`` and ``tidy.parquet`` (the tidy table), ``verdict.csv``, ``regressions.csv``,
-  ``steps.csv`` (every step beyond the threshold, with its verdict), ``noise_floor.csv``,
-  ``cost_spikes.csv``, ``trace_spikes.csv`` (the full tables the Markdown may shorten).
-
-The parts: ``verdict`` decides, ``select`` picks the data (newest commit per machine, coverage, best native vs
-forced-flash, regime costs, traces), ``plots`` draws it, ``render`` writes Markdown and HTML from
-one Jinja2 template (tables by pandas). This module puts them together and keeps their public
-names, which the CLI (``report``, ``summary``) and ``notebooks/cost_spikes.ipynb`` use.
-
-CLI: ``python -m attnbench report [--results results] [--out html/report] [--threshold 0.05]
-[--threshold-metric usd_per_step=0.1 ...]``.
+``write_report`` writes, each file atomically, ``report.md``, a self-contained ``report.html``, the
+plots and the full tables into ``out_dir`` (default ``html/report/``: ``asv publish`` deletes
+``html/``, so write the report after publishing; docs/reports.md). ``verdict`` decides, ``select``
+picks the data, ``plots`` draws it, ``render`` writes Markdown and HTML; this module keeps their
+public names, which the CLI and ``notebooks/cost_spikes.ipynb`` use.
 """
 
 from __future__ import annotations
@@ -38,6 +15,9 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from attnbench.checks.observability import load_observability
+from attnbench.core.atomic import atomic_write_bytes, atomic_write_text
+from attnbench.report.compiled import compiled_part
 from attnbench.report.plots import (
     plot_cost_by_length,
     plot_cost_over_commits,
@@ -46,6 +26,7 @@ from attnbench.report.plots import (
     plot_throughput,
     plot_trace,
 )
+from attnbench.report.releases import releases_part
 from attnbench.report.render import (
     MAX_TABLE_ROWS,
     Table,
@@ -69,7 +50,22 @@ from attnbench.report.select import (
     workload_tables,
 )
 from attnbench.report.verdict import plot_stream_cost, verdict_part, verdict_table
-from attnbench.results.atomic import atomic_write_bytes, atomic_write_text
+from attnbench.results.analysis import (
+    REGRESSION,
+    find_cost_spikes,
+    find_steps,
+    find_trace_spikes,
+    host_changes,
+    hosts_table,
+    load_traces,
+    noise_floor,
+    run_factors,
+    run_hosts,
+    run_shifts,
+)
+from attnbench.results.asv_results import load_results, ordering_note
+
+# Imported where used: pandas (the torch_xla venv has no report libraries).
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -118,27 +114,10 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
                  thresholds: dict | None = None, trace_factor: float = 2.0) -> Report:
     """Load ``results_dir`` (read only), analyse it and write the report into ``out_dir``.
 
-    ``repo`` orders commits (``git rev-list``) and says which code changed between two (``git
-    diff``); default: the folder that holds ``results_dir``. Where git does not know the commits,
-    they are ordered by the commit dates asv recorded (``Report.ordering`` says so).
-    ``thresholds``: relative step per metric that counts as a regression (default 5%).
-    Raises ``asv_results.ResultsError`` when nothing loadable is there.
+    ``repo`` orders commits and says which code changed (default: the folder holding
+    ``results_dir``); ``thresholds``: relative step per metric that counts as a regression (default
+    5%). Raises ``asv_results.ResultsError`` when nothing loadable is there.
     """
-    from attnbench.results.analysis import (
-        REGRESSION,
-        find_cost_spikes,
-        find_steps,
-        find_trace_spikes,
-        host_changes,
-        hosts_table,
-        load_traces,
-        noise_floor,
-        run_factors,
-        run_hosts,
-        run_shifts,
-    )
-    from attnbench.results.asv_results import load_results, ordering_note
-
     repo = repo or os.path.dirname(os.path.abspath(results_dir))
     frame = load_results(results_dir, repo=repo)
     _, ordering = ordering_note(frame)
@@ -192,10 +171,8 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
                   thresholds, trace_factor, steps=steps, noise=noise, shifts=shifts, ordering=ordering,
                   hosts=host_table, changes=changes)
     # "Compiled for, not measured" (report/compiled.py): the compile-for records, when there are any.
-    from attnbench.report.compiled import compiled_part
 
     ctx["verdict"] = verdict_part(verdict)
-    from attnbench.checks.observability import load_observability
 
     seen = load_observability(results_dir)
     ctx["observability"] = Table.of(seen[OBSERVABILITY_COLUMNS]) if not seen.empty else None
@@ -206,7 +183,6 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
         plots.update(ctx["compiled_for"]["plots"])
         ctx["images"].update({name: base64.b64encode(png).decode("ascii")
                               for name, png in ctx["compiled_for"]["images"].items()})
-    from attnbench.report.releases import releases_part
 
     ctx["releases"] = releases_part(results_dir, out_dir)  # "Fragility across releases", when measured
     if ctx["releases"]:

@@ -1,19 +1,10 @@
 """The report's section "Compiled for, not measured": what each target's compiler decided.
 
-Reads the compiled-for records (``attnbench compile-for`` tables: the committed
-``results/compiled-for/records.csv`` and any ``results/compiled-for/runs/*/records.{csv,parquet}``,
-a case compiled more than once keeping its newest record) and gives, per target:
-
-* whether each implementation fits, by length (per device, against the hardware profile's HBM;
-  "refused" where the compiler itself refused for HBM, with what it said it needed);
-* peak memory vs length per implementation, and the roofline lower bound vs length, in one figure
-  whose axes say "compiled, not measured" and "model": no measured time is ever drawn with them;
-* the layout copies the compiler inserted around custom kernels, and their bytes;
-* the roofline model of one step and its USD.
-
-``compiled_part(results_dir, out_dir)`` is the report's hook (``attnbench.report.write_report``):
-the template context of the section (``templates/compiled.j2``) and its PNGs, written beside the
-report; ``None`` when there are no compiled-for records.
+Reads the compiled-for records (the committed ``results/compiled-for/records.csv`` and each run's; a
+case compiled more than once keeps its newest) and gives per target: fit by length against the
+profile's HBM, peak memory and the roofline bound vs length (axes say "compiled, not measured": no
+measured time is ever drawn with them), the layout copies around custom kernels, and the roofline
+model of one step and its USD. ``compiled_part`` is the report's hook (``None`` without records).
 """
 
 from __future__ import annotations
@@ -21,6 +12,12 @@ from __future__ import annotations
 import glob
 import os
 from typing import TYPE_CHECKING
+
+from attnbench.core.atomic import atomic_write_bytes
+from attnbench.report.plots import _colors, _figure, _png
+from attnbench.report.render import Table
+
+# Imported where used: pandas (the torch_xla venv has no report libraries).
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -146,7 +143,7 @@ def grid(part: pd.DataFrame) -> pd.DataFrame:
 
 def _load_table(results_dir: str, name: str, keys: list[str]) -> pd.DataFrame:
     """``name`` (``max_seq.csv``, ``max_batch.csv``): the committed table, then each run's, the
-    newest row of a case winning; an empty frame when there is none."""
+    newest row of a case winning."""
     import pandas as pd
 
     base = os.path.join(results_dir, RECORDS_DIR)
@@ -185,8 +182,7 @@ def load_max_batch(results_dir: str) -> pd.DataFrame:
 
 
 def max_batch_table(results_dir: str, target: str | None = None) -> pd.DataFrame:
-    """``max_batch.csv`` rows for reading, of ``target`` or of every target (a ``target`` column
-    first); an empty frame when there is none."""
+    """``max_batch.csv`` rows for reading, of ``target`` or of every target (``target`` column first)."""
     import pandas as pd
 
     table = load_max_batch(results_dir)
@@ -220,8 +216,6 @@ def max_batch_table(results_dir: str, target: str | None = None) -> pd.DataFrame
 def plot_target(part: pd.DataFrame, target: str, hbm_bytes: float | None) -> bytes | None:
     """Peak memory per device vs length (HBM line; refusals at what the compiler said they need)
     and the roofline model vs length: one figure, nothing measured on it."""
-    from attnbench.report.plots import _colors, _figure, _png
-
     part = part[part["status"].isin(["ok", "does-not-fit"])]
     if part.empty:
         return None
@@ -276,9 +270,6 @@ def summary_sentence(part: pd.DataFrame, target: str) -> str:
 
 def compiled_part(results_dir: str, out_dir: str | None = None) -> dict | None:
     """The section's context (``templates/compiled.j2``) and PNGs (written into ``out_dir``)."""
-    from attnbench.report.render import Table
-    from attnbench.results.atomic import atomic_write_bytes
-
     records = load_compiled_records(results_dir)
     if records.empty:
         return None

@@ -21,6 +21,10 @@ import sys
 import time
 from pathlib import Path
 
+from attnbench.core.atomic import atomic_write_text
+
+# Imported where used: jupyter_client, nbclient, nbformat (the torch_xla venv has no report libraries).
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "cost_spikes.ipynb"
 RESULTS = ROOT / "results"
@@ -41,8 +45,8 @@ class NotebookCellError(RuntimeError):
 def execute(path: str | os.PathLike = NOTEBOOK, results: str | os.PathLike | None = None, timeout: int = 600):
     """A fresh execution of the notebook at ``path`` (the file is only read), normalised.
 
-    ``results``: the folder the notebook reads (``ATTNBENCH_NOTEBOOK_RESULTS``); None: its default,
-    the repository's ``results/``. Raises ``NotebookCellError`` on the first failing cell.
+    ``results``: the folder it reads (None: the repository's ``results/``). Raises
+    ``NotebookCellError`` on the first failing cell.
     """
     import nbclient
     import nbformat
@@ -156,7 +160,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     nbformat.validate(nb)
     text = nbformat.writes(nb, version=4)
-    from attnbench.results.atomic import atomic_write_text
 
     mode = os.stat(args.notebook).st_mode & 0o7777
     atomic_write_text(args.notebook, text if text.endswith("\n") else text + "\n")

@@ -1,13 +1,6 @@
 """The report's plots, as PNG bytes: matplotlib ``Figure`` objects only (Agg, no pyplot state),
 so nothing global changes in a notebook. Each takes the tidy table (or a selection of it) and
-returns ``None`` when it has nothing to draw.
-
-* ``plot_throughput``: tokens/s and MFU vs length, forced-flash dashed, native solid;
-* ``plot_memory``: one panel per memory source (the metric table's ``memory`` group);
-* ``plot_regime_cost``: USD per step with compile stalls, static vs dynamic vs bucketed;
-* ``plot_cost_by_length``: USD per million useful tokens vs length, one panel per regime;
-* ``plot_cost_over_commits``: every cost series over commits, detected spikes in colour;
-* ``plot_trace``: the dynamic regime's per-step time, compile stalls marked.
+returns ``None`` when it has nothing to draw. Forced-flash lines are dashed, native solid.
 """
 
 from __future__ import annotations
@@ -15,7 +8,9 @@ from __future__ import annotations
 import io
 
 from attnbench.core import metrics
-from attnbench.report.select import REGIMES, newest_commit, newest_traces, series_name
+from attnbench.report.select import REGIMES, newest_commit, newest_traces, not_interpreted, series_name
+
+# Imported where used: matplotlib (the torch_xla venv has no report libraries).
 
 
 def _png(fig) -> bytes:
@@ -150,8 +145,6 @@ def plot_regime_cost(costs) -> bytes | None:
 def plot_cost_by_length(frame) -> bytes | None:
     """USD per million useful tokens, compile stalls included, against length: one panel per machine
     and regime (the measured stream), each kernel a line; interpreted kernels are left out."""
-    from attnbench.report.select import not_interpreted
-
     latest = not_interpreted(newest_commit(frame))
     latest = latest[(latest["suite"] == "Forward")
                     & (latest["metric"] == "usd_per_million_useful_tokens_with_compiles")

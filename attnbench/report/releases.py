@@ -1,16 +1,21 @@
 """The report's section "Fragility across releases": the committed release matrix, read only.
 
-``releases_part(results_dir, out_dir)``: the template context of ``templates/releases.j2`` (a kernel x
-release grid per framework and target, the cells that broke with their reasons) and its PNG
-(``releases.png``: status as colour, step time relative to the newest release as text), written
-beside the report; ``None`` when ``results/releases/releases.csv`` does not exist.
+``releases_part`` gives the context of ``templates/releases.j2`` (a kernel x release grid per
+framework and target, broken cells with their reasons) and ``releases.png``; ``None`` without
+``results/releases/releases.csv``.
 """
 
 from __future__ import annotations
 
+import io
 import os
 
+from attnbench.core.atomic import atomic_write_bytes
 from attnbench.releases import matrix
+from attnbench.releases.table import GRID_INDEX, broken, grid, load_table
+from attnbench.report.render import Table
+
+# Imported where used: matplotlib (the torch_xla venv has no report libraries).
 
 TABLE = os.path.join("releases", "releases.csv")
 # Status colours: green ok, grey refused here, amber does not fit, red every kind of breakage.
@@ -27,9 +32,6 @@ MISSING = "#ffffff"
 
 
 def releases_part(results_dir: str, out_dir: str) -> dict | None:
-    from attnbench.releases.table import broken, grid, load_table
-    from attnbench.report.render import Table
-
     path = os.path.join(results_dir, TABLE)
     if not os.path.exists(path):
         return None
@@ -39,7 +41,6 @@ def releases_part(results_dir: str, out_dir: str) -> dict | None:
         table = grid(part)
         if not table.empty:
             grids.append({"name": f"{framework} on {target}", "table": Table.of(table.reset_index())})
-    from attnbench.results.atomic import atomic_write_bytes
 
     png = grid_png(frame)
     atomic_write_bytes(os.path.join(out_dir, "releases.png"), png)
@@ -63,15 +64,12 @@ def release_names(frame) -> list[str]:
 
 def grid_png(frame) -> bytes:
     """Kernel rows x release columns per framework: status as colour, ``1.04x`` where it ran."""
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    from attnbench.releases.table import GRID_INDEX
 
     parts = {fw: frame[frame["framework"] == fw] for fw in sorted(frame["framework"].dropna().unique())}
     grids = {fw: part[GRID_INDEX].drop_duplicates().sort_values(GRID_INDEX) for fw, part in parts.items()}

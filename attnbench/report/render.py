@@ -1,12 +1,8 @@
 """The report as Markdown and as one self-contained HTML page, from one Jinja2 template.
 
-``templates/report.j2`` holds the report's content once; ``templates/markdown.j2`` and
-``templates/html.j2`` say how its headings, paragraphs, lists, tables and figures are written in
-each format (``page.html.j2`` is the HTML page around it). Tables are pandas DataFrames written by
-pandas: ``DataFrame.to_markdown`` (tabulate) and ``DataFrame.to_html``. The HTML embeds every
-plot as a base64 ``data:`` URI and references nothing outside itself.
-
-Also here: the sentences and rows the CLI prints (``spike_sentences``, ``threshold_text``).
+``templates/report.j2`` holds the content once; ``markdown.j2`` and ``html.j2`` say how each block is
+written in each format. The HTML embeds every plot as a ``data:`` URI and references nothing outside
+itself. Also here: the sentences the CLI prints (``spike_sentences``, ``threshold_text``).
 """
 
 from __future__ import annotations
@@ -15,12 +11,24 @@ import base64
 import datetime as dt
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import attnbench.report.select as select
 from attnbench.core import metrics
 from attnbench.report.select import series_name, short_env
+from attnbench.results.analysis import (
+    DEFAULT_THRESHOLD,
+    DEFINITION_CHANGED,
+    HOST_CHANGED,
+    NO_CODE_CHANGE,
+    SCATTER_Z,
+    WITHIN_NOISE,
+    is_contended,
+)
+
+# Imported where used: jinja2, markupsafe, pandas (the torch_xla venv has no report libraries).
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,11 +88,7 @@ class Table:
         return Markup(self.cells.to_html(index=False, border=0, escape=True))
 
 
-# -- text -----------------------------------------------------------------------------------------
 def threshold_text(thresholds: dict | None) -> str:
-    from collections import Counter
-
-    from attnbench.results.analysis import DEFAULT_THRESHOLD
 
     thresholds = thresholds or {}
     common = Counter(thresholds.values()).most_common(1)
@@ -212,25 +216,13 @@ def spike_sentences(spikes) -> list[str]:
     return out
 
 
-# -- the document ---------------------------------------------------------------------------------
 def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best, costs, pngs: dict,
             thresholds, trace_factor, *, steps=None, noise=None, shifts=None,
             ordering: str | None = None, hosts=None, changes=None) -> dict:
-    """What ``templates/report.j2`` shows: tables, sentences and the plots (PNG bytes by file name).
-
-    ``steps``: every step beyond the threshold with its verdict (``analysis.find_steps``); ``noise``:
-    ``analysis.noise_floor``; ``shifts``: ``analysis.run_shifts``; ``ordering``:
-    ``asv_results.ordering_note``'s sentence, if any."""
+    """What ``templates/report.j2`` shows: tables, sentences and the plots (PNG bytes by file name);
+    the keyword tables are ``analysis``'s (``find_steps``, ``noise_floor``, ``run_shifts``)."""
     import pandas as pd
 
-    from attnbench.results.analysis import (
-        DEFINITION_CHANGED,
-        HOST_CHANGED,
-        NO_CODE_CHANGE,
-        SCATTER_Z,
-        WITHIN_NOISE,
-        is_contended,
-    )
 
     steps = pd.DataFrame() if steps is None else steps
     noise = pd.DataFrame() if noise is None else noise

@@ -1,8 +1,7 @@
 """What the report shows, selected from the tidy table (``asv_results.load_results``) and the traces.
 
-Plain pandas in, plain pandas out: no formatting (``render``) and no drawing (``plots``). "Newest"
-is always per machine: the newest commit (``commit_order``: git order, else the commit dates asv
-recorded) that machine has results for, since machines are benchmarked at different commits.
+Plain pandas in, plain pandas out. "Newest" is always per machine (its newest commit by
+``commit_order``), since machines are benchmarked at different commits.
 """
 
 from __future__ import annotations
@@ -11,13 +10,16 @@ import os
 import re
 from typing import TYPE_CHECKING
 
+from attnbench.results.analysis import is_contended
+
+# Imported where used: pandas (the torch_xla venv has no report libraries).
+
 if TYPE_CHECKING:
     import pandas as pd
 
 REGIMES = ("static", "dynamic", "bucketed")
 
 
-# -- names of series ------------------------------------------------------------------------------
 def short_env(env) -> str:
     return str(env).removeprefix("virtualenv-").removeprefix("existing-")
 
@@ -38,10 +40,8 @@ def trace_seq(path: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-# -- selections -----------------------------------------------------------------------------------
 def order_column(frame) -> str:
-    """The column commits are ordered by: ``commit_order`` (``asv_results``: git, else commit dates),
-    else ``commit_position`` (git), else ``commit_date``, whichever the frame has values in."""
+    """The column commits are ordered by: ``commit_order``, else ``commit_position``, else ``commit_date``."""
     for column in ("commit_order", "commit_position"):
         if column in frame and frame[column].notna().any():
             return column
@@ -110,22 +110,12 @@ def not_interpreted(frame) -> pd.DataFrame:
 def best_native_vs_forced(frame) -> pd.DataFrame:
     """Per machine, length and dtype (Forward, static shapes, that machine's newest commit): the
     fastest native and the fastest forced-flash implementation by seconds per step, with cost per
-    step and per million tokens at on-demand prices. Labels are the ones recorded when each case
-    was measured (``asv_results``). A kernel that ran in an interpreter (``execution`` interpret)
-    is its own category and competes on neither side (``interpreted_runs`` lists those).
-
-    A figure timed while the machine was busy (``contended``, from the sidecar) is never a winner:
-    such implementations compete on neither side and are named in ``contended (excluded)``.
-
-    Columns: machine, seq_len, dtype, then per side (``native``, ``forced``) ``best_<side>``,
-    ``<side>_ms_per_step``, ``<side>_usd_per_step``, ``<side>_usd_per_mtok``, and
-    ``forced/native cost`` (forced over native USD per million tokens); ``contended (excluded)``
-    where some were. A side with no implementation measured has no columns. The one summary:
-    ``attnbench summary`` prints it and the report shows it.
+    step and per million tokens on demand, by the labels recorded at measurement time. Interpreted
+    kernels and contended figures (named in ``contended (excluded)``) compete on neither side;
+    ``forced/native cost`` is forced over native USD per million tokens. ``attnbench summary`` prints it.
     """
     import pandas as pd
 
-    from attnbench.results.analysis import is_contended
 
     latest = not_interpreted(newest_commit(frame))
     latest = latest[(latest["suite"] == "Forward") & (latest["regime"] == "static")]
@@ -167,9 +157,8 @@ def best_native_vs_forced(frame) -> pd.DataFrame:
 
 
 def interpreted_runs(frame) -> pd.DataFrame:
-    """Forward, static shapes, each machine's newest commit: the kernels that ran in an interpreter
-    (their own category: the numbers are real for the interpreter and say nothing about the kernel
-    on its own hardware), with ms per step and the platform they ran on."""
+    """Forward, static, each machine's newest commit: the kernels that ran in an interpreter (their
+    figures say nothing about the kernel on its own hardware), with ms per step and platform."""
     import pandas as pd
 
     latest = newest_commit(frame)
@@ -186,9 +175,8 @@ def interpreted_runs(frame) -> pd.DataFrame:
 
 
 def provenance(frame) -> pd.DataFrame:
-    """Machines x environments x commits (git order): the suite and its settings recorded beside the
-    results (``setting_*`` from the sidecar; ``-`` where nothing was recorded) and whether the rows'
-    labels were recorded at measurement time or recomputed from today's code."""
+    """Machines x environments x commits (git order): the sidecar's settings (``-`` where none) and
+    whether the rows' labels were recorded at measurement time or recomputed from today's code."""
     import pandas as pd
 
     settings = [c for c in frame.columns if c.startswith("setting_")]
@@ -280,14 +268,11 @@ MEMORY_METRICS = ("device_peak_bytes", "host_profiler_peak_bytes", "compiler_tem
 
 def workload_tables(frame) -> dict[str, pd.DataFrame]:
     """``{preset: table}`` from the Models class at each machine's newest commit: per machine, phase
-    and implementation its label, ms/step, TFLOP/s (the unmasked FLOPs), GB/s (the minimum bytes:
-    what bounds decode), USD per million tokens and its peak memory by the first source the machine
-    reports (MiB), fastest first within each phase; ``best`` marks the fastest native and the
-    fastest forced-flash of a phase. Interpreted and contended figures are left out, as in
-    ``best_native_vs_forced``; a case that did not run is absent (its n/a reason is in asv's HTML)."""
+    and implementation, ms/step, TFLOP/s, GB/s (the minimum bytes: what bounds decode), USD per
+    million tokens and peak memory (MiB), fastest first; ``best`` marks the fastest native and
+    forced-flash of a phase. Interpreted and contended figures are left out."""
     import pandas as pd
 
-    from attnbench.results.analysis import is_contended
 
     if "workload" not in frame:
         return {}

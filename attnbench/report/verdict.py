@@ -1,17 +1,11 @@
 """The verdict: per machine x framework x workload x length, the paper winner and the production winner.
 
-* ``paper_winner``: the fastest steady step at static shapes (asv's interval over timing rounds).
-* ``production_winner``: the lowest USD per million useful tokens over a stream of ``STREAM_STEPS``
-  steps whose lengths come from the suite's distribution, each kernel handling it its cheapest way
-  (pad to the longest, exact lengths, or buckets), compile stalls and padding included. The stream is
-  priced from the measured regimes (``price_stream``): their steady step cost, and their compile
-  stalls scaled to the shapes a longer stream meets.
-* Compiled-for targets, where only the compiler speaks: which kernels compile and fit, the largest
-  batch each fits (tokens per chip) and the layout copies around it. The roofline is shown as a bound
-  and never ranks kernels.
-
-Interpreted kernels and contended figures never win. Two kernels whose intervals overlap tie: a tie
-is no flip. Reads only; the report, ``attnbench verdict``, the summary and the notebook call it.
+``paper_winner``: the fastest steady step at static shapes. ``production_winner``: the lowest USD per
+million useful tokens over a ``STREAM_STEPS`` stream from the suite's length distribution, each kernel
+its cheapest way (static, dynamic or bucketed), compile stalls and padding included, priced from the
+measured regimes (``price_stream``). Compile targets show what only the compiler says; the roofline
+is a bound and never ranks kernels. Interpreted kernels and contended figures never win; overlapping
+intervals tie, and a tie is no flip (docs/reports.md).
 """
 
 from __future__ import annotations
@@ -20,9 +14,18 @@ import math
 import os
 from typing import TYPE_CHECKING
 
+from attnbench.checks.observability import load_observability
 from attnbench.core import regimes
+from attnbench.releases.table import broken, load_table
+from attnbench.report.compiled import grid as grid_lengths
+from attnbench.report.compiled import load_compiled_records, load_max_batch
+from attnbench.report.plots import _colors, _figure, _png, _style
+from attnbench.report.render import Table
 from attnbench.report.select import newest_commit
 from attnbench.results.analysis import SCATTER_Z, is_contended, series_scatter
+from attnbench.results.asv_results import load_results
+
+# Imported where used: pandas (the torch_xla venv has no report libraries).
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -89,14 +92,9 @@ def price_stream(
     measured_steps: int,
     steps: int = STREAM_STEPS,
 ) -> dict:
-    """USD per million useful tokens over ``steps`` steps, from one measured stream's figures.
-
-    ``steady_usd``: USD per steady step; ``usd_with_compiles``: per step with the stalls;
-    ``usd_per_mtok``: per million useful tokens with the stalls; ``compiles`` over the measured
-    stream. Each compile costs the stall it cost there, and compiles recur at the measured rate per
-    new shape; at ``steps == measured_steps`` this gives back the measured ``usd_per_mtok``.
-    Returns ``usd_per_mtok``, ``compiles`` (expected) and ``stall_share`` of the cost.
-    """
+    """``usd_per_mtok`` over ``steps`` steps, expected ``compiles`` and ``stall_share``, from one measured
+    stream's figures: each compile costs the stall it cost there and recurs at the measured rate per
+    new shape, so ``steps == measured_steps`` gives back the measured ``usd_per_mtok``."""
     if (
         not all(v == v and v is not None for v in (steady_usd, usd_with_compiles, usd_per_mtok))
         or usd_per_mtok <= 0
@@ -156,9 +154,8 @@ def _interval(row, low="ci_low", high="ci_high") -> tuple[float, float]:
 
 
 def _case_table(frame) -> pd.DataFrame:
-    """One row per kernel case of each machine's newest commit (Forward, Training, Models): its
-    workload and framework, static step time and interval, memory peak, and per regime the
-    figures ``price_stream`` takes."""
+    """One row per kernel case of each machine's newest commit (Forward, Training, Models): static
+    step time and interval, memory peak, and per regime the figures ``price_stream`` takes."""
     import pandas as pd
 
     latest = newest_commit(frame)
@@ -225,9 +222,8 @@ def _stream_scatter(frame) -> dict:
 
 
 def _production(case: dict, steps: int, scatter: dict, max_len: int, measured_steps: int) -> dict | None:
-    """The kernel's cheapest way through the stream: strategy, USD per million useful tokens and its
-    relative standard deviation, expected compiles, stall share and padding waste; None where no
-    regime was measured."""
+    """The kernel's cheapest way through the stream (strategy, USD per million useful tokens, its
+    relative SD, compiles, stall share, padding waste); None where no regime was measured."""
     best = None
     # Too few runs for a scatter: the static step's own interval (asv's, 99%) stands in.
     fallback = math.log(case["step_hi"] / case["step_lo"]) / (2 * SCATTER_Z) if case["step_lo"] > 0 else 0.0
@@ -293,7 +289,7 @@ def break_even_steps(
     slow_start: dict, fast_start: dict, max_len: int, measured_steps: int, limit: int = 10**7
 ) -> int | None:
     """The stream length from which ``slow_start`` (cheaper per step, dearer to compile) costs less
-    than ``fast_start``: doubling, then bisection; None when it never does within ``limit`` steps."""
+    than ``fast_start``; None when it never does within ``limit`` steps."""
 
     def cheaper(steps: int) -> bool:
         return _cheapest_at(slow_start, steps, max_len, measured_steps) < _cheapest_at(
@@ -465,7 +461,6 @@ def compiled_verdicts(records, max_batch=None, *, fragility: dict | None = None)
     fragility = fragility or {}
     if records is None or records.empty:
         return pd.DataFrame(columns=COLUMNS)
-    from attnbench.report.compiled import grid as grid_lengths
 
     grid = grid_lengths(records[(records["batch"] == 1) & (records["seq_q"] == records["seq_k"])])
     batches = max_batch if max_batch is not None and not max_batch.empty else None
@@ -543,8 +538,6 @@ def _batch_words(row: dict) -> str:
 # -- the inputs outside the tidy table ------------------------------------------------------------
 def release_fragility(results_dir: str) -> dict[str, str]:
     """``{impl: "jax 0.9.2 (api-changed), ..."}`` from the release matrix, where it broke."""
-    from attnbench.releases.table import broken, load_table
-
     path = os.path.join(results_dir, "releases", "releases.csv")
     if not os.path.exists(path):
         return {}
@@ -559,8 +552,6 @@ def release_fragility(results_dir: str) -> dict[str, str]:
 
 def profiler_visibility(results_dir: str) -> dict[str, bool]:
     """``{impl: profiler_visible}`` from ``results/observability`` where it was recorded."""
-    from attnbench.checks.observability import load_observability
-
     table = load_observability(results_dir)
     if table.empty:
         return {}
@@ -572,11 +563,8 @@ def verdict_table(results_dir: str = "results", frame=None, *, steps: int = STRE
     """Every verdict row: the measured machines' first, then the compile targets'."""
     import pandas as pd
 
-    from attnbench.report.compiled import load_compiled_records, load_max_batch
 
     if frame is None:
-        from attnbench.results.asv_results import load_results
-
         frame = load_results(results_dir)
     fragility, visibility = release_fragility(results_dir), profiler_visibility(results_dir)
     measured = measured_verdicts(frame, steps=steps, fragility=fragility, visibility=visibility)
@@ -662,11 +650,8 @@ def display(table) -> pd.DataFrame:
 # -- the picture ----------------------------------------------------------------------------------
 def plot_stream_cost(frame, *, steps: int = STREAM_STEPS) -> bytes | None:
     """USD per million useful tokens against the stream's length, per framework, at each measured
-    machine's longest length with a length stream: each kernel its cheapest way (solid native,
-    dashed forced-flash), a band of its uncertainty, the verdict's stream length marked. Where two
-    lines cross, the cheaper kernel changes: a paper winner that starts high pays back its compiles."""
-    from attnbench.report.plots import _colors, _figure, _png, _style
-
+    machine's longest length stream: each kernel its cheapest way, with its uncertainty band and the
+    verdict's stream length marked. Where two lines cross, the cheaper kernel changes."""
     cases = _case_table(frame)
     if cases.empty:
         return None
@@ -719,8 +704,6 @@ def plot_stream_cost(frame, *, steps: int = STREAM_STEPS) -> bytes | None:
 def verdict_part(table) -> dict | None:
     """The report's section ``## Verdict``: the headline rows (short columns), each row's reasons
     as a sentence, and the paper-only rows for later."""
-    from attnbench.report.render import Table
-
     if table is None or table.empty:
         return None
     top = display(headline(table))

@@ -1,2 +1,2 @@
-"""Reading results: asv's files into one tidy DataFrame, the analysis of regressions and spikes,
-tables, and atomic writes."""
+"""Reading results: asv's files into one tidy DataFrame, the analysis of regressions and spikes, and
+plain-text tables. Reads, never writes."""

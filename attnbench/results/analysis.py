@@ -1,61 +1,11 @@
 """Regressions and cost spikes in the tidy results, and what moved with them. Reads, never writes.
 
-* ``find_steps``: per series (machine x environment x benchmark x parameters, in commit order:
-  ``asv_results`` ``commit_order``, git history or else the commit dates asv recorded), asv's own
-  step detection (``asv.step_detect``, weighted as asv weighs it, by each figure's 99% interval),
-  with each metric's direction honoured: a higher-is-better metric is analysed as its reciprocal,
-  so a drop in throughput is an upward step; a metric that follows the step time is analysed
-  against its run (each figure over its run's factor, ``run_factors``, to the power the metric
-  follows it, ``Metric.shift_exponent``: see ``find_steps``), so that the machine moving a whole run
-  is no kernel's step; a figure already divided by the run's own CPU probe (MFU on a CPU) is not
-  divided again. Every step beyond the threshold is judged (``verdict``):
-
-  - ``within noise``: not larger than the two levels' combined uncertainty
-    (``sqrt(u_before**2 + u_after**2)``). A level's uncertainty is the half-width, on the side
-    facing the other level, of its figures' intervals (asv's ``stats_ci_99_a/b``, else its
-    quartiles ``stats_q_25/q_75``, else for seconds per step the engine's interval from the
-    sidecar), only where it spans timing rounds (``intervals``); for figures without such (one
-    window's interval, results older than the rounds, figures with no interval at all) it is
-    ``SCATTER_Z`` robust standard deviations of the series' own scatter (``1.4826 * MAD`` of the
-    relative residuals of the points on each side of the step around their side's median), and
-    where a series is too short for that, of the scatter of the machine's other series of the metric.
-    A figure read once per run with no interval at all (``Metric.one_reading``: first-call and
-    compile seconds, resident growth, the host profiler's peak) is judged by its series' run-to-run
-    scatter instead (``reading_scatter``: every successive difference but the step's own), which
-    sees a series that flips between two levels;
-  - ``within noise`` too: the level before the step is one figure, and the level after it is no
-    worse (beyond the threshold) than the one before that figure: an excursion of one run, from which
-    the series returns;
-  - ``host changed``: the two runs ran on different hosts of the same machine name
-    (``host_changes``: their recorded fingerprints differ, or the run's CPU GEMM probe moved by more
-    than its noise): a faster or slower host is no kernel's step;
-  - ``definition changed``: the metric's definition changed between the two commits
-    (``metrics.DEFINITION_CHANGES``, by the sidecar's ``definitions`` setting);
-  - ``no measured code changed``: git says the two commits differ in no measured code
-    (``MEASURED_CODE`` minus ``NOT_MEASURED``), or only in other kernels' files (one kernel per
-    file under ``attention_impls/``; a kernel's series depends on its own file, the kernel files it
-    imports and those the harness imports: ``code_changed_for``): noise or the environment, not
-    the code;
-  - ``regression``: the rest, the only ones ``find_regressions`` returns.
-
-  A contended figure (``contended`` from the sidecar: the machine was busy while it was timed) is
-  left out of every series: it is never a regression, a spike or a winner.
-* ``find_cost_spikes``: the regressions of the cost metrics (the metric table's ``cost`` group),
-  each attributed to the companion metrics (its rows marked ``companion``: time, throughput,
-  memory, compiles, padding) that moved across the same commits, to the hourly price, and to the
-  library versions that changed there.
-* ``noise_floor``: per machine, how noisy its timings are (median relative half-width of the
-  intervals, and the series' scatter) and so the smallest step the analysis can call a regression.
-* ``run_shifts``: how far each whole run moved against the one before it (the median ratio over
-  its static timing series): the drift of the machine between runs, which no interval within a run
-  can see.
-* ``run_hosts``, ``host_changes``, ``hosts_table``: which host of a machine name each run ran on,
-  from the sidecar's host fingerprint and the run's CPU GEMM probe.
-
-Which metrics are costs and companions, and each metric's direction, come from
-``attnbench/core/metrics.py`` (read at each call).
-* ``find_trace_spikes``: steps inside one run's per-step trace that took far longer than the run's
-  steady step, with whether that step compiled and how much of it was padding.
+``find_steps`` runs asv's step detection per series in commit order (directions honoured; a figure
+that follows the step time is divided by its run's factor, so a machine moving a whole run is no
+kernel's step) and gives each step a verdict (``VERDICTS``; docs/reports.md). Contended figures are
+left out of every series. ``find_cost_spikes`` attributes cost regressions to what moved with them;
+``noise_floor``, ``run_shifts`` and ``host_changes`` say how noisy each machine is, how far whole runs
+moved (which no interval within a run can see) and which host each run ran on.
 """
 
 from __future__ import annotations
@@ -68,6 +18,14 @@ import subprocess
 from dataclasses import dataclass
 
 from attnbench.core import metrics
+from attnbench.hardware.fingerprint import IDENTITY
+from attnbench.hardware.fingerprint import identity
+from attnbench.asv import sidecar
+import numpy as np
+import re
+from collections import Counter
+import warnings
+# Imported where used: pandas (the torch_xla venv has no report libraries); asv (the main venv only).
 
 PARAMS = ["implementation", "seq_len", "workload", "phase", "regime", "dtype", "target", "mode", "length"]
 # workload, phase: Models; target, mode: CompiledFor; workload, phase, length: CompiledForModels
@@ -76,18 +34,15 @@ DEFAULT_THRESHOLD = 0.05
 # Steps smaller than this in absolute terms are noise whatever their relative size: the process's
 # resident high-water mark moves in 4 KiB pages, so 0 -> 8 KiB would read as an infinite regression.
 MIN_ABSOLUTE_STEP = {"bytes": 2**20}
-# A figure without an interval: its uncertainty is SCATTER_Z robust standard deviations of the
-# series' scatter, the two-sided 99% band of one figure (asv's intervals are 99% too).
+# A figure without an interval: SCATTER_Z robust SDs of its series' scatter, a 99% band (as asv's).
 SCATTER_Z = 2.576
 MAD_SIGMA = 1.4826  # MAD -> standard deviation of a normal distribution
-# What a step's two commits must differ in for the step to be the code's: the kernels, the
-# measurement code (the harness minus its reports) and the asv suite. Paths relative to the repo.
+# A step is the code's only where these differ: the kernels, the harness minus its reports, the suite.
 MEASURED_CODE = ("attention_impls", "attnbench", "benchmarks")
 NOT_MEASURED = ("attnbench/report/", "attnbench/results/", "attnbench/checks/selfcheck_report.py",
                 "attnbench/offline_html/",
-                # the same files at their paths before the modules were grouped (older commits)
-                "attnbench/analysis.py", "attnbench/asv_results.py", "attnbench/selfcheck_report.py",
-                "attnbench/atomic.py", "attnbench/table.py")
+                # their paths in older commits
+                "attnbench/analysis.py", "attnbench/asv_results.py", "attnbench/selfcheck_report.py")
 NOT_MEASURED_SUFFIXES = (".md", ".rst", ".txt", ".ipynb")
 REGRESSION, WITHIN_NOISE = "regression", "within noise"
 NO_CODE_CHANGE, DEFINITION_CHANGED = "no measured code changed", "definition changed"
@@ -96,13 +51,8 @@ VERDICTS = (REGRESSION, HOST_CHANGED, DEFINITION_CHANGED, NO_CODE_CHANGE, WITHIN
 
 
 def _cannot_regress(values, threshold) -> bool:
-    """True when no step of at least ``threshold`` can exist in ``values`` (exact, so it only saves time).
-
-    ``detect_regressions`` reports a step when a later level exceeds an earlier one by more than
-    ``max(err, threshold * level)``; every level is a segment median, so it lies within
-    [min, max] of the data, and ``v + max(0, threshold * v)`` grows with ``v``: if
-    ``max <= min + max(0, threshold * min)`` no level can exceed another by that much.
-    """
+    """True when no step of at least ``threshold`` can exist in ``values`` (exact, so it only saves time):
+    asv's levels are segment medians within [min, max], and ``v + max(0, threshold * v)`` grows with v."""
     if threshold is None or not threshold >= 0:
         return False
     finite = [v for v in values if v is not None and v == v]
@@ -114,8 +64,6 @@ def _cannot_regress(values, threshold) -> bool:
 
 # -- what a figure's uncertainty is -----------------------------------------------------------------
 def _column(frame, name, dtype=float):
-    import numpy as np
-
     if name not in frame:
         return np.full(len(frame), np.nan) if dtype is float else np.full(len(frame), None, dtype=object)
     if dtype is float:
@@ -131,17 +79,9 @@ def _spans_rounds(frame):
 
 
 def intervals(frame):
-    """``(low, high, source)`` arrays over ``frame``'s rows: the interval each figure comes with, in
-    the metric's own units (NaN where none). Source: asv's 99% interval (``ci``), asv's quartiles of
-    the samples (``quartiles``), or for seconds per step the engine's interval from the sidecar
-    (``engine``).
-
-    Only intervals over independent timing rounds count (``case_ci_basis == "rounds"``,
-    ``attnbench/measure/stats.py``): one window's interval, and those of results written before the rounds
-    were the unit (asv was given every window's samples as if independent), are far narrower than
-    the run-to-run noise, so those figures are judged by their series' scatter instead."""
-    import numpy as np
-
+    """``(low, high, source)`` arrays over ``frame``'s rows, in the metric's units (NaN where none).
+    Only intervals over independent timing rounds count: one window's interval is far narrower than
+    the run-to-run noise, so such figures are judged by their series' scatter instead."""
     value = _column(frame, "value")
     low, high = np.full(len(frame), np.nan), np.full(len(frame), np.nan)
     source = np.full(len(frame), None, dtype=object)
@@ -164,7 +104,6 @@ def series_scatter(frame):
     """Per series of ``frame`` (ok rows in commit order): the robust relative standard deviation of
     successive figures, ``1.4826 * median(|v[i] / v[i-1] - 1|) / sqrt(2)`` (steps barely move it),
     and the number of figures. Columns: the series keys, ``metric``, ``scatter``, ``figures``."""
-    import numpy as np
     import pandas as pd
 
     order_col = _order_column(frame)
@@ -190,8 +129,7 @@ def series_scatter(frame):
 
 
 def _order_column(frame) -> str:
-    """``commit_order`` (git, else commit dates: ``asv_results``) where the frame has one, else the
-    git ``commit_position`` (hand-made frames)."""
+    """``commit_order`` where the frame has one, else ``commit_position`` (hand-made frames)."""
     if "commit_order" in frame and frame["commit_order"].notna().any():
         return "commit_order"
     return "commit_position"
@@ -223,8 +161,7 @@ def _text(value):
 # -- which code changed between two commits ----------------------------------------------------------
 @functools.lru_cache(maxsize=4096)
 def measured_code_changed(repo: str | None, before: str, after: str) -> tuple[str, ...] | None:
-    """The measured files (``MEASURED_CODE`` minus ``NOT_MEASURED``) that differ between two commits,
-    by ``git diff --name-only``; None where git cannot say (no repository, unknown commit)."""
+    """The measured files that differ between two commits (``git diff``); None where git cannot say."""
     if not repo:
         return None
     try:
@@ -241,9 +178,8 @@ KERNEL_SHARED = ("base.py", "registry.py", "__init__.py")  # with every "_*.py":
 
 
 def _kernel_module(path: str) -> str | None:
-    """The kernel module a changed file is (``attention_impls/jax_xla.py`` -> ``jax_xla``: the
-    registry keeps one kernel per file, named after it), or None for anything else, shared code
-    under ``attention_impls/`` included."""
+    """The kernel module a changed file is (``attention_impls/jax_xla.py`` -> ``jax_xla``: one kernel
+    per file), or None for anything else, shared kernel code included."""
     if not path.startswith(KERNEL_DIR):
         return None
     name = path[len(KERNEL_DIR):]
@@ -265,8 +201,6 @@ KERNEL_IMPORT = r"attention_impls\.[A-Za-z0-9_]+"  # a Python regex and a `git g
 
 def _kernel_imports(text: str) -> list[str]:
     """The modules ``attention_impls.<module>`` that ``text`` names."""
-    import re
-
     return [m.removeprefix("attention_impls.") for m in re.findall(KERNEL_IMPORT, text)]
 
 
@@ -282,9 +216,8 @@ def _kernel_modules_of_harness(repo: str, commit: str) -> frozenset[str]:
 
 @functools.lru_cache(maxsize=4096)
 def _kernel_modules_used(repo: str, commit: str, implementation: str) -> frozenset[str]:
-    """The kernel modules whose code ``implementation`` runs at ``commit``: its own file, the kernel
-    files it imports (transitively: ``jax_pallas_tpu_splash`` uses ``jax_pallas_tpu_flash``'s
-    tiling), and those the harness itself imports (``_kernel_modules_of_harness``)."""
+    """The kernel modules ``implementation`` runs at ``commit``: its own file, the kernel files it
+    imports (transitively), and those the harness itself imports."""
     seen, todo = set(), [implementation.replace("-", "_")]
     while todo:
         module = todo.pop()
@@ -307,15 +240,11 @@ def code_changed_for(repo: str | None, before: str, after: str, implementation: 
 
 # -- which host each run ran on --------------------------------------------------------------------
 def run_hosts(frame):
-    """Per machine x commit (a run), oldest first: ``identity`` (the host fingerprint its sidecar
-    recorded, ``hardware.fingerprint.identity``; None where none was), ``probe`` (its CPU GEMM probe's
-    TFLOP/s: the fingerprint's, else the run's float32 TFLOP/s over its MFU on a CPU machine, which
-    divides by the same probe), ``probe_source`` and ``probe_spread`` (the probe's best round over its
-    median - 1, where recorded), and the identity fields themselves (``fingerprint``, a dict)."""
-    import numpy as np
+    """Per machine x commit (a run), oldest first: ``identity`` (its sidecar's host fingerprint, None
+    where none), ``probe`` (CPU GEMM probe TFLOP/s: recorded, else float32 TFLOP/s over MFU on a CPU),
+    ``probe_source``, ``probe_spread`` (best round over median - 1) and ``fingerprint`` (a dict)."""
     import pandas as pd
 
-    from attnbench.hardware.fingerprint import IDENTITY, identity
 
     columns = ["machine", "commit_hash", "order", "identity", "probe", "probe_source", "probe_spread"]
     order_col = _order_column(frame) if len(frame) else "commit_position"
@@ -377,12 +306,9 @@ def _derived_probes(frame) -> dict:
 
 
 def host_changes(frame, hosts=None):
-    """Each machine's consecutive runs and whether the host changed between them (``changed``): when
-    both fingerprints were recorded and differ (``why`` names the fields), or when the CPU GEMM probe
-    moved by more than its noise (``probe_move``; ``probe_noise``: ``SCATTER_Z`` x sqrt(2) x the
-    machine's robust run-to-run scatter of the probe, or the two runs' own round spreads where that is
-    larger; no probe test where the machine has fewer than three probe moves to measure it by)."""
-    import numpy as np
+    """Each machine's consecutive runs and whether the host changed (``changed``, ``why``): both
+    fingerprints recorded and different, or the CPU GEMM probe moved beyond ``probe_noise`` (from the
+    machine's probe scatter or the runs' own round spreads; no probe test under three moves)."""
     import pandas as pd
 
     hosts = run_hosts(frame) if hosts is None else hosts
@@ -414,8 +340,8 @@ def host_changes(frame, hosts=None):
 
 
 def host_periods(changes) -> dict:
-    """``{(machine, commit): (period, why)}``: the runs of one machine numbered by host period (a
-    change between two consecutive runs starts the next), with why the period's host differs."""
+    """``{(machine, commit): (period, why)}``: each machine's runs numbered by host period, with why
+    the period's host differs."""
     periods, current = {}, {}
     for row in changes.to_dict("records"):
         machine = row["machine"]
@@ -428,10 +354,8 @@ def host_periods(changes) -> dict:
 
 
 def hosts_table(frame, changes=None, hosts=None):
-    """Per machine: ``runs``, ``fingerprinted`` (runs whose sidecar recorded their host), ``hosts``
-    (host periods in its history: 1 + the host changes between consecutive runs), ``host_changes``,
-    ``probe_noise`` (the probe's run-to-run band, ``host_changes``). ``hosts``, ``changes``:
-    ``run_hosts`` and ``host_changes`` of ``frame`` where already computed."""
+    """Per machine: ``runs``, ``fingerprinted``, ``hosts`` (1 + host changes), ``host_changes`` and
+    ``probe_noise``. ``hosts``, ``changes``: ``run_hosts`` and ``host_changes`` if already computed."""
     import pandas as pd
 
     hosts = run_hosts(frame) if hosts is None else hosts
@@ -450,8 +374,6 @@ def hosts_table(frame, changes=None, hosts=None):
 # -- steps ----------------------------------------------------------------------------------------
 def _side_uncertainty(rel, points, level):
     """A level's uncertainty from its figures' relative half-widths (facing the other level), or None."""
-    import numpy as np
-
     known = rel[points]
     known = known[np.isfinite(known)]
     return float(np.median(known)) * abs(level) if len(known) else None
@@ -460,8 +382,6 @@ def _side_uncertainty(rel, points, level):
 def _step_scatter(values, segments):
     """Robust relative standard deviation of the points on both sides of a step, around their side's
     median; None when fewer than three points (or no side of two) say anything about it."""
-    import numpy as np
-
     residuals, sizes = [], []
     for left, right in segments:
         side = np.asarray([v for v in values[left:right] if v == v], dtype=float)
@@ -477,12 +397,9 @@ def _step_scatter(values, segments):
 
 
 def reading_scatter(values, before: int, after: int):
-    """Standard deviation of one figure from its series' run-to-run differences, in its own units:
-    the root mean square of every successive difference but those spanning the step itself
-    (``before`` .. ``after``), over sqrt(2); None with fewer than three such differences. Not robust
-    on purpose: a series that flips between two levels carries those flips as its noise."""
-    import numpy as np
-
+    """Standard deviation of one figure from its series' successive differences (RMS over sqrt(2), the
+    step's own left out); None with fewer than three. Not robust on purpose: a series that flips
+    between two levels carries those flips as its noise."""
     values = np.asarray(values, dtype=float)
     diffs = [values[i + 1] - values[i] for i in range(len(values) - 1) if not (before <= i < after)]
     diffs = [d for d in diffs if d == d]
@@ -505,24 +422,13 @@ def run_exponent(metric: str, platform: str | None) -> int:
 def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
                min_absolute_step: dict | None = None, repo: str | None = None, relative_to_run: bool = True,
                factors: dict | None = None, changes=None):
-    """One row per step beyond the threshold, each with its ``verdict`` (``VERDICTS``): series, commit
-    range, values before/after, relative step, the combined ``uncertainty`` of the two levels (in the
-    metric's units) with ``noise_relative`` (it over the level before) and ``noise_source``,
-    ``code_changed`` (measured files that differ, None where git cannot say), ``why``.
+    """One row per step beyond the threshold, with its ``verdict`` (``VERDICTS``; docs/reports.md),
+    the two levels' combined ``uncertainty`` (metric units), ``code_changed`` (None: git cannot say).
 
-    ``thresholds`` (metric -> relative step) default to asv's 5%; ``min_absolute_step`` (unit ->
-    smallest step worth reporting) defaults to ``MIN_ABSOLUTE_STEP``; ``repo``: the git checkout the
-    results were measured from (None: which code changed is not checked).
-
-    ``relative_to_run``: a metric that follows the step time (``Metric.time_exponent``) is analysed
-    against its run: each figure divided by its run's factor (``run_factors``, to the metric's
-    power), so that a whole run moving with the machine is no step of one kernel, and one kernel's
-    step shows even when the rest of its run moved the other way. ``relative_change`` and the
-    verdict are then against the run; ``value_before``/``value_after`` stay the series' own
-    levels and ``run_shift`` says how far its run moved across the step. How the whole runs moved
-    is ``run_shifts``' (the report's run-shift table). ``factors``: ``run_factors`` of the whole
-    results, where ``frame`` is a part of them (default: ``frame``'s own); ``changes`` likewise
-    ``host_changes`` of the whole results (a part may lack the rows that hold the runs' probes).
+    ``thresholds``: metric -> relative step (default asv's 5%); ``min_absolute_step``: unit -> smallest
+    step worth reporting; ``repo``: None skips the code check. ``relative_to_run``: judge against the
+    run (``run_factors``; ``value_before``/``value_after`` stay the series' own levels). ``factors``,
+    ``changes``: of the whole results where ``frame`` is a part of them.
     """
     import pandas as pd
 
@@ -558,11 +464,8 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
 
 @dataclass
 class _Series:
-    """One series' figures in commit order, as arrays: what ``_series_steps`` judges.
-
-    ``value``, ``low``, ``high``, ``ci_low``, ``ci_high`` are divided by each figure's run factor
-    (``scale``, to the metric's power; 1 where none applies); ``seconds`` is that factor in seconds
-    per step. ``up`` and ``down`` are the relative half-widths of the figures' intervals."""
+    """One series' figures in commit order, as arrays, divided by each figure's ``scale`` (its run
+    factor to the metric's power); ``up`` and ``down``: the intervals' relative half-widths."""
 
     keys: dict  # the series' parameters (``SERIES`` columns)
     table: object  # the analysed tidy rows, and this series' positions in them (commit order)
@@ -593,8 +496,6 @@ class _Series:
 def _series_of(ok, order_col: str, factors: dict):
     """Every series of ``ok`` (its rows sorted by series, then commit order), one ``_Series`` each.
     Plain arrays sliced per series, not one DataFrame per series: this runs over 100k rows."""
-    import numpy as np
-
     keys = [c for c in SERIES if c in ok]
     grouped = ok.groupby(keys, dropna=False)
     group_keys = grouped.size().index
@@ -633,10 +534,7 @@ def _series_of(ok, order_col: str, factors: dict):
 
 
 def _run_scales(ok, order, factors: dict, metric, machine, commit, platform):
-    """Each figure's run factor to its metric's power (``scale``) and in seconds per step
-    (``seconds``); ones where no factor applies (see ``find_steps``' ``relative_to_run``)."""
-    import numpy as np
-
+    """Each figure's run factor to its metric's power (``scale``) and as is (``seconds``); 1 where none."""
     scale, seconds = np.ones(len(order)), np.ones(len(order))
     if not factors:
         return scale, seconds
@@ -656,9 +554,7 @@ def _run_scales(ok, order, factors: dict, metric, machine, commit, platform):
 
 def _series_steps(series: _Series, thresholds: dict, floors: dict, min_size: int, periods: dict,
                   one_reading: set) -> list[dict]:
-    """The steps of one series beyond its threshold (asv's step detection), each a row for
-    ``_judge``; none where the series cannot regress."""
-    import numpy as np
+    """The steps of one series beyond its threshold (asv's step detection), each a row for ``_judge``."""
     from asv.step_detect import detect_regressions, detect_steps
 
     commits = series.commit
@@ -811,8 +707,7 @@ def _host_change(before: tuple, after: tuple, periods: dict, machine: str) -> st
 def find_regressions(frame, thresholds: dict | None = None, *, min_size: int = 1,
                      min_absolute_step: dict | None = None, repo: str | None = None,
                      factors: dict | None = None, changes=None):
-    """One row per regression: a step beyond the threshold and the noise, in measured code, with no
-    definition change across it (``find_steps``' verdict ``regression``)."""
+    """One row per step whose ``find_steps`` verdict is ``regression``."""
     steps = find_steps(frame, thresholds, min_size=min_size, min_absolute_step=min_absolute_step, repo=repo,
                        factors=factors, changes=changes)
     if steps.empty:
@@ -821,20 +716,8 @@ def find_regressions(frame, thresholds: dict | None = None, *, min_size: int = 1
 
 
 def noise_floor(frame, thresholds: dict | None = None, metric: str = "seconds_per_step"):
-    """Per machine, how noisy its ``metric`` figures are and so the smallest step ``find_steps`` can
-    call a regression there.
-
-    Columns: ``machine``; ``figures`` (ok figures), ``contended`` (left out, see ``find_steps``);
-    ``with_intervals`` and ``interval_half_width`` (the median relative half-width of their
-    intervals, ``intervals``); ``series`` (series of three or more figures) and ``series_scatter``
-    (the median robust relative standard deviation of successive figures, ``series_scatter``: the
-    A/A scatter of commits that changed nothing, and of the machine's run-to-run noise);
-    ``noise_floor`` (one figure's relative uncertainty as ``find_steps`` takes it: the interval
-    half-width where figures have intervals, else ``SCATTER_Z`` x the scatter), ``measured_by``,
-    and ``smallest_detectable_step``: ``max(threshold, sqrt(2) * noise_floor)``, the smallest
-    relative step between two such figures that is beyond both.
-    """
-    import numpy as np
+    """Per machine, how noisy its ``metric`` figures are (``noise_floor``: median interval half-width,
+    else ``SCATTER_Z`` x series scatter) and so the smallest step ``find_steps`` can call a regression."""
     import pandas as pd
 
     threshold = (thresholds or {}).get(metric, DEFAULT_THRESHOLD)
@@ -869,16 +752,9 @@ def noise_floor(frame, thresholds: dict | None = None, metric: str = "seconds_pe
 
 
 def run_shifts(frame, metric: str = "seconds_per_step"):
-    """How far each whole run moved: per machine x environment x benchmark class and pair of
-    consecutive commits, the ratios after / before of every static ``metric`` series measured at
-    both (contended figures left out), summarised as their median (``shift``: median ratio - 1) and
-    quartiles, with the number of series.
-
-    A run whose every series moved together is the machine or code every kernel shares, not one
-    kernel: measured here, two ``make bench`` runs of the same code (only results/ changed) moved
-    by a median of +13%, seen by no contention counter (results/LOG.md). Columns:
-    ``machine``, ``env_name``, ``benchmark``, ``commit_before``, ``commit_after``, ``series``,
-    ``shift``, ``q25``, ``q75`` (of the ratios, - 1), oldest pair first."""
+    """How far each whole run moved: per machine x environment x benchmark class and consecutive
+    commit pair, the median (``shift``) and quartiles of after / before - 1 over the static ``metric``
+    series measured at both. Every series moving together is the machine or shared code, not a kernel."""
     import pandas as pd
 
     columns = ["machine", "env_name", "benchmark", "commit_before", "commit_after", "series", "shift",
@@ -913,10 +789,8 @@ def run_shifts(frame, metric: str = "seconds_per_step"):
 
 
 def run_factors(shifts) -> dict:
-    """``{(machine, env_name, class, commit): factor}``: how fast each run went against the first
-    run of its series of runs, by chaining the pairs of ``run_shifts`` (``shifts``, oldest first;
-    ``class``: the benchmark's class, ``attention.Forward``). A run after a pair with too few series
-    to say keeps the factor of the run before it."""
+    """``{(machine, env_name, class, commit): factor}``: each run's speed against the first of its
+    chain of ``run_shifts`` pairs; a run after a pair with too few series keeps the previous factor."""
     factors, last = {}, {}
     for row in shifts.to_dict("records"):
         group = (row["machine"], row["env_name"], str(row["benchmark"]).rsplit(".", 1)[0])
@@ -926,11 +800,8 @@ def run_factors(shifts) -> dict:
 
 
 def _factor_chains(factors: dict):
-    """``(machine, env_name, class) -> class``: whose chain of ``run_factors`` a class's figures are
-    divided by: its own, or for a class too small ever to say (fewer than three static series, as
-    torch_xla's Training), the chain of its environment's class with the most runs."""
-    from collections import Counter
-
+    """``(machine, env_name, class) -> class``: whose ``run_factors`` chain a class's figures use: its
+    own, or for a class too small to say (torch_xla's Training), its environment's busiest class's."""
     runs = Counter((m, e, c) for m, e, c, _ in factors)
     best = {}
     for (m, e, c), n in runs.items():
@@ -954,11 +825,9 @@ def _versions_changed(group, before: int, after: int) -> str:
 
 def find_cost_spikes(frame, thresholds: dict | None = None, *, repo: str | None = None,
                      factors: dict | None = None, changes=None):
-    """Cost regressions (``find_regressions``: beyond the noise, in measured code, no definition
-    change), each with the companion metrics' change across the same two commits. The cost metrics
-    are judged against their run as in ``find_steps``, by the run factors and host changes of the
-    whole ``frame`` (``factors``, ``changes``; default: computed here), not of the cost rows alone,
-    which hold no step times and no probe."""
+    """Cost regressions (``find_regressions``), each with the companion metrics' change across the
+    same two commits. Run factors and host changes come from the whole ``frame``: cost rows hold no
+    step times and no probe."""
     import pandas as pd
 
     factors = run_factors(run_shifts(frame)) if factors is None else factors
@@ -1012,9 +881,7 @@ def _price_change(same, spike):
 
 def load_traces(results_dir: str = "results"):
     """Every per-step trace the suite wrote (results/<machine>/traces/<commit8>-<env>/*.csv), with
-    ``contended`` from the run's sidecar (None where it recorded nothing)."""
-    import warnings
-
+    ``contended`` from the run's sidecar."""
     import pandas as pd
 
     frames, sidecars = [], {}
@@ -1045,7 +912,6 @@ def _trace_contended(results_dir, machine, commit8, env, name, cache: dict):
         return None
     impl, regime, seq, mode, dtype = parts
     suite = {"fwd": "Forward", "fwd_bwd": "Training"}.get(mode)
-    from attnbench.asv import sidecar
 
     if (machine, commit8, env) not in cache:
         cache[machine, commit8, env] = sidecar.read(results_dir, machine, commit8, env).get("cases") or {}

@@ -1,46 +1,11 @@
 """Read everything asv wrote under ``results/`` into one tidy pandas DataFrame. Never writes.
 
-One row per machine x environment x commit x benchmark x parameter combination. Columns:
-
-    machine, machine_platform, platform, env_name, commit_hash, commit_position, commit_date,
-    commit_order, commit_order_source, started_at, suite (benchmark class), metric, benchmark, unit,
-    direction, <one column per parameter>, label (forced-flash / native), execution (compiled / eager /
-    interpret), category (native / forced-flash / interpreted), device, labels_source (recorded /
-    recomputed), value, ci_low, ci_high (asv's 99% interval of the figure, ``stats_ci_99_a/b``),
-    q_25, q_75 (asv's quartiles of the samples, ``stats_q_25/q_75``), status (ok / skipped / failed),
-    contended, contention_reason, case_ci_low_s, case_ci_high_s, case_ci_basis, rounds (the
-    sidecar's record of the case's timing: see below), version_<library> (from asv's requirements
-    and the suite's sidecar),
-    setting_<name> (the suite and its settings from the sidecar: setting_suite,
-    setting_compile_cache, setting_min_seconds, ...), host_<field> (the host it ran on:
-    ``attnbench/hardware/fingerprint.py``), file
-
-What a case *was* comes from the sidecar the suite wrote when it measured it
-(``attnbench/asv/sidecar.py``): ``label``, ``execution``, ``platform`` (the platform the framework ran
-on: a torch_xla case on a GPU machine that ran on PJRT CPU says ``cpu``) and ``device``, with
-``labels_source`` "recorded". Results with no such record (committed before the suite wrote one)
-get today's answer for the machine's platform (``machine_platform``, from its name), with
-``labels_source`` "recomputed" and no device. ``category`` is ``interpreted`` for every case that
-ran in an interpreter (``execution == "interpret"``), else its label: an interpreted kernel is
-its own category.
-
-How far a figure can be trusted: asv fills ``ci_low``/``ci_high`` and ``q_25``/``q_75`` for the
-metrics the suite gives it samples of (results older than that have none: NaN). From the sidecar,
-on the rows of metrics that depend on time (``metrics.timed``): ``contended`` (the machine was
-busy with something else while the case was timed; None where nothing was recorded),
-``contention_reason``, the engine's interval of seconds per step (``case_ci_low_s``,
-``case_ci_high_s``), what it is over (``case_ci_basis``: ``rounds`` or one window's ``samples``)
-and the timing ``rounds`` it combines.
-
-``commit_position`` is the commit's place in git history (``git rev-list --topo-order``); commits
-git does not know get NaN. ``commit_order`` is what the analysis orders by: the git position when
-git knows every commit of the results (``commit_order_source`` "git"), else the rank of the commit
-dates asv recorded in each result file (``date``; "date"); a commit with neither gets NaN ("none")
-and cannot be placed in a series. ``ordering_note`` says which, in one sentence.
-
-A damaged file, one from an older suite version, or one whose JSON holds bare ``NaN`` (asv writes
-those; Python reads them) is handled: damaged files and stale benchmarks are skipped with a warning
-naming the file, the rest loads.
+One row per machine x environment x commit x benchmark x parameter combination: ``SCHEMA``, then
+``version_<library>``, ``setting_<name>`` and ``host_<field>`` columns. What a case *was* (label,
+execution, platform, device) comes from the suite's sidecar (``labels_source`` "recorded"); results
+without one get today's answer for the machine's platform ("recomputed"). ``commit_order`` is the git
+position when git knows every commit, else the rank of asv's commit dates (NaN with neither: such a
+figure cannot be placed in a series). Damaged files and stale benchmarks are skipped with a warning.
 """
 
 from __future__ import annotations
@@ -54,6 +19,10 @@ import os
 import subprocess
 import warnings
 from typing import TYPE_CHECKING
+from attnbench.core import metrics
+import attention_impls
+from attnbench.asv import sidecar
+# Imported where used: pandas (the torch_xla venv has no report libraries).
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,22 +63,16 @@ def history_positions(repo: str = ".") -> dict[str, int]:
 
 
 def _directions() -> dict[str, str | None]:
-    from attnbench.core import metrics
-
     return metrics.directions()
 
 
 def _timed() -> frozenset[str]:
-    from attnbench.core import metrics
-
     return frozenset(metrics.timed())
 
 
 def _labels() -> dict:
     """Today's (label, execution) of every implementation on each platform: the fallback for results
     whose sidecar recorded none. ``execution`` asks the backend, which imports no framework for it."""
-    import attention_impls
-
     out = {}
     for name in attention_impls.names():
         impl = attention_impls.get(name)
@@ -164,8 +127,6 @@ def _setting(value):
 def _sidecar(results_dir, machine, commit, env) -> tuple[dict, dict]:
     """(``version_<library>``, ``setting_<name>`` and ``host_<field>`` columns, case index) from the
     suite's sidecar."""
-    from attnbench.asv import sidecar
-
     data = sidecar.read(results_dir, machine, commit, env)
     columns = {**{f"version_{k}": v for k, v in (data.get("versions") or {}).items()},
                **{f"setting_{k}": _setting(v) for k, v in (data.get("settings") or {}).items()},
@@ -244,11 +205,8 @@ def _order_commits(frame) -> None:
 
 
 def ordering_note(frame) -> tuple[str, str | None]:
-    """(``git``/``date``/``none``, a sentence or None): how the commits of ``frame`` are ordered.
-
-    None when git ordered them all. With ``date`` the sentence says which commits git did not know;
-    with ``none`` (some commit has neither a git position nor a recorded date) it is a warning: those
-    commits' figures cannot be placed in a series, so no regression can be found there."""
+    """(``git``/``date``/``none``, a sentence or None): how the commits of ``frame`` are ordered; the
+    sentence is None when git ordered them all, and a warning with ``none``."""
     if "commit_order_source" not in frame or frame.empty:
         return GIT, None
     commits = frame.drop_duplicates("commit_hash")
@@ -270,8 +228,6 @@ def ordering_note(frame) -> tuple[str, str | None]:
 
 
 def _expand(base, name, spec, fields, directions, labels, cases=({}, {}), timed=frozenset()):
-    from attnbench.asv import sidecar
-
     suite, _, bench = name.rpartition(".")
     suite = suite.rpartition(".")[2]
     metric = bench.removeprefix("track_")
@@ -324,7 +280,7 @@ def _expand(base, name, spec, fields, directions, labels, cases=({}, {}), timed=
         if entry is not None:
             row.update(label=entry.get("label"), execution=entry.get("execution"),
                        platform=entry.get("platform"), device=entry.get("device"), labels_source=RECORDED)
-            if is_timed:  # how far the case's timing can be trusted (sidecars from this change on)
+            if is_timed:  # how far the case's timing can be trusted
                 row.update(contended=entry.get("contended"), contention_reason=entry.get("contention_reason"),
                            case_ci_low_s=entry.get("ci_low_s"), case_ci_high_s=entry.get("ci_high_s"),
                            case_ci_basis=entry.get("ci_basis"), rounds=entry.get("rounds"))

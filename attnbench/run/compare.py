@@ -1,68 +1,42 @@
 """``attnbench compare REV_A REV_B``: two revisions' cases measured interleaved on this machine.
 
-The pull-request gate ``asv continuous`` is not on a noisy machine: it measures one revision, then
-the other, so whatever else the machine does meanwhile lands on one side only. Here each revision
-is checked out in its own git worktree and served by a worker process (this machine's venv, the
-worktree first on ``PYTHONPATH``); the cases are measured in rounds, alternating A B, B A, A B ...
-so that drift and bursts of outside load fall on both sides. Both workers are replaced by fresh
-processes every ``restart_every`` rounds: on this machine one process can sit 5-20% away from
-another for its whole life (``attnbench/measure/stats.py``), which one long-lived pair would report as a
-difference between the revisions. Per
-case, each round gives the ratio B/A of the two adjacent medians; the figure is the median ratio
-with its 95% interval (order statistics of the per-round log ratios, ``attnbench.measure.stats``), and
-the verdict is
-
-* ``slower``: the whole interval lies above 1 and the ratio exceeds ``1 + threshold``;
-* ``faster``: the whole interval lies below 1 and the ratio is under ``1 - threshold``;
-* ``no change`` otherwise (the interval holds 1, or the effect is smaller than the threshold).
-
-The command exits 1 when any case is ``slower``: a gate for a pull request.
+``asv continuous`` measures one revision, then the other, so outside load lands on one side only.
+Here each revision runs in its own worktree and worker, alternating A B, B A, ... so drift falls on
+both sides; workers are replaced every ``restart_every`` rounds because one process can sit apart
+from another for its whole life (``attnbench/measure/stats.py``). The figure is the median per-round
+B/A ratio with its 95% interval (``judge``); the command exits 1 when any case is ``slower``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 
 from attnbench.core.workload import Workload
 from attnbench.measure import stats
+from attnbench.run.worker import Worker
 
-# Runs inside a worktree. Written against the engine API every revision since the engine has
-# (measure_case, Options(regime, min_seconds, numerics)), so older revisions can be compared too:
-# those before the modules were grouped by role have them flat under attnbench/.
-WORKER = r"""
-import json, os, sys
-try:
-    from attnbench.measure.process_env import pin_threads
-    GROUPED = True
-except ImportError:
-    GROUPED = False
+CASE_TIMEOUT_S = 600.0
+
+
+def time_case(impl: str, workload_fields: dict, min_seconds: float) -> dict:
+    """In a revision's worker: one static case timed by that revision's engine, no numerics.
+
+    Uses only the engine API every revision has, so older revisions (flat modules) compare too."""
     try:
-        from attnbench.process_env import pin_threads
+        from attnbench.core.workload import Workload
+        from attnbench.measure.engine import Options, measure_case
     except ImportError:
-        from attnbench.isolation import pin_threads
-pin_threads(int(sys.argv[1]))  # before the engine's imports start any thread pool
-if GROUPED:
-    from attnbench.measure.engine import Options, measure_case
-    from attnbench.core.workload import Workload
-else:
-    from attnbench.engine import Options, measure_case
-    from attnbench.workload import Workload
-for line in sys.stdin:
-    task = json.loads(line)
-    options = Options(regime="static", min_seconds=task["min_seconds"], numerics=False)
-    record = measure_case(task["impl"], Workload(**task["workload"]), options)
-    keep = {k: record.get(k) for k in ("status", "reason", "seconds_per_step")}
-    keep["pid"] = os.getpid()
-    print(json.dumps(keep), flush=True)
-"""
+        from attnbench.engine import Options, measure_case
+        from attnbench.workload import Workload
+    options = Options(regime="static", min_seconds=min_seconds, numerics=False)
+    record = measure_case(impl, Workload(**workload_fields), options)
+    return {**{k: record.get(k) for k in ("status", "reason", "seconds_per_step")}, "pid": os.getpid()}
 
 
 @dataclass(frozen=True)
@@ -80,7 +54,8 @@ class Verdict:
 
 def judge(a_seconds: list[float], b_seconds: list[float],
           threshold: float) -> tuple[float, float, float, str]:
-    """(ratio, ci_low, ci_high, verdict) from paired per-round step times of A and B."""
+    """(ratio, ci_low, ci_high, verdict) from paired per-round step times of A and B: ``slower`` or
+    ``faster`` only when the whole interval excludes 1 and the ratio passes ``threshold``."""
     if len(a_seconds) != len(b_seconds) or not a_seconds:
         raise ValueError("judge needs as many B rounds as A rounds, at least one")
     logs = [math.log(b / a) for a, b in zip(a_seconds, b_seconds, strict=True)]
@@ -96,44 +71,24 @@ def judge(a_seconds: list[float], b_seconds: list[float],
     return ratio, ci_low, ci_high, verdict
 
 
-class _RevisionWorker:
-    """One revision's worktree and the worker process measuring in it."""
+class _Revision:
+    """One revision's worktree and the worker (``run.worker.Worker``) that imports it."""
 
     def __init__(self, repo: str, rev: str, root: str, label: str, threads: int):
         self.rev, self.path = rev, os.path.join(root, label)
         subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", "--quiet", self.path, rev],
                        check=True, capture_output=True, text=True)
-        self.threads = threads
-        self.process = None
-        self.start()
+        pythonpath = self.path + os.pathsep + os.environ.get("PYTHONPATH", "")
+        self.worker = Worker(time_case, threads=threads, checkout=self.path,
+                             environ={"PYTHONPATH": pythonpath})
+        self.worker.start()
 
-    def start(self) -> None:
-        """A fresh worker process (the old one, if any, is closed first)."""
-        self.stop()
-        env = {**os.environ, "PYTHONPATH": self.path + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        self.process = subprocess.Popen([sys.executable, "-c", WORKER, str(self.threads)], cwd=self.path,
-                                        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-    def measure(self, impl: str, workload: Workload, min_seconds: float) -> dict:
-        task = {"impl": impl, "workload": workload.to_dict(), "min_seconds": min_seconds}
-        self.process.stdin.write(json.dumps(task) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the worker for {self.rev} exited (code {self.process.poll()})")
-        return json.loads(line)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.stdin.close()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+    def time_case(self, impl: str, workload: Workload, min_seconds: float) -> dict:
+        record, failure = self.worker.call((impl, workload.to_dict(), min_seconds), CASE_TIMEOUT_S)
+        return record if failure is None else {"status": failure.status, "reason": failure.reason}
 
     def close(self, repo: str) -> None:
-        self.stop()
+        self.worker.close()
         subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", self.path], capture_output=True)
 
 
@@ -157,10 +112,10 @@ def compare(rev_a: str, rev_b: str, impls: list[str], seqs: list[int], *, templa
     threads = threads or len(os.sched_getaffinity(0))
     results: list[Verdict] = []
     with tempfile.TemporaryDirectory(prefix="attnbench-compare-") as root, contextlib.ExitStack() as stack:
-        workers = {}
+        revisions = {}
         for label, sha in (("a", sha_a), ("b", sha_b)):
-            workers[label] = _RevisionWorker(repo, sha, root, label, threads)
-            stack.callback(workers[label].close, repo)
+            revisions[label] = _Revision(repo, sha, root, label, threads)
+            stack.callback(revisions[label].close, repo)
         for impl in impls:
             for seq in seqs:
                 workload = template.replace(seq_q=seq, seq_k=seq)
@@ -169,10 +124,10 @@ def compare(rev_a: str, rev_b: str, impls: list[str], seqs: list[int], *, templa
                 # Round 0 warms both workers (imports, compiles) and is discarded.
                 for r in range(rounds + 1):
                     if r > 1 and (r - 1) % restart_every == 0:
-                        for worker in workers.values():
-                            worker.start()
+                        for revision in revisions.values():
+                            revision.worker.start()
                     order = ("a", "b") if r % 2 == 0 else ("b", "a")
-                    got = {label: workers[label].measure(impl, workload, min_seconds) for label in order}
+                    got = {label: revisions[label].time_case(impl, workload, min_seconds) for label in order}
                     bad = [f"{rev}: {rec['status']} {rec.get('reason') or ''}".strip()
                            for rev, rec in got.items() if rec["status"] != "ok"]
                     if bad:

@@ -127,8 +127,7 @@ def satisfied(requirement: str, installed: str | None) -> bool:
 
 
 def missing(purpose: str) -> list[str]:
-    """The requirements of ``purpose`` this interpreter lacks (absent, or at a version that does not
-    meet the pin)."""
+    """The requirements of ``purpose`` this interpreter lacks or has at a version off the pin."""
     return [r for r in requirements(purpose) if not satisfied(r, _version(_dist_name(r)))]
 
 
@@ -138,8 +137,7 @@ def frameworks() -> list[str]:
 
 
 def check(purpose: str, install: bool = False, out=None) -> int:
-    """Say what this interpreter holds and lacks for ``purpose``; 0 when nothing is missing (after
-    installing it, when ``install``), 1 otherwise."""
+    """Say what this interpreter holds and lacks for ``purpose``; 0 when nothing is (still) missing."""
     out = out or sys.stdout
     exe = sys.executable
     print(f"attnbench: {exe} (Python {sys.version.split()[0]}), environment "

@@ -1,17 +1,10 @@
 """``attnbench run --out DIR --resume``: finish a sweep an interruption (a preemption) cut short.
 
-``attnbench run`` rewrites ``records.<csv|parquet>`` atomically after every case, so an interrupted
-sweep leaves a complete table of the cases it finished. Resuming reads that table, measures only
-the cases missing from it, and writes the table again with the rows already there first and
-unchanged: a CSV keeps them byte for byte (they are carried as the strings read, with the columns
-and the metadata of the run that measured them), a Parquet file value for value.
-
-A case is identified by what was measured: implementation, workload (batch, heads, kv heads,
-lengths, head dim, dtype, causal, mode) and shape regime. Any row counts as done, whatever its
-status: an ``error`` or ``timeout`` is a measurement, and resuming is not retrying. The sweep's
-options that change a measurement without changing the case (steps, timing budget, bucket policy,
-numerics, compile cache, timer, threads, timeout, memory cap, prices) are kept in ``run-args.json``
-beside the records; resuming with different ones is refused, naming them.
+The records table is rewritten atomically after every case; resuming measures only the cases
+missing from it (``IDENTITY``) and keeps the rows there first and unchanged (a CSV byte for byte).
+Any row counts as done: an ``error`` or ``timeout`` is a measurement, and resuming is not retrying.
+Options that change a measurement but not the case are kept in ``run-args.json``; resuming with
+different ones is refused.
 """
 
 from __future__ import annotations
@@ -21,7 +14,10 @@ import io
 import json
 import os
 
-from attnbench.results.atomic import atomic_write_text
+from attnbench.core.atomic import atomic_write_text
+from attnbench.run import sweep
+
+# Imported where used: pandas (the torch_xla venv has no report libraries).
 
 ARGS_FILE = "run-args.json"
 IDENTITY = ("impl", "batch", "q_heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype", "causal", "mode",
@@ -83,8 +79,6 @@ def plan(path: str, cases: list) -> tuple[list[dict], list]:
 
 def write_resumed(kept: list[dict], new_rows: list[dict], path: str, metadata: dict) -> str:
     """The table: the kept rows as read (first, unchanged), then the new ones with this run's metadata."""
-    from attnbench.run import sweep
-
     if not kept or path.endswith(".parquet"):
         return sweep.write_table([*kept, *({**metadata, **r} for r in new_rows)], path)
     columns = list(kept[0])

@@ -5,50 +5,20 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
-import datetime as dt
 import io
 import os
-import platform as host_platform
-import subprocess
 import sys
+import tempfile
 import time
-from importlib import metadata as importlib_metadata
 
+from attnbench import hardware
 from attnbench.core import records
-from attnbench.measure.engine import Options, measure_case, new_record
-from attnbench.results.atomic import atomic_write_bytes, atomic_write_text
+from attnbench.core.atomic import atomic_write_bytes, atomic_write_text
+from attnbench.measure.engine import Options, measure_case, new_record, pool_rounds
+from attnbench.measure.process_env import scoped_environ
+from attnbench.run.worker import Worker
 
-VERSIONED = ("jax", "jaxlib", "libtpu", "torch", "torch_xla", "numpy")
-
-
-def library_versions() -> dict:
-    out = {}
-    for name in VERSIONED:
-        try:
-            out[f"version_{name}"] = importlib_metadata.version(name.replace("_", "-"))
-        except importlib_metadata.PackageNotFoundError:
-            try:
-                out[f"version_{name}"] = importlib_metadata.version(name)
-            except importlib_metadata.PackageNotFoundError:
-                out[f"version_{name}"] = None
-    return out
-
-
-def git_commit(cwd: str | None = None) -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=cwd or os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
-def run_metadata() -> dict:
-    from attnbench import hardware
-
-    host = hardware.detect_host()
-    return {"run_started_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "git_commit": git_commit(), "python": host_platform.python_version(),
-            "host_cpu": host.cpu_model, "host_cores": host.usable_cores, **library_versions()}
+# Imported where used: pandas (the torch_xla venv has no report libraries); tqdm (not in every venv).
 
 
 def run_sweep(cases, options_for, *, isolate: bool = True, timeout_s: float = 300.0,
@@ -56,24 +26,17 @@ def run_sweep(cases, options_for, *, isolate: bool = True, timeout_s: float = 30
               fresh_process: bool = True, on_record=None, rounds: int = 1, deadline: float | None = None):
     """Measure each (impl, workload, regime) case; one failing case never stops the sweep.
 
-    ``rounds`` > 1: after every case has been measured, each static case's step (not an interpreted
-    kernel's: ``timed_in_rounds``) is timed again in ``rounds - 1`` more rounds spread over the run
-    (one worker per round, all cases in turn, each a short window of ``Options.round_seconds``),
-    plus at most ``EXTRA_ROUNDS_FOR_CONTENTION`` rounds for cases whose rounds were contended; each
-    record then holds the median of its rounds' medians with their interval (``engine.pool_rounds``).
-    A burst of outside load thus hits one round of a case, not its figure, and the interval covers
-    the noise between processes.
+    ``on_record(i, record)``: as ``cases[i]`` ends, and again with its pooled record.
 
-    ``fresh_process``: each case gets a new worker, as asv gives each benchmark a new process (a
-    callable: per case, ``fresh_process((impl, workload, regime))``).
-    Compile caches live per process (torch_xla's cannot be cleared), so a regime's compile count is
-    only honest when no earlier case compiled the same shapes in the same process. Without it,
-    consecutive static cases share a worker (on a GPU host a worker's start, its imports and device
-    initialisation, cost more than most cases); a regime case still gets a process of its own.
+    ``rounds`` > 1: each ``timed_in_rounds`` case is timed again in ``rounds - 1`` short rounds spread
+    over the run (plus up to ``EXTRA_ROUNDS_FOR_CONTENTION`` for contended ones) and its record pooled
+    (``engine.pool_rounds``), so a burst of outside load hits one round, not the figure.
 
-    ``deadline`` (``time.time()`` seconds): no case starts after it, and none runs past it; the
-    cases left are recorded ``unsupported`` with that reason (asv: n/a), so a run that is out of time
-    stops cleanly with everything measured so far.
+    ``fresh_process`` (or a callable per case): a new worker per case. Compile caches live per process
+    (torch_xla's cannot be cleared), so a regime case always gets its own, for an honest compile count.
+
+    ``deadline`` (``time.time()`` seconds): no case starts or runs past it; those left are recorded
+    ``unsupported`` (asv: n/a), so a run out of time stops cleanly.
     """
     with run_probe_dir():
         rows = _run_cases(cases, options_for, isolate=isolate, timeout_s=timeout_s,
@@ -90,27 +53,19 @@ def run_sweep(cases, options_for, *, isolate: bool = True, timeout_s: float = 30
 def run_probe_dir():
     """One CPU GEMM probe per run, shared by its workers (``hardware.PROBE_DIR_ENV``): the run's own
     folder for as long as the block lasts, unless an enclosing run set one."""
-    import tempfile
-
-    from attnbench.hardware import PROBE_DIR_ENV
-    from attnbench.measure.process_env import scoped_environ
-
     with contextlib.ExitStack() as stack:
-        if not os.environ.get(PROBE_DIR_ENV):
+        if not os.environ.get(hardware.PROBE_DIR_ENV):
             probes = stack.enter_context(tempfile.TemporaryDirectory(prefix="attnbench-probes-"))
-            stack.enter_context(scoped_environ(**{PROBE_DIR_ENV: probes}))
-        yield os.environ[PROBE_DIR_ENV]
+            stack.enter_context(scoped_environ(**{hardware.PROBE_DIR_ENV: probes}))
+        yield os.environ[hardware.PROBE_DIR_ENV]
 
 
 EXTRA_ROUNDS_FOR_CONTENTION = 2
 
 
 def timed_in_rounds(case, row: dict) -> bool:
-    """Whether a case's first record gets later timing rounds: static cases that measured ok, unless
-    their kernel ran in an interpreter. An interpreter's step time (Pallas ``interpret=True`` here:
-    3-50x the compiled kernels') measures the interpreter, not the kernel on any hardware, so
-    resolving it to a few percent buys no decision, and each round would pay its slow trace again;
-    its one window still gives the figure and its history (a 4x change of tiling showed plainly)."""
+    """Whether a case gets later timing rounds: static, ok, and not interpreted (an interpreter's
+    speed decides nothing, and rounds would pay its slow trace again)."""
     _, _, regime = case
     return (regime == "static" and row.get("status") == records.OK and bool(row.get("timing_samples_s"))
             and row.get("execution") != "interpret")
@@ -118,14 +73,9 @@ def timed_in_rounds(case, row: dict) -> bool:
 
 @contextlib.contextmanager
 def round_compile_cache():
-    """A jax persistent compilation cache that lives for the timing rounds of one sweep: the first
-    round compiles each case and the later ones load it (0.3-0.6 s less per jax case and round
-    here). The rounds only time the steady step, so the cache changes no figure; the first pass
-    stays cold (``compiler_caches``). Workers are spawned, so they read it from the environment."""
-    import tempfile
-
-    from attnbench.measure.process_env import scoped_environ
-
+    """A jax persistent compilation cache for one sweep's timing rounds (passed to spawned workers by
+    environment). Rounds time only the steady step, so it changes no figure; the first pass stays
+    cold."""
     with tempfile.TemporaryDirectory(prefix="attnbench-round-jax-cache-") as folder, \
             scoped_environ(JAX_COMPILATION_CACHE_DIR=folder, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0"):
         yield folder
@@ -133,8 +83,6 @@ def round_compile_cache():
 
 def _timing_rounds(cases, rows, options_for, rounds, *, on_record, progress, **sweep_kwargs):
     """Later timing rounds of the static cases that measured ok; returns the pooled rows."""
-    from attnbench.measure.engine import pool_rounds
-
     timed = [i for i, (case, row) in enumerate(zip(cases, rows, strict=True)) if timed_in_rounds(case, row)]
     later: dict[int, list[dict]] = {i: [] for i in timed}
 
@@ -160,8 +108,8 @@ def _timing_rounds(cases, rows, options_for, rounds, *, on_record, progress, **s
     rows = list(rows)
     for i in timed:
         rows[i] = pool_rounds(rows[i], later[i])
-    if on_record:  # the pooled records replace the first round's
-        on_record(rows)
+        if on_record:  # the pooled record replaces the first round's
+            on_record(i, rows[i])
     return rows
 
 
@@ -170,13 +118,11 @@ OUT_OF_TIME = "not measured: the run's time budget ran out before this case (ATT
 
 def _run_cases(cases, options_for, *, isolate, timeout_s, memory_cap_bytes, threads, progress,
                fresh_process, on_record, deadline=None):
-    from attnbench.run.worker import Worker
-
     bar = _progress(len(cases), progress)
     rows = []
-    worker = Worker(threads=threads, memory_cap_bytes=memory_cap_bytes) if isolate else None
+    worker = Worker(measure_case, threads=threads, memory_cap_bytes=memory_cap_bytes) if isolate else None
     try:
-        for impl, workload, regime in cases:
+        for i, (impl, workload, regime) in enumerate(cases):
             options = options_for(regime)
             if bar:
                 bar.set_description(f"{impl} S={workload.seq_q} {regime}")
@@ -189,15 +135,15 @@ def _run_cases(cases, options_for, *, isolate, timeout_s, memory_cap_bytes, thre
                 own_process = fresh or regime != "static"
                 if own_process:
                     worker.close()  # a fresh process: no earlier case's compiles or caches
-                record = worker.measure(impl, workload, options,
-                                        timeout_s if left is None else min(timeout_s, left))
+                record = measure_in_worker(worker, impl, workload, options,
+                                           timeout_s if left is None else min(timeout_s, left))
                 if own_process:
                     worker.close()
             else:
                 record = measure_case(impl, workload, options)
             rows.append(record)
             if on_record:
-                on_record(rows)
+                on_record(i, record)
             if bar:
                 bar.update(1)
     finally:
@@ -206,6 +152,15 @@ def _run_cases(cases, options_for, *, isolate, timeout_s, memory_cap_bytes, thre
         if bar:
             bar.close()
     return rows
+
+
+def measure_in_worker(worker: Worker, impl, workload, options: Options, timeout_s: float) -> dict:
+    """``measure_case`` in ``worker``: its record, or a record of how the worker failed."""
+    record, failure = worker.call((impl, workload, options), timeout_s)
+    if failure is None:
+        return record
+    return new_record(workload, options, impl=impl if isinstance(impl, str) else impl.name,
+                      threads=worker.threads, status=failure.status, reason=failure.reason)
 
 
 def max_feasible_lengths(impl_names, template, lengths, options, **sweep_kwargs) -> list[dict]:
@@ -257,4 +212,4 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, file=sys.stderr, unit="case", dynamic_ncols=True)
 
 
-__all__ = ["Options", "max_feasible_lengths", "run_metadata", "run_sweep", "write_table"]
+__all__ = ["Options", "max_feasible_lengths", "run_sweep", "write_table"]

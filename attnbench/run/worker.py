@@ -1,26 +1,49 @@
-"""Run cases in a worker process that can be killed: timeouts, memory caps, crashes.
+"""Killable workers: one spawned process that answers ``task(*args)``, restarted when it fails.
 
-A timed-out XLA compile or a segfaulting kernel cannot be stopped from inside the process, so a
-sweep sends each case to a long-lived worker (spawned fresh: no framework state is inherited) and
-waits at most ``timeout_s``. A worker that times out or dies is replaced; the sweep goes on.
+A hung XLA compile or a segfaulting kernel cannot be stopped from inside the process, so such tasks
+run in a spawned worker (no framework state inherited). A worker that times out or dies is killed,
+the call answers a ``Failure`` and the next call starts a new process.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import resource
 import signal
+import sys
+from typing import NamedTuple
 
-from attnbench.core import records
-from attnbench.measure.engine import measure_case, new_record
-from attnbench.measure.process_env import pin_threads
+from attnbench.core import statuses
+from attnbench.measure.process_env import pin_threads, scoped_environ
 
 
-def _worker_main(conn, threads: int | None, memory_cap_bytes: int | None, task=measure_case) -> None:
+class Failure(NamedTuple):
+    """Why a call gave no answer: ``status`` is ``timeout``, ``oom`` or ``error`` (core.statuses)."""
+
+    status: str
+    reason: str
+
+
+def enter_checkout(path: str) -> None:
+    """Make this process import ``attnbench`` and the kernels from another checkout (``compare``'s
+    revisions): spawn hands a child the parent's ``sys.path`` and has imported this checkout's."""
+    sys.path.insert(0, path)
+    for name in [n for n in sys.modules if n.split(".")[0] in ("attnbench", "attention_impls")]:
+        del sys.modules[name]
+
+
+def _serve(conn, task, threads, memory_cap_bytes, log_path, checkout) -> None:
+    if log_path:  # the compilers' own logging goes to a file whose tail explains a crash
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
     if threads:
         pin_threads(threads)
     if memory_cap_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (memory_cap_bytes, memory_cap_bytes))
+    if checkout:
+        enter_checkout(checkout)
     while True:
         try:
             args = conn.recv()
@@ -30,48 +53,64 @@ def _worker_main(conn, threads: int | None, memory_cap_bytes: int | None, task=m
 
 
 class Worker:
-    """One killable process that answers ``task(*args)`` (default: ``engine.measure_case``, one
-    record per case); restarted after a timeout or a crash. ``task`` is a module-level function."""
+    """One killable process answering ``task(*args)``, a module-level function.
 
-    def __init__(self, threads: int | None = None, memory_cap_bytes: int | None = None, task=measure_case):
-        self.threads, self.memory_cap_bytes, self.task = threads, memory_cap_bytes, task
+    ``memory_cap_bytes``: an address-space cap; ``log_path``: its stdout and stderr, whose tail a
+    crash's reason quotes; ``checkout``: import the project from there (another revision's worktree).
+    """
+
+    def __init__(self, task, *, threads: int | None = None, memory_cap_bytes: int | None = None,
+                 environ: dict | None = None, log_path: str | None = None, checkout: str | None = None):
+        self.task, self.threads, self.memory_cap_bytes = task, threads, memory_cap_bytes
+        self.environ, self.log_path, self.checkout = dict(environ or {}), log_path, checkout
         self._process = self._conn = None
 
-    def _start(self):
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def start(self) -> None:
+        """A fresh process (the old one, if any, is closed first)."""
+        self.close()
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
-        self._process = ctx.Process(target=_worker_main,
-                                    args=(child, self.threads, self.memory_cap_bytes, self.task), daemon=True)
-        self._process.start()
+        self._process = ctx.Process(target=_serve, daemon=True, args=(
+            child, self.task, self.threads, self.memory_cap_bytes, self.log_path, self.checkout))
+        with scoped_environ(**self.environ):  # spawn copies this environment; restored after
+            self._process.start()
         child.close()
         self._conn = parent
 
     def call(self, args: tuple, timeout_s: float):
-        """``(answer, None)``, or ``(None, (status, reason))`` when the worker timed out or died (it is
-        closed then, and the next call starts a fresh one)."""
+        """``(answer, None)``, or ``(None, Failure)`` when the worker timed out or died (it is closed
+        then, and the next call starts a fresh one)."""
         if self._process is None or not self._process.is_alive():
-            self._start()
+            self.start()
         try:
             self._conn.send(args)
             if self._conn.poll(timeout_s):
                 return self._conn.recv(), None
-            failure = (records.TIMEOUT, f"no result within {timeout_s:g} s; worker killed")
+            failure = Failure(statuses.TIMEOUT, f"no result within {timeout_s:g} s; worker killed")
         except (EOFError, ConnectionError):  # the worker died: closed pipe, or reset mid-message
             self._process.join(5)
-            code = self._process.exitcode
-            if code == -signal.SIGKILL:
-                failure = (records.OOM, "worker killed by SIGKILL (the kernel's OOM killer, most likely)")
-            else:
-                failure = (records.ERROR, f"worker died (exit code {code})")
+            failure = _death(self._process.exitcode)
+            tail = self.log_tail()
+            if tail:
+                failure = failure._replace(reason=f"{failure.reason}; its log ends: {tail}")
         self.close()
         return None, failure
 
-    def measure(self, impl, workload, options, timeout_s: float) -> dict:
-        record, failure = self.call((impl, workload, options), timeout_s)
-        if failure is None:
-            return record
-        return new_record(workload, options, impl=impl if isinstance(impl, str) else impl.name,
-                          threads=self.threads, status=failure[0], reason=failure[1])
+    def log_tail(self, lines: int = 3, limit: int = 400) -> str:
+        """The last non-empty lines of the worker's log, on one line ('' without a log)."""
+        if not self.log_path:
+            return ""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, os.path.getsize(self.log_path) - 4096))
+                kept = [x.strip() for x in f.read().decode("utf-8", "replace").splitlines() if x.strip()]
+        except OSError:
+            return ""
+        return " | ".join(kept[-lines:])[:limit]
 
     def close(self) -> None:
         if self._process is not None:
@@ -85,3 +124,11 @@ class Worker:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _death(code: int | None) -> Failure:
+    if code == -signal.SIGKILL:
+        return Failure(statuses.OOM, "worker killed by SIGKILL (the kernel's OOM killer, most likely)")
+    if code is not None and code < 0:
+        return Failure(statuses.ERROR, f"worker died (killed by signal {signal.Signals(-code).name})")
+    return Failure(statuses.ERROR, f"worker died (exit code {code})")

@@ -1,22 +1,13 @@
 """What a step costs, from its time and the price of the hardware it ran on.
 
-A :class:`Pricing` is USD per hour for *everything the run is charged for*:
+A :class:`Pricing` is USD per hour for everything the run is charged for: an accelerator profile's
+chip-hour price times ``chips`` (default 1: a step runs on one device), a CPU profile's vCPU-hour
+price times the cores charged. User overrides are USD per hour for the whole charged device, used as
+given, each replacing only its own price. No known price gives ``None`` costs and a ``cost_note``:
+never a made-up price.
 
-* an accelerator hardware profile is priced per chip-hour, times ``chips`` (default 1: the harness
-  runs each step on one device; pass ``chips=device.count`` to charge the whole visible slice or host);
-* a CPU hardware profile is priced per vCPU-hour, times ``cores``: the run's pinned thread count
-  when it pins one (pass it), else the host's usable cores (``device.host_cores``).
-
-User overrides (``price_per_hour``, ``spot_price_per_hour``) are USD per hour for that whole
-charged device, used as given (not multiplied by chips or cores). Each override replaces only its
-own price; the other one still comes from the hardware profile (named with ``hardware_profile``
-or matched). Hardware with no known price gets ``None`` costs and a ``cost_note``: never a made-up price.
-
-On a fleet run (``ATTNBENCH_CATALOG_PRICE``, ``attnbench/fleet/prices.py``) the accelerator's prices
-come from SkyPilot's catalog for the cloud, region and machine the job runs on (per chip: the
-machine's price over its chips), before the profile; a catalog price that fails a guard (a
-placeholder, a blank spot cell, spot above on-demand) is taken from the profile instead, and the
-``cost_note`` says which and why.
+On a fleet run SkyPilot's catalog price (``attnbench/fleet/prices.py``) comes before the profile,
+unless it fails a guard; the ``cost_note`` says which and why.
 """
 
 from __future__ import annotations
@@ -25,6 +16,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from attnbench.fleet.prices import catalog_prices_for
 from attnbench.hardware import Device, HardwareProfile, get_hardware_profile, match_hardware_profile
 
 SECONDS_PER_HOUR = 3600.0
@@ -68,12 +60,10 @@ def unknown_price_note(device_name: str) -> str:
 def pricing_for(device: Device, hardware_profile: str | None = None, price_per_hour: float | None = None,
                 spot_price_per_hour: float | None = None, *, cores: int | None = None, chips: int = 1,
                 hardware_profiles: Mapping[str, HardwareProfile] | None = None) -> Pricing:
-    """Prices for ``device``: the hardware profile named ``hardware_profile``, else the matched one
-    (from ``hardware_profiles``, default the packaged file), with the user's overrides.
+    """Prices for ``device`` from the named or matched hardware profile, with the user's overrides.
 
-    ``cores`` (CPU profiles): vCPUs charged, default ``device.host_cores``; pass the run's pinned
-    thread count when it pins one. ``chips`` (accelerator profiles): chips charged, default 1.
-    ``hardware_profile`` unknown raises ``KeyError`` listing the known names.
+    ``cores``: vCPUs charged (pass the run's pinned thread count; default ``device.host_cores``).
+    An unknown ``hardware_profile`` raises ``KeyError`` listing the known names.
     """
     price_per_hour = _check_price("price_per_hour", price_per_hour)
     spot_price_per_hour = _check_price("spot_price_per_hour", spot_price_per_hour)
@@ -82,10 +72,7 @@ def pricing_for(device: Device, hardware_profile: str | None = None, price_per_h
     profile = (get_hardware_profile(hardware_profile, hardware_profiles) if hardware_profile
                else match_hardware_profile(device, hardware_profiles))
 
-    # A fleet run hands over SkyPilot's catalog price of the machine it landed on (ATTNBENCH_CATALOG_PRICE,
-    # attnbench/fleet/prices.py): it comes before the profile, after the user's overrides.
-    from attnbench.fleet.prices import catalog_prices_for
-
+    # Precedence: user override, then the fleet's catalog price, then the profile.
     catalog = catalog_prices_for(device, chips=chips) or {}
     units = unit = None
     if profile is not None:
@@ -125,13 +112,8 @@ def pricing_for(device: Device, hardware_profile: str | None = None, price_per_h
 
 def cost_per_step(seconds_per_step: float | None, pricing: Pricing,
                   tokens_per_step: float | None = None) -> dict:
-    """USD per step and per million tokens, on demand and spot.
-
-    ``usd_per_step = usd_per_hour / 3600 * seconds_per_step``;
-    ``usd_per_million_tokens = usd_per_step / tokens_per_step * 1e6``. A missing price, a missing
-    time (a failed run) or missing tokens give ``None`` for what depends on them, and ``cost_note``
-    says why.
-    """
+    """USD per step and per million tokens, on demand and spot; what a missing price, time or token
+    count prevents is ``None``, and ``cost_note`` says why."""
     notes = [pricing.note] if pricing.note else []
     seconds = seconds_per_step
     if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))

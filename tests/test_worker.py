@@ -1,0 +1,41 @@
+"""The one killable worker (``attnbench.run.worker.Worker``) every subprocess of the harness uses."""
+
+from __future__ import annotations
+
+from attnbench.core import statuses
+from attnbench.run.worker import Failure, Worker
+from tests import worker_stubs as stubs
+
+
+def test_a_worker_answers_call_after_call_in_one_process():
+    with Worker(stubs.pid_and) as worker:
+        (first, a), failure = worker.call(("a",), timeout_s=60)
+        (second, b), _ = worker.call(("b",), timeout_s=60)
+    assert failure is None and (a, b) == ("a", "b") and first == second
+
+
+def test_a_timeout_is_a_failure_and_the_next_call_gets_a_fresh_process():
+    with Worker(stubs.sleep) as worker:
+        answer, failure = worker.call((30,), timeout_s=1)
+        assert answer is None and failure == Failure(statuses.TIMEOUT, "no result within 1 s; worker killed")
+        assert worker.pid is None  # killed, not left running
+        assert worker.call((0,), timeout_s=60) == (None, None)
+
+
+def test_a_death_names_its_exit_code_and_quotes_the_log_and_sigkill_reads_as_oom(tmp_path):
+    log = tmp_path / "worker.log"
+    with Worker(stubs.exit_with, log_path=str(log)) as worker:
+        _, failure = worker.call((3,), timeout_s=60)
+    assert failure.status == statuses.ERROR
+    assert failure.reason == "worker died (exit code 3); its log ends: the task's last words"
+    with Worker(stubs.killed) as worker:
+        _, failure = worker.call((), timeout_s=60)
+    assert failure.status == statuses.OOM and "SIGKILL" in failure.reason
+
+
+def test_a_worker_in_another_checkout_imports_the_project_from_there(tmp_path):
+    (tmp_path / "attnbench").mkdir()
+    (tmp_path / "attnbench" / "__init__.py").write_text("")
+    with Worker(stubs.attnbench_file, checkout=str(tmp_path)) as worker:
+        path, failure = worker.call((), timeout_s=60)
+    assert failure is None and path == str(tmp_path / "attnbench" / "__init__.py")
