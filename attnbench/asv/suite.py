@@ -29,11 +29,9 @@ from attnbench.measure.engine import Options
 from attnbench.measure.process_env import pin_threads
 from attnbench.run import case_cache, sweep
 from attnbench.run.case_cache import CaseCache
-from attnbench.run.environment import environment_name
+from attnbench.run.environment import CHECKOUT, environment_name
 from attnbench.run.provenance import git_commit, library_versions
 from attnbench.run.worker import Worker
-
-CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # The default's two presets between them hold every mask and head structure of the catalogue.
 DEFAULT_PRESETS = ("llama-3.1-8b", "gemma-2-9b")
@@ -207,8 +205,9 @@ def measure_suite(cases: list[tuple[str, Workload, str]], suite: str | None = No
     missing = [case for case, key in zip(cases, keys, strict=True) if key not in done]
     others = {}
     for other_suite, other_cases in (also or {}).items():
-        have = cache.load([case_key(*case) for case in other_cases])
-        lacking = [case for case in other_cases if case_key(*case) not in have]
+        other_keys = [case_key(*case) for case in other_cases]
+        have = cache.load(other_keys)
+        lacking = [case for case, key in zip(other_cases, other_keys, strict=True) if key not in have]
         if lacking:
             others[other_suite] = lacking
     if missing or others:
@@ -565,9 +564,8 @@ def asv_context() -> dict | None:
               or (git_commit() if env else None))
     if not commit or not env:
         return None
-    checkout = CHECKOUT
     root = (os.environ.get("ATTNBENCH_RESULTS_DIR")
-            or os.path.join(os.environ.get("ASV_CONF_DIR", checkout), "results"))
+            or os.path.join(os.environ.get("ASV_CONF_DIR", CHECKOUT), "results"))
     return {"results_dir": root, "machine": machine_name(), "commit": commit, "env": env}
 
 

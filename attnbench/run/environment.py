@@ -73,8 +73,7 @@ PROBE = ("import json, sys; from attnbench.run import environment as e; "
 def probe(executable: str) -> dict:
     """``{"python": "3.12", "versions": {...}}`` of the interpreter ``executable``."""
     env = dict(os.environ)
-    checkout = CHECKOUT
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (checkout, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (CHECKOUT, env.get("PYTHONPATH")) if p)
     out = subprocess.run([executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=120)
     if out.returncode:
         raise RuntimeError(f"{executable} could not report its versions: {out.stderr.strip()[-500:]}")
