@@ -13,7 +13,7 @@ from attnbench.core import records
 from attnbench.core.workload import Workload
 from attnbench.measure.engine import Options, measure_case, numerics_workload, pool_rounds
 from attnbench.run.sweep import measure_in_worker, run_sweep, write_table
-from attnbench.run.worker import Worker
+from attnbench.run.worker import Failure, Worker
 from tests.conftest import FRAMEWORKS
 
 SMALL = Workload(batch=1, q_heads=2, seq_q=128, head_dim=32, causal=True)
@@ -119,8 +119,11 @@ def test_memory_cap_turns_an_allocation_into_oom():
 
 @pytest.mark.slow
 def test_timeout_kills_the_case_and_the_sweep_goes_on():
+    # The case after the timeout runs in a fresh worker; its framework's import is not on its clock
+    # (run.worker), and its timing has no extension, so 8 s is room enough on a loaded host.
     cases = [("tests.stub_impls:SlowKernel", SMALL, "static"), ("reference-float64", SMALL, "static")]
-    rows = run_sweep(cases, lambda regime: FAST, timeout_s=8, progress=False)
+    short = dataclasses.replace(FAST, max_extra_seconds=0.0, contention_retries=0)
+    rows = run_sweep(cases, lambda regime: short, timeout_s=8, progress=False)
     assert [r["status"] for r in rows] == [records.TIMEOUT, records.OK]
     assert "no result within 8 s" in rows[0]["reason"]
     assert rows[0]["impl"] == "tests.stub_impls:SlowKernel"
@@ -332,3 +335,18 @@ def test_the_timing_rounds_share_a_jax_compile_cache_that_lives_for_the_rounds_o
     assert 2 <= len(rounds) <= 2 + sweep.EXTRA_ROUNDS_FOR_CONTENTION
     assert len({folder for folder, _ in rounds}) == 1 and rounds[0][1] > 0  # one cache: written, then read
     assert not os.path.exists(rounds[0][0]) and "JAX_COMPILATION_CACHE_DIR" not in os.environ
+
+
+def test_a_fresh_worker_imports_the_cases_framework_before_its_clock_starts():
+    class Recording:
+        threads = None
+
+        def call(self, args, timeout_s, preload=()):
+            self.preload = preload
+            return None, Failure(records.TIMEOUT, "stub")
+
+    worker = Recording()
+    measure_in_worker(worker, "reference-float64", SMALL, FAST, timeout_s=1)
+    assert worker.preload == ("numpy",)
+    measure_in_worker(worker, "no-such-kernel", SMALL, FAST, timeout_s=1)
+    assert worker.preload == ()  # the record says the name is unknown, not the preload

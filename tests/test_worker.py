@@ -39,3 +39,24 @@ def test_a_worker_in_another_checkout_imports_the_project_from_there(tmp_path):
     with Worker(stubs.attnbench_file, checkout=str(tmp_path)) as worker:
         path, failure = worker.call((), timeout_s=60)
     assert failure is None and path == str(tmp_path / "attnbench" / "__init__.py")
+
+
+def test_a_fresh_workers_preload_is_not_part_of_the_calls_timeout():
+    # The import takes 3 s and the call may take 1: the clock starts once the worker is ready.
+    with Worker(stubs.loaded_modules) as worker:
+        loaded, failure = worker.call(("tests.slow",), timeout_s=1, preload=("tests.slow_import_stub",))
+    assert failure is None and loaded == ["tests.slow_import_stub"]
+
+
+def test_a_worker_not_ready_in_time_is_a_timeout_that_names_what_it_was_importing():
+    with Worker(stubs.loaded_modules, startup_timeout_s=1) as worker:
+        answer, failure = worker.call(("tests",), timeout_s=60, preload=("tests.slow_import_stub",))
+        assert answer is None and worker.pid is None
+    assert failure == Failure(statuses.TIMEOUT, "worker not ready within 1 s (importing "
+                                                "tests.slow_import_stub); killed")
+
+
+def test_a_preload_that_does_not_import_leaves_the_task_to_say_so():
+    with Worker(stubs.loaded_modules) as worker:
+        loaded, failure = worker.call(("tests.no_such",), timeout_s=60, preload=("tests.no_such_module",))
+    assert failure is None and loaded == []

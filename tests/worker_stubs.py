@@ -29,3 +29,9 @@ def attnbench_file():
     import attnbench
 
     return attnbench.__file__
+
+
+def loaded_modules(prefix):
+    import sys
+
+    return sorted(name for name in sys.modules if name.startswith(prefix))

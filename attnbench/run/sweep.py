@@ -14,7 +14,7 @@ import time
 from attnbench import hardware
 from attnbench.core import records
 from attnbench.core.atomic import atomic_write_bytes, atomic_write_text
-from attnbench.measure.engine import Options, measure_case, new_record, pool_rounds
+from attnbench.measure.engine import Options, measure_case, new_record, pool_rounds, resolve_impl
 from attnbench.measure.process_env import scoped_environ
 from attnbench.run.worker import Worker
 
@@ -155,12 +155,20 @@ def _run_cases(cases, options_for, *, isolate, timeout_s, memory_cap_bytes, thre
 
 
 def measure_in_worker(worker: Worker, impl, workload, options: Options, timeout_s: float) -> dict:
-    """``measure_case`` in ``worker``: its record, or a record of how the worker failed."""
-    record, failure = worker.call((impl, workload, options), timeout_s)
+    """``measure_case`` in ``worker``: its record, or a record of how the worker failed. A fresh
+    worker imports the case's framework before ``timeout_s`` starts."""
+    record, failure = worker.call((impl, workload, options), timeout_s, preload=_framework(impl))
     if failure is None:
         return record
     return new_record(workload, options, impl=impl if isinstance(impl, str) else impl.name,
                       threads=worker.threads, status=failure.status, reason=failure.reason)
+
+
+def _framework(impl) -> tuple[str, ...]:
+    try:
+        return (resolve_impl(impl).framework,)
+    except Exception:  # noqa: BLE001 - an unknown or broken name: the case's record says what is wrong
+        return ()
 
 
 def max_feasible_lengths(impl_names, template, lengths, options, **sweep_kwargs) -> list[dict]:

@@ -3,10 +3,14 @@
 A hung XLA compile or a segfaulting kernel cannot be stopped from inside the process, so such tasks
 run in a spawned worker (no framework state inherited). A worker that times out or dies is killed,
 the call answers a ``Failure`` and the next call starts a new process.
+
+A call's timeout starts once a fresh worker says it is ready (set up, and its ``preload`` modules
+imported): on a loaded host, importing torch or jax can take longer than a tight case timeout.
 """
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import resource
@@ -33,7 +37,10 @@ def enter_checkout(path: str) -> None:
         del sys.modules[name]
 
 
-def _serve(conn, task, threads, memory_cap_bytes, log_path, checkout) -> None:
+READY = "ready"
+
+
+def _serve(conn, task, threads, memory_cap_bytes, log_path, checkout, preload) -> None:
     if log_path:  # the compilers' own logging goes to a file whose tail explains a crash
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)
@@ -44,6 +51,12 @@ def _serve(conn, task, threads, memory_cap_bytes, log_path, checkout) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory_cap_bytes, memory_cap_bytes))
     if checkout:
         enter_checkout(checkout)
+    for module in preload:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - the task that needs it reports why it does not import
+            pass
+    conn.send(READY)
     while True:
         try:
             args = conn.recv()
@@ -56,49 +69,68 @@ class Worker:
     """One killable process answering ``task(*args)``, a module-level function.
 
     ``memory_cap_bytes``: an address-space cap; ``log_path``: its stdout and stderr, whose tail a
-    crash's reason quotes; ``checkout``: import the project from there (another revision's worktree).
+    crash's reason quotes; ``checkout``: import the project from there (another revision's worktree);
+    ``startup_timeout_s``: how long a fresh process may take to get ready (not part of any call's).
     """
 
     def __init__(self, task, *, threads: int | None = None, memory_cap_bytes: int | None = None,
-                 environ: dict | None = None, log_path: str | None = None, checkout: str | None = None):
+                 environ: dict | None = None, log_path: str | None = None, checkout: str | None = None,
+                 startup_timeout_s: float = 600.0):
         self.task, self.threads, self.memory_cap_bytes = task, threads, memory_cap_bytes
         self.environ, self.log_path, self.checkout = dict(environ or {}), log_path, checkout
+        self.startup_timeout_s = startup_timeout_s
         self._process = self._conn = None
 
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
-    def start(self) -> None:
-        """A fresh process (the old one, if any, is closed first)."""
+    def start(self, preload: tuple[str, ...] = ()) -> Failure | None:
+        """A fresh process (the old one, if any, is closed first), ready once it has imported
+        ``preload``; a ``Failure`` (and no process) when it dies or is not ready in time."""
         self.close()
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
-        self._process = ctx.Process(target=_serve, daemon=True, args=(
-            child, self.task, self.threads, self.memory_cap_bytes, self.log_path, self.checkout))
+        process = ctx.Process(target=_serve, daemon=True, args=(
+            child, self.task, self.threads, self.memory_cap_bytes, self.log_path, self.checkout,
+            tuple(preload)))
         with scoped_environ(**self.environ):  # spawn copies this environment; restored after
-            self._process.start()
+            process.start()
         child.close()
-        self._conn = parent
+        self._process, self._conn = process, parent
+        try:
+            if self._conn.poll(self.startup_timeout_s) and self._conn.recv() == READY:
+                return None
+            failure = Failure(statuses.TIMEOUT, f"worker not ready within {self.startup_timeout_s:g} s "
+                                                f"(importing {', '.join(preload) or 'the task'}); killed")
+        except (EOFError, ConnectionError):
+            failure = self._death()
+        self.close()
+        return failure
 
-    def call(self, args: tuple, timeout_s: float):
+    def call(self, args: tuple, timeout_s: float, preload: tuple[str, ...] = ()):
         """``(answer, None)``, or ``(None, Failure)`` when the worker timed out or died (it is closed
-        then, and the next call starts a fresh one)."""
+        then, and the next call starts a fresh one). ``preload``: what a fresh worker imports before
+        ``timeout_s`` starts counting."""
         if self._process is None or not self._process.is_alive():
-            self.start()
+            failure = self.start(preload)
+            if failure is not None:
+                return None, failure
         try:
             self._conn.send(args)
             if self._conn.poll(timeout_s):
                 return self._conn.recv(), None
             failure = Failure(statuses.TIMEOUT, f"no result within {timeout_s:g} s; worker killed")
         except (EOFError, ConnectionError):  # the worker died: closed pipe, or reset mid-message
-            self._process.join(5)
-            failure = _death(self._process.exitcode)
-            tail = self.log_tail()
-            if tail:
-                failure = failure._replace(reason=f"{failure.reason}; its log ends: {tail}")
+            failure = self._death()
         self.close()
         return None, failure
+
+    def _death(self) -> Failure:
+        self._process.join(5)
+        failure = _death(self._process.exitcode)
+        tail = self.log_tail()
+        return failure._replace(reason=f"{failure.reason}; its log ends: {tail}") if tail else failure
 
     def log_tail(self, lines: int = 3, limit: int = 400) -> str:
         """The last non-empty lines of the worker's log, on one line ('' without a log)."""
