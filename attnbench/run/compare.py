@@ -80,8 +80,7 @@ class _Revision:
                        check=True, capture_output=True, text=True)
         pythonpath = self.path + os.pathsep + os.environ.get("PYTHONPATH", "")
         self.worker = Worker(time_case, threads=threads, checkout=self.path,
-                             environ={"PYTHONPATH": pythonpath})
-        self.worker.start()
+                             environ={"PYTHONPATH": pythonpath})  # started by its first call
 
     def time_case(self, impl: str, workload: Workload, min_seconds: float) -> dict:
         record, failure = self.worker.call((impl, workload.to_dict(), min_seconds), CASE_TIMEOUT_S)
@@ -125,7 +124,7 @@ def compare(rev_a: str, rev_b: str, impls: list[str], seqs: list[int], *, templa
                 for r in range(rounds + 1):
                     if r > 1 and (r - 1) % restart_every == 0:
                         for revision in revisions.values():
-                            revision.worker.start()
+                            revision.worker.close()  # the next call starts a fresh process
                     order = ("a", "b") if r % 2 == 0 else ("b", "a")
                     got = {label: revisions[label].time_case(impl, workload, min_seconds) for label in order}
                     bad = [f"{rev}: {rec['status']} {rec.get('reason') or ''}".strip()

@@ -11,10 +11,11 @@ import sys
 import tempfile
 import time
 
+import attention_impls
 from attnbench import hardware
 from attnbench.core import records
 from attnbench.core.atomic import atomic_write_bytes, atomic_write_text
-from attnbench.measure.engine import Options, measure_case, new_record, pool_rounds, resolve_impl
+from attnbench.measure.engine import Options, measure_case, new_record, pool_rounds
 from attnbench.measure.process_env import scoped_environ
 from attnbench.run.worker import Worker
 
@@ -165,9 +166,11 @@ def measure_in_worker(worker: Worker, impl, workload, options: Options, timeout_
 
 
 def _framework(impl) -> tuple[str, ...]:
+    # A registry lookup only: a "module:Class" spec is not imported here, in the parent, but by the
+    # worker's case; an unknown name gets no preload, and its record says what is wrong.
     try:
-        return (resolve_impl(impl).framework,)
-    except Exception:  # noqa: BLE001 - an unknown or broken name: the case's record says what is wrong
+        return (attention_impls.get(impl).framework if isinstance(impl, str) else impl.framework,)
+    except KeyError:
         return ()
 
 

@@ -104,7 +104,7 @@ class Worker:
             failure = Failure(statuses.TIMEOUT, f"worker not ready within {self.startup_timeout_s:g} s "
                                                 f"(importing {', '.join(preload) or 'the task'}); killed")
         except (EOFError, ConnectionError):
-            failure = self._death()
+            failure = self._died()
         self.close()
         return failure
 
@@ -122,11 +122,11 @@ class Worker:
                 return self._conn.recv(), None
             failure = Failure(statuses.TIMEOUT, f"no result within {timeout_s:g} s; worker killed")
         except (EOFError, ConnectionError):  # the worker died: closed pipe, or reset mid-message
-            failure = self._death()
+            failure = self._died()
         self.close()
         return None, failure
 
-    def _death(self) -> Failure:
+    def _died(self) -> Failure:
         self._process.join(5)
         failure = _death(self._process.exitcode)
         tail = self.log_tail()
