@@ -44,7 +44,7 @@ class _CountingWorker:
     def __init__(self, task, **kwargs):
         self.alive, self.threads = False, kwargs.get("threads")
 
-    def call(self, args, timeout_s, preload=()):
+    def call(self, args, timeout_s, preload=(), deadline=None):
         impl, _workload, options = args
         if not self.alive:
             _CountingWorker.started += 1

@@ -204,8 +204,10 @@ def test_regime_throughput_counts_the_tokens_its_steps_really_ran():
     r = measure_case("tests.stub_impls:LinearTimeKernel", Workload(batch=1, q_heads=1, seq_q=256,
                                                                    head_dim=8, causal=True), options)
     assert r["status"] == records.OK, r["reason"]
-    assert r["tokens_per_s"] == pytest.approx(12_800, rel=0.12)
-    assert r["useful_tokens_per_s"] == pytest.approx(12_800, rel=0.12)  # dynamic: no padding, no compile
+    # A loaded host only lengthens a sleep, so the bound below is the looser one (a run here read 0.88x);
+    # the old figure read 1.33x, and counting the shortest length would read 0.67x.
+    assert 0.8 * 12_800 < r["tokens_per_s"] < 1.12 * 12_800
+    assert 0.8 * 12_800 < r["useful_tokens_per_s"] < 1.12 * 12_800  # dynamic: no padding, no compile
     assert r["tokens_per_s"] * r["seconds_per_step"] < 256 * 0.95  # steps were shorter than the max
 
 
@@ -341,12 +343,13 @@ def test_a_fresh_worker_imports_the_cases_framework_before_its_clock_starts():
     class Recording:
         threads = None
 
-        def call(self, args, timeout_s, preload=()):
-            self.preload = preload
+        def call(self, args, timeout_s, preload=(), deadline=None):
+            self.preload, self.deadline = preload, deadline
             return None, Failure(records.TIMEOUT, "stub")
 
     worker = Recording()
     measure_in_worker(worker, "reference-float64", SMALL, FAST, timeout_s=1)
     assert worker.preload == ("numpy",)
-    measure_in_worker(worker, "no-such-kernel", SMALL, FAST, timeout_s=1)
+    measure_in_worker(worker, "no-such-kernel", SMALL, FAST, timeout_s=1, deadline=1e12)
     assert worker.preload == ()  # the record says the name is unknown, not the preload
+    assert worker.deadline == 1e12  # the run's deadline holds the worker's start too

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from attnbench.core import statuses
 from attnbench.run.worker import Failure, Worker
 from tests import worker_stubs as stubs
@@ -60,3 +62,19 @@ def test_a_preload_that_does_not_import_leaves_the_task_to_say_so():
     with Worker(stubs.loaded_modules) as worker:
         loaded, failure = worker.call(("tests.no_such",), timeout_s=60, preload=("tests.no_such_module",))
     assert failure is None and loaded == []
+
+
+def test_a_deadline_cuts_both_a_workers_start_and_its_call():
+    # The run's deadline (ATTNBENCH_DEADLINE) holds a fresh worker's start (a 3 s import here, with
+    # 600 s allowed) as well as the call.
+    with Worker(stubs.loaded_modules) as worker:
+        answer, failure = worker.call(("tests",), timeout_s=60, preload=("tests.slow_import_stub",),
+                                      deadline=time.time() + 1)
+        assert answer is None and worker.pid is None
+    assert failure.status == statuses.TIMEOUT
+    assert "(the time left before the deadline) (importing tests.slow_import_stub)" in failure.reason
+    with Worker(stubs.sleep) as worker:
+        worker.start()
+        answer, failure = worker.call((30,), timeout_s=60, deadline=time.time() + 1)
+    assert answer is None and failure.status == statuses.TIMEOUT
+    assert failure.reason.startswith("no result within ") and "before the deadline" in failure.reason

@@ -136,8 +136,7 @@ def _run_cases(cases, options_for, *, isolate, timeout_s, memory_cap_bytes, thre
                 own_process = fresh or regime != "static"
                 if own_process:
                     worker.close()  # a fresh process: no earlier case's compiles or caches
-                record = measure_in_worker(worker, impl, workload, options,
-                                           timeout_s if left is None else min(timeout_s, left))
+                record = measure_in_worker(worker, impl, workload, options, timeout_s, deadline)
                 if own_process:
                     worker.close()
             else:
@@ -155,10 +154,12 @@ def _run_cases(cases, options_for, *, isolate, timeout_s, memory_cap_bytes, thre
     return rows
 
 
-def measure_in_worker(worker: Worker, impl, workload, options: Options, timeout_s: float) -> dict:
+def measure_in_worker(worker: Worker, impl, workload, options: Options, timeout_s: float,
+                      deadline: float | None = None) -> dict:
     """``measure_case`` in ``worker``: its record, or a record of how the worker failed. A fresh
-    worker imports the case's framework before ``timeout_s`` starts."""
-    record, failure = worker.call((impl, workload, options), timeout_s, preload=_framework(impl))
+    worker imports the case's framework before ``timeout_s`` starts; neither runs past ``deadline``."""
+    record, failure = worker.call((impl, workload, options), timeout_s, preload=_framework(impl),
+                                  deadline=deadline)
     if failure is None:
         return record
     return new_record(workload, options, impl=impl if isinstance(impl, str) else impl.name,

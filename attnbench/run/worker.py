@@ -16,6 +16,7 @@ import os
 import resource
 import signal
 import sys
+import time
 from typing import NamedTuple
 
 from attnbench.core import statuses
@@ -85,9 +86,10 @@ class Worker:
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
-    def start(self, preload: tuple[str, ...] = ()) -> Failure | None:
+    def start(self, preload: tuple[str, ...] = (), deadline: float | None = None) -> Failure | None:
         """A fresh process (the old one, if any, is closed first), ready once it has imported
-        ``preload``; a ``Failure`` (and no process) when it dies or is not ready in time."""
+        ``preload``; a ``Failure`` (and no process) when it dies or is not ready in time: within
+        ``startup_timeout_s``, and before ``deadline`` (``time.time()`` seconds) when one is given."""
         self.close()
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
@@ -98,29 +100,33 @@ class Worker:
             process.start()
         child.close()
         self._process, self._conn = process, parent
+        wait, within = _wait(self.startup_timeout_s, deadline)
         try:
-            if self._conn.poll(self.startup_timeout_s) and self._conn.recv() == READY:
+            if self._conn.poll(wait) and self._conn.recv() == READY:
                 return None
-            failure = Failure(statuses.TIMEOUT, f"worker not ready within {self.startup_timeout_s:g} s "
+            failure = Failure(statuses.TIMEOUT, f"worker not ready {within} "
                                                 f"(importing {', '.join(preload) or 'the task'}); killed")
         except (EOFError, ConnectionError):
             failure = self._died()
         self.close()
         return failure
 
-    def call(self, args: tuple, timeout_s: float, preload: tuple[str, ...] = ()):
+    def call(self, args: tuple, timeout_s: float, preload: tuple[str, ...] = (),
+             deadline: float | None = None):
         """``(answer, None)``, or ``(None, Failure)`` when the worker timed out or died (it is closed
         then, and the next call starts a fresh one). ``preload``: what a fresh worker imports before
-        ``timeout_s`` starts counting."""
+        ``timeout_s`` starts counting; ``deadline`` (``time.time()`` seconds): neither the start nor
+        the call runs past it."""
         if self._process is None or not self._process.is_alive():
-            failure = self.start(preload)
+            failure = self.start(preload, deadline)
             if failure is not None:
                 return None, failure
+        wait, within = _wait(timeout_s, deadline)
         try:
             self._conn.send(args)
-            if self._conn.poll(timeout_s):
+            if self._conn.poll(wait):
                 return self._conn.recv(), None
-            failure = Failure(statuses.TIMEOUT, f"no result within {timeout_s:g} s; worker killed")
+            failure = Failure(statuses.TIMEOUT, f"no result {within}; worker killed")
         except (EOFError, ConnectionError):  # the worker died: closed pipe, or reset mid-message
             failure = self._died()
         self.close()
@@ -156,6 +162,15 @@ class Worker:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _wait(timeout_s: float, deadline: float | None) -> tuple[float, str]:
+    """How long to wait (``timeout_s``, or less when ``deadline`` comes first), and how a failure
+    says it: "within 8 s", or "within 3.2 s (the time left before the deadline)"."""
+    left = None if deadline is None else max(0.0, deadline - time.time())
+    if left is None or left >= timeout_s:
+        return timeout_s, f"within {timeout_s:g} s"
+    return left, f"within {left:.3g} s (the time left before the deadline)"
 
 
 def _death(code: int | None) -> Failure:
