@@ -309,8 +309,11 @@ def cmd_machine_name(args) -> int:
     return 0
 
 
-def _verdict_rows(args, table) -> list[dict]:
-    width = getattr(args, "width", None)
+SUMMARY_REASONS_WIDTH = 100  # characters of each verdict row's reasons that `summary` shows
+
+
+def _verdict_rows(table, width: int | None) -> list[dict]:
+    """The verdict's display rows, each row's reasons cut to ``width`` characters (None: all)."""
     rows = display(table).to_dict("records")
     if width:
         for row in rows:
@@ -333,7 +336,7 @@ def cmd_verdict(args) -> int:
     print(f"# verdict: paper = fastest static step; production = cheapest per useful token over a "
           f"{args.stream_steps:,}-step stream, compile stalls and padding included; compile targets: "
           "the compiler's word only")
-    print(_render(_verdict_rows(args, shown), DISPLAY_COLUMNS, args))
+    print(_render(_verdict_rows(shown, args.width), DISPLAY_COLUMNS, args))
     if args.png:
         png = plot_stream_cost(frame, steps=args.stream_steps)
         if png is None:
@@ -353,9 +356,8 @@ def cmd_summary(args) -> int:
         print(f"attnbench summary: {note}", file=sys.stderr)
     verdict = headline(verdict_table(args.results, frame))
     if not verdict.empty:
-        args.width = 100
         print("# verdict (attnbench verdict --all: every row; README \"The verdict\")")
-        print(_render(_verdict_rows(args, verdict), DISPLAY_COLUMNS, args))
+        print(_render(_verdict_rows(verdict, SUMMARY_REASONS_WIDTH), DISPLAY_COLUMNS, args))
         print()
     table = best_native_vs_forced(frame)
     if table.empty:

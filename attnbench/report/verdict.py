@@ -563,7 +563,6 @@ def verdict_table(results_dir: str = "results", frame=None, *, steps: int = STRE
     """Every verdict row: the measured machines' first, then the compile targets'."""
     import pandas as pd
 
-
     if frame is None:
         frame = load_results(results_dir)
     fragility, visibility = release_fragility(results_dir), profiler_visibility(results_dir)
