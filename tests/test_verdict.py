@@ -245,6 +245,12 @@ def test_interpreted_and_contended_kernels_never_win():
     assert "not ranked (contended): jax-busy" in row["reasons"]
 
 
+def test_the_float64_reference_gets_no_verdict_row_and_no_line_in_the_picture():
+    reference = _case("reference-float64", "reference", step=0.0001, regimes={"dynamic": (1e-9, 1e-9, 1)})
+    assert verdict.measured_verdicts(_frame(reference)).empty
+    assert verdict.plot_stream_cost(_frame(reference)) is None
+
+
 def test_no_stream_is_a_paper_only_row():
     frame = _frame(_case("torch-a", "native", step=0.01), _case("torch-b", "forced-flash", step=0.02))
     table = verdict.measured_verdicts(frame)

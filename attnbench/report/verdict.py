@@ -137,12 +137,10 @@ def _workload(row) -> str:
     return FORWARD + (" fwd+bwd" if row["suite"] == "Training" else "")
 
 
-def _eligible(latest):
-    """Rows that may win: not interpreted, not the float64 reference."""
-    out = latest
-    if "execution" in out:
-        out = out[out["execution"] != "interpret"]
-    return out[out["implementation"].map(framework_of) != "numpy"]
+def _rankable(cases) -> pd.Series:
+    """The case table's rows that may win: measured alone (not contended), compiled (not
+    interpreted), and not the float64 reference."""
+    return ~cases["busy"] & (cases["execution"] != "interpret") & (cases["framework"] != "numpy")
 
 
 def _interval(row, low="ci_low", high="ci_high") -> tuple[float, float]:
@@ -340,6 +338,7 @@ def measured_verdicts(
     cases = _case_table(frame)
     if cases.empty:
         return pd.DataFrame(columns=COLUMNS)
+    cases = cases.assign(rankable=_rankable(cases))
     measured_steps = _measured_steps(frame)
     scatter = _stream_scatter(frame)
     rows = []
@@ -349,7 +348,7 @@ def measured_verdicts(
         group = group.to_dict("records")
         excluded = [c for c in group if c["busy"]]
         interpreted = [c for c in group if c.get("execution") == "interpret"]
-        eligible = [c for c in _eligible(pd.DataFrame(group)).to_dict("records") if not c["busy"]]
+        eligible = [c for c in group if c["rankable"]]
         if not eligible:
             continue
         row = {
@@ -654,12 +653,7 @@ def plot_stream_cost(frame, *, steps: int = STREAM_STEPS) -> bytes | None:
     cases = _case_table(frame)
     if cases.empty:
         return None
-    cases = cases[
-        cases["dynamic:usd_per_million_useful_tokens_with_compiles"].notna()
-        & ~cases["busy"]
-        & (cases["execution"] != "interpret")
-    ]
-    cases = cases[cases["implementation"].map(framework_of) != "numpy"]
+    cases = cases[cases["dynamic:usd_per_million_useful_tokens_with_compiles"].notna() & _rankable(cases)]
     if cases.empty:
         return None
     measured_steps = _measured_steps(frame)
