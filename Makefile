@@ -56,7 +56,8 @@ export PJRT_DEVICE
 export ACCEL
 
 .PHONY: setup bench html serve-html sweep html-deps browser-deps existing-bench existing-test test lint test-main test-xla list matrix system-check clean \
-        fleet-deps fleet-launch fleet-collect fleet-plan setup-targets test-targets releases notebook verdict test-fast
+        fleet-deps fleet-launch fleet-collect fleet-plan setup-targets test-targets releases notebook verdict test-fast \
+        device-file rehearse-device
 
 setup: $(MAIN_STAMP) $(XLA_STAMP) $(TARGETS_STAMP)
 setup-targets: $(TARGETS_STAMP)
@@ -237,6 +238,18 @@ list: setup
 releases: $(MAIN_STAMP) $(XLA_STAMP) html-deps
 	$(HARNESS) -m attnbench releases $(RELEASES_ARGS)
 
+# The prepared run on a lent accelerator (docs/device.md): tools/device-run.sh measures there and brings
+# back measured-<machine>.tar.gz; device-file files it here with asv (FROM=that tarball or its folder).
+FROM ?=
+device-file: $(MAIN_STAMP)
+	@test -n "$(FROM)" || { echo "FROM is required: make device-file FROM=<measured-MACHINE.tar.gz from tools/device-run.sh>"; exit 2; }
+	$(VENV)/bin/python -m attnbench.asv.carried file $(FROM)
+
+# The device run rehearsed here in a mimic of the H200 image's Python (tools/device-rehearse.sh; builds
+# .venv-device, about 5.6 GB, once). Not part of make test.
+rehearse-device: $(MAIN_STAMP)
+	bash tools/device-rehearse.sh
+
 matrix: $(MAIN_STAMP)
 	$(VENV)/bin/python -m attnbench matrix --markdown
 	$(VENV)/bin/python -m attnbench matrix --features --markdown
@@ -279,4 +292,4 @@ system-check:
 	@command -v g++ >/dev/null 2>&1 || { echo "missing system dependency: g++ (torch.compile builds C++ kernels on the CPU; Debian: apt-get install g++)"; exit 1; }
 
 clean:
-	rm -rf $(VENV) $(XLA_VENV) $(TARGETS_VENV) .asv html
+	rm -rf $(VENV) $(XLA_VENV) $(TARGETS_VENV) .venv-device .asv html

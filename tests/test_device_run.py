@@ -68,6 +68,105 @@ def test_static_cases_share_a_worker_and_a_regime_case_gets_its_own(monkeypatch)
     assert [r["process"] for r in rows] == [1, 2, 3, 4, 5]  # the default: a fresh process per case
 
 
+def _gpu_grid(monkeypatch, impls=""):
+    """benchmarks/attention.py as the lent GPU's run executes it."""
+    from attnbench.asv import selection
+
+    monkeypatch.setenv("ATTNBENCH_SUITE", "gpu")
+    monkeypatch.setenv("ACCEL", "cuda")
+    monkeypatch.setenv("ATTNBENCH_IMPLS", impls)
+    return selection.benchmark_module(str(ROOT))
+
+
+def test_the_gpu_grid_holds_only_kernels_that_give_a_number_on_a_gpu(monkeypatch):
+    import attention_impls
+
+    benchmarks = _gpu_grid(monkeypatch)
+    grid = set(benchmarks.Forward.params[0])
+    left_out = asv_suite.left_out_kernels()
+    assert grid | set(left_out) == set(attention_impls.names()) and not grid & set(left_out)
+    for name in grid:
+        impl = attention_impls.get(name)
+        assert impl.framework in ("numpy", "jax", "torch") and impl.platform_support["gpu"].status == "runs"
+    assert {"torch-xla-sdpa", "jax-pallas-tpu-flash", "jax-pallas-tpu-splash"} <= set(left_out)
+    assert "torch_xla is not in the GPU image" in left_out["torch-xla-sdpa"]
+    assert left_out["jax-pallas-tpu-splash"].startswith("interpret-only on a GPU: ")
+    assert asv_suite.left_out_kernels(asv_suite.SUITES["default"]) == {}  # other sizes keep every kernel
+
+
+def test_the_gpu_run_measures_the_headline_first_then_a_preset_then_the_rest(monkeypatch):
+    benchmarks = _gpu_grid(monkeypatch)
+    every = [c for cls in benchmarks.MEASURED for c in cls.cases()]
+    order = asv_suite.run_order(every, asv_suite.SUITES["gpu"])
+    headline = [c for c in order if c[0] in asv_suite.GPU_HEADLINE_KERNELS and c[1].seq_q in (4096, 16384)
+                and c[1].dtype == "bfloat16" and c[1].mode == "fwd" and c[2] == "static"
+                and c[1].name == "custom"]
+    assert order[:len(headline)] == headline and len(headline) == 2 * len(asv_suite.GPU_HEADLINE_KERNELS)
+    assert [c[1].seq_q for c in headline] == [4096] * 7 + [16384] * 7  # a whole length before the next
+    presets = order[len(headline):]
+    llama = [c for c in presets if c[1].name == "llama-3.1-8b" and c[1].phase in ("prefill", "decode")]
+    assert presets[:len(llama)] == llama and {c[1].phase for c in llama} == {"prefill", "decode"}
+    rest = [c[1].seq_q for c in order[len(headline) + len(llama):]]
+    assert rest == sorted(rest)  # then the rest, shortest first
+
+
+def test_the_device_budget_goes_to_measuring_and_asv_files_only_what_has_a_record(monkeypatch, tmp_path):
+    """The budget's arithmetic against the real gpu grid: on the device only measuring and packing
+    (DEVICE_PACK_S) follow the setup, no asv; back here asv starts a process per metric of each
+    combination that has a record, none for the rest."""
+    from attnbench.asv import carried
+    from attnbench.run.case_cache import CaseCache
+
+    script = (ROOT / "tools" / "device-run.sh").read_text()
+    assert "-m asv" not in script and "pack_s=${DEVICE_PACK_S:-30}" in script
+    assert "measure_left=$(( $(left) - pack_s ))" in script
+    benchmarks = _gpu_grid(monkeypatch)
+    combinations = sum(len(list(__import__("itertools").product(*cls.params))) for cls in benchmarks.MEASURED)
+    processes = combinations * len(asv_suite.METRICS)
+    assert (combinations, processes) == (350, 9450)  # docs/device.md states these
+    cache = CaseCache(str(tmp_path), "h200", "0" * 40, "existing-py3.12-jax0.11.2-torch2.11.0", {})
+    forward = benchmarks.Forward.cases()
+    for i, case in enumerate(forward[:5]):
+        record = dict(records.empty_record(), status=records.OK if i < 3 else records.UNSUPPORTED)
+        cache.put(asv_suite.case_key(*case), record)
+    args = carried._bench_args(str(tmp_path))
+    assert args[0] == "-b" and len(args) == 2  # one class has records
+    import re
+
+    names = [f"attention.Forward.track_x({', '.join(map(repr, p))})"
+             for p in __import__("itertools").product(*benchmarks.Forward.params)]
+    assert sum(bool(re.match(args[1], n)) for n in names) == 3  # ok records only: n/a starts nothing
+
+
+def test_a_carried_run_is_filed_without_measuring(monkeypatch, tmp_path):
+    from attnbench.run.case_cache import CaseCache
+
+    case = ("jax-xla", asv_suite.FORWARD, "static")
+    key = asv_suite.case_key(*case)
+    CaseCache(str(tmp_path), "h200", "0" * 40, "env", {}).put(key, dict(records.empty_record(), status="ok"))
+    monkeypatch.setenv(asv_suite.CARRIED_ENV, str(tmp_path))
+
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("a carried run measured")
+
+    other = ("jax-xla", asv_suite.FORWARD.replace(seq_q=256, seq_k=256), "static")
+    out = asv_suite.measure_suite([case, other], "Forward", measure_missing=no_measuring)
+    assert list(out) == [key] and out[key]["status"] == "ok"
+    monkeypatch.setenv(asv_suite.CARRIED_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match="ATTNBENCH_CARRIED"):
+        asv_suite.measure_suite([case], "Forward", measure_missing=no_measuring)
+
+
+def test_the_device_checks_only_what_measuring_needs():
+    from attnbench.run import environment
+
+    assert {environment._dist_name(r) for r in environment.requirements("measure")} == \
+        {"numpy", "psutil", "threadpoolctl", "absl-py"}
+    assert "asv" in {environment._dist_name(r) for r in environment.requirements("bench")}
+    wheels = (ROOT / "tools" / "device-wheels.sh").read_text()
+    assert "absl-py==" in wheels and "threadpoolctl==" in wheels
+
+
 def test_the_gpu_suite_runs_lengths_shortest_first_and_regimes_in_bfloat16(monkeypatch):
     monkeypatch.setenv("ATTNBENCH_SUITE", "gpu")
     monkeypatch.setenv(asv_suite.DEADLINE_ENV, "1e12")
@@ -81,7 +180,7 @@ def test_the_gpu_suite_runs_lengths_shortest_first_and_regimes_in_bfloat16(monke
     monkeypatch.setattr(sweep, "run_sweep", fake_sweep)
     monkeypatch.setattr(asv_suite, "plan_cases", lambda every, settings: ({}, list(every)))
     cases = [(i, asv_suite.FORWARD.replace(seq_q=s, seq_k=s, dtype="bfloat16"), r)
-             for i in ("jax-xla", "torch-sdpa-flash") for s in (16384, 1024) for r in ("dynamic", "static")]
+             for i in ("jax-xla", "torch-sdpa-math") for s in (16384, 1024) for r in ("dynamic", "static")]
     asv_suite.sweep_cases(cases, suite="Forward")
     assert [(c[1].seq_q, c[2]) for c in seen["cases"]][:4] == [(1024, "static")] * 2 + [(1024, "dynamic")] * 2
     assert seen["timer"] == "device" and seen["fresh_process"] is False and seen["deadline"] == 1e12
@@ -207,23 +306,36 @@ def test_the_device_run_rehearses_here_from_a_copy_without_git(tmp_path):
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert f"commit {head.stdout.strip()}" in log and "machine name: cpu-" in log
-    assert "everything bench needs is here" in log and "evidence of which kernel" in log
+    assert "everything measure needs is here" in log and "evidence of which kernel" in log
+    assert "asv run" not in log  # asv's bookkeeping is filed back here, not on the device's minutes
     machine = next(line.split(": ", 1)[1] for line in log.splitlines() if line.startswith("machine name: "))
     name = __import__("attnbench.run.environment").run.environment.environment_name()
-    with tarfile.open(out / f"results-{machine}.tar.gz") as tar:
-        members = tar.getnames()
-        result = json.load(tar.extractfile(f"{machine}/{head.stdout[:8]}-{name}.json"))
-        sidecar = json.load(tar.extractfile(f"{machine}/sidecars/{head.stdout[:8]}-{name}.sidecar"))
-    assert "benchmarks.json" in members
+    with tarfile.open(out / f"measured-{machine}.tar.gz") as tar:
+        assert sum(n.endswith(".case") for n in tar.getnames()) >= 20
+        run = json.load(tar.extractfile("./carried.json"))
+    assert run["commit"] == head.stdout.strip() and run["env_name"] == name and run["machine"] == machine
+    assert run["settings"]["suite"] == "smoke" and run["asv_machine"]["num_cpu"] == str(os.cpu_count())
+    assert (out / "device-run.log").read_text().count("== ") >= 5
+    after = subprocess.run(["git", "status", "--porcelain", "results"], cwd=ROOT, capture_output=True,
+                           text=True).stdout
+    assert after == before, "the rehearsal wrote into the checkout's results/"
+
+    # back here: asv files the carried records, measuring nothing
+    results = tmp_path / "results"
+    env["HOME"] = str(tmp_path)  # asv's ~/.asv-machine.json
+    filed = subprocess.run([sys.executable, "-m", "attnbench.asv.carried", "file",
+                            str(out / f"measured-{machine}.tar.gz"), "--results", str(results)],
+                           env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert filed.returncode == 0, (filed.stdout + filed.stderr)[-4000:]
+    result = json.loads((results / machine / f"{head.stdout[:8]}-{name}.json").read_text())
+    sidecar = json.loads((results / machine / "sidecars" / f"{head.stdout[:8]}-{name}.sidecar").read_text())
     assert result["env_name"] == name and result["commit_hash"] == head.stdout.strip()
+    assert json.loads((results / machine / "machine.json").read_text())["num_cpu"] == str(os.cpu_count())
     assert sidecar["settings"]["suite"] == "smoke"
     assert sidecar["settings"]["impls"].startswith("reference-float64")
     statuses = {c: e["status"] for c, e in sidecar["cases"].items()}
     assert statuses["Forward|jax-xla|128|static|float32"] == "ok"
     assert statuses["Forward|jax-cudnn|128|static|float32"] == "unsupported"
-    with tarfile.open(out / "cases.tar.gz") as tar:
-        assert sum(n.endswith(".case") for n in tar.getnames()) >= 20
-    assert (out / "device-run.log").read_text().count("== ") >= 5
-    after = subprocess.run(["git", "status", "--porcelain", "results"], cwd=ROOT, capture_output=True,
-                           text=True).stdout
-    assert after == before, "the rehearsal wrote into the checkout's results/"
+    columns = result["result_columns"]
+    step = result["results"]["attention.Forward.track_seconds_per_step"][columns.index("result")]
+    assert any(v == v and v is not None for v in step)  # a figure for what ran

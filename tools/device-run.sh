@@ -3,20 +3,22 @@
 # or here on the CPU as a rehearsal.
 #   bash tools/device-run.sh                     the image's python3, the gpu suite, ACCEL=cuda
 #   DEVICE_DRY_RUN=1 bash tools/device-run.sh    .venv/bin/python, the smoke suite, ACCEL=cpu
-# Needs, where asv is missing, the wheels of tools/device-wheels.sh in .whl/ (carried there), and the
-# history (.git, or .whl/head.bundle, whose commit the copied code must be: else it stops, unless
-# DEVICE_ALLOW_DIRTY=1) to file results under HEAD. Writes under $OUT (a new temporary
-# folder when unset): results-<machine>.tar.gz (results/<machine>/: asv results, sidecars, traces; and
-# benchmarks.json), cases.tar.gz (every case's full record, kept even if asv does not finish) and
-# device-run.log. Ends within DEVICE_BUDGET_S seconds (480): no case starts after the sweep's deadline,
-# which leaves DEVICE_ASV_S (60: asv's own work after the measurements, ~30 s here) and the packing;
-# asv is stopped at the budget whatever happens, and what finished is packed.
+# It measures and nothing else: asv's bookkeeping (a process per benchmark and parameter combination,
+# minutes for the gpu grid) runs back here, where `python -m attnbench.asv.carried file` files the
+# carried records with asv (make device-file). Needs, where the Python lacks what measuring needs
+# (absl-py, threadpoolctl), the wheels of tools/device-wheels.sh in .whl/ (carried there; installed
+# with pip, or unpacked when the Python has no pip), and the history (.git, or .whl/head.bundle,
+# whose commit the copied code must be: else it stops, unless DEVICE_ALLOW_DIRTY=1). Writes under
+# $OUT (a new temporary folder when unset): measured-<machine>.tar.gz (every case's record, the
+# sidecar, the traces, the machine's facts) and device-run.log. Ends within DEVICE_BUDGET_S seconds
+# (480): no case starts after the deadline, which leaves DEVICE_PACK_S (30) for the listing and the
+# packing; the measuring is stopped at the budget whatever happens, and what finished is packed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 start=$(date +%s)
 budget=${DEVICE_BUDGET_S:-480}
-asv_after=${DEVICE_ASV_S:-60}
+pack_s=${DEVICE_PACK_S:-30}
 OUT=${OUT:-$(mktemp -d /tmp/attnbench-device-out-XXXXXX)}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/device-run.log") 2>&1
@@ -40,24 +42,28 @@ export PYTHONPATH=$root${PYTHONPATH:+:$PYTHONPATH} ACCEL=$accel ATTNBENCH_SUITE=
 export KINETO_LOG_LEVEL=5 PYTHONUNBUFFERED=1
 
 say "the Python: what it has and lacks"
-if ! "$py" -m attnbench.run.environment check --need bench; then
+if ! "$py" -m attnbench.run.environment check --need measure; then
   if ! ls .whl/*.whl >/dev/null 2>&1; then
     echo "device-run: no carried wheels in .whl/ (bash tools/device-wheels.sh prepares them)"; exit 1
   fi
-  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$work/site" \
-    .whl/*.whl || exit 1
+  if "$py" -m pip --version >/dev/null 2>&1; then
+    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$work/site" \
+      .whl/*.whl || exit 1
+  else  # a system Python without pip: a wheel is a zip of what goes on the path
+    echo "device-run: $py has no pip; unpacking the wheels"
+    for wheel in .whl/*.whl; do "$py" -m zipfile -e "$wheel" "$work/site" || exit 1; done
+  fi
   export PYTHONPATH=$PYTHONPATH:$work/site
-  "$py" -m attnbench.run.environment check --need bench || echo "device-run: still missing: the report may fail"
+  "$py" -m attnbench.run.environment check --need measure || echo "device-run: still missing: some kernels may be refused"
 fi
 
-# asv files results under a commit of a git repository: this checkout's, or the carried bundle's.
+# Results are filed under a commit: this checkout's, or the carried bundle's.
 if commit=$(git rev-parse HEAD 2>/dev/null); then
-  repo=$root
   [ -z "$(git status --porcelain --untracked-files=no)" ] || echo "device-run: WARNING: uncommitted changes run under $commit"
 elif [ -f .whl/head.bundle ]; then
-  git init -q "$work/repo" && git -C "$work/repo" fetch -q "$root/.whl/head.bundle" "HEAD:refs/heads/main" &&
-    git -C "$work/repo" symbolic-ref HEAD refs/heads/main || exit 1
-  repo=$work/repo commit=$(git -C "$repo" rev-parse main)
+  repo=$work/repo
+  git init -q "$repo" && git -C "$repo" fetch -q "$root/.whl/head.bundle" "HEAD:refs/heads/main" || exit 1
+  commit=$(git -C "$repo" rev-parse main)
   # The results are filed under the bundled commit: the code that runs must be that commit's.
   tree=(git --git-dir="$repo/.git" --work-tree="$root" -c core.fileMode=false)  # a copy may drop modes
   "${tree[@]}" read-tree main && "${tree[@]}" update-index -q --refresh >/dev/null
@@ -68,7 +74,7 @@ elif [ -f .whl/head.bundle ]; then
     [ -n "${DEVICE_ALLOW_DIRTY:-}" ] || exit 1
   fi
 else
-  echo "device-run: no git history here (.git or .whl/head.bundle): asv files results under a commit"; exit 1
+  echo "device-run: no git history here (.git or .whl/head.bundle): results are filed under a commit"; exit 1
 fi
 echo "commit $commit"
 
@@ -80,40 +86,23 @@ machine=$("$py" -m attnbench machine-name) || exit 1
 echo "machine name: $machine"
 "$py" -m attnbench list --seq 1024 --dtype "$probe_dtype"
 
-conf=$work/asv.conf.json
-"$py" - "$conf" "$repo" "$root" "$work" <<'PY' || exit 1
-import json, sys
-from asv import util
-conf, repo, root, work = sys.argv[1:]
-c = util.load_json(f"{root}/asv.conf.json", js_comments=True)
-c.update(repo=repo, benchmark_dir=f"{root}/benchmarks", results_dir=f"{work}/results", html_dir=f"{work}/html",
-         env_dir=f"{work}/env")
-with open(conf, "w") as fh:
-    json.dump(c, fh, indent=1)
-PY
-"$py" -m asv machine --yes --machine "$machine" --config "$conf" >/dev/null || exit 1
-
-asv_left=$(( $(left) - 20 ))  # the packing's margin
-deadline=$(( $(date +%s) + asv_left - asv_after ))
-say "the $suite suite in $py (no case starts after $(date -d @"$deadline" +%T 2>/dev/null || echo "$deadline"))"
-ATTNBENCH_DEADLINE=$deadline ATTNBENCH_CASE_CACHE=$work/cases ATTNBENCH_MACHINE=$machine \
-  ATTNBENCH_RESULTS_DIR=$work/results ATTNBENCH_COMMIT=$commit \
-  ASV_PYTHONPATH=$PYTHONPATH timeout -k 10 "$asv_left" \
-  "$py" -m asv run --config "$conf" --machine "$machine" -E "existing:$py" --set-commit-hash "$commit" \
-  ${DEVICE_ASV_ARGS:--b ^attention\.}  # the measured suite only: not the compiled-for tier or make releases' matrix
-echo "asv run: exit $? after $(( $(date +%s) - start )) s"
+measure_left=$(( $(left) - pack_s ))
+deadline=$(( $(date +%s) + measure_left ))
+say "measuring the $suite suite in $py: no case starts after $(date -d @"$deadline" +%T 2>/dev/null || echo "$deadline") ($measure_left s of the $budget s budget)"
+ATTNBENCH_DEADLINE=$deadline timeout -k 10 "$(( measure_left + pack_s / 2 ))" \
+  "$py" -m attnbench.asv.carried measure --into "$work/carried" --machine "$machine" --commit "$commit"
+echo "measuring: exit $? after $(( $(date +%s) - start )) s"
 
 say "what ran, and the evidence of which kernel"
-"$py" -m attnbench cases "$work/cases"
-"$py" -m attnbench summary --results "$work/results" || true
+timeout 20 "$py" -m attnbench cases "$work/carried/cases" || true
 
 say "packing"
-[ -d "$work/cases" ] && tar -czf "$OUT/cases.tar.gz" -C "$work" cases
 status=1
-if ls "$work/results/$machine"/*-existing-*.json >/dev/null 2>&1; then
-  tar -czf "$OUT/results-$machine.tar.gz" -C "$work/results" "$machine" benchmarks.json && status=0
+if find "$work/carried/cases" -name '*.case' 2>/dev/null | grep -q .; then
+  tar -czf "$OUT/measured-$machine.tar.gz" -C "$work/carried" . && status=0
+  echo "device-run: file it with asv where the tree has asv: make device-file FROM=$OUT/measured-$machine.tar.gz"
 else
-  echo "device-run: asv wrote no results for $machine; cases.tar.gz holds every record that finished"
+  echo "device-run: no case finished for $machine: nothing to file"
 fi
 ls -l "$OUT"
 [ -n "${DEVICE_KEEP:-}" ] && echo "kept $work" || rm -rf "$work"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Prepare, on a machine with a package registry, what tools/device-run.sh needs on a lent accelerator
 # machine that has none (the H200 image: Python 3.12 with torch, jax, numpy, pandas, matplotlib,
-# psutil, pytest, pyyaml, tabulate, build, packaging, but no asv):
-#   .whl/*.whl        asv and asv_runner, and the pure-Python packages they import that the image lacks
-#                     (json5, importlib-metadata with zipp, pympler), for CPython 3.12 manylinux x86_64
-#   .whl/head.bundle  this checkout's history up to HEAD (git bundle): asv files results under a commit
-#                     it can look up, and the copied tree may travel without .git
+# psutil, pytest, pyyaml, tabulate, but no absl-py, no threadpoolctl, no asv, maybe no pip):
+#   .whl/*.whl        what measuring needs and the image lacks (`environment check --need measure`):
+#                     absl-py (jax's Mosaic GPU attention imports it through jax._src.test_util, else
+#                     the Hopper kernel is refused) and threadpoolctl (the reference's BLAS threads),
+#                     pure Python; asv is not needed there: the records are filed with asv back here
+#   .whl/head.bundle  this checkout's history up to HEAD (git bundle): the results are filed under a
+#                     commit, and the copied tree may travel without .git
 #   .whl/COMMIT       HEAD and its date, for the log
 # .whl/ is git-ignored; pass it to the device run as a carried path. Refuses a tree with uncommitted
 # changes to tracked files: results are filed under HEAD, so HEAD must be the code that runs.
@@ -26,7 +28,7 @@ rm -rf "$out" && mkdir -p "$out"
 "${pip[@]}" download --quiet --no-deps --only-binary=:all: --python-version "$py_version" --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform any -d "$out" \
-  asv==0.6.6 asv_runner==0.3.2 json5==0.17.3 importlib-metadata==8.7.0 zipp==3.23.0 pympler==1.1
+  absl-py==2.5.1 threadpoolctl==3.6.0
 git bundle create --quiet "$out/head.bundle" HEAD
 printf '%s %s\n' "$(git rev-parse HEAD)" "$(git log -1 --format=%cI HEAD)" > "$out/COMMIT"
 travels=$(( $(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -n 1 | cut -f1) + $(du -sb "$out" | cut -f1) ))

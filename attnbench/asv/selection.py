@@ -68,10 +68,16 @@ def selection(
         for params in itertools.product(*cls.params):
             case = cls.case_of(*params)
             if case is not None and can_run(*case, frameworks, settings, accel):
-                kept.append(re.escape(_asv_name("X", params)[1:]))
+                kept.append(params)
         if kept:
-            regexes.append(rf"^{module}\.{cls.__name__}\.track_\w+(?:{'|'.join(kept)})$")
+            regexes.append(combinations_regex(cls, kept, module))
     return regexes
+
+
+def combinations_regex(cls, combinations: list[tuple], module: str = "attention") -> str:
+    """An asv ``-b`` regex for every ``track_`` benchmark of ``cls`` at these parameter combinations."""
+    names = "|".join(re.escape(_asv_name("X", params)[1:]) for params in combinations)
+    return rf"^{module}\.{cls.__name__}\.track_\w+(?:{names})$"
 
 
 def env_configs(conf: str = CONF) -> list[tuple[str, tuple[str, ...]]]:
@@ -101,14 +107,22 @@ def _user_selects(asv_args: list[str]) -> bool:
     return any(a in ("-b", "--bench") or a.startswith(("-b", "--bench=")) for a in asv_args)
 
 
-def _measured_classes():
-    """``benchmarks/attention.py``'s measured classes, imported from the checkout."""
-    sys.path.insert(0, os.getcwd())
-    path = os.path.join("benchmarks", "attention.py")
+def benchmark_module(root: str | None = None):
+    """``benchmarks/attention.py`` of the checkout at ``root`` (the current folder), executed afresh:
+    its parameters are read from the environment when it is executed, as in each asv process."""
+    root = os.path.abspath(root or os.getcwd())
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    path = os.path.join(root, "benchmarks", "attention.py")
     spec = importlib.util.spec_from_file_location("benchmarks_attention", path)
     suite = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(suite)
-    return suite.MEASURED
+    return suite
+
+
+def _measured_classes():
+    """``benchmarks/attention.py``'s measured classes, imported from the checkout."""
+    return benchmark_module().MEASURED
 
 
 def _bench_args(classes, frameworks) -> list[str]:

@@ -91,10 +91,10 @@ def case_entry(record: dict) -> dict:
 
 
 def write(results_dir: str, machine: str, commit: str, env: str, *, versions: dict, settings: dict,
-          cases: dict[str, dict], host: dict | None = None) -> str:
+          cases: dict[str, dict], host: dict | None = None, left_out: dict[str, str] | None = None) -> str:
     """Write the sidecar atomically, merging ``cases`` into those recorded (asv runs each class in its
     own process and keeps skipped benchmarks' results); ``host`` fields this process could not read
-    keep what was recorded."""
+    keep what was recorded. ``left_out``: ``{kernel: reason}`` the suite size kept out of its grid."""
     file = path(results_dir, machine, commit, env)
     old = _load(file) or {}
     merged = dict(old.get("cases") or {})
@@ -102,6 +102,6 @@ def write(results_dir: str, machine: str, commit: str, env: str, *, versions: di
     fingerprint = dict(old.get("host") or {})
     fingerprint.update({k: v for k, v in (host or {}).items() if v is not None or k not in fingerprint})
     payload = {"commit_hash": commit, "env_name": env, "machine": machine, "versions": versions,
-               "settings": settings, "host": fingerprint, "cases": merged}
+               "settings": settings, "host": fingerprint, "cases": merged, "left_out": left_out or {}}
     atomic_write_text(file, json.dumps(payload, indent=1, sort_keys=True) + "\n")
     return file

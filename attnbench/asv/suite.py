@@ -35,6 +35,9 @@ from attnbench.run.worker import Worker
 
 # The default's two presets between them hold every mask and head structure of the catalogue.
 DEFAULT_PRESETS = ("llama-3.1-8b", "gemma-2-9b")
+# A GPU's flash kernels, whose bfloat16 forward at 4k and 16k tokens is the GPU run's headline.
+GPU_HEADLINE_KERNELS = ("jax-cudnn", "torch-sdpa-cudnn", "torch-sdpa-flash", "torch-sdpa-efficient",
+                        "torch-flex-attention", "jax-pallas-gpu-mha", "jax-pallas-mgpu-attention")
 ALL_PRESETS = tuple(presets.PRESETS)
 SUITES = {
     # max_interpret_seq: an interpreter's speed says nothing about any hardware (the compiled-for
@@ -61,12 +64,18 @@ SUITES = {
              "regime_seqs": None, "rounds": 9, "round_seconds": 0.2, "model_presets": ALL_PRESETS,
              "preset_size": "real", "preset_interpret": True},
     # One short GPU run (tools/device-run.sh): one window per case, as a dedicated GPU does not drift
-    # between processes as a shared CPU does; shortest lengths first, so a deadline keeps whole lengths.
+    # between processes as a shared CPU does. The grid holds only kernels that can give a number on a
+    # GPU (kernels_for, frameworks: the H200 image has no torch_xla); `first` puts the headline cases
+    # ahead, then shortest lengths first, so a run cut by its deadline still answers the headline.
     "gpu": {"forward_seqs": (1024, 4096, 16384), "training_seqs": (4096,), "dtypes": ("bfloat16", "float32"),
             "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 0.3, "max_interpret_seq": 512,
             "max_reference_seq": 1024, "regime_seqs": (4096,), "regime_dtypes": ("bfloat16",), "rounds": 1,
             "round_seconds": 0.1, "timer": "device", "fresh_process": False, "length_first": True,
-            "model_presets": DEFAULT_PRESETS, "preset_size": "real", "preset_interpret": False},
+            "model_presets": DEFAULT_PRESETS, "preset_size": "real", "preset_interpret": False,
+            "kernels_for": "gpu", "frameworks": ("numpy", "jax", "torch"),
+            "first": ({"impl": GPU_HEADLINE_KERNELS, "name": (CUSTOM,), "seq_q": (4096, 16384),
+                       "dtype": ("bfloat16",), "mode": ("fwd",), "regime": ("static",)},
+                      {"name": ("llama-3.1-8b",), "phase": ("prefill", "decode")})},
 }
 DEADLINE_ENV = "ATTNBENCH_DEADLINE"  # time.time() after which no case starts (tools/device-run.sh)
 FORWARD = Workload(batch=1, q_heads=8, head_dim=64, seq_q=1024, causal=True, mode="fwd")
@@ -167,8 +176,9 @@ def provenance_settings(settings: dict | None = None) -> dict:
             "definitions": metrics.DEFINITIONS}
 
 
-def impl_names() -> list[str]:
-    """Every registered name (params must not differ between asv environments), or a chosen subset."""
+def impl_names(settings: dict | None = None) -> list[str]:
+    """The kernels of the size's grid: every registered name (params must not differ between asv
+    environments), or the ``ATTNBENCH_IMPLS`` subset, less ``left_out_kernels``."""
 
     chosen = os.environ.get("ATTNBENCH_IMPLS")
     names = attention_impls.names()
@@ -177,7 +187,29 @@ def impl_names() -> list[str]:
         for name in wanted:
             attention_impls.get(name)  # unknown names fail loudly
         names = [n for n in names if n in wanted]
-    return names
+    left_out = left_out_kernels(settings)
+    return [n for n in names if n not in left_out]
+
+
+def left_out_kernels(settings: dict | None = None) -> dict[str, str]:
+    """``{kernel: reason}`` of those a size made for one kind of machine (``kernels_for``) leaves out
+    of its grid, from declarations only: a kernel that cannot give a number there (interpreted,
+    unsupported) or whose framework the size does not run. asv starts no process for them; the sidecar
+    keeps the reasons (``left_out``)."""
+    settings = suite_settings() if settings is None else settings
+    platform, frameworks = settings.get("kernels_for"), settings.get("frameworks")
+    if not platform:
+        return {}
+    out = {}
+    for name in attention_impls.names():
+        impl = attention_impls.get(name)
+        support = impl.platform_support[platform]
+        if frameworks and impl.framework not in frameworks:
+            out[name] = (f"the {suite_name()} suite runs {', '.join(frameworks)} only: {impl.framework} "
+                         f"is not in the {platform.upper()} image it was made for")
+        elif support.status != "runs":
+            out[name] = f"{support.status} on a {platform.upper()}: {support.note}"
+    return out
 
 
 def this_env_frameworks() -> tuple[str, ...]:
@@ -198,6 +230,10 @@ def measure_suite(cases: list[tuple[str, Workload, str]], suite: str | None = No
     (without one nothing could hand them on, so they are left to their class).
     """
     measure_missing = sweep_cases if measure_missing is None else measure_missing
+    carried = carried_records()
+    if carried is not None:  # records measured on another machine, filed here: nothing is measured
+        keys = [case_key(*case) for case in cases]
+        return {key: carried[key] for key in keys if key in carried}
     if cache is None:
         return measure_missing(cases, suite=suite)
     keys = [case_key(*case) for case in cases]
@@ -228,6 +264,19 @@ def measure_suite(cases: list[tuple[str, Workload, str]], suite: str | None = No
     if done and len(missing) < len(cases):  # the sidecar names every case, also those measured earlier
         write_sidecar({suite: cases}, done)
     return {key: done[key] for key in keys if key in done}
+
+
+CARRIED_ENV = "ATTNBENCH_CARRIED"  # a folder of case records measured elsewhere (attnbench/asv/carried.py)
+
+
+def carried_records() -> dict | None:
+    """``{case key: record}`` of the ``ATTNBENCH_CARRIED`` folder; ``None`` when unset."""
+    folder = os.environ.get(CARRIED_ENV)
+    if not folder:
+        return None
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{CARRIED_ENV}={folder} is not a folder of case records")
+    return {record.pop("case_key"): record for record in case_cache.read_folder(folder)}
 
 
 def run_case_cache() -> CaseCache | None:
@@ -272,13 +321,27 @@ def sweep_cases(cases: list[tuple[str, Workload, str]], suite: str | None = None
 
 
 def run_order(cases: list, settings: dict) -> list:
-    """The order a sweep measures its cases in (stable): ``length_first`` so a run cut by its deadline
-    keeps its shorter lengths whole; ``static_first`` so consecutive static cases share one worker."""
+    """The order a sweep measures its cases in (stable): the cases ``first``'s rules match, in rule
+    order; then ``length_first`` so a run cut by its deadline keeps its shorter lengths whole;
+    ``static_first`` so consecutive static cases share one worker."""
+    rules = settings.get("first") or ()
+
+    def rank(case) -> int:
+        return next((i for i, rule in enumerate(rules) if matches(rule, case)), len(rules))
+
     if settings.get("length_first"):
-        return sorted(cases, key=lambda case: (case[1].seq_q, case[1].mode, case[2] != "static"))
+        return sorted(cases, key=lambda case: (rank(case), case[1].seq_q, case[1].mode, case[2] != "static"))
     if settings.get("static_first"):
-        return sorted(cases, key=lambda case: case[2] != "static")
-    return list(cases)
+        return sorted(cases, key=lambda case: (rank(case), case[2] != "static"))
+    return sorted(cases, key=rank)
+
+
+def matches(rule: dict, case) -> bool:
+    """Whether ``(impl, workload, regime)`` has one of the rule's values in every field it names
+    (``impl``, ``regime``, or a ``Workload`` field)."""
+    impl, workload, regime = case
+    fields = {"impl": impl, "regime": regime}
+    return all((fields[f] if f in fields else getattr(workload, f)) in allowed for f, allowed in rule.items())
 
 
 def fresh_process_of(settings: dict):
@@ -595,4 +658,5 @@ def write_sidecar(groups: dict[str | None, list[tuple[str, Workload, str]]], mea
     versions = {k.removeprefix("version_"): v for k, v in library_versions().items() if v}
     return sidecar.write(ctx["results_dir"], ctx["machine"], ctx["commit"], ctx["env"], versions=versions,
                          settings=provenance_settings(settings), cases=entries,
-                         host=host_fingerprint(os.environ.get(hardware.PROBE_DIR_ENV)))
+                         host=host_fingerprint(os.environ.get(hardware.PROBE_DIR_ENV)),
+                         left_out=left_out_kernels(settings))

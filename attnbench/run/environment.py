@@ -32,9 +32,11 @@ CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 NAMED = ("jax", "torch", "torch-xla", "libtpu")
 FRAMEWORKS = ("jax", "torch", "torch_xla")  # importable names; at least one is needed
 NEVER_INSTALLED = {"jax", "jaxlib", "torch", "torch-xla", "libtpu"}  # the user's stack: never touched
-# Which of pyproject's `tools` extra each purpose needs (the rest: linting and notebook tooling).
-NOT_FOR = {"run": {"*"}, "bench": {"pytest", "ruff", "nbclient", "nbformat", "ipykernel"}, "test": {"ruff"}}
-PURPOSES = tuple(NOT_FOR)
+# Which of pyproject's `tools` extra each purpose needs: ONLY_FOR's, else all but NOT_FOR's. `measure`
+# is what measuring alone needs, with no asv or report (tools/device-run.sh on a lent accelerator).
+NOT_FOR = {"bench": {"pytest", "ruff", "nbclient", "nbformat", "ipykernel"}, "test": {"ruff"}}
+ONLY_FOR = {"run": set(), "measure": {"threadpoolctl", "absl-py"}}
+PURPOSES = ("run", "measure", "bench", "test")
 PYPROJECT = os.path.join(CHECKOUT, "pyproject.toml")
 MIN_PYTHON = (3, 11)
 
@@ -86,16 +88,18 @@ def _dist_name(requirement: str) -> str:
 
 
 def requirements(purpose: str, pyproject: str = PYPROJECT) -> list[str]:
-    """The requirement strings ``purpose`` needs: the project's own dependencies, plus the ``tools``
-    extra except ``NOT_FOR[purpose]``; never a framework."""
-    if purpose not in NOT_FOR:
+    """The requirement strings ``purpose`` needs: the project's own dependencies, plus those of the
+    ``tools`` extra in ``ONLY_FOR[purpose]``, else all but ``NOT_FOR[purpose]``; never a framework."""
+    if purpose not in PURPOSES:
         raise ValueError(f"purpose must be one of {', '.join(PURPOSES)}, got {purpose!r}")
     with open(pyproject, "rb") as fh:
         project = tomllib.load(fh)["project"]
     needed = list(project["dependencies"])
-    skip = NOT_FOR[purpose]
-    if "*" not in skip:
-        needed += [r for r in project["optional-dependencies"]["tools"] if _dist_name(r) not in skip]
+    for requirement in project["optional-dependencies"]["tools"]:
+        name = _canonical(_dist_name(requirement))
+        keep = name in ONLY_FOR[purpose] if purpose in ONLY_FOR else name not in NOT_FOR[purpose]
+        if keep:
+            needed.append(requirement)
     return [r for r in needed if _canonical(_dist_name(r)) not in NEVER_INSTALLED]
 
 
