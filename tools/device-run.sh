@@ -62,7 +62,8 @@ if commit=$(git rev-parse HEAD 2>/dev/null); then
   [ -z "$(git status --porcelain --untracked-files=no)" ] || echo "device-run: WARNING: uncommitted changes run under $commit"
 elif [ -f .whl/head.bundle ]; then
   repo=$work/repo
-  git init -q "$repo" && git -C "$repo" fetch -q "$root/.whl/head.bundle" "HEAD:refs/heads/main" || exit 1
+  git init -q "$repo" && git -C "$repo" fetch -q "$root/.whl/head.bundle" "HEAD:refs/heads/main" &&
+    git -C "$repo" symbolic-ref HEAD refs/heads/main || exit 1
   commit=$(git -C "$repo" rev-parse main)
   # The results are filed under the bundled commit: the code that runs must be that commit's.
   tree=(git --git-dir="$repo/.git" --work-tree="$root" -c core.fileMode=false)  # a copy may drop modes
