@@ -31,7 +31,9 @@ grep -E '^(== |measuring: |device-run: |machine name: )' "$scratch/out/device-ru
 
 start=$(date +%s)
 tarball=$(ls "$scratch"/out/measured-*.tar.gz)
-.venv/bin/python -m attnbench.asv.carried file "$tarball" --results "$scratch/results" | head -5
+.venv/bin/python -m attnbench.asv.carried file "$tarball" --results "$scratch/results" > "$scratch/file.log" 2>&1 ||
+  { tail -30 "$scratch/file.log"; exit 1; }
+grep -E '^(· Running|attnbench: filed)' "$scratch/file.log"
 file_s=$(( $(date +%s) - start ))
 .venv/bin/python - "$scratch/results" <<'PY'
 import collections, glob, json, sys
