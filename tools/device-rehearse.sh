@@ -16,7 +16,7 @@ budget=${DEVICE_BUDGET_S:-480}
 bash tools/device-mimic-venv.sh .venv-device
 mimic=$root/.venv-device/bin/python
 scratch=$(mktemp -d /tmp/attnbench-rehearse-XXXXXX)
-trap 'rm -rf "$scratch"' EXIT
+trap 'code=$?; if [ $code -eq 0 ]; then rm -rf "$scratch"; else echo "rehearse-device: failed; kept $scratch" >&2; fi' EXIT
 git clone -q "$root" "$scratch/clone"
 (cd "$scratch/clone" && bash tools/device-wheels.sh)
 mkdir "$scratch/tree"
@@ -24,9 +24,14 @@ mkdir "$scratch/tree"
 echo "rehearse-device: the tree travels as $(du -sh "$scratch/tree" | cut -f1), without .git"
 
 start=$(date +%s)
+code=0
 env -u ATTNBENCH_IMPLS OUT="$scratch/out" DEVICE_DRY_RUN=1 DEVICE_PYTHON="$mimic" DEVICE_SUITE=gpu DEVICE_IMPLS= \
-  DEVICE_BUDGET_S="$budget" bash "$scratch/tree/tools/device-run.sh" >/dev/null
+  DEVICE_BUDGET_S="$budget" bash "$scratch/tree/tools/device-run.sh" >/dev/null 2>&1 || code=$?
 device_s=$(( $(date +%s) - start ))
+if [ "$code" -ne 0 ]; then
+  echo "rehearse-device: tools/device-run.sh exited $code after ${device_s} s:" >&2
+  tail -40 "$scratch/out/device-run.log" >&2; exit 1
+fi
 grep -E '^(== |measuring: |device-run: |machine name: )' "$scratch/out/device-run.log"
 
 start=$(date +%s)
