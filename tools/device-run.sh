@@ -99,7 +99,7 @@ timeout 20 "$py" -m attnbench cases "$work/carried/cases" || true
 
 say "packing"
 status=1
-if find "$work/carried/cases" -name '*.case' 2>/dev/null | grep -q .; then
+if [ -n "$(find "$work/carried/cases" -name '*.case' -print -quit 2>/dev/null)" ]; then  # no pipe: pipefail
   tar -czf "$OUT/measured-$machine.tar.gz" -C "$work/carried" . && status=0
   echo "device-run: file it with asv where the tree has asv: make device-file FROM=$OUT/measured-$machine.tar.gz"
 else
