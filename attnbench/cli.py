@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
 import os
 import sys
 
@@ -553,7 +554,7 @@ def _add_check_commands(sub) -> None:
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("selfcheck-report", help="benchmark the results loader and analysis on 100k rows")
-    p.set_defaults(func=lambda args: __import__("attnbench.checks.selfcheck_report").selfcheck_report.main())
+    p.set_defaults(func=lambda args: importlib.import_module("attnbench.checks.selfcheck_report").main())
 
     # Its own options (attnbench/checks/noisecheck.py): main() hands it the rest of the command line.
     sub.add_parser("noisecheck", add_help=False,
@@ -561,7 +562,7 @@ def _add_check_commands(sub) -> None:
                         "slowdown, contention), in a throw-away clone")
 
     p = sub.add_parser("selfcheck", help="benchmark the engine: speed and agreement with bare loops")
-    p.set_defaults(func=lambda args: __import__("attnbench.checks.selfcheck").selfcheck.main())
+    p.set_defaults(func=lambda args: importlib.import_module("attnbench.checks.selfcheck").main())
 
 
 def _add_run_command(sub) -> None:

@@ -16,23 +16,32 @@ import pandas as pd
 import pytest
 
 from attnbench.core import metrics
-from attnbench.results.analysis import (
+from attnbench.results.noise import correction_exponent, correction_metric, intervals
+from attnbench.results.spikes import find_cost_spikes, find_trace_spikes
+from attnbench.results.steps import (
     DEFINITION_CHANGED,
+    HOST_CHANGED,
     NO_CODE_CHANGE,
+    ONE_RUN,
     REGRESSION,
+    UNCONFIRMED,
     WITHIN_NOISE,
-    find_cost_spikes,
     find_regressions,
     find_steps,
-    find_trace_spikes,
-    intervals,
     noise_floor,
 )
 
 pytest.importorskip("asv")
 
 COMMITS = [f"{i:040x}" for i in range(1, 13)]
-Z99 = 2.576  # two-sided 99% of a normal distribution
+Z99 = 2.576  # two-sided 99% of a normal distribution: asv's intervals
+Z_ALERT = 3.291  # two-sided 99.9%: the band a noise step must leave (steps.ALERT_Z)
+WIDEN = Z_ALERT / Z99  # an asv 99% half-width as the alert's band
+
+
+def level(n: int) -> float:
+    """A level's uncertainty over one figure's: the median of n figures' standard error (mean's for 1-2)."""
+    return 1 / math.sqrt(n) if n <= 2 else 1.2533 / math.sqrt(n)
 
 
 def synthetic(series: dict[str, list[float]], directions=None, versions=None) -> pd.DataFrame:
@@ -84,22 +93,43 @@ def test_direction_is_honoured():
     assert find_regressions(synthetic({"seconds_per_step": [2, 2, 2, 1, 1, 1]})).empty
 
 
-def test_steps_below_the_absolute_floor_of_their_unit_are_noise():
-    """RSS growth moves in pages: 0 -> 8 KiB is an infinite relative step and no regression."""
-    pages = synthetic({"host_rss_growth_bytes": [0, 0, 0, 8192, 8192, 8192]})
-    pages["unit"] = "bytes"
-    assert find_regressions(pages).empty
-    assert len(find_regressions(pages, min_absolute_step={})) == 1
-    megabytes = synthetic({"host_rss_growth_bytes": [1e6, 1e6, 1e6, 8e6, 8e6, 8e6]})
-    megabytes["unit"] = "bytes"
-    assert len(find_regressions(megabytes)) == 1
+def test_an_allocator_figure_alerts_only_for_a_step_that_holds_and_exceeds_a_mebibyte():
+    """RSS growth moves in pages and arenas: 0 -> 8 KiB is an infinite relative step and no
+    regression, even with the unit's absolute floor off; 1 -> 8 MB held for three runs on each side
+    is one; the same rise in the last run alone, or overlapping the level before, is a companion."""
+    from attnbench.results.steps import COMPANION
+
+    pages = synthetic({"host_rss_growth_bytes": [0, 0, 0, 8192, 8192, 8192]}).assign(unit="bytes")
+    assert find_regressions(pages).empty and find_steps(pages).empty  # below the bytes unit's 1 MiB
+    [step] = find_steps(pages, min_absolute_step={}).to_dict("records")
+    assert step["verdict"] == COMPANION and "two runs or more each" in step["why"]
+    megabytes = synthetic({"host_rss_growth_bytes": [1e6, 1e6, 1e6, 8e6, 8e6, 8e6]}).assign(unit="bytes")
+    [found] = find_regressions(megabytes).to_dict("records")
+    assert found["judged"] == "allocator"
+    last = synthetic({"host_rss_growth_bytes": [1e6] * 5 + [8e6]}).assign(unit="bytes")
+    assert find_regressions(last).empty and set(find_steps(last)["verdict"]) == {COMPANION}
+    overlap = synthetic({"host_rss_growth_bytes": [1e6, 9e6, 1e6, 8e6, 8e6, 8e6]}).assign(unit="bytes")
+    assert find_regressions(overlap).empty
 
 
-def test_a_changed_measurement_setting_is_named_like_a_version():
-    frame = synthetic({"compile_seconds": [1.0, 1.1, 0.9, 27.0, 26.0, 27.5]})
-    frame["setting_compile_cache"] = [float("nan")] * 3 + ["cold"] * 3
-    [found] = find_regressions(frame).to_dict("records")
-    assert found["versions_changed"] == "setting compile_cache unrecorded -> cold"
+def test_a_step_across_a_change_of_a_setting_the_metric_depends_on_is_that_not_a_regression():
+    """A cold compile cache where the runs before it were warm: compile seconds 1 -> 27 s is the
+    setting, and says so; a step in a figure the setting does not touch stays a regression."""
+    from attnbench.results.steps import SETTING_CHANGED
+
+    frame = synthetic({"compile_seconds": [1.0, 1.1, 0.9, 27.0, 26.0, 27.5],
+                       "compiler_temp_bytes": [1e6, 1e6, 1e6, 4e6, 4e6, 4e6]})
+    frame["setting_compile_cache"] = frame["commit_position"].map(lambda p: "warm" if p < 3 else "cold")
+    steps = find_steps(frame).set_index("metric")
+    assert steps.loc["compile_seconds", "verdict"] == SETTING_CHANGED
+    assert steps.loc["compile_seconds", "why"].endswith("compile_cache warm -> cold")
+    assert steps.loc["compile_seconds", "versions_changed"] == "setting compile_cache warm -> cold"
+    assert steps.loc["compiler_temp_bytes", "verdict"] == REGRESSION  # a compiler's bytes: exact
+    frame["setting_compile_cache"] = frame["commit_position"].map(lambda p: None if p < 3 else "cold")
+    assert find_steps(frame).set_index("metric").loc["compile_seconds", "verdict"] == SETTING_CHANGED
+    assert metrics.settings_for("compile_seconds") == ("compile_cache", "workers", "threads")
+    assert "compile_cache" in metrics.settings_for("seconds_per_step", "dynamic")
+    assert "compile_cache" not in metrics.settings_for("seconds_per_step", "static")
 
 
 def test_threshold_per_metric():
@@ -131,30 +161,36 @@ def noisy_step(noise=NOISE_2PC, step=0.15, level=1.0):
 
 def hand_scatter_uncertainty(values, at):
     """What the analysis must take as the step's combined uncertainty without intervals, by hand:
-    relative residuals of each side around its median, sigma = 1.4826 * MAD, each level's
-    uncertainty 2.576 sigma x level, combined in quadrature."""
+    relative residuals of each side around its median, sigma = 1.4826 * MAD; the floor of this, the
+    only series of its kind, 1.4826 * median |v[i]/v[i-1] - 1| / sqrt(2); each level's uncertainty
+    3.291 x the larger x level, combined in quadrature."""
     before, after = np.array(values[:at]), np.array(values[at:])
     residuals = np.concatenate([before / np.median(before) - 1, after / np.median(after) - 1])
     sigma = 1.4826 * np.median(np.abs(residuals))
-    return math.hypot(Z99 * sigma * np.median(before), Z99 * sigma * np.median(after))
+    moves = [abs(b / a - 1) for a, b in zip(values, values[1:], strict=False)]
+    floor = 1.4826 * np.median(moves) / math.sqrt(2)
+    sigma = max(sigma, floor)
+    return math.hypot(Z_ALERT * sigma * np.median(before) * level(len(before)),
+                      Z_ALERT * sigma * np.median(after) * level(len(after)))
 
 
-def test_a_15_percent_step_with_2_percent_noise_is_a_regression():
-    values = noisy_step()
+def test_a_25_percent_step_with_2_percent_noise_is_a_regression():
+    values = noisy_step(step=0.25)
     frame = synthetic({"seconds_per_step": values})
     [step] = find_steps(frame).to_dict("records")
     assert (step["commit_before"], step["commit_after"]) == (COMMITS[STEP_AT - 1], COMMITS[STEP_AT])
     assert step["verdict"] == REGRESSION
-    assert step["noise_source"] == "series scatter"
+    assert step["noise_source"] == "series scatter + the machine's noise floor for the metric"
     expected = hand_scatter_uncertainty(values, STEP_AT)
     assert step["uncertainty"] == pytest.approx(expected, rel=1e-9)
-    assert expected < 0.15  # ~0.087: the 15% step is beyond it
-    assert step["relative_change"] == pytest.approx(0.15, abs=0.03)
+    assert expected < 0.25  # ~0.18: the 25% step is beyond it
+    assert step["relative_change"] == pytest.approx(0.25, abs=0.03)
+    assert "held for 5 runs" in step["why"]
     assert len(find_regressions(frame)) == 1
 
 
-def test_a_15_percent_step_in_20_percent_noise_is_not():
-    values = noisy_step(noise=[10 * e for e in NOISE_2PC])  # ±20%
+def test_a_25_percent_step_in_20_percent_noise_is_not():
+    values = noisy_step(noise=[10 * e for e in NOISE_2PC], step=0.25)  # ±20%
     frame = synthetic({"seconds_per_step": values})
     assert find_regressions(frame).empty
     steps = find_steps(frame)
@@ -165,14 +201,15 @@ def test_a_15_percent_step_in_20_percent_noise_is_not():
 @pytest.mark.parametrize("columns", [("ci_low", "ci_high"), ("q_25", "q_75")])
 def test_a_15_percent_step_against_the_figures_intervals(half_width, found, columns):
     """No scatter at all (exact levels): only the intervals asv recorded say how uncertain each
-    figure is. ±20% intervals: combined sqrt(0.20^2 + (0.20 * 1.15)^2) = 0.305 > 0.15, not found;
-    ±2%: 0.0305 < 0.15, found."""
+    figure is, as 99% half-widths widened to the alert's 99.9%, over levels of five figures
+    (1.2533 / sqrt(5)): ±20% intervals give sqrt(0.20^2 + (0.20 * 1.15)^2) x 3.291 / 2.576 x 0.56
+    = 0.22 > 0.15, not found; ±2%: 0.022, found."""
     values = [1.0] * STEP_AT + [1.15] * 5
     frame = synthetic({"seconds_per_step": values})
     frame[columns[0]] = frame["value"] * (1 - half_width)
     frame[columns[1]] = frame["value"] * (1 + half_width)
     [step] = find_steps(frame).to_dict("records")
-    expected = math.hypot(half_width * 1.0, half_width * 1.15)
+    expected = math.hypot(half_width * 1.0, half_width * 1.15) * WIDEN * level(5)
     assert step["uncertainty"] == pytest.approx(expected)
     assert step["noise_source"].startswith("intervals")
     assert step["verdict"] == (REGRESSION if found else WITHIN_NOISE)
@@ -189,47 +226,49 @@ def test_an_interval_of_one_window_is_not_trusted_as_the_figures_uncertainty(bas
     low, high, source = intervals(frame)
     assert all(v != v for v in low) and all(s is None for s in source)
     [row] = noise_floor(frame).to_dict("records")
-    assert row["with_intervals"] == 0 and row["measured_by"].endswith("series scatter")
+    assert row["with_intervals"] == 0 and row["interval_half_width"] != row["interval_half_width"]
     frame["case_ci_basis"] = "rounds"  # the same intervals over rounds: these are the figures' own
     low, high, source = intervals(frame)
     assert list(source) == ["ci"] * 6 and list(low) == pytest.approx(list(frame["value"] * 0.98))
     [row] = noise_floor(frame).to_dict("records")
-    assert row["with_intervals"] == 6 and row["noise_floor"] == pytest.approx(0.02)
+    assert row["with_intervals"] == 6 and row["interval_half_width"] == pytest.approx(0.02)
 
 
 def test_the_interval_facing_the_other_level_is_the_one_that_counts():
     """Asymmetric intervals: before [0.99, 1.30], after [1.00, 1.16] for a rise 1.00 -> 1.15: the
     before level's upper half-width (0.30) and the after level's lower one (0.15) face each other:
-    sqrt(0.30^2 + 0.15^2) = 0.335 > 0.15, within the noise. Mirrored, 0.01 and 0.01: a regression."""
+    sqrt(0.30^2 + 0.15^2) x 3.291 / 2.576 x 1.2533 / sqrt(5) = 0.24 > 0.15, within the noise.
+    Mirrored, 0.01 and 0.01: a regression."""
     values = [1.0] * STEP_AT + [1.15] * 5
     frame = synthetic({"seconds_per_step": values})
     frame["ci_low"] = [0.99] * STEP_AT + [1.00] * 5
     frame["ci_high"] = [1.30] * STEP_AT + [1.16] * 5
     [step] = find_steps(frame).to_dict("records")
-    assert step["uncertainty"] == pytest.approx(math.hypot(0.30, 0.15))
+    assert step["uncertainty"] == pytest.approx(math.hypot(0.30, 0.15) * WIDEN * level(5))
     assert step["verdict"] == WITHIN_NOISE
     frame["ci_low"] = [0.70] * STEP_AT + [1.14] * 5
     frame["ci_high"] = [1.01] * STEP_AT + [1.45] * 5
     [step] = find_steps(frame).to_dict("records")
-    assert step["uncertainty"] == pytest.approx(math.hypot(0.01, 0.01))
+    assert step["uncertainty"] == pytest.approx(math.hypot(0.01, 0.01) * WIDEN * level(5))
     assert step["verdict"] == REGRESSION
 
 
 def test_a_higher_is_better_drop_is_judged_in_its_own_units():
-    """tokens/s 1000 -> 800 (a 25% slowdown) with ±5% intervals: sqrt(50^2 + 40^2) = 64 < 200."""
+    """tokens/s 1000 -> 800 (a 25% slowdown) with ±5% intervals: sqrt(50^2 + 40^2) x 3.291 / 2.576
+    x 1.2533 / sqrt(5) = 46 < 200."""
     values = [1000.0] * STEP_AT + [800.0] * 5
     frame = synthetic({"tokens_per_s": values}, directions={"tokens_per_s": "higher"})
     frame["ci_low"], frame["ci_high"] = frame["value"] * 0.95, frame["value"] * 1.05
     [step] = find_steps(frame).to_dict("records")
-    assert step["uncertainty"] == pytest.approx(math.hypot(50.0, 40.0))
+    assert step["uncertainty"] == pytest.approx(math.hypot(50.0, 40.0) * WIDEN * level(5))
     assert step["verdict"] == REGRESSION and step["relative_change"] == pytest.approx(-0.2)
 
 
 def test_a_contended_figure_is_never_a_regression():
-    values = [1.0, 1.0, 1.0, 1.0, 1.0, 1.6]
+    values = [1.0, 1.0, 1.0, 1.6, 1.6, 1.6]
     frame = synthetic({"seconds_per_step": values})
     assert len(find_regressions(frame)) == 1  # the control: uncontended, it is one
-    frame["contended"] = [None, False, False, False, False, True]
+    frame["contended"] = [None, False, False, True, True, True]
     assert find_regressions(frame).empty and find_steps(frame).empty
     frame = synthetic({"seconds_per_step": [1.0, 1.0, 1.0, 1.6, 1.6, 1.0]})
     frame["contended"] = [False, False, False, True, True, False]  # a contended burst mid-series
@@ -317,11 +356,13 @@ def test_a_step_across_a_readme_only_commit_is_no_measured_code_change(tmp_path)
     # 2 -> 3 changed only the report code: not measured either
     [step] = find_steps(_series(commits, _step_at(3)), repo=repo).to_dict("records")
     assert step["verdict"] == NO_CODE_CHANGE
-    # 3 -> 4 changed the engine; 0 -> 1 the kernel: regressions, naming the files
+    # 3 -> 4 changed the engine: a regression, naming the file and the commit that changed it
     [step] = find_regressions(_series(commits, _step_at(4)), repo=repo).to_dict("records")
     assert step["commit_after"] == commits[4] and "attnbench/measure/engine.py" in step["why"]
-    [step] = find_regressions(_series(commits, _step_at(1)), repo=repo).to_dict("records")
-    assert "attention_impls/jax_xla.py" in step["why"]
+    assert step["commits"] == f"{commits[4][:8]} commit 4" and "held for 3 runs" in step["why"]
+    # 0 -> 1 changed the kernel, but the level before it is one run: unconfirmed, naming the file
+    [step] = find_steps(_series(commits, _step_at(1)), repo=repo).to_dict("records")
+    assert step["verdict"] == UNCONFIRMED and "attention_impls/jax_xla.py" in step["why"]
     # without git nothing can be said about the code: a regression, and it says why
     [step] = find_regressions(_series(commits, _step_at(2))).to_dict("records")
     assert step["code_changed"] is None and "unknown" in step["why"]
@@ -332,15 +373,17 @@ def test_only_the_kernels_own_code_counts_for_its_series(tmp_path):
     repo = str(tmp_path)
     # 4 -> 5 changed torch_sdpa_flash.py only: a regression of that kernel, nothing of jax-xla's
     [step] = find_steps(_series(commits, _step_at(5)), repo=repo).to_dict("records")
-    assert step["verdict"] == NO_CODE_CHANGE and "other kernels' files: attention_impls/torch_sdpa_flash.py" \
-        in step["why"]
+    assert step["verdict"] == NO_CODE_CHANGE and "(only: attention_impls/torch_sdpa_flash.py)" in step["why"]
     [step] = find_regressions(_series(commits, _step_at(5), implementation="torch-sdpa-flash"), repo=repo) \
         .to_dict("records")
     assert "attention_impls/torch_sdpa_flash.py" in step["why"]
-    # 5 -> 6 changed the helper kernel file jax_xla.py imports: jax-xla's code changed
-    [step] = find_regressions(_series(commits, _step_at(6)), repo=repo).to_dict("records")
-    assert "attention_impls/helper_tiles.py" in step["why"]
-    assert find_regressions(_series(commits, _step_at(6), implementation="torch-sdpa-flash"), repo=repo).empty
+    # 5 -> 6 changed the helper kernel file jax_xla.py imports: jax-xla's code changed (in the
+    # series' last run only: unconfirmed, naming it), and nothing torch-sdpa-flash measures
+    [step] = find_steps(_series(commits, _step_at(6)), repo=repo).to_dict("records")
+    assert step["verdict"] == UNCONFIRMED and "attention_impls/helper_tiles.py" in step["why"]
+    [step] = find_steps(_series(commits, _step_at(6), implementation="torch-sdpa-flash"), repo=repo) \
+        .to_dict("records")
+    assert step["verdict"] == NO_CODE_CHANGE
 
 
 # -- a metric whose definition changed --------------------------------------------------------------
@@ -376,43 +419,46 @@ def test_definition_changes_cover_only_their_regimes_and_platforms():
     assert list(find_steps(frame)["verdict"]) == [DEFINITION_CHANGED]
 
 
-# -- the noise floor per machine ----------------------------------------------------------------------
 def test_the_noise_floor_and_smallest_detectable_step():
-    frame = synthetic({"seconds_per_step": [1.0] * 6})
-    frame["ci_low"], frame["ci_high"] = 0.97, 1.03  # ±3%
-    [row] = noise_floor(frame).to_dict("records")
-    assert row["interval_half_width"] == pytest.approx(0.03) and row["with_intervals"] == 6
-    assert row["smallest_detectable_step"] == pytest.approx(0.05)  # sqrt(2) * 3% = 4.2% < threshold
-    frame["ci_low"], frame["ci_high"] = 0.9, 1.1
-    [row] = noise_floor(frame).to_dict("records")
-    assert row["smallest_detectable_step"] == pytest.approx(math.sqrt(2) * 0.1)
-    # no intervals: the scatter of successive figures, 1.4826 * median |v[i]/v[i-1] - 1| / sqrt(2)
+    """The floor is the static series' run-to-run scatter, 1.4826 * median |v[i]/v[i-1] - 1| /
+    sqrt(2) (contended figures left out; intervals are shown beside it, they do not set it), and the
+    smallest step it lets through max(threshold, 3.291 x sqrt(2) x floor)."""
     values = [1.0, 1.02, 0.99, 1.01, 1.0, 0.98]
     frame = synthetic({"seconds_per_step": values})
+    frame["ci_low"], frame["ci_high"] = frame["value"] * 0.97, frame["value"] * 1.03  # ±3%
     frame.loc[5, "contended"] = True  # left out: the series is the first five
     diffs = [abs(b / a - 1) for a, b in zip(values[:5], values[1:5], strict=False)]
     sigma = 1.4826 * float(np.median(diffs)) / math.sqrt(2)
     [row] = noise_floor(frame).to_dict("records")
-    assert row["contended"] == 1 and row["figures"] == 5 and row["with_intervals"] == 0
-    assert row["series_scatter"] == pytest.approx(sigma)
-    assert row["noise_floor"] == pytest.approx(Z99 * sigma)
-    assert row["smallest_detectable_step"] == pytest.approx(max(0.05, math.sqrt(2) * Z99 * sigma))
+    assert row["contended"] == 1 and row["figures"] == 5 and row["with_intervals"] == 5
+    assert row["interval_half_width"] == pytest.approx(0.03)
+    assert row["noise_floor"] == pytest.approx(sigma) and row["alert_band"] == pytest.approx(Z_ALERT * sigma)
+    assert row["smallest_detectable_step"] == pytest.approx(max(0.05, math.sqrt(2) * Z_ALERT * sigma))
+    wide = synthetic({"seconds_per_step": [1.0, 1.1, 0.9, 1.05, 1.0, 0.95]})
+    [row] = noise_floor(wide, {"seconds_per_step": 0.1}).to_dict("records")
+    assert row["smallest_detectable_step"] > 0.1  # the noise, not the threshold, sets it
 
 
 def test_a_series_too_short_for_its_own_scatter_takes_the_machines():
+    """Two figures say nothing of their own noise: the machine's floor for static seconds per step
+    (±10% here) decides, and a 15% step between two figures is not even a candidate: the fit's
+    penalty of a breakpoint is 4 floors (steps.POTTS_GAMMA)."""
     long = synthetic({"seconds_per_step": noisy_step(noise=[5 * e for e in NOISE_2PC], step=0.0)})  # ±10%
     short = synthetic({"seconds_per_step": [1.0, 1.15]})
     short["implementation"] = "torch-sdpa-flash"
-    [step] = find_steps(pd.concat([long, short], ignore_index=True)).to_dict("records")
-    assert step["implementation"] == "torch-sdpa-flash" and step["noise_source"] == "machine scatter"
-    assert step["verdict"] == WITHIN_NOISE  # a ±10% machine cannot tell a 15% step between two figures
+    both = pd.concat([long, short], ignore_index=True)
+    assert find_regressions(both).empty
+    steps = find_steps(both)
+    assert steps.empty or set(steps["verdict"]) == {WITHIN_NOISE}
+    alone = find_steps(short)  # no floor: asv's own fit, and no scatter of its own
+    assert find_regressions(short).empty and (alone.empty or set(alone["verdict"]) != {REGRESSION})
 
 
 # -- how far whole runs moved ----------------------------------------------------------------------
 def test_run_shift_is_the_median_ratio_over_a_runs_static_series():
     """Five kernels, three runs: run 2 moved every kernel by +10..+30% (median +20%), run 3 came back
     and one kernel alone doubled. A dynamic-regime series and a contended figure are left out."""
-    from attnbench.results.analysis import run_shifts
+    from attnbench.results.noise import run_shifts
 
     base = {"k1": 1.0, "k2": 2.0, "k3": 3.0, "k4": 4.0, "k5": 5.0}
     moves = [{k: 1.0 for k in base}, dict(zip(base, (1.1, 1.15, 1.2, 1.25, 1.3), strict=True)),
@@ -463,17 +509,16 @@ def test_one_kernels_step_is_found_against_its_run_and_a_whole_run_move_is_not_a
     assert step["relative_change"] == pytest.approx(0.15) and step["run_shift"] == pytest.approx(1 / 1.14 - 1)
     assert (step["value_before"], step["value_after"]) == pytest.approx((1.14, 1.15))  # the series' own
     assert step["verdict"] == REGRESSION
-    assert "against its run, whose seconds per step moved -12.3%" in step["why"]
-    # Without the run's factor, k1's step lands on the machine's drift (run 2, which changed no
-    # code of k1's), not on the commit that slowed it; the other kernels came back (no regression).
-    [raw] = find_steps(frame, relative_to_run=False).to_dict("records")
-    assert (raw["implementation"], raw["commit_after"]) == ("k1", COMMITS[1])
+    assert "against its run, whose seconds_per_step moved -12.3%" in step["why"]
+    # Without the run's factor the machine's drift is every series' noise: the floor it sets is too
+    # wide to see k1's step at all.
+    assert find_regressions(frame, relative_to_run=False).empty
 
 
 def test_a_run_after_a_pair_too_sparse_to_compare_keeps_the_factor_before_it():
     """Runs 1-2 measured k1..k3 (run 2 +20%), runs 3-4 measured k4..k6 only (run 4 +10% on run 3):
     2 -> 3 shares no series, so run 3 keeps run 2's factor 1.2 and run 4 is 1.2 x 1.1."""
-    from attnbench.results.analysis import run_factors, run_shifts
+    from attnbench.results.noise import run_factors, run_shifts
 
     rows = []
     for position, (impls, speed) in enumerate([("k1 k2 k3", 1.0), ("k1 k2 k3", 1.2), ("k4 k5 k6", 1.0),
@@ -485,8 +530,9 @@ def test_a_run_after_a_pair_too_sparse_to_compare_keeps_the_factor_before_it():
                          "metric": "seconds_per_step", "status": "ok", "commit_hash": COMMITS[position],
                          "commit_position": position, "value": speed})
     factors = run_factors(run_shifts(pd.DataFrame(rows)))
-    key = ("m", "e", "attention.Forward")
-    assert [factors[(*key, COMMITS[i])] for i in range(4)] == pytest.approx([1.0, 1.2, 1.2, 1.32])
+    key = ("m", "e", "attention.Forward", "seconds_per_step")
+    assert [factors[(*key, COMMITS[i])].factor for i in range(4)] == pytest.approx([1.0, 1.2, 1.2, 1.32])
+    assert factors[(*key, COMMITS[3])].variance == 0.0  # every series moved alike: no spread
 
 
 def test_cost_spikes_are_judged_against_the_run_of_the_whole_results():
@@ -545,37 +591,46 @@ def _run_rows(position, seconds: dict, *, probe=0.2, host="cpu A", first_call=2.
 BASE = {"k1": 0.010, "k2": 0.020, "k3": 0.030, "k4": 0.040, "k5": 0.050}
 
 
-def _history(last_factor: float, *, slow: str | None = None, slowdown: float = 1.0, host_b: bool = False):
-    """Five runs of unchanged kernels on one host, then a sixth on a host ``last_factor`` times as slow
-    (its probe moving with it), optionally with one kernel ``slowdown`` times slower on top."""
+def _history(last_factor: float, *, slow: str | None = None, slowdown: float = 1.0, host_b: bool = False,
+             runs_after: int = 1):
+    """Five runs of unchanged kernels on one host, then ``runs_after`` on a host ``last_factor`` times
+    as slow (its probe moving with it), optionally with one kernel ``slowdown`` times slower on top."""
     rows = []
     for position in range(5):
         rows += _run_rows(position, BASE, probe=0.2 * (1.0, 1.01, 0.99, 1.0, 1.01)[position])
     last = {k: v * last_factor * (slowdown if k == slow else 1.0) for k, v in BASE.items()}
-    rows += _run_rows(5, last, probe=0.2 / last_factor, host="cpu B" if host_b else "cpu A")
+    for position in range(5, 5 + runs_after):
+        rows += _run_rows(position, last, probe=0.2 / last_factor, host="cpu B" if host_b else "cpu A")
     return pd.DataFrame(rows)
 
 
 @pytest.mark.parametrize("factor", [1 / 1.6, 1.5])
 def test_the_same_code_on_a_uniformly_faster_or_slower_host_reports_nothing(factor):
     """A 1.6x faster and a 1.5x slower host, same fingerprint fields but the probe: no regression in
-    any figure. The time-like figures all move by the factor, and each is judged against its run
-    (first-call and compile seconds, with-compiles cost and useful tokens/s included); MFU, already
-    over the run's own probe, does not move at all and is not divided again."""
+    any figure. The steady step's figures all move by the factor and are judged against their run:
+    no step at all. The compile and first-call figures (and the costs and rates built on them) are
+    not corrected by any run's shift: they step with the host, and the probe that moved with it says
+    so ("host changed"). MFU, already over the run's own probe, does not move at all."""
     frame = _history(factor)
     thresholds = dict.fromkeys(metrics.names(), 0.1)
-    assert find_steps(frame, thresholds).empty  # no step at all: not even "host changed" is needed
+    steps = find_steps(frame, thresholds)
+    steady = {m.name for m in metrics.METRICS if m.time_exponent}
+    assert steps.empty or (set(steps["verdict"]) <= {HOST_CHANGED} and not set(steps["metric"]) & steady)
     unrecorded = frame.drop(columns=[c for c in frame if c.startswith("host_")])  # older sidecars
-    assert find_steps(unrecorded, thresholds).empty
+    assert find_regressions(unrecorded, thresholds).empty  # the probe, read back from TFLOP/s over MFU
     mfu = frame[frame["metric"] == "mfu"].groupby("commit_position")["value"].first().to_numpy()
     assert mfu == pytest.approx([0.5 / p for p in (1.0, 1.01, 0.99, 1.0, 1.01, 1.0)])  # k1's, 0.1/0.2
 
 
 def test_a_real_slowdown_of_one_kernel_on_the_same_host_is_flagged():
-    """k3 20% slower, nothing else moved, same host: its time-like figures step +20% (rates -1/6),
-    beyond their ±2% intervals; the run as a whole did not move (median of the five ratios is 1)."""
-    frame = _history(1.0, slow="k3", slowdown=1.2)
-    found = find_regressions(frame, dict.fromkeys(metrics.names(), 0.1))
+    """k3 20% slower for two runs, nothing else moved, same host: its time-like figures step +20%
+    (rates -1/6), beyond their ±2% intervals; the run as a whole did not move (median of the five
+    ratios is 1). Seen in the last run only, the same step waits for the next run (unconfirmed)."""
+    thresholds = dict.fromkeys(metrics.names(), 0.1)
+    once = find_steps(_history(1.0, slow="k3", slowdown=1.2), thresholds)
+    assert set(once["verdict"]) == {UNCONFIRMED} and set(once["implementation"]) == {"k3"}
+    frame = _history(1.0, slow="k3", slowdown=1.2, runs_after=2)
+    found = find_regressions(frame, thresholds)
     assert set(found["implementation"]) == {"k3"}
     by_metric = found.set_index("metric")
     assert by_metric.loc["seconds_per_step", "relative_change"] == pytest.approx(0.2)
@@ -589,7 +644,8 @@ def test_steps_across_a_host_change_are_shown_as_such_and_never_regress():
     """The sixth run on another CPU (fingerprint cpu_model A -> B), 1.5x slower, and k3 20% slower on
     top: every step there is "host changed", none a regression or a cost spike, and the history holds
     two hosts."""
-    from attnbench.results.analysis import HOST_CHANGED, host_changes, hosts_table
+    from attnbench.results.hosts import host_changes, hosts_table
+    from attnbench.results.steps import HOST_CHANGED
 
     frame = _history(1.5, slow="k3", slowdown=1.2, host_b=True)
     thresholds = dict.fromkeys(metrics.names(), 0.1)
@@ -629,7 +685,7 @@ def test_cost_spikes_see_the_host_change_of_the_whole_results():
     """Runs from before the host fingerprint: only the probe (TFLOP/s over MFU, rows the cost rows
     lack) tells that the sixth run is on a 1.5x slower host. k3's cost step there is "host changed"
     in ``find_steps`` and so no cost spike either, though the cost rows alone hold no probe."""
-    from attnbench.results.analysis import HOST_CHANGED
+    from attnbench.results.steps import HOST_CHANGED
 
     frame = _history(1.5, slow="k3", slowdown=1.2)
     frame = frame.drop(columns=[c for c in frame if c.startswith("host_")])
@@ -640,34 +696,33 @@ def test_cost_spikes_see_the_host_change_of_the_whole_results():
     assert find_cost_spikes(frame, thresholds).empty
 
 
-def test_mfu_is_judged_against_the_run_only_where_its_peak_is_not_the_runs_own():
-    from attnbench.results.analysis import run_exponent
+def test_each_figure_is_corrected_by_the_run_shift_of_its_own_kind():
+    """The steady step's figures follow seconds per step's shift (rates inversely); MFU on a CPU
+    (already over the run's probe) its own metric's; compile, first-call and with-compiles figures
+    none (they mix compiling with a step, unlike any run's shift); memory and counts none."""
+    assert (correction_metric("tokens_per_s", "cpu"), correction_exponent("tokens_per_s", "cpu")) == \
+        ("seconds_per_step", -1)
+    assert correction_metric("mfu", "cpu") == "mfu" and correction_exponent("mfu", "cpu") == 1
+    assert (correction_metric("mfu", "gpu"), correction_exponent("mfu", "gpu")) == ("seconds_per_step", -1)
+    for metric in ("first_call_seconds", "compile_seconds", "useful_tokens_per_s",
+                   "usd_per_step_with_compiles"):
+        assert correction_metric(metric, "cpu") is None and correction_exponent(metric, "cpu") == 0
+    for metric in ("host_rss_growth_bytes", "compiles", "compiler_temp_bytes", "max_abs_error"):
+        assert correction_metric(metric, "cpu") is None and correction_exponent(metric, "cpu") == 0
 
-    assert run_exponent("mfu", "cpu") == 0 and run_exponent("mfu_shortfall", "cpu") == 0
-    assert run_exponent("mfu", "gpu") == -1  # a spec-sheet peak does not move with the host
-    assert run_exponent("first_call_seconds", "cpu") == 1 and run_exponent("useful_tokens_per_s", "cpu") == -1
-    assert run_exponent("usd_per_step_with_compiles", "cpu") == 1
-    assert run_exponent("host_rss_growth_bytes", "cpu") == 0 and run_exponent("compiles", "cpu") == 0
 
+def test_an_allocator_figure_that_flips_between_levels_never_alerts():
+    """Resident growth as one kernel's committed series read: 2.1 MB for six runs, then ~0, 2.1, ~0,
+    ~0, and 2.1 again. The last rise holds two runs on each side, but to a level the series had
+    already reached: the allocator, not the code. A series that was flat and rose once to a level it
+    never reached keeps its step."""
+    from attnbench.results.steps import COMPANION
 
-def test_a_figure_read_once_per_run_is_judged_by_its_series_run_to_run_scatter():
-    """Resident growth (MB) as one kernel's committed series read: 2.1 for six runs, then ~0, 2.1,
-    ~0, ~0, and 2.1 again (the newest step, 0.008 -> 2.1). Its differences but the step's own (the
-    one from position 9 to 10): 0 x5, -2.09, +2.09, -2.09, 0, 0 (MB): RMS 1.208 MB, so one figure's
-    sigma is 0.854 MB and the combined 99% band 2.576 x 0.854 x sqrt(2) = 3.11 MB: the 2.09 MB step
-    is within the series' scatter. A series that was flat and stepped once keeps its step."""
     low, high = 8192.0, 2.1e6
     flips = [high] * 6 + [low, high, low, low] + [high] * 2
     frame = synthetic({"host_rss_growth_bytes": flips}).assign(unit="bytes")
     steps = find_steps(frame)
-    assert len(steps) and not (steps["verdict"] == REGRESSION).any()
-    last = steps[steps["commit_after"] == COMMITS[10]].iloc[0]
-    assert last["noise_source"] == "series run-to-run scatter, one reading per run"
-    d = high - low
-    diffs = [0.0] * 5 + [-d, d, -d, 0.0, 0.0]
-    sigma = math.sqrt(sum(x * x for x in diffs) / len(diffs)) / math.sqrt(2)
-    assert last["uncertainty"] == pytest.approx(Z99 * sigma * math.sqrt(2), rel=1e-6)
-    assert last["verdict"] == WITHIN_NOISE
+    assert len(steps) and set(steps["verdict"]) == {COMPANION}
     flat = synthetic({"host_rss_growth_bytes": [1e6, 1e6, 1e6, 1e6, 8e6, 8e6, 8e6]}).assign(unit="bytes")
     assert len(find_regressions(flat)) == 1
 
@@ -679,7 +734,7 @@ def test_a_one_run_excursion_is_no_step():
     frame["ci_low"], frame["ci_high"] = frame["value"] * 0.99, frame["value"] * 1.01
     steps = find_steps(frame)
     back = steps[steps["commit_after"] == COMMITS[4]].iloc[0]
-    assert back["verdict"] == WITHIN_NOISE and back["why"].startswith("a one-run excursion")
+    assert back["verdict"] == ONE_RUN and back["why"].startswith("a one-run excursion")
     assert find_regressions(frame).empty
     for back_to in (1.05, 0.9):
         other = synthetic({"seconds_per_step": [1.0, 1.0, 1.0, 0.6, back_to, back_to, back_to]})

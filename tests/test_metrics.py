@@ -184,8 +184,8 @@ def test_a_new_row_reaches_the_loader_analysis_and_report(extra_rows):
     import pandas as pd
 
     from attnbench.report import plots
-    from attnbench.results.analysis import find_cost_spikes
     from attnbench.results.asv_results import _directions
+    from attnbench.results.spikes import find_cost_spikes
 
     assert _directions()["scratch_bytes"] == "lower"
     assert "scratch_bytes" in metrics.companions() and "usd_per_request" in metrics.names("cost")
@@ -212,7 +212,7 @@ def test_without_the_row_the_report_and_analysis_ignore_that_metric():
     import pandas as pd
 
     from attnbench.report import plots
-    from attnbench.results.analysis import find_cost_spikes
+    from attnbench.results.spikes import find_cost_spikes
 
     frame = pd.DataFrame([{"machine": "m", "env_name": "e", "benchmark": "attention.Forward.track_x",
                            "suite": "Forward", "implementation": "jax-xla", "label": "native",
@@ -258,7 +258,7 @@ def test_a_record_column_placed_as_a_metric_needs_its_row(monkeypatch):
 def test_a_direction_of_none_is_never_a_regression():
     import pandas as pd
 
-    from attnbench.results.analysis import find_regressions
+    from attnbench.results.steps import find_regressions
 
     rows = [{"machine": "m", "env_name": "e", "benchmark": "attention.Forward.track_x", "metric": "x",
              "unit": "", "status": "ok", "direction": direction, "commit_hash": f"{i:040x}",

@@ -34,7 +34,7 @@ from pathlib import Path
 from attnbench.core.atomic import atomic_write_text
 from attnbench.core.workload import Workload
 from attnbench.report import write_report
-from attnbench.results.analysis import run_shifts
+from attnbench.results.noise import run_shifts
 from attnbench.run.compare import compare
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -29,8 +29,9 @@ import attention_impls
 from attnbench.asv import sidecar
 from attnbench.core.metrics import METRIC_VERSION, METRICS
 from attnbench.core.workload import Workload
-from attnbench.results.analysis import find_cost_spikes, find_regressions
 from attnbench.results.asv_results import load_results
+from attnbench.results.spikes import find_cost_spikes
+from attnbench.results.steps import find_regressions
 
 ENV_MAIN = "virtualenv-py3.11-jax0.10.2-jaxlib0.10.2-numpy-torch2.13.0"
 ENV_XLA = "virtualenv-py3.11-jax0.7.1-jaxlib0.7.1-numpy-torch2.9.0-torch-xla2.9.0"
@@ -65,9 +66,10 @@ class Spike:
     version: str = "0.10.3"  # the library's version from ``commit`` on (versions sidecar)
 
 
-def make_git_repo(path: str, n: int, touch: str | None = "attention_impls/_synthetic_shared.py") -> list[str]:
+def make_git_repo(path: str, n: int, touch: str | None = "attnbench/measure/engine.py") -> list[str]:
     """A repository with ``n`` commits; their hashes, oldest first. Each rewrites ``touch``, a path
-    every kernel shares, so every series sees a code change (``touch=None``: empty commits)."""
+    on every kernel's measurement path, so every series sees a code change (``touch=None``: empty
+    commits)."""
     os.makedirs(path, exist_ok=True)
     env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",
            "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.invalid"}
@@ -253,7 +255,7 @@ def rows_per_commit(envs=(ENV_MAIN, ENV_XLA), forward_seqs=(256, 1024), training
 
 
 def main(rows: int = 100_000, target_s: float = 3.0) -> int:
-    n_commits = max(2, -(-rows // rows_per_commit()))
+    n_commits = max(4, -(-rows // rows_per_commit()))  # a spike held two runs: one run is unconfirmed
     spike = Spike(commit=n_commits // 2)
     with tempfile.TemporaryDirectory(prefix="attnbench-selfcheck-report-") as tmp:
         repo = os.path.join(tmp, "repo")

@@ -32,6 +32,19 @@ GROUPS = {
 }
 
 
+# How a step in a metric's series is judged (results/steps.py):
+JUDGED = {
+    "noise": "beyond the figures' combined uncertainty, never below the machine's noise floor for it",
+    "exact": "deterministic (compiler output, counts): any step beyond the threshold is real",
+    "allocator": "an allocator's figure: alerts only for a step that holds on both sides and exceeds "
+                 "ALLOCATOR_MIN_STEP; otherwise a companion of other steps",
+    "tolerance": "an error: alerts when it crosses its dtype's tolerance or rises by more than "
+                 "TOLERANCE_FRACTION of it",
+}
+ALLOCATOR_MIN_STEP = 2**20  # bytes: the resident high-water mark moves in pages and allocator arenas
+TOLERANCE_FRACTION = 0.25
+
+
 @dataclass(frozen=True)
 class Metric:
     """One metric: one asv ``track_<name>`` benchmark and one ``metric`` value of the tidy table."""
@@ -55,6 +68,9 @@ class Metric:
     per_run_peak: bool = False
     # One reading per run, no samples: judged by its series' run-to-run scatter.
     one_reading: bool = False
+    # How a step of it is judged (JUDGED): against the noise, exactly, as an allocator's figure, or
+    # against its dtype's tolerance.
+    judged: str = "noise"
 
     @property
     def shift_exponent(self) -> int:
@@ -139,21 +155,23 @@ METRICS: list[Metric] = [
            companion=True, run_exponent=1, one_reading=True),
     Metric("first_call_compile_seconds", "first_call_compile_s", "seconds", L, "compile", record_unit="s",
            run_exponent=1, one_reading=True),
-    Metric("compiles", "compiles", "count", L, "compile", companion=True, timed=False),
-    Metric("padding_waste", "padding_waste", "fraction", L, "shapes", companion=True, timed=False),
+    Metric("compiles", "compiles", "count", L, "compile", companion=True, timed=False, judged="exact"),
+    Metric("padding_waste", "padding_waste", "fraction", L, "shapes", companion=True, timed=False,
+           judged="exact"),
     Metric("useful_tokens_per_s", "useful_tokens_per_s", "tokens/s", H, "shapes",
            twin="seconds_per_million_useful_tokens", run_exponent=-1),
     Metric("seconds_per_million_useful_tokens", "useful_tokens_per_s", "seconds", L, "shapes",
            derive=_seconds_per_million_useful_tokens, run_exponent=1),
-    Metric("device_peak_bytes", "device_peak_bytes", "bytes", L, "memory", companion=True, timed=False),
+    Metric("device_peak_bytes", "device_peak_bytes", "bytes", L, "memory", companion=True, timed=False,
+           judged="allocator"),
     Metric("compiler_temp_bytes", "compiler_temp_bytes", "bytes", L, "memory", companion=True,
-           timed=False),
+           timed=False, judged="exact"),
     Metric("compiler_peak_bytes", "compiler_peak_bytes", "bytes", L, "memory", companion=True,
-           timed=False),
+           timed=False, judged="exact"),
     Metric("host_profiler_peak_bytes", "host_profiler_peak_bytes", "bytes", L, "memory", companion=True,
-           timed=False, one_reading=True),
+           timed=False, one_reading=True, judged="allocator"),
     Metric("host_rss_growth_bytes", "host_rss_growth_bytes", "bytes", L, "memory", companion=True,
-           timed=False, one_reading=True),
+           timed=False, one_reading=True, judged="allocator"),
     Metric("usd_per_step", "usd_per_step_on_demand", "USD", L, "cost", time_exponent=1),
     Metric("usd_per_step_with_compiles", "usd_per_step_with_compiles_on_demand", "USD", L, "cost",
            run_exponent=1),
@@ -161,9 +179,10 @@ METRICS: list[Metric] = [
     # The figure to compare across shape regimes: padding and compile stalls both cost here.
     Metric("usd_per_million_useful_tokens_with_compiles",
            "usd_per_million_useful_tokens_with_compiles_on_demand", "USD", L, "cost", run_exponent=1),
-    Metric("max_abs_error", "max_abs_err", "abs error", L, "numerics", record_unit="", timed=False),
+    Metric("max_abs_error", "max_abs_err", "abs error", L, "numerics", record_unit="", timed=False,
+           judged="tolerance"),
     # 0 ok, then rising trouble (records.STATUS_CODES): lower is better, and a rise is a regression.
-    Metric("status", "status", "code", L, "status", derive=_status_code, timed=False),
+    Metric("status", "status", "code", L, "status", derive=_status_code, timed=False, judged="exact"),
 ]
 del L, H
 
@@ -187,15 +206,21 @@ class DefinitionChange:
     reason: str
     regimes: tuple[str, ...] | None = None  # only these shape regimes (None: every regime)
     platforms: tuple[str, ...] | None = None  # only figures measured on these platforms (None: any)
+    impls: tuple[str, ...] | None = None  # only these kernels' figures (None: every kernel)
+    benchmarks: tuple[str, ...] | None = None  # only these benchmark classes (None: every class)
 
-    def covers(self, metric: str, regime: str | None = None, platform: str | None = None) -> bool:
+    def covers(self, metric: str, regime: str | None = None, platform: str | None = None,
+               impl: str | None = None, benchmark: str | None = None) -> bool:
         return (metric in self.metrics
                 and (self.regimes is None or (regime or "static") in self.regimes)
-                and (self.platforms is None or platform in self.platforms))
+                and (self.platforms is None or platform in self.platforms)
+                and (self.impls is None or impl in self.impls)
+                and (self.benchmarks is None or benchmark in self.benchmarks))
 
 
 _THROUGHPUT = ("tokens_per_s", "seconds_per_million_tokens", "tflops", "seconds_per_pflop", "mfu",
                "mfu_shortfall", "usd_per_million_tokens")
+_STEADY = ("seconds_per_step", *_THROUGHPUT, "bytes_per_s", "seconds_per_gb", "usd_per_step")
 DEFINITION_CHANGES: list[DefinitionChange] = [
     DefinitionChange("2", "2026-11-30", _THROUGHPUT,
                      "dynamic and bucketed regimes: throughput, MFU and cost per token count the tokens "
@@ -208,6 +233,11 @@ DEFINITION_CHANGES: list[DefinitionChange] = [
                      "cold compiles of a fresh runner: the regime's stream runs first, in a process "
                      "that has run none of its shapes (before, a static stream found the timed step's "
                      "compiled code: 0 compiles, no stall)"),
+    DefinitionChange("2", "2026-11-30", _STEADY,
+                     "the float64 reference's training step runs the forward pass and the gradients, as "
+                     "every framework's fwd_bwd step does (was the gradients only: b313600, "
+                     "attnbench/backends/numpy_backend.py)", impls=("reference-float64",),
+                     benchmarks=("Training",)),
     DefinitionChange("2", "2026-11-30", ("max_abs_error",),
                      "the error of the timed step's own output (and gradients for fwd_bwd) at the case's "
                      "workload and seed (was the forward of a separate call, seed 7)"),
@@ -246,16 +276,44 @@ def definitions_version(value) -> str:
 
 
 def definition_changes(metric: str, before, after, *, regime: str | None = None,
-                       platform: str | None = None, table: list[DefinitionChange] | None = None
-                       ) -> list[DefinitionChange]:
-    """The changes covering ``metric`` (in ``regime``, on ``platform``) between the definitions
-    versions ``before`` and ``after`` (either order; unrecorded = ``UNRECORDED_DEFINITIONS``)."""
+                       platform: str | None = None, impl: str | None = None, benchmark: str | None = None,
+                       table: list[DefinitionChange] | None = None) -> list[DefinitionChange]:
+    """The changes covering ``metric`` (in ``regime``, on ``platform``, of kernel ``impl`` in class
+    ``benchmark``) between the definitions versions ``before`` and ``after`` (either order;
+    unrecorded = ``UNRECORDED_DEFINITIONS``)."""
     low, high = sorted((definitions_version(before), definitions_version(after)), key=_definitions_key)
     if low == high:
         return []
     return [c for c in (DEFINITION_CHANGES if table is None else table)
             if _definitions_key(low) < _definitions_key(c.version) <= _definitions_key(high)
-            and c.covers(metric, regime, platform)]
+            and c.covers(metric, regime, platform, impl, benchmark)]
+
+
+# -- the settings a figure depends on -------------------------------------------------------------
+# A step across a change of one of these (sidecar settings, or results/conditions.csv for runs whose
+# sidecar did not record it) is reported as that change, never as a regression. In the dynamic and
+# bucketed regimes every timed figure is a stream's, whose steps compile: the compile cache matters.
+_COMPILE = ("first_call_seconds", "compile_seconds", "first_call_compile_seconds", "compiles",
+            "usd_per_step_with_compiles", "useful_tokens_per_s", "seconds_per_million_useful_tokens",
+            "usd_per_million_useful_tokens_with_compiles")
+SETTINGS_THAT_MATTER = {
+    "compile_cache": _COMPILE,  # a warm compiler cache turns a compile into a load
+    # one process per case, or one shared by static cases (threads, allocator and runtime state)
+    "workers": (*_STEADY, *_COMPILE, "host_rss_growth_bytes", "host_profiler_peak_bytes"),
+    "threads": tuple(name for name in (*_STEADY, *_COMPILE) if name != "compiles"),
+    "timer": _STEADY,  # wall clock or device events
+    "rounds": _STEADY,  # how many timing windows the figure is the median of
+}
+
+
+STREAM_SETTINGS = {"compile_cache": _STEADY}  # more, in the dynamic and bucketed regimes
+
+
+def settings_for(metric: str, regime: str | None = None) -> tuple[str, ...]:
+    """The settings ``metric``'s figures (in ``regime``) depend on (``SETTINGS_THAT_MATTER``)."""
+    stream = (regime or "static") != "static"
+    return tuple(name for name, covered in SETTINGS_THAT_MATTER.items()
+                 if metric in covered or (stream and metric in STREAM_SETTINGS.get(name, ())))
 
 
 # -- views of the table (each reads METRICS when called) -----------------------------------------
@@ -319,6 +377,8 @@ def check(table: list[Metric] | None = None) -> None:
             raise ValueError(f"metric {metric.name!r}: direction must be one of {DIRECTIONS}")
         if metric.group not in GROUPS:
             raise ValueError(f"metric {metric.name!r}: group {metric.group!r} is not one of {list(GROUPS)}")
+        if metric.judged not in JUDGED:
+            raise ValueError(f"metric {metric.name!r}: judged {metric.judged!r} is not one of {list(JUDGED)}")
     rows = by_name(table)
     for metric in table:
         if metric.direction == "higher":

@@ -50,20 +50,11 @@ from attnbench.report.select import (
     workload_tables,
 )
 from attnbench.report.verdict import plot_stream_cost, verdict_part, verdict_table
-from attnbench.results.analysis import (
-    REGRESSION,
-    find_cost_spikes,
-    find_steps,
-    find_trace_spikes,
-    host_changes,
-    hosts_table,
-    load_traces,
-    noise_floor,
-    run_factors,
-    run_hosts,
-    run_shifts,
-)
 from attnbench.results.asv_results import load_results, ordering_note
+from attnbench.results.hosts import host_changes, hosts_table, run_hosts
+from attnbench.results.noise import correction_shifts, run_factors
+from attnbench.results.spikes import find_cost_spikes, find_trace_spikes, load_traces
+from attnbench.results.steps import REGRESSION, find_steps, noise_floor, noise_floors
 
 # Imported where used: pandas (the torch_xla venv has no report libraries).
 
@@ -100,7 +91,7 @@ class Report:
     trace_spikes: pd.DataFrame
     frame: pd.DataFrame = field(repr=False)
     steps: pd.DataFrame | None = field(default=None, repr=False)  # every step, with its verdict
-    noise: pd.DataFrame | None = field(default=None, repr=False)  # analysis.noise_floor
+    noise: pd.DataFrame | None = field(default=None, repr=False)  # steps.noise_floor
     ordering: str | None = None  # asv_results.ordering_note's sentence; starts "WARNING" if unordered
     verdict: pd.DataFrame | None = field(default=None, repr=False)  # report.verdict.verdict_table
 
@@ -122,14 +113,15 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     frame = load_results(results_dir, repo=repo)
     _, ordering = ordering_note(frame)
     traces = load_traces(results_dir)
-    shifts = run_shifts(frame)  # how whole runs moved: the timed metrics are judged against them
+    shifts = correction_shifts(frame)  # how whole runs moved: the timed metrics are judged against them
     factors = run_factors(shifts)
     hosts = run_hosts(frame)  # which host of each machine name ran each run
     changes = host_changes(frame, hosts)
-    steps = find_steps(frame, thresholds, repo=repo, factors=factors, changes=changes)
+    floors = noise_floors(frame, factors)  # no figure is judged against less noise than its kind has here
+    steps = find_steps(frame, thresholds, repo=repo, factors=factors, changes=changes, floors=floors)
     regressions = steps[steps["verdict"] == REGRESSION].reset_index(drop=True) if not steps.empty else steps
-    spikes = find_cost_spikes(frame, thresholds, repo=repo, factors=factors, changes=changes)
-    noise = noise_floor(frame, thresholds)
+    spikes = find_cost_spikes(frame, thresholds, repo=repo, factors=factors, changes=changes, floors=floors)
+    noise = noise_floor(frame, thresholds, floors=floors)
     host_table = hosts_table(frame, changes, hosts)
     trace_spikes = find_trace_spikes(traces, factor=trace_factor)
     best = best_native_vs_forced(frame)

@@ -18,15 +18,8 @@ from typing import TYPE_CHECKING
 import attnbench.report.select as select
 from attnbench.core import metrics
 from attnbench.report.select import series_name, short_env
-from attnbench.results.analysis import (
-    DEFAULT_THRESHOLD,
-    DEFINITION_CHANGED,
-    HOST_CHANGED,
-    NO_CODE_CHANGE,
-    SCATTER_Z,
-    WITHIN_NOISE,
-    is_contended,
-)
+from attnbench.results.noise import SCATTER_Z, is_contended
+from attnbench.results.steps import DEFAULT_THRESHOLD, REGRESSION, UNCONFIRMED, WITHIN_NOISE
 
 # Imported where used: jinja2, markupsafe, pandas (the torch_xla venv has no report libraries).
 
@@ -116,8 +109,8 @@ def regression_rows(table, *, attribution: bool, verdict: bool = False) -> list[
                "change": f"{r['relative_change']:+.1%}"}
         if "noise_relative" in r:
             row["noise"] = _noise_cell(r)
-        if verdict:
-            row["verdict"] = r["verdict"]
+        if verdict or r.get("verdict") == REGRESSION:
+            row["verdict" if verdict else "judged"] = r["verdict"] if verdict else r.get("judged", "noise")
             row["why"] = r["why"] or "-"
         row["versions changed"] = r["versions_changed"] or "-"
         if attribution:
@@ -136,14 +129,14 @@ def _noise_cell(step) -> str:
 
 
 def noise_rows(noise) -> list[dict]:
-    """``analysis.noise_floor`` as display rows."""
+    """``steps.noise_floor`` as display rows."""
     rows = []
     for _, r in noise.iterrows():
         rows.append({"machine": r["machine"], "timing figures": r["figures"],
                      "contended (left out)": r["contended"], "with intervals": r["with_intervals"],
-                     "median interval half-width": percent(r["interval_half_width"]),
-                     "series scatter (robust sd)": percent(r["series_scatter"]),
-                     "noise floor (one figure)": "±" + percent(r["noise_floor"]), "from": r["measured_by"],
+                     "median interval half-width (99%)": percent(r["interval_half_width"]),
+                     "noise floor (one figure's SD)": percent(r["noise_floor"]),
+                     "alert band (one figure)": "±" + percent(r["alert_band"]), "from": r["measured_by"],
                      "smallest detectable step": percent(r["smallest_detectable_step"])})
     return rows
 
@@ -156,15 +149,15 @@ def noise_sentences(noise) -> list[str]:
             out.append(f"{r['machine']}: noise floor unknown ({r['measured_by']}); steps are judged on the "
                        f"threshold ({percent(r['threshold'])}) alone.")
             continue
-        out.append(f"{r['machine']}: noise floor ±{percent(r['noise_floor'])} per timing figure "
-                   f"({r['measured_by']}), so the smallest change it can detect is "
+        out.append(f"{r['machine']}: noise floor {percent(r['noise_floor'])} (one static figure's SD from "
+                   f"run to run, {r['measured_by']}), so the smallest change it can detect is "
                    f"{percent(r['smallest_detectable_step'])}"
                    + (f"; {r['contended']} contended figure(s) left out" if r["contended"] else "") + ".")
     return out
 
 
 def host_rows(hosts) -> list[dict]:
-    """``analysis.hosts_table`` as display rows."""
+    """``hosts.hosts_table`` as display rows."""
     return [{"machine": r["machine"], "runs": r["runs"], "with a recorded fingerprint": r["fingerprinted"],
              "hosts": r["hosts"], "host changes": r["host_changes"],
              "probe's run-to-run band": "±" + percent(r["probe_noise"])
@@ -187,19 +180,23 @@ def host_sentences(hosts, changes) -> list[str]:
 
 
 def shift_rows(shifts) -> list[dict]:
-    """``analysis.run_shifts`` as display rows, newest pair first."""
+    """``noise.correction_shifts`` as display rows, newest pair first."""
     return [{"machine": r["machine"], "env": short_env(r["env_name"]),
              "benchmark": str(r["benchmark"]).removeprefix("attention.").split(".")[0],
+             "metric": r.get("metric", "seconds_per_step"),
              "commits": f"{str(r['commit_before'])[:8]} -> {str(r['commit_after'])[:8]}",
              "series": r["series"], "whole run moved": f"{r['shift']:+.1%}",
-             "middle half of the series": f"{r['q25']:+.1%} .. {r['q75']:+.1%}"}
+             "middle half of the series": f"{r['q25']:+.1%} .. {r['q75']:+.1%}",
+             "standard error": f"±{r['se']:.1%}" if r.get("se") == r.get("se") else "-"}
             for _, r in shifts.iloc[::-1].iterrows()]
 
 
 def definition_rows() -> list[dict]:
     return [{"definitions": c.version, "date": c.date, "metrics": ", ".join(c.metrics),
              "only": "; ".join(x for x in (f"regimes {'/'.join(c.regimes)}" if c.regimes else "",
-                                          f"platform {'/'.join(c.platforms)}" if c.platforms else "") if x)
+                                          f"platform {'/'.join(c.platforms)}" if c.platforms else "",
+                                          f"kernels {'/'.join(c.impls)}" if c.impls else "",
+                                          f"class {'/'.join(c.benchmarks)}" if c.benchmarks else "") if x)
              or "-", "what changed": c.reason} for c in metrics.DEFINITION_CHANGES]
 
 
@@ -220,7 +217,8 @@ def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best,
             thresholds, trace_factor, *, steps=None, noise=None, shifts=None,
             ordering: str | None = None, hosts=None, changes=None) -> dict:
     """What ``templates/report.j2`` shows: tables, sentences and the plots (PNG bytes by file name);
-    the keyword tables are ``analysis``'s (``find_steps``, ``noise_floor``, ``run_shifts``)."""
+    the keyword tables are ``results``' (``steps.find_steps``, ``steps.noise_floor``,
+    ``noise.correction_shifts``)."""
     import pandas as pd
 
 
@@ -236,9 +234,13 @@ def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best,
     if not regressions.empty:
         regression_part = Table.of(regression_rows(select.largest_first(regressions), attribution=False),
                                    total=len(regressions))
-    explained, within = None, 0
+    explained, unconfirmed, within = None, None, 0
     if not steps.empty:
-        other = steps[steps["verdict"].isin([HOST_CHANGED, DEFINITION_CHANGED, NO_CODE_CHANGE])]
+        waiting = steps[steps["verdict"] == UNCONFIRMED]
+        if not waiting.empty:
+            unconfirmed = Table.of(regression_rows(select.largest_first(waiting), attribution=False,
+                                                   verdict=True), total=len(waiting))
+        other = steps[~steps["verdict"].isin([REGRESSION, WITHIN_NOISE, UNCONFIRMED])]
         within = int((steps["verdict"] == WITHIN_NOISE).sum())
         if not other.empty:
             rows = regression_rows(select.largest_first(other), attribution=False, verdict=True)
@@ -277,6 +279,7 @@ def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best,
         "hosts": Table.of(host_rows(hosts)) if hosts is not None and not hosts.empty else None,
         "host_sentences": host_sentences(hosts, changes) if hosts is not None and not hosts.empty else [],
         "explained": explained,
+        "unconfirmed": unconfirmed,
         "within_noise": within,
         "contended": contended,
         "definitions": Table.of(definition_rows()),

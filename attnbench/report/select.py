@@ -10,7 +10,7 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from attnbench.results.analysis import is_contended
+from attnbench.results.noise import is_contended
 
 # Imported where used: pandas (the torch_xla venv has no report libraries).
 

@@ -22,8 +22,8 @@ from attnbench.report.compiled import load_compiled_records, load_max_batch
 from attnbench.report.plots import _colors, _figure, _png, _style
 from attnbench.report.render import Table
 from attnbench.report.select import newest_commit
-from attnbench.results.analysis import SCATTER_Z, is_contended, series_scatter
 from attnbench.results.asv_results import load_results
+from attnbench.results.noise import SCATTER_Z, is_contended, series_scatter
 
 # Imported where used: pandas (the torch_xla venv has no report libraries).
 

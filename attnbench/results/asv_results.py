@@ -11,6 +11,7 @@ figure cannot be placed in a series). Damaged files and stale benchmarks are ski
 from __future__ import annotations
 
 import ast
+import csv
 import functools
 import glob
 import itertools
@@ -19,9 +20,11 @@ import os
 import subprocess
 import warnings
 from typing import TYPE_CHECKING
-from attnbench.core import metrics
+
 import attention_impls
 from attnbench.asv import sidecar
+from attnbench.core import metrics
+
 # Imported where used: pandas (the torch_xla venv has no report libraries).
 
 if TYPE_CHECKING:
@@ -179,10 +182,63 @@ def load_results(results_dir: str = "results", repo: str = ".") -> pd.DataFrame:
         if column not in frame:
             frame[column] = None
     _order_commits(frame)
+    _apply_conditions(frame, read_conditions(results_dir), timed)
     # True / False / None (unrecorded, or a metric contention cannot move): never NaN
     frame["contended"] = frame["contended"].map(lambda v: v if isinstance(v, bool) else None).astype(object)
     extra = sorted(c for c in frame.columns if c not in SCHEMA)
     return frame[SCHEMA + extra]
+
+
+CONDITIONS = "conditions.csv"
+SHARED_LOAD = ("load", "shared")  # a run that shared the machine: its timed figures count as contended
+
+
+def read_conditions(results_dir: str) -> list[dict]:
+    """``results/conditions.csv``: what is known of committed runs that their sidecars did not record
+    (machine, commit prefix, setting, value, source), from ``results/README.md``; [] without it."""
+    path = os.path.join(results_dir, CONDITIONS)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = [line for line in fh if not line.startswith("#")]
+    except FileNotFoundError:
+        return []
+    rows = list(csv.DictReader(lines))
+    for row in rows:
+        if not all(row.get(k) for k in ("machine", "commit", "setting", "value")):
+            raise ResultsError(f"{path}: every row needs machine, commit, setting and value: {row}")
+    return rows
+
+
+def _apply_conditions(frame, conditions: list[dict], timed) -> None:
+    """Fill, in place, the ``setting_<name>`` cells a run's sidecar left empty, and mark the timed
+    figures of a run that shared the machine contended; ``conditions`` names what was filled."""
+    for name in ("conditions", "contended", "contention_reason"):  # text cells, whatever pandas inferred
+        frame[name] = frame[name].astype(object) if name in frame else None
+    for row in conditions:
+        where = ((frame["machine"] == row["machine"])
+                 & frame["commit_hash"].astype(str).str.startswith(row["commit"]))
+        if not where.any():
+            continue
+        if (row["setting"], row["value"]) == SHARED_LOAD:
+            hit = where & frame["metric"].isin(timed) & (frame["contended"] != True)  # noqa: E712
+            frame.loc[hit, "contended"] = True
+            frame.loc[hit, "contention_reason"] = row.get("source") or "the run shared the machine"
+        else:
+            column = f"setting_{row['setting']}"
+            frame[column] = frame[column].astype(object) if column in frame else None
+            hit = where & frame[column].isna()
+            frame.loc[hit, column] = _setting_value(row["value"])
+        noted = frame.loc[where, "conditions"].fillna("")
+        frame.loc[where, "conditions"] = noted + (noted.ne("").map({True: "; ", False: ""})) + \
+            f"{row['setting']}={row['value']} ({CONDITIONS})"
+
+
+def _setting_value(text: str):
+    """A condition's value as a sidecar would have recorded it: a number where it reads as one."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def _order_commits(frame) -> None:
