@@ -29,6 +29,10 @@ NATIVE = "native"
 # The mask features a kernel may declare in ``supports`` (``Workload.mask_features``), in words.
 MASK_FEATURES = {"window": "sliding window", "softcap": "logit soft-capping",
                  "segment_ids": "segment ids (packed documents, a ragged cache's padding)"}
+# The segment ids a kernel may take (``segment_kinds``): ``documents`` (the same ids for queries and
+# keys of one packed sequence, ``Workload.documents``) and ``ragged`` (a decode cache's left padding,
+# ``Workload.ragged``).
+SEGMENT_KINDS = ("documents", "ragged")
 
 
 class Unsupported(NotImplementedError):
@@ -73,13 +77,19 @@ class AttentionImpl(abc.ABC):
     requires_modules: tuple[str, ...] = ()
     designed_for: frozenset[str] = frozenset()  # platforms the kernel was written for; empty = portable
     is_flash: bool = False  # a tiled online-softmax (FlashAttention-style) kernel
+    # What the kernel re-implements in its framework's own ops ("" for a vendor or library kernel):
+    # its win or loss is this project's port's, not the original kernel's (the verdict says so).
+    reimplements: str = ""
     summary: str = ""
     platform_support: dict[str, PlatformSupport] = {p: RUNS for p in PLATFORMS}
     # Keys of MASK_FEATURES ``attention`` takes; others are refused with ``feature_notes[feature]``.
     supports: frozenset[str] = frozenset()
     feature_notes: dict[str, str] = {}
-    # "native": each kv head is read once for its query group; "repeated": kv heads are repeated first.
+    # "native": each kv head is read once for its query group; "repeated": kv heads are repeated first;
+    # "refused": grouped heads are refused (``shape_reason`` says why).
     gqa: str = "repeated"
+    # With "segment_ids" in ``supports``: which segment ids the kernel expresses, of SEGMENT_KINDS.
+    segment_kinds: frozenset[str] = frozenset({"documents", "ragged"})
 
     @abc.abstractmethod
     def attention(self, q, k, v, *, causal: bool, scale: float, **mask):

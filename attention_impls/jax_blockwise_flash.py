@@ -141,6 +141,7 @@ class JaxBlockwise(AttentionImpl):
     framework = "jax"
     designed_for = frozenset({"gpu"})
     is_flash = True
+    reimplements = "FlashAttention-2's GPU algorithm at 128x128 tiles"
     summary = ("FlashAttention-2 online softmax in jax (lax.map over 128-row query tiles, lax.scan "
                "over 128-key tiles, GPU tile sizes), compiled by XLA on every backend")
 

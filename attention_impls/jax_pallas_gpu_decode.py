@@ -79,6 +79,7 @@ class JaxPallasGpuDecode(AttentionImpl):
                     "scales and masks its scores (no soft-cap option)"),
     }
     gqa = "native"
+    segment_kinds = frozenset({"ragged"})  # start_idx per sequence: a cache's left padding only
 
     def shape_reason(self, workload, platform):
         return gpu_decode_shape_reason(workload, self.name)

@@ -70,7 +70,8 @@ class JaxPallasGpuMha(AttentionImpl):
         "softcap": ("Pallas GPU mha takes no logit soft-capping: it has no soft-cap option "
                     "(segment_ids, sm_scale, causal, block_sizes only)"),
     }
-    gqa = "repeated"  # unused: GQA is refused (the kernel indexes k and v with the query head)
+    gqa = "refused"  # the kernel indexes k and v with the query head (gpu_mha_shape_reason)
+    segment_kinds = frozenset({"documents"})  # one [B, S] array for queries and keys alike (module doc)
     platform_support = {
         "cpu": interpret_only(INTERPRETER),
         "gpu": RUNS,

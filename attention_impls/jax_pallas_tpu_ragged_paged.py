@@ -169,6 +169,7 @@ class JaxPallasTpuRaggedPaged(AttentionImpl):
     }
     supports = frozenset({"window", "softcap", "segment_ids"})
     gqa = "native"
+    segment_kinds = frozenset({"ragged"})  # kv_lens per sequence: a cache's padding only
 
     def shape_reason(self, workload, platform):
         return tpu_ragged_paged_shape_reason(workload, self.name)

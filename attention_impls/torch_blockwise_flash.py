@@ -122,6 +122,7 @@ class TorchBlockwise(AttentionImpl):
     framework = "torch"
     designed_for = frozenset({"gpu"})
     is_flash = True
+    reimplements = "FlashAttention-2's GPU algorithm at 128x128 tiles"
     platform_support = {"cpu": RUNS, "gpu": RUNS,
                         "tpu": unsupported("plain torch reaches a TPU only through torch_xla: "
                                            "see torch-xla-blockwise-flash")}

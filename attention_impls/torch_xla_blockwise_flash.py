@@ -17,6 +17,7 @@ class TorchXlaBlockwise(AttentionImpl):
     framework = "torch_xla"
     designed_for = frozenset({"gpu"})
     is_flash = True
+    reimplements = TorchBlockwise.reimplements
     summary = "FlashAttention-2 online softmax in torch ops with GPU tile sizes (128x128), XLA-compiled"
     # The shared loop's declarations: this kernel is that loop under XLA.
     supports = TorchBlockwise.supports

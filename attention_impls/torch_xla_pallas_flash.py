@@ -46,6 +46,7 @@ class TorchXlaPallasFlash(AttentionImpl):
     platform_support = {"cpu": unsupported(CPU_REASON), "gpu": unsupported(GPU_REASON), "tpu": RUNS}
     supports = frozenset({"segment_ids"})
     feature_notes = {"window": NO_WINDOW, "softcap": NO_SOFTCAP}
+    gqa = "refused"  # each grid step reads the kv head of its query head's index (shape_reason)
 
     def shape_reason(self, workload, platform):
         w = workload

@@ -7,9 +7,10 @@ import datetime as dt
 import importlib
 import os
 import sys
+import textwrap
 
 import attention_impls
-from attention_impls.base import MASK_FEATURES
+from attention_impls.base import MASK_FEATURES, SEGMENT_KINDS
 from attnbench import hardware
 from attnbench.asv.rename_env import rename_environment
 from attnbench.asv.suite import METRICS, detect_machine_name
@@ -86,13 +87,17 @@ def support_matrix_rows(impls) -> list[dict]:
 
 
 def feature_matrix_rows(impls) -> list[dict]:
-    """Per kernel: how it runs grouped-query heads and which mask features it declares."""
+    """Per kernel: how it runs grouped-query heads (native, repeated or refused) and which mask
+    features it declares; for segment ids, which kind (documents, ragged, or both)."""
     titles = {"window": "window", "softcap": "softcap", "segment_ids": "segment ids"}
     rows = []
     for impl in impls:
         row = {"implementation": f"`{impl.name}`", "gqa": impl.gqa}
         for feature in MASK_FEATURES:
             row[titles[feature]] = "yes" if feature in impl.supports else "no"
+        if "segment_ids" in impl.supports:
+            kinds = [kind for kind in SEGMENT_KINDS if kind in impl.segment_kinds]
+            row[titles["segment_ids"]] = "both" if len(kinds) == len(SEGMENT_KINDS) else kinds[0]
         rows.append(row)
     return rows
 
@@ -223,7 +228,7 @@ def run_workloads(args) -> list[Workload]:
         if args.kv_len:
             raise ValueError(f"--kv-len is decode's cache length; --phase {phase} runs seq x seq (use --seq)")
         return [presets.workload(args.workload, phase, seq=seq, **common) for seq in (args.seq or [None])]
-    if args.layer != "windowed" or args.size != "real":
+    if args.layer is not None or args.size != "real":
         raise ValueError("--layer and --size pick a preset's layer and lengths: they need --workload NAME")
     phase = args.phase or ("training" if args.mode == "fwd_bwd" else "prefill")
     mode = PHASE_MODES[phase]
@@ -310,7 +315,8 @@ def cmd_machine_name(args) -> int:
     return 0
 
 
-SUMMARY_REASONS_WIDTH = 100  # characters of each verdict row's reasons that `summary` shows
+SUMMARY_WIDTH = 120  # `summary` fits a terminal this wide unless --wide
+SUMMARY_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost"]
 
 
 def _verdict_rows(table, width: int | None) -> list[dict]:
@@ -356,22 +362,49 @@ def cmd_summary(args) -> int:
     if note:  # which commit is "newest" comes from git, else the commit dates asv recorded
         print(f"attnbench summary: {note}", file=sys.stderr)
     verdict = headline(verdict_table(args.results, frame))
+    width = None if args.wide else SUMMARY_WIDTH
     if not verdict.empty:
-        print("# verdict (attnbench verdict --all: every row; README \"The verdict\")")
-        print(_render(_verdict_rows(verdict, SUMMARY_REASONS_WIDTH), DISPLAY_COLUMNS, args))
+        print(_wrap("# verdict (attnbench verdict --all: every row; README \"The verdict\")", width))
+        rows = _unique(_verdict_rows(verdict, None))
+        print(_render(rows, DISPLAY_COLUMNS if args.wide else SUMMARY_COLUMNS, args))
+        if not args.wide:  # each row's sentence and reasons, whole, wrapped to the terminal
+            for row in rows:
+                head = f"{row['machine']} {row['framework']} {row['workload']} {row['seq']}: "
+                text = " ".join(t for t in (row["sentence"], row["reasons"]) if t != "-")
+                print(_wrap(head + text, width, indent="    "))
         print()
     table = best_native_vs_forced(frame)
     if table.empty:
         print("no Forward/static results to summarise")
         return 0
-    columns = [c for c in ["machine", "seq_len", "dtype", "best_native", "native_ms_per_step",
-                           "native_usd_per_step", "best_forced", "forced_ms_per_step", "forced_usd_per_step"]
-               if c in table]
-    rows = [{c: _fmt(v) for c, v in row.items()} for row in table[columns].to_dict("records")]
-    print("# best native vs best forced-flash, causal fwd B1 H8 D64, static shapes, each machine's newest "
-          "commit (interpreted kernels are their own category, in neither column)")
+    names = {"seq_len": "seq", "best_native": "native", "native_ms_per_step": "native ms",
+             "best_forced": "forced", "forced_ms_per_step": "forced ms",
+             "forced/native cost": "forced/native USD"}
+    table = table.rename(columns=names)
+    columns = [c for c in ["machine", "seq", "dtype", "native", "native ms", "forced", "forced ms",
+                           "forced/native USD"] if c in table]
+    rows = _unique([{c: _fmt(v) for c, v in row.items()} for row in table[columns].to_dict("records")])
+    print(_wrap("# best native vs best forced-flash, causal fwd B1 H8 D64, static shapes, each machine's "
+                "newest commit (interpreted kernels are their own category, in neither column)", width))
     print(_render(rows, columns, args))
     return 0
+
+
+def _wrap(text: str, width: int | None, indent: str = "") -> str:
+    """``text`` wrapped to ``width`` columns, whole (None: one line)."""
+    return text if width is None else textwrap.fill(text, width, subsequent_indent=indent,
+                                                    break_long_words=False, break_on_hyphens=False)
+
+
+def _unique(rows: list[dict]) -> list[dict]:
+    """``rows`` without repeats (one case seen twice, e.g. in two environments of one commit)."""
+    seen, out = set(), []
+    for row in rows:
+        key = tuple(sorted(row.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(row)
+    return out
 
 
 def parse_thresholds(default: float, pairs: list[str] | None) -> dict[str, float]:
@@ -522,6 +555,8 @@ def _add_results_commands(sub) -> None:
     p = sub.add_parser("summary", help="the verdict, then best native vs forced-flash per length")
     p.add_argument("--results", default="results")
     p.add_argument("--markdown", action="store_true")
+    p.add_argument("--wide", action="store_true", help=f"every column on one line (default: {SUMMARY_WIDTH} "
+                   "columns, sentences wrapped)")
     p.set_defaults(func=cmd_summary)
 
     p = sub.add_parser("report", help="report (Markdown, HTML, plots, tidy tables), regressions, cost spikes")
@@ -581,8 +616,9 @@ def _add_run_command(sub) -> None:
     p.add_argument("--softcap", type=float, help="logit soft cap C: C * tanh(score / C) before the mask")
     p.add_argument("--documents", type=int,
                    help="documents packed per sequence (segment ids; seeded lengths)")
-    p.add_argument("--layer", choices=("windowed", "global"), default="windowed",
-                   help="a preset that alternates windowed and global layers: which one")
+    p.add_argument("--layer", choices=presets.LAYERS,
+                   help="a preset that alternates local (windowed) and global layers (gemma-2-9b): which "
+                   "one (default local)")
     p.add_argument("--size", choices=("real", "default"), default="real",
                    help="a preset's lengths: the model's own (real) or the 2-core CPU suite's (default)")
     p.add_argument("--regime", nargs="+", choices=["static", "dynamic", "bucketed"],

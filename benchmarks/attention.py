@@ -114,17 +114,19 @@ class Training:
 
 @with_metrics
 class Models:
-    """Real models' attention (``python -m attnbench workloads``): implementation x preset x phase,
-    static shapes, in the suite's first dtype. Each preset keeps its heads, head dim and mask; the
+    """Real models' attention (``python -m attnbench workloads``): implementation x preset x phase x
+    shape regime, in the suite's first dtype. Each preset keeps its heads, head dim and mask; the
     lengths are the suite size's (``attnbench/core/presets.py`` SIZES: default prefill 512 tokens and
-    decode 1 token x 4 ragged caches of up to 1024 keys, training (full) 256 with 4 packed
-    documents; full and gpu: the models' own, 8k tokens and 32k caches). The implementations are
-    the size's (``asv.suite.preset_impl_names``). A phase a preset lacks (an encoder's decode) is
-    n/a."""
+    decode 1 token x 4 ragged caches of up to 1024 keys; full and gpu: the models' own, 8k tokens and
+    32k caches), and a regime's stream draws the phase's lengths as Forward's does (the cache's for
+    decode). Every preset has its static stream (pad to max), so the verdict prices each; the
+    dynamic and bucketed streams are the size's ``regime_presets`` (default: llama-3.1-8b). The
+    implementations are the size's (``asv.suite.preset_impl_names``). A phase a preset lacks (an
+    encoder's decode) is n/a."""
 
     params = (suite.preset_impl_names(SUITE), list(SUITE["model_presets"]),
-              list(SUITE.get("model_phases", suite.PHASES)))
-    param_names = ["implementation", "workload", "phase"]
+              list(SUITE.get("model_phases", suite.PHASES)), list(REGIMES))
+    param_names = ["implementation", "workload", "phase", "regime"]
     timeout = 3600
 
     @staticmethod
@@ -136,18 +138,18 @@ class Models:
         return cases_of(cls)
 
     @classmethod
-    def case_of(cls, implementation, workload, phase):
+    def case_of(cls, implementation, workload, phase, regime):
         found = cls.workloads().get((workload, phase))
-        return None if found is None else (implementation, found, "static")
+        return None if found is None else (implementation, found, regime)
 
     def setup_cache(self):
         return measure(Models)
 
-    def setup(self, cache, implementation, workload, phase):
+    def setup(self, cache, implementation, workload, phase, regime):
         found = self.workloads().get((workload, phase))
         if found is None:
             raise NotImplementedError(f"{workload} has no {phase} phase")
-        self.record = suite.record_for(cache, suite.case_key(implementation, found, "static"))
+        self.record = suite.record_for(cache, suite.case_key(implementation, found, regime))
 
 
 MEASURED = (Forward, Training, Models)  # the classes whose cases one sweep can measure together

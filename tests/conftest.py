@@ -36,3 +36,19 @@ def impls_under_test():
     import attention_impls
 
     return [n for n in attention_impls.names() if attention_impls.get(n).framework in FRAMEWORKS]
+
+
+@pytest.fixture(scope="session")
+def committed_results(tmp_path_factory):
+    """git's copy of results/ at HEAD, in a folder of its own: a test of the committed results reads
+    them, whatever a local `make bench` has filed beside them since."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path_factory.mktemp("committed")
+    archive = subprocess.run(["git", "archive", "HEAD", "results"], cwd=root, capture_output=True)
+    if archive.returncode:
+        pytest.skip("needs this project's git checkout (git's copy of results/)")
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    return out / "results"

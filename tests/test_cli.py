@@ -115,3 +115,35 @@ def test_cases_prints_what_ran_and_its_evidence_from_a_case_cache(tmp_path, caps
     assert "2.case is not a case record" in captured.err
     assert main(["cases", str(tmp_path / "cases"), "--all"]) == 0
     assert "interpreted here" in capsys.readouterr().out
+
+
+def test_feature_matrix_says_refused_and_names_the_segment_id_kind(capsys):
+    """GQA `refused` and the segment-id kind come from each kernel's declarations (`gqa`,
+    `segment_kinds`); the kernels that refuse say so in their reasons."""
+    from attention_impls.base import SEGMENT_KINDS
+    from attnbench.core.workload import Workload
+
+    assert main(["matrix", "--features", "--markdown"]) == 0
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in capsys.readouterr().out.strip().splitlines()[2:]}
+    # columns: gqa, window, softcap, segment ids
+    assert rows["`jax-pallas-gpu-mha`"] == ["refused", "no", "no", "documents"]
+    assert rows["`torch-xla-pallas-flash`"] == ["refused", "no", "no", "both"]
+    assert rows["`jax-pallas-gpu-decode`"][3] == rows["`jax-pallas-tpu-ragged-paged`"][3] == "ragged"
+    assert rows["`jax-pallas-mgpu-attention`"][3] == "no" and rows["`jax-xla`"][3] == "both"
+    gqa = Workload(q_heads=8, kv_heads=2, seq_q=256, head_dim=64)
+    documents = Workload(q_heads=4, seq_q=256, head_dim=64, documents=2)
+    ragged = Workload(batch=2, q_heads=4, seq_q=1, seq_k=256, head_dim=64, causal=True, ragged=True)
+    for name in attention_impls.names():
+        impl = attention_impls.get(name)
+        assert impl.gqa in ("native", "repeated", "refused")
+        assert impl.segment_kinds and set(impl.segment_kinds) <= set(SEGMENT_KINDS)
+        platform = sorted(impl.designed_for or {"cpu"})[0]
+        if impl.gqa == "refused":  # the declaration is what shape_reason does
+            reason = impl.shape_reason(gqa, platform)
+            assert reason and ("GQA" in reason or "grouped-query" in reason), f"{name}: {reason!r}"
+        if "segment_ids" in impl.supports:
+            for kind, workload in (("documents", documents), ("ragged", ragged)):
+                if kind not in impl.segment_kinds:
+                    reason = impl.shape_reason(workload, platform)
+                    assert reason and "segment ids" in reason, f"{name} on {kind}: {reason!r}"

@@ -292,7 +292,8 @@ def test_max_batch_table_columns_and_integers(tmp_path):
     max_batch_table(summary, str(path))
     lines = path.read_text().splitlines()
     assert lines[0].split(",") == MAX_BATCH_COLUMNS
-    assert lines[1].startswith("tpu-v5e,jax-xla,fwd,bfloat16,4096,compiled,38,4096,5,5,False,155648,")
+    assert lines[1].startswith("tpu-v5e,jax-xla,custom,prefill,fwd,bfloat16,4096,compiled,38,4096,5,5,False,"
+                               "155648,")
     assert ",,4096,1,1,False,,," in lines[2]  # nothing fits at 256k: empty, not NaN or 0.0
 
 
@@ -698,7 +699,8 @@ def test_models_grid_marks_impossible_cases_na_with_the_reason(monkeypatch):
     prefill, _ = suite.model_case("mistral-7b", "prefill", 32768)
     assert (prefill.batch, prefill.seq_q, prefill.window, prefill.name) == (1, 32768, 4096, "mistral-7b")
     training, _ = suite.model_case("llama-3.1-70b", "training", 32768)
-    assert (training.mode, training.documents, training.q_heads, training.kv_heads) == ("fwd_bwd", 4, 64, 8)
+    assert (training.mode, training.documents, training.q_heads, training.kv_heads) == \
+        ("fwd_bwd", None, 64, 8)
     monkeypatch.setenv("ATTNBENCH_SUITE", "default")
     workload, why = suite.model_case("llama-3.1-8b", "prefill", 8192)
     assert workload is None and why.startswith("left out of the default suite size, which compiles "

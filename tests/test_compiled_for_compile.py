@@ -220,7 +220,7 @@ def test_a_preset_workload_compiles_with_its_mask_its_columns_and_segment_ids(tm
 def test_packed_documents_and_a_window_with_softcap_reach_the_compiled_kernels(tmp_path):
     from attnbench.core import presets
 
-    bert = presets.workload("bert-base", "prefill", size="smoke", dtype="bfloat16")  # 512 tokens, 4 documents
+    bert = presets.workload("bert-base", "prefill", size="smoke", dtype="bfloat16", documents=4)  # 512 tokens
     record = compile_case("h200", "jax-xla", bert, hlo_dir=str(tmp_path / "bert"))
     assert record["status"] == classify.OK and (record["documents"], record["mask"]) == (4, "documents(4)")
     assert sum("s32[1,512]" in p for p in _entry_parameters(tmp_path / "bert")) == 2
@@ -235,7 +235,7 @@ def test_packed_documents_and_a_window_with_softcap_reach_the_compiled_kernels(t
 def test_segment_ids_under_the_head_sharding_of_a_slice_and_in_the_backward():
     from attnbench.core import presets
 
-    training = presets.workload("llama-3.1-8b", "training", size="smoke", dtype="bfloat16")  # documents
+    training = presets.workload("llama-3.1-8b", "training", size="smoke", dtype="bfloat16", documents=4)
     sliced = compile_case("tpu-v5e-2x2", "jax-xla", training)
     assert sliced["status"] == classify.OK and sliced["devices"] == 4 and sliced["phase"] == "training"
     single = compile_case("h200", "jax-xla", training)

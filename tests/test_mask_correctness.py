@@ -88,7 +88,7 @@ def test_masked_gradients_match_reference(name, case):
 def test_declared_features_and_refusals_name_the_feature(name):
     impl = attention_impls.get(name)
     assert impl.supports <= set(MASK_FEATURES), f"{name} declares unknown features"
-    assert impl.gqa in ("native", "repeated")
+    assert impl.gqa in ("native", "repeated", "refused")
     one_feature = {"window": Workload(seq_q=256, causal=True, window=32),
                    "softcap": Workload(seq_q=256, causal=True, softcap=30.0),
                    "segment_ids": Workload(seq_q=256, causal=True, documents=2)}

@@ -148,12 +148,12 @@ def _scaled(frame, factor: float):
 
 
 @pytest.fixture(scope="module")
-def committed():
+def committed(committed_results):
     from attnbench.results.asv_results import load_results
 
     if subprocess.run(["git", "rev-parse", "48c656b8"], cwd=ROOT, capture_output=True).returncode:
         pytest.skip("needs this project's git history (the committed results' commits)")
-    return load_results(str(ROOT / "results"), repo=str(ROOT))
+    return load_results(str(committed_results), repo=str(ROOT))
 
 
 @pytest.mark.slow

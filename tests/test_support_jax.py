@@ -347,7 +347,7 @@ def _masked_check(name, workload, seed=0, grads=False):
 @pytest.mark.parametrize("name, supports, gqa", [
     (TPU_FLASH, {"segment_ids"}, "repeated"),
     (SPLASH, {"window", "softcap", "segment_ids"}, "native"),
-    (GPU_MHA, {"segment_ids"}, "repeated"),
+    (GPU_MHA, {"segment_ids"}, "refused"),
     (MGPU, set(), "native"),
 ])
 def test_pallas_mask_declarations(name, supports, gqa):

@@ -58,19 +58,20 @@ def test_price_stream_gives_back_the_measured_stream():
     assert 0 < longer["stall_share"] < measured["stall_share"]
 
 
-def test_price_stream_without_compiles_is_the_steady_cost():
-    priced = verdict.price_stream(
-        steady_usd=1e-6,
-        usd_with_compiles=1e-6,
-        usd_per_mtok=2e-3,
-        compiles=0,
-        regime="dynamic",
-        max_len=MAX_LEN,
-        measured_steps=MEASURED_STEPS,
-        steps=10**5,
-    )
+def test_price_stream_without_compiles_is_the_steady_cost_plus_its_first_call_once():
+    """An eager kernel compiles nothing, but its first call stalls (allocation, first touch): paid
+    once, so over the measured stream it is the measured cost, and it amortises over a longer one."""
+    flat = dict(steady_usd=1e-6, usd_with_compiles=1e-6, usd_per_mtok=2e-3, compiles=0, regime="dynamic",
+                max_len=MAX_LEN, measured_steps=MEASURED_STEPS)
+    priced = verdict.price_stream(**flat, steps=10**5)
     assert priced["usd_per_mtok"] == pytest.approx(2e-3)
     assert priced["stall_share"] == 0.0
+    stalled = {**flat, "usd_with_compiles": 2e-6, "usd_per_mtok": 4e-3}  # 6 us of first call over 6 steps
+    assert verdict.price_stream(**stalled, steps=MEASURED_STEPS)["usd_per_mtok"] == pytest.approx(4e-3)
+    tokens = 2e-6 * 1e6 / 4e-3
+    longer = verdict.price_stream(**stalled, steps=1000)
+    assert longer["usd_per_mtok"] == pytest.approx((1000 * 1e-6 + 6e-6) * 1e6 / (1000 * tokens))
+    assert longer["stall_share"] == pytest.approx(6e-6 / (1000 * 1e-6 + 6e-6))
 
 
 def test_price_stream_refuses_missing_figures():
@@ -177,6 +178,11 @@ def _only(table, **where):
     return part.iloc[0]
 
 
+def _break(impl, release, cause, target="cpu", workload="causal-256"):
+    return {"impl": impl, "framework": "jax", "target": target, "workload": workload, "release": release,
+            "cause": cause, "status": "api-changed", "reason": "", "line": ""}
+
+
 def test_fast_on_paper_slow_in_production_is_a_flip():
     # forced: 10 ms steps, but each compile stalls 30x a step's cost; native: 12 ms, cheap compiles
     forced = _case(
@@ -195,23 +201,47 @@ def test_fast_on_paper_slow_in_production_is_a_flip():
         hi=0.0122,
         regimes={"bucketed": (1.1e-6, 1.2e-6, 4), "static": (1.3e-6, 1.32e-6, 1)},
     )
+    breaks = [_break("jax-forced", "0.9.2", "packaging"), _break("jax-forced", "0.6.2", "adapter"),
+              _break("jax-forced", "0.8.2", "api-changed", target="tpu-v5e")]
     table = verdict.measured_verdicts(
         _frame(forced, native),
         steps=1000,
-        fragility={"jax-forced": "jax 0.9.2 (api-changed)"},
+        fragility=breaks,
         visibility={"jax-forced": False, "jax-native": True},
     )
     row = _only(table, framework="jax")
-    assert row["paper_winner"] == "jax-forced (forced-flash)"
-    assert row["production_winner"] == "jax-native (native)"
-    assert row["flip"] == "yes"
-    assert row["ratio_of"] == "jax-forced / jax-native"
-    assert 1 < row["ratio_low"] <= row["ratio"] <= row["ratio_high"]
-    assert "buckets" in row["production_strategy"]
-    assert "jax-forced: fastest step (10 vs 12 ms)" in row["reasons"]
-    assert "jax-forced broke in jax 0.9.2 (api-changed)" in row["reasons"]
+    assert (row["forced"], row["native"]) == ("jax-forced (forced-flash)", "jax-native (native)")
+    # on paper 10 ms against 12 ms: 0.83x, [0.0098 / 0.0122, 0.0102 / 0.0118] = [0.80, 0.86]
+    assert row["paper"] == "forced" and row["paper_ratio"] == pytest.approx(10 / 12)
+    assert (row["paper_low"], row["paper_high"]) == pytest.approx((0.0098 / 0.0122, 0.0102 / 0.0118))
+    assert row["answer"] == "native" and 1 < row["ratio_low"] <= row["ratio"] <= row["ratio_high"]
+    assert row["flip"] == "yes"  # both beyond their uncertainty, in opposite directions
+    assert row["ratio_of"] == "jax-forced / jax-native, USD per useful token"
+    assert "jax-native: buckets" in row["production_strategy"]
+    assert row["sentence"].startswith("Use native jax-native: forced jax-forced costs ")
+    assert "jax-forced broke in jax 0.9.2 (packaging)" in row["reasons"]
+    assert "0.6.2" not in row["reasons"]  # the project's adapter is no kernel's fragility
+    assert "0.8.2" not in row["reasons"]  # seen on another target
     assert "jax-forced is invisible to its framework's profiler" in row["reasons"]
-    assert "jax-native is invisible" not in row["reasons"]
+    assert "jax-native is visible to its framework's profiler" in row["reasons"]
+
+
+def test_a_clear_win_is_a_win_and_a_tie_is_a_tie():
+    """The same two kernels, once with production costs 2x apart and narrow intervals, once 5% apart:
+    a win names the kernel, a tie says it cannot tell, and by how much the two could differ."""
+    def pair(forced_usd):
+        forced = _case("torch-f", "forced-flash", step=0.010, regimes={"static": (forced_usd, forced_usd, 0)})
+        native = _case("torch-n", "native", step=0.010, regimes={"static": (1e-6, 1e-6, 0)})
+        return _only(verdict.measured_verdicts(_frame(forced, native)), framework="torch")
+
+    win = pair(0.5e-6)
+    assert win["answer"] == "forced" and win["ratio_high"] < 1
+    assert win["sentence"].startswith("Force torch-f: it costs 0.50x")
+    tie = pair(1.02e-6)
+    assert tie["ratio_low"] < 1 < tie["ratio_high"]
+    assert tie["answer"] == "can't tell" and tie["flip"] == "can't tell"  # the paper ties too
+    assert tie["sentence"].startswith("Can't tell: forced torch-f costs 1.02x")
+    assert "% less to " in tie["sentence"] and "% more" in tie["sentence"]
 
 
 def test_overlapping_intervals_are_no_flip_beyond_noise():
@@ -222,10 +252,8 @@ def test_overlapping_intervals_are_no_flip_beyond_noise():
         "jax-native", "native", step=0.011, lo=0.009, hi=0.013, regimes={"static": (0.98e-6, 1.0e-6, 1)}
     )
     row = _only(verdict.measured_verdicts(_frame(forced, native)), framework="jax")
-    assert row["paper_winner"].startswith("jax-forced")
-    assert row["production_winner"].startswith("jax-native")
-    assert row["flip"] == "within noise"
-    assert "on paper within noise of jax-native" in row["reasons"]
+    assert row["paper"] == "can't tell"  # 0.91x, [0.008 / 0.013, 0.014 / 0.009] = [0.62, 1.56]
+    assert row["flip"] == "can't tell"  # a flip needs both comparisons decided
     assert "only pad to max measured at this length" in row["reasons"]
 
 
@@ -240,7 +268,8 @@ def test_interpreted_and_contended_kernels_never_win():
     row = _only(
         verdict.measured_verdicts(_frame(fastest_interpreted, fastest_contended, slow)), framework="jax"
     )
-    assert row["paper_winner"] == row["production_winner"] == "jax-xla (native)"
+    assert row["native"] == "jax-xla (native)" and pd.isna(row["forced"]) and row["answer"] == "-"
+    assert row["sentence"].startswith("Only jax-xla (native) ranks here: no forced-flash kernel")
     assert "not ranked (interpreted): jax-pallas-x" in row["reasons"]
     assert "not ranked (contended): jax-busy" in row["reasons"]
 
@@ -255,13 +284,12 @@ def test_no_stream_is_a_paper_only_row():
     frame = _frame(_case("torch-a", "native", step=0.01), _case("torch-b", "forced-flash", step=0.02))
     table = verdict.measured_verdicts(frame)
     row = _only(table, framework="torch")
-    assert row["paper_winner"] == "torch-a (native)"
-    assert row["production_winner"] is None or row["production_winner"] != row["production_winner"]
-    assert row["flip"] == "-"
+    assert row["paper"] == "native" and row["answer"] == "-" and row["flip"] == "-"
+    assert "no length stream measured" in row["sentence"]
     assert verdict.headline(table).empty and len(verdict.paper_only(table)) == 1
 
 
-def test_a_short_stream_winner_gets_its_break_even():
+def test_a_short_stream_winner_gets_its_break_even_with_its_interval():
     # forced: cheaper steps, a 200-step-sized compile; native: dearer steps, no compile
     forced = _case(
         "torch-xla-forced",
@@ -280,12 +308,29 @@ def test_a_short_stream_winner_gets_its_break_even():
         regimes={"static": (1.5e-6, 1.5e-6, 0)},
     )
     row = _only(verdict.measured_verdicts(_frame(forced, native), steps=1000), framework="torch_xla")
-    assert row["production_winner"].startswith("torch-xla-forced")
-    # the forced kernel catches up when 1e-6 * n + 200e-6 < 1.5e-6 * n: from n = 401 on
-    assert (
-        "torch-xla-native is cheapest: torch-xla-forced pays back its compile stalls after 401 steps"
-        in row["reasons"]
-    )
+    assert row["answer"] == "forced"
+    # the forced kernel catches up when 1e-6 * n + 200e-6 < 1.5e-6 * n: from n = 401 on; its steady
+    # step's uncertainty (the static interval, ±1%) moves that a little either way
+    assert row["break_even"] == 401 and row["break_even_of"] == "torch-xla-forced"
+    assert row["break_even_low"] < 401 < row["break_even_high"] < 500
+    assert ("torch-xla-native is cheaper: torch-xla-forced pays back its compile stalls after 401 steps ["
+            in row["reasons"])
+
+
+def test_a_break_even_within_the_noise_says_never_within_the_uncertainty():
+    """Steady steps 1.0 vs 1.1 us with ±20% intervals: the forced kernel may be the dearer per step, and
+    then it never pays back its compile."""
+    def case(steady, stalled, compiles):
+        figures = (("usd_per_step", steady), ("usd_per_step_with_compiles", stalled),
+                   ("usd_per_million_useful_tokens_with_compiles", stalled * 1e6 / 768),
+                   ("compiles", compiles))
+        return {f"static:{m}": v for m, v in figures}
+
+    forced, native = case(1.0e-6, 11e-6, 1), case(1.1e-6, 1.1e-6, 0)
+    point, early, late = verdict.break_even_interval(forced, native, 0.2 / 2.576, 0.2 / 2.576, MAX_LEN,
+                                                     MEASURED_STEPS)
+    assert point is not None and early < point and late is None
+    assert verdict._steps_words(point, early, late).endswith("-never, within the uncertainty]")
 
 
 def test_break_even_never_within_the_limit():
@@ -372,7 +417,9 @@ def test_compile_targets_speak_of_memory_never_of_speed():
     table = verdict.compiled_verdicts(records, batches)
     row = _only(table, machine="tpu-v5e")
     assert row["basis"] == "compiler only"
-    assert row["paper_winner"] is None and row["production_winner"] is None
+    assert row["answer"] == "-" and pd.isna(row["forced"])
+    assert row["sentence"].startswith("On tpu-v5e the compiler fits the most tokens per chip with "
+                                      "jax-pallas-tpu-splash")
     assert row["headroom_winner"] == "jax-pallas-tpu-splash"
     assert "largest batch: jax-pallas-tpu-splash 19, jax-pallas-tpu-flash 17" in row["reasons"]
     assert "does not fit: jax-xla" in row["reasons"]
@@ -389,6 +436,40 @@ def test_compile_targets_speak_of_memory_never_of_speed():
     assert "a bound, not a rank" in row["reasons"]
     assert "jax-pallas-gpu-mha" not in row["reasons"]  # the interpreter's memory says nothing
     assert len(verdict.headline(table)) == 1
+
+
+def test_a_preset_decode_is_its_own_compiled_row_at_its_cache_length():
+    """A preset's records (batch 8, one query against its cache) are a row of their own, named for the
+    preset and phase at the cache's length, never folded into the B1 H8 D64 grid."""
+    decode = [{**_record(impl, label, 1), "seq_k": 131072, "batch": 8, "workload": "llama-3.1-8b",
+               "phase": "decode", "mask": "causal"}
+              for impl, label in (("jax-xla", "native"), ("jax-pallas-tpu-ragged-paged", "forced-flash"))]
+    records = pd.DataFrame([_record("jax-xla", "native", 4096), *decode])
+    batches = pd.DataFrame([{"target": "tpu-v5e", "impl": impl, "workload": "llama-3.1-8b", "phase": "decode",
+                             "mode": "fwd", "dtype": "bfloat16", "seq_len": 131072, "max_batch": n,
+                             "capped": False}
+                            for impl, n in (("jax-xla", 3), ("jax-pallas-tpu-ragged-paged", 12))])
+    table = verdict.compiled_verdicts(records, batches)
+    row = _only(table, workload="llama-3.1-8b decode")
+    assert row["seq_len"] == 131072 and row["headroom_winner"] == "jax-pallas-tpu-ragged-paged"
+    assert "largest batch: jax-pallas-tpu-ragged-paged 12, jax-xla 3" in row["reasons"]
+    assert len(table) == 1  # the B1 H8 D64 record has no batch search here: no row
+    both = verdict.compiled_verdicts(records, None)
+    assert set(both["workload"]) == {"llama-3.1-8b decode", verdict.FORWARD}
+
+
+def test_a_forced_reimplementation_is_named_as_the_projects_own():
+    """A win of jax-blockwise-flash is this project's port of the GPU algorithm winning, not the GPU
+    kernel; the sentence says so (``reimplements`` on the kernel)."""
+    forced = _case("jax-blockwise-flash", "forced-flash", step=0.010, regimes={"static": (0.5e-6, 0.5e-6, 0)})
+    native = _case("jax-xla", "native", step=0.010, regimes={"static": (1e-6, 1e-6, 0)})
+    row = _only(verdict.measured_verdicts(_frame(forced, native)), framework="jax")
+    assert row["answer"] == "forced"
+    assert ("jax-blockwise-flash is this project's jax re-implementation of FlashAttention-2's GPU "
+            "algorithm at 128x128 tiles, not the GPU kernel") in row["sentence"]
+    plain = _case("jax-pallas-tpu-splash", "forced-flash", step=0.010, regimes={"static": (0.5e-6, 0.5e-6, 0)})
+    assert "re-implementation" not in _only(verdict.measured_verdicts(_frame(plain, native)),
+                                            framework="jax")["sentence"]
 
 
 # -- the committed results ------------------------------------------------------------------------
@@ -410,9 +491,11 @@ def test_cli_refuses_a_bad_stream_length():
 
 @pytest.mark.skipif(not _committed(), reason="needs the committed results/")
 @pytest.mark.slow
-def test_readme_verdict_is_the_commands_output_on_the_committed_results(tmp_path):
+def test_readme_verdict_is_the_commands_output_on_the_committed_results(tmp_path, committed_results):
+    """On git's copy of results/ (a local make bench files its run beside the committed ones)."""
     png = tmp_path / "verdict.png"
-    done = _cli("verdict", "--markdown", "--width", "0", "--png", str(png))
+    done = _cli("verdict", "--results", str(committed_results), "--markdown", "--width", "0",
+                "--png", str(png))
     assert done.returncode == 0, done.stderr
     table = [line for line in done.stdout.splitlines() if line.startswith("|")]
     readme = (ROOT / "README.md").read_text()

@@ -162,3 +162,65 @@ def test_to_dict_leaves_out_unset_mask_fields_for_older_releases():
                                     "causal", "mode"}
     masked = plain.replace(window=16, name="mistral-7b")
     assert masked.to_dict()["window"] == 16 and Workload(**masked.to_dict()) == masked
+
+
+# -- minimum bytes: only the keys (and values) some query sees ----------------------------------
+def test_mistral_decode_reads_only_its_window_of_the_cache():
+    # Mistral-7B's real decode: 8 caches of 32768 keys (ragged, each at least 32768 // 4 = 8192 valid
+    # keys, so longer than the window), 1 new token, 32 q / 8 kv heads, head dim 128, float32.
+    w = Workload(batch=8, q_heads=32, kv_heads=8, seq_q=1, seq_k=32768, head_dim=128, causal=True,
+                 window=4096, ragged=True)
+    assert w.visible_keys == 8 * 4096
+    # k + v: 8 caches x 4096 keys x 8 kv heads x 128 x 2 = 67,108,864 elements;
+    # q + o: 8 x 1 x 32 x 128 x 2 = 65,536 elements; 4 bytes each.
+    assert w.min_bytes == 4 * (67_108_864 + 65_536) == 268_697_600
+    # Counting every valid cache key instead would be 6.2x as much (the lengths are seeded).
+    assert w.replace(window=None).min_bytes == 4 * (2 * sum(w.cache_lengths()) * 8 * 128 + 65_536)
+
+
+def test_a_few_new_tokens_read_the_union_of_their_windows():
+    # 4 queries at positions 1020..1023, window 256: the first sees 765..1020, the last 768..1023,
+    # so keys 765..1023 are read: 259 keys.
+    w = Workload(batch=1, q_heads=4, kv_heads=2, seq_q=4, seq_k=1024, head_dim=64, causal=True, window=256)
+    assert w.visible_keys == 259
+    # q + o: 2 x 4 x 4 x 64 = 2048 elements; k + v: 2 x 259 x 2 x 64 = 66,304; 4 bytes each.
+    assert w.min_bytes == 4 * (2048 + 66_304) == 273_408
+    # No window: the last query sees all 1024 keys.
+    assert w.replace(window=None).visible_keys == 1024
+
+
+def test_a_ragged_cache_with_a_window_reads_the_window_of_each_valid_cache():
+    # Every cache holds at least 1000 // 4 = 250 valid keys, more than the window of 200.
+    w = Workload(batch=4, q_heads=8, kv_heads=2, seq_q=1, seq_k=1000, head_dim=64, causal=True, window=200,
+                 ragged=True)
+    assert w.visible_keys == 4 * 200
+    assert w.min_bytes == 4 * (2 * 4 * 8 * 64 + 2 * 800 * 2 * 64)
+
+
+def test_training_bytes_write_whole_gradients():
+    # 2 queries at positions 6, 7 of 8 keys, window 2: keys 5..7 are read (3), but dk and dv are
+    # written for all 8 keys. Elements (head dim 1, one head): fwd q 2 + k, v 2 x 3 + o 2 = 10;
+    # bwd reads q, o, dO 3 x 2 + k, v 2 x 3, writes dq 2 + dk, dv 2 x 8 = 30.
+    w = Workload(batch=1, q_heads=1, seq_q=2, seq_k=8, head_dim=1, causal=True, window=2, mode="fwd_bwd")
+    assert w.visible_keys == 3
+    assert w.min_bytes == 4 * (10 + 30)
+
+
+def test_visible_keys_of_a_split_segment_layout_are_counted_on_the_dense_mask():
+    from attnbench.core import masks
+
+    # Key ids alternate 0, 1, 0, 1 (one id in two runs): queries of id 0 see keys 0 and 2 only.
+    kv = [[0, 1, 0, 1]]
+    assert masks.visible_keys(2, 4, causal=False, q_segment_ids=[[0, 0]], kv_segment_ids=kv) == 2
+    assert masks.visible_keys(2, 4, causal=False, q_segment_ids=[[0, 1]], kv_segment_ids=kv) == 4
+    assert masks.visible_pairs(2, 4, causal=False, q_segment_ids=[[0, 0]], kv_segment_ids=kv) == 4
+
+
+def test_window_scaled_from_is_provenance_checked_and_left_out_of_to_dict():
+    scaled = Workload(seq_q=64, causal=True, window=32, window_scaled_from=4096)
+    assert scaled == Workload(seq_q=64, causal=True, window=32)  # the same attention problem
+    assert "window_scaled_from" not in scaled.to_dict()
+    assert scaled.at_length(128).window_scaled_from == 4096
+    for changes in ({"window_scaled_from": 16}, {"window": None}):
+        with pytest.raises(ValueError, match="needs window < window_scaled_from"):
+            scaled.replace(**changes)

@@ -4,12 +4,15 @@
 (``impl.make_step``, as the measurements do), runs it once warm and once under the framework's
 profiler, in a killable worker, and writes ``results/observability/<machine>-<framework>.csv``.
 
-The rule (``decide``): each profiled op's self time goes to the innermost op, itself or one it runs
-inside, whose name matches ``ATTENTION_NAME``; ``profiler_visible`` when that is at least
-``VISIBLE_SHARE`` of the step's op time. torch: ``torch.profiler`` CPU events by name; compiled
-regions (``OPAQUE_NAME``) never count. jax and torch_xla: the XLA op events of the profile (those
-with an ``hlo_op`` stat), named as the profile names them, with a custom call's target from the
-compiled HLO; the HLO's ``op_name`` metadata is not in the profile, so it only goes into ``reason``.
+The rule (``decide``), the same for every framework: each profiled op's self time goes to the
+innermost op or scope, itself or one it runs inside, whose name matches ``ATTENTION_NAME`` (the
+kernel's own name, or a scope its call declares); ``profiler_visible`` when that is at least
+``VISIBLE_SHARE`` of the step's op time. torch: ``torch.profiler`` CPU events, each inside its parent
+events (an SDPA call's bmm and softmax run inside it); compiled regions (``OPAQUE_NAME``) never count.
+jax: the XLA op events of the profile (those with an ``hlo_op`` stat), named as the profile names
+them with a custom call's target, each inside the scopes of its compiled HLO's ``op_name`` (what
+XProf's framework-op view groups by: ``jit(flash_attention)``). torch_xla: its profile's XLA op
+events; its HLO's scopes are not read here.
 """
 
 from __future__ import annotations
@@ -242,8 +245,9 @@ def _line_op_times(events: list[XlaEvent], label) -> list[OpTime]:
     def close(until: int) -> None:
         while stack and stack[-1][0].end_ns <= until:
             event, nested = stack.pop()
+            scopes = tuple(p for p in event.op_name.split("/") if p)  # the HLO's, outermost first
             ops.append(OpTime(label(event), max(0.0, (event.end_ns - event.start_ns - nested[0]) / 1e9),
-                              tuple(label(e) for e, _ in stack)))
+                              tuple(label(e) for e, _ in stack) + scopes))
 
     for event in events:
         close(event.start_ns)
@@ -252,25 +256,6 @@ def _line_op_times(events: list[XlaEvent], label) -> list[OpTime]:
         stack.append((event, [0.0]))
     close(2**63)
     return ops
-
-
-def metadata_note(lines: list[list[XlaEvent]]) -> str:
-    """What the compiled HLO's op_name metadata (not the profile) would attribute, for ``reason``."""
-    def scope(event: XlaEvent) -> str:
-        parts = [p for p in event.op_name.split("/") if names_attention(p)]
-        return parts[0] if parts else event.name
-
-    ops = xla_op_times(lines, scope)
-    total = sum(op.seconds for op in ops)
-    named = defaultdict(float)
-    for op in ops:
-        who = carrier(op)
-        if who:
-            named[who] += op.seconds
-    if not total or not named:
-        return "the HLO's op_name metadata names no attention either"
-    return (f"only the compiled HLO's op_name metadata, which the profile does not carry, names it "
-            f"({_text(_shares(named, total, 1))})")
 
 
 def jax_hlo_text(impl, workload: Workload, seed: int = 0) -> str:
@@ -305,7 +290,7 @@ def profile_jax(impl, workload: Workload, step) -> tuple[list[OpTime], str]:
         finally:
             jax.profiler.stop_trace()
         lines = xla_events(read_xplane(log_dir), modules)
-    return xla_op_times(lines), metadata_note(lines)
+    return xla_op_times(lines), ""
 
 
 def profile_torch_xla(impl, workload: Workload, step) -> tuple[list[OpTime], str]:

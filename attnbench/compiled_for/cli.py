@@ -21,8 +21,10 @@ import attention_impls
 from attnbench.compiled_for import run
 from attnbench.compiled_for import targets as compile_targets
 from attnbench.compiled_for.records import MAX_BATCH_COLUMNS, MAX_SEQ_COLUMNS, SUMMARY
+from attnbench.compiled_for.suite import MODEL_LENGTHS
 from attnbench.compiled_for.targets import get_targets
 from attnbench.compiled_for.worker import ENVIRONMENT
+from attnbench.core import presets
 from attnbench.core.workload import Workload
 from attnbench.measure.process_env import scoped_environ
 from attnbench.results.table import render
@@ -62,8 +64,8 @@ def add_parser(sub) -> None:
                    help="compile targets (attnbench/compiled_for/targets.toml), e.g. tpu-v5e tpu-v6e "
                         "h200; or all")
     p.add_argument("--impl", nargs="*", help="jax implementations (default: every jax one)")
-    p.add_argument("--seq", type=parse_length, nargs="+", default=[1024, 4096, 16384, 65536],
-                   help="sequence lengths (seq_q = seq_k), e.g. 1k 16k 64k")
+    p.add_argument("--seq", type=parse_length, nargs="+", default=None,
+                   help="sequence lengths (seq_q = seq_k), e.g. 1k 16k 64k (default 1k 4k 16k 64k)")
     p.add_argument("--mode", nargs="+", default=["fwd"], choices=["fwd", "fwd_bwd"])
     p.add_argument("--dtype", nargs="+", default=["bfloat16"], choices=["bfloat16", "float16", "float32"])
     p.add_argument("--batch", type=int, default=1)
@@ -71,6 +73,15 @@ def add_parser(sub) -> None:
     p.add_argument("--kv-heads", type=int, default=None)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--workload", metavar="PRESET",
+                   help="a model preset (python -m attnbench workloads): its heads, head dim, mask and batch "
+                        "at each --seq (prefill and training: tokens; decode: cache keys; default the "
+                        "phase's 8k/32k tokens, 32k/128k keys); --heads, --head-dim and --mode are the "
+                        "preset's")
+    p.add_argument("--phase", nargs="+", choices=["prefill", "training", "decode"],
+                   help="the preset's phases (default: every phase it has)")
+    p.add_argument("--layer", choices=["local", "global"],
+                   help="a model that alternates them (Gemma-2): its windowed or its global layers")
     p.add_argument("--max-seq", type=parse_length, metavar="HI",
                    help="also bisect each implementation x target x mode x dtype for its longest feasible "
                         "length up to HI (multiples of the kernel's block), e.g. 128k")
@@ -103,6 +114,34 @@ def _fmt(column: str, value) -> str:
     return str(value)
 
 
+def _grids(args) -> list[tuple[Workload, list[int], list[str]]]:
+    """``[(template, lengths, modes)]``: the B1 H8 D64 shape at ``--seq``; or, with ``--workload``, each
+    of the preset's phases at its lengths (``--seq``, else the phase's real ones, within its context)."""
+    if not args.workload:
+        seqs = args.seq or [1024, 4096, 16384, 65536]
+        template = Workload(batch=args.batch, q_heads=args.heads, kv_heads=args.kv_heads,
+                            seq_q=seqs[0], head_dim=args.head_dim, dtype=args.dtype[0],
+                            causal=args.causal, mode=args.mode[0])
+        return [(template, seqs, args.mode)]
+    preset = presets.get(args.workload)  # an unknown name: KeyError naming the known ones
+    grids = []
+    for phase in args.phase or preset.phases:
+        lengths = args.seq or [n for n in MODEL_LENGTHS[phase] if n <= preset.context]
+        if not lengths:
+            grid = ", ".join(map(str, MODEL_LENGTHS[phase]))
+            raise ValueError(f"{args.workload}'s context is {preset.context} tokens, shorter than every "
+                             f"{phase} length the grid compiles ({grid}); pass --seq")
+        extent = {"kv_len": lengths[0]} if phase == "decode" else {"seq": lengths[0]}
+        # workload() refuses a length beyond the context, naming it
+        for n in lengths:
+            presets.workload(args.workload, phase, size="real", dtype=args.dtype[0], layer=args.layer,
+                             **({"kv_len": n} if phase == "decode" else {"seq": n}))
+        template = presets.workload(args.workload, phase, size="real", dtype=args.dtype[0], layer=args.layer,
+                                    **extent)
+        grids.append((template, lengths, [template.mode]))
+    return grids
+
+
 def cmd_compile_for(args) -> int:
     """The compile-for sweep under the compiling environment, restored for the caller afterwards."""
     with scoped_environ(**ENVIRONMENT):
@@ -119,9 +158,10 @@ def _compile_for(args) -> int:
     impls = args.impl or [n for n in attention_impls.names() if attention_impls.get(n).framework == "jax"]
     for name in impls:
         attention_impls.get(name)  # an unknown name: KeyError naming the known ones
-    template = Workload(batch=args.batch, q_heads=args.heads, kv_heads=args.kv_heads, seq_q=args.seq[0],
-                        head_dim=args.head_dim, dtype=args.dtype[0], causal=args.causal, mode=args.mode[0])
-    cases = run.plan(targets, impls, template, args.seq, args.mode, args.dtype)  # bad lengths: ValueError
+    grids = _grids(args)  # [(template, lengths, modes)]: the B1 H8 D64 shape's, or each preset phase's
+    cases = [c for template, seqs, modes in grids
+             for c in run.plan(targets, impls, template, seqs, modes, args.dtype)]  # bad lengths: ValueError
+    template = grids[0][0]
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out_dir = args.out or os.path.join(DEFAULT_OUT, stamp)
     path = os.path.join(out_dir, f"records.{args.format}")
@@ -135,12 +175,17 @@ def _compile_for(args) -> int:
     rows = run.run_cases(cases, timeout_s=args.timeout, progress=not args.quiet, hlo_dir=hlo_dir,
                          on_record=write)
     kv = f"/{template.kv_heads}kv" if template.is_gqa else ""
-    print(f"# compiled for, not measured: B{template.batch} H{template.q_heads}{kv} D{template.head_dim}"
-          f"{' causal' if template.causal else ''}; peak and HBM per device; the roofline is a model")
+    causal = " causal" if template.causal else ""
+    what = (f"{args.workload} ({', '.join(t.phase for t, _, _ in grids)})" if args.workload else
+            f"B{template.batch} H{template.q_heads}{kv} D{template.head_dim}{causal}")
+    print(f"# compiled for, not measured: {what}; peak and HBM per device; the roofline is a model")
     print(render([{c: _fmt(c, r.get(c)) for c in SUMMARY} for r in rows], SUMMARY, markdown=args.markdown))
     print(f"wrote {path}")
     extra = []
     if args.max_seq:
+        if args.workload:
+            raise ValueError("--max-seq bisects the B1 H8 D64 shape's length; a preset's lengths are "
+                             "its phases'")
         summary, extra = run.max_feasible(targets, impls, template, args.mode, args.dtype, args.max_seq,
                                           known=rows, timeout_s=args.timeout, progress=not args.quiet)
         if extra:
@@ -153,10 +198,17 @@ def _compile_for(args) -> int:
     if args.max_batch:
         batch_path = os.path.join(out_dir, f"max_batch.{args.format}")
         records_path = os.path.join(out_dir, f"max_batch_records.{args.format}")
-        summary, compiled = run.max_batch(
-            targets, impls, template, args.seq, args.mode, args.dtype, args.max_batch, known=rows + extra,
-            timeout_s=args.timeout, progress=not args.quiet,
-            on_row=lambda done: run.write_table(done, batch_path, MAX_BATCH_COLUMNS))
+        summary, compiled = [], []
+
+        def write_batches(found_so_far):  # the summary so far, rewritten atomically as each row ends
+            run.write_table(summary + found_so_far, batch_path, MAX_BATCH_COLUMNS)
+
+        for grid_template, seqs, modes in grids:
+            found, extra_records = run.max_batch(
+                targets, impls, grid_template, seqs, modes, args.dtype, args.max_batch, known=rows + extra,
+                timeout_s=args.timeout, progress=not args.quiet, on_row=write_batches)
+            summary += found
+            compiled += extra_records
         run.write_table(summary, batch_path, MAX_BATCH_COLUMNS)
         if compiled:
             run.write_table(compiled, records_path)

@@ -32,7 +32,8 @@ SUMMARY = ["target", "impl", "seq_q", "mode", "dtype", "status", "fits", "peak_b
 MAX_SEQ_COLUMNS = ["target", "impl", "mode", "dtype", "block", "execution", "max_feasible_seq",
                    "tried_up_to", "lengths_tried", "compiles", "stopped_by"]
 # ``compile-for --max-batch``; ``stopped_by`` is the record one batch above the maximum.
-MAX_BATCH_COLUMNS = ["target", "impl", "mode", "dtype", "seq_len", "execution", "max_batch", "tried_up_to",
+MAX_BATCH_COLUMNS = ["target", "impl", "workload", "phase", "mode", "dtype", "seq_len", "execution",
+                     "max_batch", "tried_up_to",
                      "batches_tried", "compiles", "capped", "tokens_per_chip", "peak_bytes_at_max",
                      "hbm_bytes", "inserted_copy_bytes_at_max", "stopped_by", "skipped"]
 

@@ -19,7 +19,7 @@ from attnbench.compiled_for import classify
 from attnbench.compiled_for import worker as compile_worker
 from attnbench.compiled_for.records import COLUMNS, MAX_BATCH_COLUMNS, MAX_SEQ_COLUMNS
 from attnbench.core.atomic import atomic_write_bytes
-from attnbench.core.workload import Workload
+from attnbench.core.workload import CUSTOM, Workload
 
 # Imported where used: pandas (the torch_xla venv has no report libraries); tqdm (not in every venv).
 
@@ -39,8 +39,9 @@ class Case:
 
 def plan(targets, impls: list[str], template: Workload, seqs: list[int], modes: list[str],
          dtypes: list[str]) -> list[Case]:
-    """Every target x implementation x mode x dtype x length, in that nesting (lengths innermost)."""
-    return [Case(t, i, template.replace(seq_q=s, seq_k=s, mode=m, dtype=d))
+    """Every target x implementation x mode x dtype x length, in that nesting (lengths innermost). A
+    length is the template's ``stream_length`` (a preset's decode: its cache; else seq_q = seq_k)."""
+    return [Case(t, i, template.replace(mode=m, dtype=d).at_length(s))
             for t in targets for i in impls for m in modes for d in dtypes for s in seqs]
 
 
@@ -265,10 +266,13 @@ def max_batch(targets, impls: list[str], template: Workload, seqs: list[int], mo
     groups = [(t, i, m, d, s) for t in targets for i in impls for m in modes for d in dtypes for s in seqs]
     with _session(worker, len(groups), progress, "max batch") as (worker, bar):
         for target, impl, mode, dtype, seq in groups:
-            base = template.replace(mode=mode, dtype=dtype, seq_q=seq, seq_k=seq)
+            base = template.replace(mode=mode, dtype=dtype).at_length(seq)
+            # a record from before records named their workload and mask is the B1 H8 D64 shape's
             seen = {int(r["batch"]): r for r in known
-                    if (r["target"], r["impl"], r["mode"], r["dtype"], r["seq_q"], r["seq_k"])
-                    == (target.name, impl, mode, dtype, seq, seq) and r.get("batch") is not None}
+                    if (r["target"], r["impl"], r["mode"], r["dtype"], r["seq_q"], r["seq_k"],
+                        r.get("workload") or CUSTOM, r.get("mask") or base.mask)
+                    == (target.name, impl, mode, dtype, base.seq_q, base.seq_k, base.name, base.mask)
+                    and r.get("batch") is not None}
             fresh, consulted = 0, set()
 
             def check(batch, target=target, impl=impl, base=base, seen=seen, consulted=consulted):
@@ -299,7 +303,8 @@ def max_batch(targets, impls: list[str], template: Workload, seqs: list[int], mo
             at = seen[largest] if largest else {}
             tokens = largest * seq
             chips = getattr(target, "chips", 1) or 1
-            summary.append({"target": target.name, "impl": impl, "mode": mode, "dtype": dtype, "seq_len": seq,
+            summary.append({"target": target.name, "impl": impl, "workload": base.name, "phase": base.phase,
+                            "mode": mode, "dtype": dtype, "seq_len": seq,
                             "execution": first.get("execution"), "max_batch": largest or None,
                             "tried_up_to": hi, "batches_tried": len(consulted), "compiles": fresh,
                             "capped": capped,

@@ -188,7 +188,7 @@ def model_lengths() -> list[int]:
 
 def _unit(phase: str) -> tuple[str, str]:
     return ("cache", "keys") if phase == "decode" else (
-        "prompt" if phase == "prefill" else "packed sequence", "tokens")
+        "prompt" if phase == "prefill" else "training sequence", "tokens")
 
 
 def _listing(cases) -> str:

@@ -66,6 +66,32 @@ def dense_mask(seq_q: int, seq_k: int, *, causal: bool, window: int | None = Non
     return keep
 
 
+def _key_bounds(seq_q: int, seq_k: int, *, causal: bool, window: int | None, q_segment_ids,
+                kv_segment_ids) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """Each query's first and last visible key, ``(lo, hi)`` per batch row (one row shared by the
+    batch without segment ids; empty where ``lo > hi``), or ``None`` when some segment id is split
+    into several runs, so that a row's keys are no longer one interval."""
+    pos = np.arange(seq_q, dtype=np.int64) + (seq_k - seq_q)
+    hi = pos if causal else np.full(seq_q, seq_k - 1, dtype=np.int64)
+    lo = np.maximum(pos - window + 1, 0) if window is not None else np.zeros(seq_q, dtype=np.int64)
+    if q_segment_ids is None:
+        return [(lo, hi)]
+    q_ids, kv_ids = np.asarray(q_segment_ids), np.asarray(kv_segment_ids)
+    rows = []
+    for b in range(q_ids.shape[0]):
+        row = kv_ids[b]
+        starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
+        if len(np.unique(row)) != len(starts):
+            return None
+        ends = np.r_[starts[1:], len(row)] - 1
+        first = dict(zip(row[starts].tolist(), starts.tolist(), strict=True))
+        last = dict(zip(row[starts].tolist(), ends.tolist(), strict=True))
+        seg_lo = np.array([first.get(i, 1) for i in q_ids[b].tolist()], dtype=np.int64)
+        seg_hi = np.array([last.get(i, 0) for i in q_ids[b].tolist()], dtype=np.int64)
+        rows.append((np.maximum(lo, seg_lo), np.minimum(hi, seg_hi)))
+    return rows
+
+
 def visible_pairs(seq_q: int, seq_k: int, *, causal: bool, window: int | None = None,
                   q_segment_ids=None, kv_segment_ids=None) -> int:
     """Exactly how many (query, key) pairs the mask keeps, summed over the batch (per head).
@@ -73,25 +99,32 @@ def visible_pairs(seq_q: int, seq_k: int, *, causal: bool, window: int | None = 
     Each row's keys are one interval when every segment id is one contiguous run (the layouts made
     here), so ``Sq x Sk`` is never materialised; other layouts are counted on the dense mask.
     """
-    pos = np.arange(seq_q, dtype=np.int64) + (seq_k - seq_q)
-    hi = pos if causal else np.full(seq_q, seq_k - 1, dtype=np.int64)
-    lo = np.maximum(pos - window + 1, 0) if window is not None else np.zeros(seq_q, dtype=np.int64)
-    if q_segment_ids is None:
-        return int(np.maximum(hi - lo + 1, 0).sum())
-    q_ids, kv_ids = np.asarray(q_segment_ids), np.asarray(kv_segment_ids)
+    rows = _key_bounds(seq_q, seq_k, causal=causal, window=window, q_segment_ids=q_segment_ids,
+                       kv_segment_ids=kv_segment_ids)
+    if rows is None:
+        return int(dense_mask(seq_q, seq_k, causal=causal, window=window, q_segment_ids=q_segment_ids,
+                              kv_segment_ids=kv_segment_ids).sum())
+    return sum(int(np.maximum(hi - lo + 1, 0).sum()) for lo, hi in rows)
+
+
+def visible_keys(seq_q: int, seq_k: int, *, causal: bool, window: int | None = None,
+                 q_segment_ids=None, kv_segment_ids=None) -> int:
+    """How many keys at least one query sees, summed over the batch (per head; one row without
+    segment ids): the keys, and values, a kernel must read. A decode step's window leaves the
+    older cache unread; a ragged cache's padding is never read."""
+    rows = _key_bounds(seq_q, seq_k, causal=causal, window=window, q_segment_ids=q_segment_ids,
+                       kv_segment_ids=kv_segment_ids)
+    if rows is None:
+        return int(dense_mask(seq_q, seq_k, causal=causal, window=window, q_segment_ids=q_segment_ids,
+                              kv_segment_ids=kv_segment_ids).any(axis=1).sum())
     total = 0
-    for b in range(q_ids.shape[0]):
-        row = kv_ids[b]
-        starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
-        if len(np.unique(row)) != len(starts):  # an id in several runs: count densely
-            return int(dense_mask(seq_q, seq_k, causal=causal, window=window,
-                                  q_segment_ids=q_ids, kv_segment_ids=kv_ids).sum())
-        ends = np.r_[starts[1:], len(row)] - 1
-        first = dict(zip(row[starts].tolist(), starts.tolist(), strict=True))
-        last = dict(zip(row[starts].tolist(), ends.tolist(), strict=True))
-        seg_lo = np.array([first.get(i, 1) for i in q_ids[b].tolist()], dtype=np.int64)
-        seg_hi = np.array([last.get(i, 0) for i in q_ids[b].tolist()], dtype=np.int64)
-        total += int(np.maximum(np.minimum(hi, seg_hi) - np.maximum(lo, seg_lo) + 1, 0).sum())
+    for lo, hi in rows:
+        # +1 where a query's interval starts, -1 after it ends: a key is seen where the sum is > 0.
+        seen = hi >= lo
+        edges = np.zeros(seq_k + 1, dtype=np.int64)
+        np.add.at(edges, lo[seen], 1)
+        np.add.at(edges, hi[seen] + 1, -1)
+        total += int((np.cumsum(edges[:-1]) > 0).sum())
     return total
 
 

@@ -192,7 +192,7 @@ del L, H
 # drop the history). Each change is a numbered row; the suite writes ``DEFINITIONS`` into every
 # sidecar (a commit cannot name its own hash), and a step across versions that a change covers is
 # shown as "definition changed", never as a regression.
-DEFINITIONS = "4"
+DEFINITIONS = "5"
 UNRECORDED_DEFINITIONS = "1"  # results written before the sidecar recorded a definitions version
 
 
@@ -260,6 +260,14 @@ DEFINITION_CHANGES: list[DefinitionChange] = [
                      "the default suite's static cases share one worker process (was one per case): each "
                      "still compiles its own shapes cold, but its first call finds the runtime warm and "
                      "its host memory can reuse what earlier cases freed", regimes=("static",)),
+    DefinitionChange("5", "2026-12-02", ("bytes_per_s", "seconds_per_gb"),
+                     "the minimum bytes read only the keys and values some query sees (was every key of "
+                     "the cache: a windowed decode counted its whole cache)"),
+    DefinitionChange("5", "2026-12-02", ("tflops", "seconds_per_pflop", "mfu", "mfu_shortfall",
+                                         "bytes_per_s", "seconds_per_gb"),
+                     "model presets follow their model cards: the window holds at any length, training "
+                     "is one whole sequence (was packed documents), bert-base attends bidirectionally "
+                     "over all its tokens", benchmarks=("Models",)),
 ]
 
 

@@ -2,8 +2,9 @@
 
 ``workload(preset, phase, ...)`` makes a preset's ``Workload`` for ``prefill``, ``training`` or
 ``decode``. ``SIZES``: ``real`` runs the model's own lengths; ``default`` fits a 2-core CPU, heads kept
-and masks in proportion (a window covers the same fraction of the sequence). Every value was checked
-against the model's published config (``source``; docs/workloads.md).
+and masks in proportion (a window covers the same fraction of the sequence, and the workload's
+``window_scaled_from`` names the model's own). A length the caller asks for keeps the model's window.
+Every value was checked against the model's published config (``source``; docs/workloads.md).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from dataclasses import dataclass
 
 from attnbench.core.workload import PHASE_MODES, PHASES, Workload
 
-LAYERS = ("windowed", "global")
+# The layers of a model that alternates them (Gemma-2): local ones use the window, global ones do not.
+LAYERS = ("local", "global")
 
 
 @dataclass(frozen=True)
@@ -24,12 +26,10 @@ class Preset:
     source: str
     causal: bool = True
     window: int | None = None
-    window_layers: str = ""  # which layers are windowed, when not every layer is
+    window_layers: str = ""  # which layers are local (windowed), when the others are global
     softcap: float | None = None
-    context: int = 131072  # the model's maximum positions
+    context: int = 131072  # the model's maximum positions (max_position_embeddings)
     encoder_length: int | None = None  # an encoder's own sequence length (ViT's 197 tokens)
-    documents: int = 4  # documents packed per sequence in the phases ``packed`` names
-    packed: tuple[str, ...] = ("training",)
     notes: str = ""
 
     @property
@@ -49,8 +49,6 @@ class Preset:
             parts.append(f"window {self.window}" + (f" ({self.window_layers})" if self.window_layers else ""))
         if self.softcap:
             parts.append(f"softcap {self.softcap:g}")
-        if self.packed:
-            parts.append(f"{self.documents} documents ({'/'.join(self.packed)})")
         return ", ".join(parts)
 
 
@@ -58,10 +56,10 @@ HF = "https://huggingface.co/{}/blob/main/config.json"
 PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("llama-3.1-8b", 32, 8, 128, HF.format("meta-llama/Llama-3.1-8B") +
            ": num_attention_heads 32, num_key_value_heads 8, hidden_size 4096 (head_dim 128), "
-           "max_position_embeddings 131072"),
+           "max_position_embeddings 131072", context=131072),
     Preset("llama-3.1-70b", 64, 8, 128, HF.format("meta-llama/Llama-3.1-70B") +
            ": num_attention_heads 64, num_key_value_heads 8, hidden_size 8192 (head_dim 128), "
-           "max_position_embeddings 131072"),
+           "max_position_embeddings 131072", context=131072),
     Preset("mistral-7b", 32, 8, 128, HF.format("mistralai/Mistral-7B-v0.1") +
            ": num_attention_heads 32, num_key_value_heads 8, hidden_size 4096 (head_dim 128), "
            "sliding_window 4096, max_position_embeddings 32768; Jiang et al. 2023 (arXiv:2310.06825) "
@@ -71,20 +69,22 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            ": num_attention_heads 16, num_key_value_heads 8, head_dim 256, sliding_window 4096, "
            "attn_logit_softcapping 50.0, query_pre_attn_scalar 256 (scale 1/16 = 1/sqrt(head_dim)), "
            "max_position_embeddings 8192, 42 layers; transformers' Gemma2 layers are sliding when "
-           "layer_idx is even; Gemma Team 2024 (arXiv:2408.00118) section 2",
-           window=4096, window_layers="every other layer: 0, 2, 4, ...", softcap=50.0, context=8192),
+           "layer_idx is even (is_sliding = not bool(layer_idx % 2)); Gemma Team 2024 "
+           "(arXiv:2408.00118) section 2",
+           window=4096, window_layers="local layers 0, 2, 4, ...; odd layers global", softcap=50.0,
+           context=8192),
     Preset("qwen2.5-7b", 28, 4, 128, HF.format("Qwen/Qwen2.5-7B") +
            ": num_attention_heads 28, num_key_value_heads 4, hidden_size 3584 (head_dim 128), "
-           "max_position_embeddings 131072, use_sliding_window false"),
+           "max_position_embeddings 131072, use_sliding_window false", context=131072),
     Preset("vit-b-16", 12, 12, 64, HF.format("google/vit-base-patch16-224") +
            ": num_attention_heads 12, hidden_size 768 (head_dim 64), image 224 / patch 16 = 196 "
            "patches + [CLS] = 197 tokens; Dosovitskiy et al. 2021 (arXiv:2010.11929) table 1",
-           causal=False, context=197, encoder_length=197, packed=(),
+           causal=False, context=197, encoder_length=197,
            notes="bidirectional encoder: no decode phase"),
     Preset("bert-base", 12, 12, 64, HF.format("google-bert/bert-base-uncased") +
            ": num_attention_heads 12, hidden_size 768 (head_dim 64), max_position_embeddings 512",
-           causal=False, context=512, encoder_length=512, packed=("prefill", "training"),
-           notes="bidirectional encoder with packed documents (segment ids) in every phase"),
+           causal=False, context=512, encoder_length=512,
+           notes="bidirectional encoder over its whole padded 512-token sequence: no decode phase"),
 )}
 
 # Per size: each phase's length and the decode batch (module doc).
@@ -110,13 +110,15 @@ def real_length(preset: Preset, phase: str) -> int:
 
 def workload(name: str, phase: str = "prefill", *, size: str = "real", seq: int | None = None,
              kv_len: int | None = None, batch: int | None = None, window: int | None = None,
-             softcap: float | None = None, documents: int | None = None, layer: str = "windowed",
+             softcap: float | None = None, documents: int | None = None, layer: str | None = None,
              dtype: str = "float32") -> Workload:
     """The ``Workload`` of preset ``name`` in ``phase`` at ``size``; the options override it.
 
     ``seq``: tokens per sequence, or decode's new query tokens (1 by default); ``kv_len``: decode's
-    cache; ``layer="global"``: the unwindowed layers of a model that alternates them (Gemma-2). An
-    unset window or document count is the preset's, scaled with the length. Bad values raise ``ValueError``.
+    cache; neither may pass the model's context. An unset window is the model's at any length asked
+    for; only a size's own shorter length scales it down, and ``window_scaled_from`` says so.
+    ``layer``: ``local`` (the default) or ``global`` layers of a model that alternates them
+    (Gemma-2). Documents are packed only when ``documents`` asks. Bad values raise ``ValueError``.
     """
     preset = get(name)
     if phase not in PHASES:
@@ -126,16 +128,20 @@ def workload(name: str, phase: str = "prefill", *, size: str = "real", seq: int 
                          f"valid: {', '.join(preset.phases)}")
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; valid: {', '.join(SIZES)}")
-    if layer not in LAYERS:
+    if layer is not None and layer not in LAYERS:
         raise ValueError(f"unknown layer {layer!r}; valid: {', '.join(LAYERS)}")
-    if layer == "global" and not preset.window_layers:
-        raise ValueError(f"{name} has no global layers beside windowed ones: --layer global applies to "
+    if layer is not None and not preset.window_layers:
+        raise ValueError(f"{name} does not alternate local and global layers: --layer applies to "
                          f"{', '.join(p.name for p in PRESETS.values() if p.window_layers)}")
     if softcap is not None and softcap <= 0:
         raise ValueError(f"softcap must be a positive number, got {softcap}")
     real = real_length(preset, phase)
     sized = real if preset.encoder_length else min(SIZES[size][phase], real)
     decode = phase == "decode"
+    asked = kv_len if decode else seq  # the length the caller chose (None: the size's)
+    if asked is not None and asked > preset.context:
+        raise ValueError(f"{name}'s context is {preset.context} tokens; {'--kv-len' if decode else '--seq'} "
+                         f"{asked} is longer")
     if decode:
         keys = kv_len if kv_len is not None else sized
         queries = seq if seq is not None else 1
@@ -147,12 +153,13 @@ def workload(name: str, phase: str = "prefill", *, size: str = "real", seq: int 
         if kv_len is not None:
             raise ValueError(f"--kv-len is decode's cache length; {phase} runs seq x seq (use --seq)")
         length = queries = keys = seq if seq is not None else sized
-    if window is None and preset.window and layer == "windowed":
-        window = max(1, preset.window * length // real) if length < real else preset.window
+    scaled_from = None
+    if window is None and preset.window and layer != "global":
+        window = preset.window
+        if asked is None and length < real:  # a size's shorter length: the window in proportion
+            window, scaled_from = max(1, preset.window * length // real), preset.window
     if window is not None and not preset.causal:
         raise ValueError(f"a sliding window needs a causal mask; {name} is bidirectional")
-    if documents is None and phase in preset.packed:
-        documents = min(preset.documents, length)
     if documents is not None and decode:
         raise ValueError("documents pack a prefill or training sequence; decode's cache is ragged instead")
     batch = batch if batch is not None else SIZES[size]["decode_batch" if decode else "batch"]
@@ -160,12 +167,14 @@ def workload(name: str, phase: str = "prefill", *, size: str = "real", seq: int 
                     seq_k=keys, head_dim=preset.head_dim, dtype=dtype, causal=preset.causal,
                     mode=PHASE_MODES[phase], window=window,
                     softcap=softcap if softcap is not None else preset.softcap,
-                    documents=documents, ragged=decode and batch > 1, name=name)
+                    documents=documents, ragged=decode and batch > 1, name=name,
+                    window_scaled_from=scaled_from)
 
 
 def table() -> list[dict]:
     """One row per preset: what ``python -m attnbench workloads`` prints."""
     return [{"name": p.name, "heads": p.q_heads, "kv_heads": p.kv_heads, "head_dim": p.head_dim,
              "gqa": p.gqa, "mask": p.mask, "phases": "/".join(p.phases),
-             "lengths": ", ".join(f"{ph} {real_length(p, ph)}" for ph in p.phases), "source": p.source}
+             "lengths": ", ".join(f"{ph} {real_length(p, ph)}" for ph in p.phases) + f"; context {p.context}",
+             "source": p.source}
             for p in PRESETS.values()]

@@ -29,7 +29,9 @@ LAYOUT = {
     "workload": "", "phase": "",
     "batch": "", "q_heads": "", "kv_heads": "", "gqa": "", "seq_q": "tokens", "seq_k": "tokens",
     "head_dim": "",
-    "dtype": "", "causal": "bool", "mode": "", "mask": "", "window": "tokens", "softcap": "",
+    "dtype": "", "causal": "bool", "mode": "", "mask": "", "window": "tokens",
+    # a preset's own window where a scaled-down suite size ran a smaller one (None: not scaled)
+    "window_scaled_from": "tokens", "softcap": "",
     "documents": "count", "ragged": "bool", "mask_density": "fraction", "flops": "FLOP",
     "dense_flops": "FLOP", "min_bytes": "bytes", "tokens": "tokens",
     # shape regime

@@ -4,6 +4,7 @@ FLOPs count the (query, key) pairs the mask keeps, exactly, with flash-attention
 (``benchmarks/benchmark_attn.py``): fwd = 4 * D * Hq * pairs, fwd_bwd = 3.5 * fwd. Only the two
 matmuls count; a kernel that computes masked blocks anyway shows a lower TFLOP/s, never more FLOPs.
 Causal counts ``S (S + 1) / 2`` pairs, not flash-attention's ``S^2 / 2`` (docs/workloads.md).
+Minimum bytes read only the keys and values some query sees (``masks.visible_keys``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class Workload:
     documents: int | None = None
     ragged: bool = False
     name: str = CUSTOM
+    # A preset's window shrunk with a suite size's shorter length: the model's own window. Provenance,
+    # not part of the attention problem, so two workloads that compute the same thing stay equal.
+    window_scaled_from: int | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.kv_heads is None:
@@ -102,6 +106,13 @@ class Workload:
                              f"got {self.seq_q} and {self.seq_k}")
         if self.ragged and self.documents is not None:
             raise ValueError("Workload.ragged and Workload.documents both set segment ids: choose one")
+        if self.window_scaled_from is not None:
+            scaled_from = self.window_scaled_from
+            if isinstance(scaled_from, bool) or not isinstance(scaled_from, int) or self.window is None \
+                    or not self.window < scaled_from:
+                raise ValueError("Workload.window_scaled_from is the larger window a scaled-down window "
+                                 "stands for: it needs window < window_scaled_from, got "
+                                 f"window={self.window} and window_scaled_from={scaled_from!r}")
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Workload.name must be a preset name or {CUSTOM!r}, got {self.name!r}")
 
@@ -179,6 +190,17 @@ class Workload:
         return masks.visible_pairs(self.seq_q, self.seq_k, causal=self.causal, window=self.window,
                                    q_segment_ids=segments[0], kv_segment_ids=segments[1])
 
+    @functools.cached_property
+    def visible_keys(self) -> int:
+        """Keys (per kv head) that at least one query sees, summed over the batch: the keys, and
+        values, a kernel must read (a window's older keys and a ragged cache's padding are not)."""
+        segments = self.segment_ids()
+        if segments is None:
+            return self.batch * masks.visible_keys(self.seq_q, self.seq_k, causal=self.causal,
+                                                   window=self.window)
+        return masks.visible_keys(self.seq_q, self.seq_k, causal=self.causal, window=self.window,
+                                  q_segment_ids=segments[0], kv_segment_ids=segments[1])
+
     @property
     def mask_density(self) -> float:
         """The unmasked fraction of the batch's Sq x Sk pairs."""
@@ -207,13 +229,15 @@ class Workload:
 
     @property
     def min_bytes(self) -> int:
-        """Bytes any kernel must move at least: read q, k, v and write o once (``fwd_bwd``: also read
-        q, k, v, o, dO and write dq, dk, dv). A ragged cache counts only its valid keys."""
+        """Bytes any kernel must move at least: read q, the k and v of the keys some query sees
+        (``visible_keys``) and write o once; ``fwd_bwd`` also reads q, those k and v, o and dO and
+        writes dq, dk and dv, the gradients whole (a key no query sees still gets its zero)."""
         itemsize = DTYPE_BYTES[self.dtype]
         q_elems = self.batch * self.seq_q * self.q_heads * self.head_dim
-        kv_elems = int(sum(self.cache_lengths())) * self.kv_heads * self.head_dim
-        fwd = q_elems + 2 * kv_elems + q_elems
-        bwd = (3 * q_elems + 2 * kv_elems) + (q_elems + 2 * kv_elems)
+        kv_read = self.visible_keys * self.kv_heads * self.head_dim
+        kv_whole = self.batch * self.seq_k * self.kv_heads * self.head_dim
+        fwd = q_elems + 2 * kv_read + q_elems
+        bwd = (3 * q_elems + 2 * kv_read) + (q_elems + 2 * kv_whole)
         return itemsize * (fwd + (bwd if self.mode == "fwd_bwd" else 0))
 
     @property
@@ -230,8 +254,10 @@ class Workload:
 
     def to_dict(self) -> dict:
         """The fields, less the mask fields left at their defaults: what an older release's
-        ``Workload(**fields)`` also takes (``attnbench compare`` hands it to another revision)."""
+        ``Workload(**fields)`` also takes (``attnbench compare`` hands it to another revision).
+        ``window_scaled_from`` never goes: it changes nothing the other revision computes."""
         fields = dataclasses.asdict(self)
+        del fields["window_scaled_from"]
         for name in ("window", "softcap", "documents", "ragged", "name"):
             if fields[name] == _DEFAULTS[name]:
                 del fields[name]

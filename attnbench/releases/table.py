@@ -93,11 +93,52 @@ def grid(frame):
 
 
 def broken(frame) -> list[dict]:
-    """Each cell that broke in some release: kernel, where, release, status, reason."""
+    """Each cell that broke in some release: kernel, where, release, status, reason, and its ``cause``
+    with the ``evidence`` for it (``cause_of``)."""
     bad = frame[frame["status"].isin(matrix.BROKEN)]
-    return bad[["framework", "impl", "target", "workload", "release", "status", "reason", "line"]].to_dict(
+    cells = bad[["framework", "impl", "target", "workload", "release", "status", "reason", "line"]].to_dict(
         "records"
     )
+    for cell in cells:
+        cell["cause"], cell["evidence"] = cause_of(cell)
+    return cells
+
+
+# Why a cell broke (docs/releases.md "Causes"): what an upgrade breaks (an upstream API), told apart
+# from a release's packaging fault, a feature an older release lacks, and the project's own adapter.
+API, PACKAGING, CAPABILITY = "api-changed", "packaging", "capability"
+ADAPTER, UNEXPLAINED = "adapter", "unexplained"
+# Known from the releases themselves (../shared/REFERENCE.md section 14, checked against jax's history):
+# modules a release imports without declaring them, and the project's switches a release predates.
+UNDECLARED_IMPORTS = {"absl": "absl-py (jax imports it without declaring it: jax 0.9.2's pallas.tpu, and "
+                              "jax._src.test_util, which Mosaic GPU attention imports, in every release); "
+                              "pip install absl-py mends it"}
+PROJECT_SWITCHES = {"force_tpu_interpret_mode": "the project's switch to jax's TPU interpreter on a CPU "
+                                                "(pltpu.force_tpu_interpret_mode, first in jax 0.7.0); "
+                                                "a TPU never calls it, and flash_attention() itself is "
+                                                "unchanged from 0.6.2 to 0.10.2"}
+MISSING_FEATURES = {"should be a multiple of 128": "splash attention refuses a head dim that is not a "
+                                                   "multiple of 128 before jax 0.7.1 (lifted in c9a5799a2a)"}
+
+
+def cause_of(cell: dict) -> tuple[str, str]:
+    """``(cause, evidence)`` of a broken cell, from its recorded error: a module the release does not
+    declare is ``packaging``, the project's own interpreter switch ``adapter``, a feature an older
+    release lacks ``capability``; an import or attribute error left over is ``api-changed`` only where
+    a public name the kernel calls is missing, else ``unexplained``."""
+    reason = str(cell.get("reason") or "")
+    for module, evidence in UNDECLARED_IMPORTS.items():
+        if f"No module named '{module}" in reason:
+            return PACKAGING, f"No module named '{module}': {evidence}"
+    for name, evidence in PROJECT_SWITCHES.items():
+        if name in reason:
+            return ADAPTER, evidence
+    for text, evidence in MISSING_FEATURES.items():
+        if text in reason:
+            return CAPABILITY, evidence
+    if "has no attribute" in reason or "cannot import name" in reason:
+        return API, f"the release lacks a name the kernel calls: {reason[:200]}"
+    return UNEXPLAINED, reason[:200]
 
 
 def grid_markdown(frame) -> str:

@@ -23,8 +23,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
 RECORDS_DIR = "compiled-for"
+# What tells two compiled cases apart: the shape, and what the workload is (a preset and its phase
+# and mask: llama-3.1-8b and mistral-7b share a shape, not a mask).
 IDENTITY = ["target", "impl", "seq_q", "seq_k", "batch", "q_heads", "kv_heads", "head_dim", "dtype",
-            "causal", "mode"]
+            "causal", "mode", "workload", "phase", "mask"]
 MAX_ROWS = 40
 
 
@@ -49,6 +51,9 @@ def load_compiled_records(results_dir: str = "results") -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=IDENTITY + ["status", "fits", "source"])
     frame = pd.concat(frames, ignore_index=True)
+    for column in IDENTITY:  # older tables have no workload, phase or mask: the B1 H8 D64 shape's
+        if column not in frame:
+            frame[column] = None
     return frame.drop_duplicates(subset=IDENTITY, keep="last").reset_index(drop=True)
 
 
@@ -151,7 +156,11 @@ def _load_table(results_dir: str, name: str, keys: list[str]) -> pd.DataFrame:
     frames = [pd.read_csv(p) for p in paths if os.path.exists(p)]
     if not frames:
         return pd.DataFrame()
-    return pd.concat(frames, ignore_index=True).drop_duplicates(keys, keep="last").reset_index(drop=True)
+    table = pd.concat(frames, ignore_index=True)
+    for key, older in (("workload", "custom"), ("phase", "prefill")):  # older tables: the B1 H8 D64 shape
+        if key in keys:
+            table[key] = table[key].fillna(older) if key in table else older
+    return table.drop_duplicates(keys, keep="last").reset_index(drop=True)
 
 
 def max_seq_table(results_dir: str, target: str) -> pd.DataFrame:
@@ -177,8 +186,10 @@ def max_seq_table(results_dir: str, target: str) -> pd.DataFrame:
 
 
 def load_max_batch(results_dir: str) -> pd.DataFrame:
-    """The raw ``max_batch.csv`` rows (``compile-for --max-batch``), newest file last wins."""
-    return _load_table(results_dir, "max_batch.csv", ["target", "impl", "mode", "dtype", "seq_len"])
+    """The raw ``max_batch.csv`` rows (``compile-for --max-batch``), newest file last wins; older tables
+    hold the B1 H8 D64 shape only (workload ``custom``)."""
+    return _load_table(results_dir, "max_batch.csv", ["target", "impl", "workload", "phase", "mode", "dtype",
+                                                      "seq_len"])
 
 
 def max_batch_table(results_dir: str, target: str | None = None) -> pd.DataFrame:

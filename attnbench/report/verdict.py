@@ -14,9 +14,11 @@ import math
 import os
 from typing import TYPE_CHECKING
 
+import attention_impls
 from attnbench.checks.observability import load_observability
-from attnbench.core import regimes
-from attnbench.releases.table import broken, load_table
+from attnbench.core import presets, regimes
+from attnbench.core.workload import CUSTOM
+from attnbench.releases.table import ADAPTER, broken, load_table
 from attnbench.report.compiled import grid as grid_lengths
 from attnbench.report.compiled import load_compiled_records, load_max_batch
 from attnbench.report.plots import _colors, _figure, _png, _style
@@ -24,6 +26,7 @@ from attnbench.report.render import Table
 from attnbench.report.select import newest_commit
 from attnbench.results.asv_results import load_results
 from attnbench.results.noise import SCATTER_Z, is_contended, series_scatter
+from attnbench.results.steps import noise_floors
 
 # Imported where used: pandas (the torch_xla venv has no report libraries).
 
@@ -39,23 +42,14 @@ UNRECORDED_REGIME_STEPS = 6  # the default suite's stream, for runs that recorde
 STRATEGY = {"static": "pad to max", "dynamic": "exact lengths", "bucketed": "buckets"}
 FORWARD = "causal B1 H8 D64"  # the Forward and Training classes' workload
 MEMORY = ("device_peak_bytes", "host_profiler_peak_bytes", "compiler_peak_bytes")
+FORCED, NATIVE, CANT_TELL = "forced", "native", "can't tell"  # an answer's three states
+FORCED_LABEL, NATIVE_LABEL = "forced-flash", "native"  # the kernels' labels (attention_impls/base.py)
 COLUMNS = [
-    "machine",
-    "basis",
-    "framework",
-    "workload",
-    "seq_len",
-    "dtype",
-    "paper_winner",
-    "production_winner",
-    "flip",
-    "ratio",
-    "ratio_low",
-    "ratio_high",
-    "ratio_of",
-    "production_strategy",
-    "headroom_winner",
-    "reasons",
+    "machine", "basis", "framework", "workload", "seq_len", "dtype",
+    "answer", "forced", "native", "ratio", "ratio_low", "ratio_high", "ratio_of",
+    "paper", "paper_ratio", "paper_low", "paper_high", "flip",
+    "break_even", "break_even_low", "break_even_high", "break_even_of",
+    "production_strategy", "headroom_winner", "sentence", "reasons",
 ]
 
 
@@ -94,7 +88,8 @@ def price_stream(
 ) -> dict:
     """``usd_per_mtok`` over ``steps`` steps, expected ``compiles`` and ``stall_share``, from one measured
     stream's figures: each compile costs the stall it cost there and recurs at the measured rate per
-    new shape, so ``steps == measured_steps`` gives back the measured ``usd_per_mtok``."""
+    new shape, so ``steps == measured_steps`` gives back the measured ``usd_per_mtok``. A kernel that
+    compiles nothing (eager) pays its measured first-call stall once."""
     if (
         not all(v == v and v is not None for v in (steady_usd, usd_with_compiles, usd_per_mtok))
         or usd_per_mtok <= 0
@@ -106,8 +101,8 @@ def price_stream(
     if compiles is None or compiles != compiles:  # the framework does not count: keep the measured rate
         stalls = stall_total * steps / measured_steps
         expected = float("nan")
-    elif compiles <= 0:
-        stalls, expected = 0.0, 0.0
+    elif compiles <= 0:  # no compile, but the first call's stall (allocation, first touch) once
+        stalls, expected = stall_total, 0.0
     elif steps == measured_steps:  # the measured stream itself: its own shapes, not the expected ones
         stalls, expected = stall_total, float(compiles)
     else:
@@ -176,6 +171,8 @@ def _case_table(frame) -> pd.DataFrame:
         lo, hi = _interval(first)
         row = dict(zip(keys, key, strict=True))
         row.update(
+            suite=first["suite"],
+            stream_len=_stream_len(first),
             label=first["label"],
             execution=first.get("execution"),
             busy=bool(part["busy"].any()),
@@ -203,53 +200,87 @@ def _case_table(frame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _stream_len(row) -> int:
+    """The longest length of a case's stream: its sequence length, or for a preset's case (Models)
+    the phase's length at the run's preset size (the cache for decode)."""
+    seq = row.get("seq_len")
+    if seq is not None and seq == seq and seq > 0:
+        return int(seq)
+    size = row.get("setting_preset_size")
+    try:
+        size = size if isinstance(size, str) else "default"
+        return presets.workload(row["workload"], row["phase"], size=size).stream_length
+    except (KeyError, ValueError, TypeError):
+        return 0
+
+
 def _stream_scatter(frame) -> dict:
-    """Run-to-run relative spread of each regime series' steady and stalled step cost (the
-    regimes have no interval of their own): ``{(machine, impl, seq_len, dtype, regime, metric): sd}``."""
-    part = frame[
-        (frame["suite"] == "Forward") & frame["metric"].isin(["usd_per_step", "usd_per_step_with_compiles"])
-    ]
+    """Run-to-run relative spread of each series' steady and stalled step cost:
+    ``{(machine, suite, impl, seq_len, dtype, regime, metric): sd}``, Forward's regimes and Training's
+    and Models' static series alike."""
+    part = frame[frame["suite"].isin(["Forward", "Training", "Models"])
+                 & frame["metric"].isin(["usd_per_step", "usd_per_step_with_compiles"])]
     if part.empty:
         return {}
+    part = part.assign(seq_len=part["seq_len"].fillna(-1), dtype=part["dtype"].fillna("-"),
+                       regime=part["regime"].fillna("static"))
     table = series_scatter(part)
-    return {
-        (r.machine, r.implementation, r.seq_len, r.dtype, r.regime, r.metric): float(r.scatter)
-        for r in table.itertuples(index=False)
-        if r.scatter == r.scatter
-    }
+    out = {}
+    for r in table.to_dict("records"):
+        if r["scatter"] == r["scatter"]:
+            suite = str(r["benchmark"]).split(".")[1] if "." in str(r["benchmark"]) else r["benchmark"]
+            series = (r["machine"], suite, r["implementation"], r["seq_len"], r["dtype"], r["regime"])
+            out[(*series, r["metric"])] = float(r["scatter"])
+    return out
 
 
-def _production(case: dict, steps: int, scatter: dict, max_len: int, measured_steps: int) -> dict | None:
+def _floors(frame) -> dict:
+    """The machine's noise floor of each kind of cost figure (``results.steps.noise_floors``): what a
+    regime's steady step, the median of a few stream steps, is held to."""
+    costs = frame[frame["metric"].isin(["usd_per_step", "usd_per_step_with_compiles"])]
+    return noise_floors(costs) if len(costs) else {}
+
+
+def _production(case: dict, steps: int, scatter: dict, floors: dict, max_len: int,
+                measured_steps: int) -> dict | None:
     """The kernel's cheapest way through the stream (strategy, USD per million useful tokens, its
-    relative SD, compiles, stall share, padding waste); None where no regime was measured."""
+    relative SD, compiles, stall share, padding waste); None where no regime was measured. Each
+    regime's SD is its series' run-to-run scatter, never below the machine's floor for that regime's
+    figures; the stalls extrapolated from the measured stream add the stall's own scatter over the
+    compiles it was measured from."""
     best = None
     # Too few runs for a scatter: the static step's own interval (asv's, 99%) stands in.
     fallback = math.log(case["step_hi"] / case["step_lo"]) / (2 * SCATTER_Z) if case["step_lo"] > 0 else 0.0
+    options = []
     for regime in regimes.REGIMES:
         figures = _stream_figures(case, regime, max_len, measured_steps)
         if figures is None:
             continue
         priced = price_stream(**figures, steps=steps)
-        key = (case["machine"], case["implementation"], case["seq_len"], case["dtype"], regime)
-        sd_steady = scatter.get((*key, "usd_per_step"), fallback)
-        sd_stalled = scatter.get((*key, "usd_per_step_with_compiles"), fallback)
+        key = (case["machine"], case["suite"], case["implementation"], case["seq_len"], case["dtype"], regime)
+        kind = (case["machine"], "usd_per_step", regime, False)
+        machine_floor = floors.get((case["machine"], "usd_per_step"), 0.0)
+        floor = 0.0 if regime == "static" else floors.get(kind, machine_floor)
+        sd_steady = max(scatter.get((*key, "usd_per_step"), fallback), floor)
+        sd_stalled = max(scatter.get((*key, "usd_per_step_with_compiles"), fallback), floor)
         share = priced["stall_share"]
-        option = {
+        measured = figures["compiles"]
+        # the stall per compile, known from the measured compiles only (at least one: a first call)
+        extrapolated = share * sd_stalled / math.sqrt(max(1.0, measured if measured == measured else 1.0))
+        options.append({
             "regime": regime,
             "usd": priced["usd_per_mtok"],
-            "sd": math.hypot((1 - share) * sd_steady, share * sd_stalled),
+            "sd": math.hypot((1 - share) * sd_steady, share * sd_stalled, extrapolated),
+            "sd_steady": sd_steady,
             "compiles": priced["compiles"],
             "stall_share": share,
             "padding": case.get(f"{regime}:padding_waste"),
-        }
+        })
+    for option in options:
         if best is None or option["usd"] < best["usd"]:
             best = option
     if best is not None:
-        best["strategies"] = sum(
-            case.get(f"{r}:usd_per_million_useful_tokens_with_compiles")
-            == case.get(f"{r}:usd_per_million_useful_tokens_with_compiles")
-            for r in regimes.REGIMES
-        )
+        best["strategies"] = len(options)
     return best
 
 
@@ -306,8 +337,34 @@ def break_even_steps(
     return hi
 
 
-def _overlap(a_lo, a_hi, b_lo, b_hi) -> bool:
-    return a_lo <= b_hi and b_lo <= a_hi
+def scaled_steady(case: dict, factor: float) -> dict:
+    """``case`` with every regime's steady step cost times ``factor`` and its stalls unchanged (the
+    stalled cost moves by the same amount; tokens per step stay)."""
+    out = dict(case)
+    for regime in regimes.REGIMES:
+        steady, stalled = case.get(f"{regime}:usd_per_step"), case.get(f"{regime}:usd_per_step_with_compiles")
+        per_mtok = case.get(f"{regime}:usd_per_million_useful_tokens_with_compiles")
+        if not all(v is not None and v == v for v in (steady, stalled, per_mtok)) or not stalled:
+            continue
+        moved = stalled + steady * (factor - 1.0)
+        out[f"{regime}:usd_per_step"] = steady * factor
+        out[f"{regime}:usd_per_step_with_compiles"] = moved
+        out[f"{regime}:usd_per_million_useful_tokens_with_compiles"] = per_mtok * moved / stalled
+    return out
+
+
+def break_even_interval(slow_start: dict, fast_start: dict, sd_slow: float, sd_fast: float, max_len: int,
+                        measured_steps: int) -> tuple[int | None, int | None, int | None]:
+    """``break_even_steps`` and its 99% interval: with the steady steps each moved by their uncertainty,
+    toward each other (the earliest) and apart (the latest, None: never within ``limit``)."""
+    point = break_even_steps(slow_start, fast_start, max_len, measured_steps)
+    def apart(sign: int) -> int | None:
+        return break_even_steps(scaled_steady(slow_start, math.exp(sign * SCATTER_Z * sd_slow)),
+                                scaled_steady(fast_start, math.exp(-sign * SCATTER_Z * sd_fast)), max_len,
+                                measured_steps)
+
+    early, late = apart(-1), apart(+1)
+    return point, early, late
 
 
 def _name(case) -> str:
@@ -318,127 +375,217 @@ def _mb(value) -> str:
     return f"{value / 1e6:.3g} MB" if value < 1e9 else f"{value / 1e9:.3g} GB"
 
 
-def _kernel_notes(impl: str, fragility: dict, visibility: dict) -> list[str]:
-    notes = []
-    if fragility.get(impl):
-        notes.append(f"{impl} broke in {fragility[impl]}")
-    visible = visibility.get(impl)
-    if visible is False:
-        notes.append(f"{impl} is invisible to its framework's profiler")
-    return notes
+def three_states(low: float, high: float) -> str:
+    """``forced`` where the forced kernel's ratio to the native one is below 1 beyond its interval,
+    ``native`` where above, else ``can't tell``."""
+    if high < 1.0:
+        return FORCED
+    if low > 1.0:
+        return NATIVE
+    return CANT_TELL
+
+
+def _reimplementation(impl: str) -> str:
+    """What the kernel re-implements in its framework's own ops ("" for a vendor or library kernel)."""
+    try:
+        return getattr(attention_impls.get(impl), "reimplements", "") or ""
+    except KeyError:
+        return ""
+
+
+def _best(cases: list[dict], priced: dict, label: str):
+    """The cheapest kernel of ``label`` in production (the fastest on paper where none is priced)."""
+    mine = [c for c in cases if c["label"] == label]
+    if not mine:
+        return None
+    with_cost = [c for c in mine if c["implementation"] in priced]
+    if with_cost:
+        return min(with_cost, key=lambda c: priced[c["implementation"]]["usd"])
+    return min(mine, key=lambda c: c["step_s"])
 
 
 def measured_verdicts(
-    frame, *, steps: int = STREAM_STEPS, fragility: dict | None = None, visibility: dict | None = None
+    frame, *, steps: int = STREAM_STEPS, fragility: list | dict | None = None, visibility: dict | None = None
 ) -> pd.DataFrame:
-    """The verdict rows of the measured machines (the tidy table's newest commit per machine)."""
+    """The verdict rows of the measured machines (the tidy table's newest commit per machine): per
+    machine x framework x workload x length, the best forced-flash kernel against the best native
+    one, on paper and over a ``steps``-step stream, each comparison in three states (docs/reports.md)."""
     import pandas as pd
 
-    fragility, visibility = fragility or {}, visibility or {}
+    visibility = visibility or {}
+    breaks = fragility if isinstance(fragility, list) else []
     cases = _case_table(frame)
     if cases.empty:
         return pd.DataFrame(columns=COLUMNS)
     cases = cases.assign(rankable=_rankable(cases))
     measured_steps = _measured_steps(frame)
-    scatter = _stream_scatter(frame)
+    scatter, floors = _stream_scatter(frame), _floors(frame)
     rows = []
     group_keys = ["machine", "framework", "workload_name", "seq_len", "dtype"]
     for key, group in cases.groupby(group_keys, sort=True):
         machine, framework, workload, seq, dtype = key
         group = group.to_dict("records")
-        excluded = [c for c in group if c["busy"]]
-        interpreted = [c for c in group if c.get("execution") == "interpret"]
         eligible = [c for c in group if c["rankable"]]
         if not eligible:
             continue
-        row = {
-            "machine": machine,
-            "basis": "measured",
-            "framework": framework,
-            "workload": workload,
-            "seq_len": int(seq) if seq > 0 else None,
-            "dtype": dtype,
-        }
-        paper = min(eligible, key=lambda c: c["step_s"])
-        row["paper_winner"] = _name(paper)
-        reasons = []
-        ties = [
-            c
-            for c in eligible
-            if c is not paper and _overlap(c["step_lo"], c["step_hi"], paper["step_lo"], paper["step_hi"])
-        ]
-        if ties:
-            reasons.append("on paper within noise of " + ", ".join(c["implementation"] for c in ties))
-        priced = {
-            c["implementation"]: _production(c, steps, scatter, int(seq), measured_steps)
-            for c in eligible
-            if seq > 0
-        }
+        # a preset's length stream is its own (Models): the phase's lengths, up to the measured one
+        stream_len = int(seq) if seq > 0 else int(group[0].get("stream_len") or 0)
+        row = {"machine": machine, "basis": "measured", "framework": framework, "workload": workload,
+               "seq_len": stream_len or None, "dtype": dtype}
+        priced = {c["implementation"]: _production(c, steps, scatter, floors, stream_len, measured_steps)
+                  for c in eligible if stream_len > 0}
         priced = {k: v for k, v in priced.items() if v is not None}
-        if not priced:
-            row.update(flip="-", production_winner=None)
-            reasons.append("no length stream measured here: paper only")
-        else:
-            by_impl = {c["implementation"]: c for c in eligible}
-            order = sorted(priced, key=lambda k: priced[k]["usd"])
-            prod_name = order[0]
-            prod, winner = priced[prod_name], by_impl[prod_name]
-            row["production_winner"] = _name(winner)
-            row["production_strategy"] = f"{STRATEGY[prod['regime']]}, {prod['usd']:.3g} USD/Mtok"
-            other = (
-                paper["implementation"]
-                if paper["implementation"] != prod_name
-                else (order[1] if len(order) > 1 else None)
-            )
-            if other is not None and other in priced:
-                o = priced[other]
-                ratio, spread = o["usd"] / prod["usd"], SCATTER_Z * math.hypot(o["sd"], prod["sd"])
-                row.update(
-                    ratio=ratio,
-                    ratio_low=ratio * math.exp(-spread),
-                    ratio_high=ratio * math.exp(spread),
-                    ratio_of=f"{other} / {prod_name}",
-                )
-            if prod_name == paper["implementation"]:
-                row["flip"] = "no"
-            elif any(t["implementation"] == prod_name for t in ties) or row.get("ratio_low", 0) <= 1:
-                row["flip"] = "within noise"
-            else:
-                row["flip"] = "yes"
-            if prod_name != paper["implementation"] and paper["implementation"] in priced:
-                p = priced[paper["implementation"]]
-                reasons.append(
-                    f"{paper['label']} {paper['implementation']}: fastest step "
-                    f"({paper['step_s'] * 1e3:.3g} vs {winner['step_s'] * 1e3:.3g} ms) but "
-                    f"{p['usd'] / prod['usd']:.2f}x the cost over {steps:,} steps "
-                    f"({_stream_words(p)}; {prod_name}: {_stream_words(prod)})"
-                )
-            if prod["strategies"] == 1:
-                reasons.append(f"only {STRATEGY['static']} measured at this length")
-            short_winner = min(
-                priced, key=lambda k: _cheapest_at(by_impl[k], measured_steps, int(seq), measured_steps)
-            )
-            if short_winner != prod_name:
-                steps_even = break_even_steps(winner, by_impl[short_winner], int(seq), measured_steps)
-                reasons.append(
-                    f"over the measured {measured_steps}-step stream {short_winner} is cheapest: "
-                    f"{prod_name} pays back its compile stalls after {steps_even:,} steps"
-                )
-        if priced and prod_name != paper["implementation"]:
-            peaks = [(c["implementation"], c.get("peak_bytes")) for c in (paper, winner)]
-            if all(b == b and b for _, b in peaks) and max(b for _, b in peaks) > 1.5 * min(
-                b for _, b in peaks
-            ):
-                reasons.append("peak " + " vs ".join(f"{n} {_mb(b)}" for n, b in peaks))
-        for impl in dict.fromkeys([paper["implementation"]] + ([prod_name] if priced else [])):
-            reasons.extend(_kernel_notes(impl, fragility, visibility))
-        if interpreted:
-            reasons.append("not ranked (interpreted): " + ", ".join(c["implementation"] for c in interpreted))
-        if excluded:
-            reasons.append("not ranked (contended): " + ", ".join(c["implementation"] for c in excluded))
+        forced, native = _best(eligible, priced, FORCED_LABEL), _best(eligible, priced, NATIVE_LABEL)
+        reasons = []
+        row.update(_compare(forced, native, priced, steps, stream_len, measured_steps, reasons))
+        row["sentence"] = _sentence(row, forced, native, framework, steps)
+        reasons.extend(_row_notes(eligible, group, machine, framework, workload, breaks, visibility))
         row["reasons"] = "; ".join(reasons)
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _compare(forced, native, priced: dict, steps: int, stream_len: int, measured_steps: int,
+             reasons: list) -> dict:
+    """The paper and production comparisons of the two kernels, the flip and the break-even."""
+    out = {"forced": _name(forced) if forced else None, "native": _name(native) if native else None,
+           "answer": "-", "paper": "-", "flip": "-"}
+    if forced is None or native is None:
+        missing = "forced-flash" if forced is None else "native"
+        reasons.append(f"no {missing} kernel ranks here: nothing to compare")
+        return out
+    f_name, n_name = forced["implementation"], native["implementation"]
+    ratio = forced["step_s"] / native["step_s"]
+    low, high = forced["step_lo"] / native["step_hi"], forced["step_hi"] / native["step_lo"]
+    out.update(paper=three_states(low, high), paper_ratio=ratio, paper_low=low, paper_high=high)
+    reasons.append(f"on paper {f_name} takes {ratio:.2f}x [{_bound(low)}-{_bound(high)}] of {n_name}'s step "
+                   f"({forced['step_s'] * 1e3:.3g} vs {native['step_s'] * 1e3:.3g} ms)")
+    if f_name not in priced or n_name not in priced:
+        reasons.append("no length stream measured here: paper only")
+        return out
+    f_cost, n_cost = priced[f_name], priced[n_name]
+    ratio = f_cost["usd"] / n_cost["usd"]
+    spread = SCATTER_Z * math.hypot(f_cost["sd"], n_cost["sd"])
+    out.update(ratio=ratio, ratio_low=ratio * math.exp(-spread), ratio_high=ratio * math.exp(spread),
+               ratio_of=f"{f_name} / {n_name}, USD per useful token",
+               production_strategy=f"{f_name}: {_stream_words(f_cost)}; {n_name}: {_stream_words(n_cost)}")
+    out["answer"] = three_states(out["ratio_low"], out["ratio_high"])
+    decided = {FORCED, NATIVE}
+    if out["paper"] in decided and out["answer"] in decided:
+        out["flip"] = "yes" if out["paper"] != out["answer"] else "no"
+    else:
+        out["flip"] = CANT_TELL
+    if min(f_cost["strategies"], n_cost["strategies"]) == 1:
+        reasons.append(f"only {STRATEGY['static']} measured at this length")
+    # Where the cheaper kernel over the measured stream is not the one over the long stream, when the
+    # other pays back its compile stalls, with the steady steps' uncertainty.
+    pair = ((f_name, forced), (n_name, native))
+    at_steps = {k: _cheapest_at(c, steps, stream_len, measured_steps) for k, c in pair}
+    short = {k: _cheapest_at(c, measured_steps, stream_len, measured_steps) for k, c in pair}
+    long_win, short_win = min(at_steps, key=at_steps.get), min(short, key=short.get)
+    if long_win != short_win:
+        slow, fast = (forced, native) if long_win == f_name else (native, forced)
+        point, early, late = break_even_interval(slow, fast, priced[long_win]["sd_steady"],
+                                                 priced[short_win]["sd_steady"], stream_len, measured_steps)
+        out.update(break_even=point, break_even_low=early, break_even_high=late, break_even_of=long_win)
+        reasons.append(f"over the measured {measured_steps}-step stream {short_win} is cheaper: {long_win} "
+                       f"pays back its compile stalls after {_steps_words(point, early, late)}")
+    return out
+
+
+def _steps_words(point, early, late) -> str:
+    """``419 steps [276-891]``, or "never within the uncertainty" where one end never pays back."""
+    if point is None:
+        return "no step count: never within 10,000,000 steps"
+    low = f"{early:,}" if early is not None else "never"
+    high = f"{late:,}" if late is not None else "never, within the uncertainty"
+    return f"{point:,} steps [{low}-{high}]"
+
+
+def _sentence(row: dict, forced, native, framework: str, steps: int) -> str:
+    """The one sentence a team can act on, for one row."""
+    if forced is None or native is None:
+        only = native or forced
+        return (f"Only {_name(only)} ranks here: no "
+                f"{'forced-flash' if forced is None else 'native'} kernel to weigh it against.")
+    f_name, n_name = forced["implementation"], native["implementation"]
+    what = _reimplementation(f_name)
+    tiled = f"; {n_name} is a tiled online softmax too" if _is_tiled(n_name) else ""
+    caveat = (f" ({f_name} is this project's {framework} re-implementation of {what}, not the GPU "
+              f"kernel{tiled})" if what else "")
+    if row["answer"] == "-":
+        verb = {FORCED: f"On paper {f_name} is faster", NATIVE: f"On paper {n_name} is faster",
+                CANT_TELL: f"On paper {f_name} and {n_name} cannot be told apart"}.get(row["paper"], "")
+        return (f"{verb} ({_ratio(row, 'paper_ratio')}); no length stream measured: no production "
+                f"answer.{caveat}")
+    ratio = _ratio(row)
+    if row["answer"] == NATIVE:
+        text = (f"Use native {n_name}: forced {f_name} costs {ratio} as much per useful token over "
+                f"{steps:,} steps.")
+    elif row["answer"] == FORCED:
+        text = f"Force {f_name}: it costs {ratio} of native {n_name}'s per useful token over {steps:,} steps."
+    else:
+        text = (f"Can't tell: forced {f_name} costs {ratio} of native {n_name}'s over {steps:,} steps, from "
+                f"{max(0.0, 1 - row['ratio_low']):.0%} less to {max(0.0, row['ratio_high'] - 1):.0%} more; "
+                "decide on memory, fragility or a longer measurement.")
+    return text + caveat
+
+
+def _is_tiled(impl: str) -> bool:
+    try:
+        return bool(attention_impls.get(impl).is_flash)
+    except KeyError:
+        return False
+
+
+def _row_notes(eligible, group, machine, framework, workload, breaks, visibility) -> list[str]:
+    """The reasons that are true of this row's kernels: release breaks seen on this row's framework,
+    target and workload, by cause (never the project's adapter as a kernel's fragility); profiler
+    visibility, said once when every kernel shares it; what was not ranked."""
+    notes = []
+    names = [c["implementation"] for c in eligible]
+    target = _release_target(machine)
+    for impl in names:
+        seen = [b for b in breaks if b["impl"] == impl and b["framework"] == framework
+                and b["target"] == target and _same_workload(b["workload"], workload)
+                and b["cause"] != ADAPTER]
+        for cause in dict.fromkeys(b["cause"] for b in seen):
+            releases = ", ".join(dict.fromkeys(f"{b['framework']} {b['release']}" for b in seen
+                                               if b["cause"] == cause))
+            notes.append(f"{impl} broke in {releases} ({cause})")
+    known = {n: visibility[n] for n in names if n in visibility}
+    if known and len(known) == len(names) and len(set(known.values())) == 1:
+        seen_by = "visible" if next(iter(known.values())) else "invisible"
+        notes.append(f"every kernel here is {seen_by} to its framework's profiler (results/observability): "
+                     "it tells none apart")
+    else:
+        notes.extend(f"{n} is {'visible' if v else 'invisible'} to its framework's profiler"
+                     for n, v in known.items())
+    interpreted = [c["implementation"] for c in group if c.get("execution") == "interpret"]
+    busy = [c["implementation"] for c in group if c["busy"]]
+    if interpreted:
+        notes.append("not ranked (interpreted): " + ", ".join(interpreted))
+    if busy:
+        notes.append("not ranked (contended): " + ", ".join(busy))
+    return notes
+
+
+def _release_target(machine: str) -> str | None:
+    """The release matrix's target of a verdict machine: ``cpu`` for a CPU machine, the TPU target's
+    own name, none for a GPU (the matrix compiles for no GPU)."""
+    if machine.startswith("cpu"):
+        return "cpu"
+    return machine if machine.startswith("tpu") else None
+
+
+def _same_workload(cell_workload: str, row_workload: str) -> bool:
+    """Whether a release cell's workload (``causal-256``, ``mistral-7b-prefill-128``) is this row's kind:
+    the B1 H8 D64 causal shape, or the same preset and phase."""
+    cell = str(cell_workload)
+    if row_workload.startswith(FORWARD):
+        return cell.startswith("causal")
+    preset = row_workload.replace(" ", "-")
+    return cell.startswith(preset)
 
 
 def _stream_words(option: dict) -> str:
@@ -446,30 +593,36 @@ def _stream_words(option: dict) -> str:
     if option["compiles"] == option["compiles"] and option["compiles"] > 0:
         count = round(option["compiles"])
         words.append(f"{count} compile{'s' if count != 1 else ''}, {option['stall_share']:.0%} of its cost")
+    elif option["stall_share"] > 0.005:
+        words.append(f"first call {option['stall_share']:.0%} of its cost")
     if option.get("padding") and option["padding"] == option["padding"] and option["padding"] > 0.005:
         words.append(f"{option['padding']:.0%} padding")
     return ", ".join(words)
 
 
 # -- what the compilers say -----------------------------------------------------------------------
-def compiled_verdicts(records, max_batch=None, *, fragility: dict | None = None) -> pd.DataFrame:
+def compiled_verdicts(records, max_batch=None, *, fragility: list | None = None) -> pd.DataFrame:
     """Per compile target x mode x length with a max-batch search (else every grid length): which
     kernels compile and fit, the largest batch each fits, layout copies, and the roofline bound."""
     import pandas as pd
 
-    fragility = fragility or {}
+    breaks = fragility if isinstance(fragility, list) else []
     if records is None or records.empty:
         return pd.DataFrame(columns=COLUMNS)
 
-    grid = grid_lengths(records[(records["batch"] == 1) & (records["seq_q"] == records["seq_k"])])
+    cases = _compiled_cases(records)
     batches = max_batch if max_batch is not None and not max_batch.empty else None
     if batches is not None:
-        wanted = set(zip(batches["target"], batches["mode"], batches["seq_len"], strict=True))
-        grid = grid[
-            [(t, m, s) in wanted for t, m, s in zip(grid["target"], grid["mode"], grid["seq_q"], strict=True)]
-        ]
+        batches = batches.assign(  # older tables: the B1 H8 D64 shape's
+            workload=batches["workload"].fillna(CUSTOM) if "workload" in batches else CUSTOM,
+            phase=batches["phase"].fillna("prefill") if "phase" in batches else "prefill")
+        wanted = set(zip(batches["target"], batches["workload"], batches["phase"], batches["mode"],
+                         batches["seq_len"], strict=True))
+        cases = cases[[k in wanted for k in zip(cases["target"], cases["workload"], cases["phase"],
+                                                 cases["mode"], cases["length"], strict=True)]]
     rows = []
-    for (target, mode, seq, dtype), part in grid.groupby(["target", "mode", "seq_q", "dtype"], sort=True):
+    keys = ["target", "workload", "phase", "mode", "length", "dtype"]
+    for (target, name, phase, mode, seq, dtype), part in cases.groupby(keys, sort=True):
         real = part[(part["execution"] != "interpret") & (part["status"].isin(["ok", "does-not-fit"]))]
         if real.empty:
             continue
@@ -483,6 +636,8 @@ def compiled_verdicts(records, max_batch=None, *, fragility: dict | None = None)
         here = (
             batches[
                 (batches["target"] == target)
+                & (batches["workload"] == name)
+                & (batches["phase"] == phase)
                 & (batches["mode"] == mode)
                 & (batches["seq_len"] == seq)
                 & batches["impl"].isin(real["impl"])
@@ -509,24 +664,76 @@ def compiled_verdicts(records, max_batch=None, *, fragility: dict | None = None)
                         f"{r['impl']} fits {r['max_batch'] / best:.2f}x the tokens per chip of {winner}, "
                         f"and its layout copies write {_mb(copies)} per step there"
                     )
+        reasons.extend(_compiled_visibility(real))
+        workload = (f"{name} {phase}" if name != CUSTOM else
+                    FORWARD + (" fwd+bwd" if mode == "fwd_bwd" else ""))
         for impl in real["impl"]:
-            reasons.extend(n for n in _kernel_notes(impl, fragility, {}) if n not in reasons)
+            seen = [b for b in breaks
+                    if b["impl"] == impl and b["target"] == target and b["cause"] != ADAPTER]
+            for cause in dict.fromkeys(b["cause"] for b in seen):
+                releases = ", ".join(dict.fromkeys(f"{b['framework']} {b['release']}" for b in seen
+                                                   if b["cause"] == cause))
+                reasons.append(f"{impl} broke in {releases} ({cause}, compiled for {target})")
         rows.append(
             {
                 "machine": target,
                 "basis": "compiler only",
                 "framework": "jax",
-                "workload": FORWARD + (" fwd+bwd" if mode == "fwd_bwd" else ""),
+                "workload": workload,
                 "seq_len": int(seq),
                 "dtype": dtype,
-                "paper_winner": None,
-                "production_winner": None,
+                "answer": "-",
+                "paper": "-",
                 "flip": "-",
                 "headroom_winner": headroom,
+                "sentence": (f"On {target} the compiler fits the most tokens per chip with {headroom}; "
+                             "nothing ran there, so which is cheaper also depends on speed, which only the "
+                             "hardware measures." if headroom else
+                             f"On {target} the compiler's word only: what compiles and fits, at batch 1."),
                 "reasons": "; ".join(reasons),
             }
         )
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _compiled_cases(records) -> pd.DataFrame:
+    """The compiled records a verdict row reads, with ``length`` (a decode's cache, else the
+    sequence): the B1 H8 D64 grid's lengths (not a bisection's), and each preset's cases at its own
+    batch. Older tables have no ``workload``: the B1 H8 D64 shape's."""
+    import pandas as pd
+
+    named = records["workload"].fillna(CUSTOM) if "workload" in records else CUSTOM
+    records = records.assign(workload=named)
+    phase = records["phase"] if "phase" in records else None
+    records = records.assign(phase=phase.fillna("prefill") if phase is not None else "prefill")
+    custom = records[(records["workload"] == CUSTOM) & (records["batch"] == 1)
+                     & (records["seq_q"] == records["seq_k"])]
+    custom = grid_lengths(custom)
+    preset = records[records["workload"] != CUSTOM]
+    both = pd.concat([custom, preset], ignore_index=True) if len(preset) else custom
+    decode = both["phase"] == "decode"
+    return both.assign(length=both["seq_k"].where(decode, both["seq_q"]).astype(int))
+
+
+def _compiled_visibility(real) -> list[str]:
+    """What a profiler on the target could name, read from the compiled program: a named custom call
+    (the kernel as one op) or fused XLA ops (named by opcode); said once where every kernel agrees."""
+    if "custom_calls" not in real:
+        return []
+    named, fused = [], []
+    for r in real.to_dict("records"):
+        calls = str(r.get("custom_calls") or "")
+        if calls and calls not in ("none", "nan"):
+            named.append(f"{r['impl']} ({calls})")
+        elif calls == "none":
+            fused.append(r["impl"])
+    if not named and not fused:
+        return []
+    if not named or not fused:
+        return ["from the compiled program, every kernel here is "
+                + ("a named custom call" if named else "fused XLA ops a profiler names by opcode")]
+    return [f"from the compiled program: named custom calls {', '.join(named)}; fused XLA ops, named by "
+            f"opcode, {', '.join(fused)}"]
 
 
 def _batch_words(row: dict) -> str:
@@ -535,18 +742,10 @@ def _batch_words(row: dict) -> str:
 
 
 # -- the inputs outside the tidy table ------------------------------------------------------------
-def release_fragility(results_dir: str) -> dict[str, str]:
-    """``{impl: "jax 0.9.2 (api-changed), ..."}`` from the release matrix, where it broke."""
+def release_breaks(results_dir: str) -> list[dict]:
+    """The release matrix's broken cells, each with its cause and evidence (``releases.table.broken``)."""
     path = os.path.join(results_dir, "releases", "releases.csv")
-    if not os.path.exists(path):
-        return {}
-    out: dict[str, list[str]] = {}
-    for cell in broken(load_table(path)):
-        text = f"{cell['framework']} {cell['release']} ({cell['status']})"
-        out.setdefault(cell["impl"], [])
-        if text not in out[cell["impl"]]:
-            out[cell["impl"]].append(text)
-    return {impl: ", ".join(texts) for impl, texts in out.items()}
+    return broken(load_table(path)) if os.path.exists(path) else []
 
 
 def profiler_visibility(results_dir: str) -> dict[str, bool]:
@@ -564,7 +763,7 @@ def verdict_table(results_dir: str = "results", frame=None, *, steps: int = STRE
 
     if frame is None:
         frame = load_results(results_dir)
-    fragility, visibility = release_fragility(results_dir), profiler_visibility(results_dir)
+    fragility, visibility = release_breaks(results_dir), profiler_visibility(results_dir)
     measured = measured_verdicts(frame, steps=steps, fragility=fragility, visibility=visibility)
     compiled = compiled_verdicts(
         load_compiled_records(results_dir), load_max_batch(results_dir), fragility=fragility
@@ -582,7 +781,7 @@ def headline(table) -> pd.DataFrame:
 
 
 def _measured_stream(table):
-    return (table["basis"] == "measured") & table["production_winner"].notna()
+    return (table["basis"] == "measured") & table["ratio"].notna()
 
 
 def _longest_compiled(table):
@@ -603,45 +802,48 @@ def _cell(value) -> str:
     return str(int(value)) if isinstance(value, float) else str(value)
 
 
-DISPLAY_COLUMNS = [
-    "machine",
-    "framework",
-    "workload",
-    "seq",
-    "paper winner",
-    "production winner",
-    "flip",
-    "ratio",
-    "ratio of",
-    "most headroom",
-    "reasons",
-]
+DISPLAY_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "forced",
+                   "native", "on paper", "flip", "break-even", "most headroom", "sentence", "reasons"]
+
+
+def _bound(value: float) -> str:
+    """An interval's end, with a third decimal where two would read as 1 and hide which side it is."""
+    return f"{value:.3f}" if 0.995 <= value <= 1.005 and value != 1.0 else f"{value:.2f}"
+
+
+def _ratio(r: dict, key: str = "ratio") -> str:
+    """``1.19x [1.05-1.35]`` of ``r[key]`` and its interval (``ratio_low``/``_high``; the paper's
+    ``paper_low``/``_high``)."""
+    value = r.get(key)
+    if value is None or value != value:
+        return "-"
+    side = key.removesuffix("_ratio")
+    return f"{value:.2f}x [{_bound(r[f'{side}_low'])}-{_bound(r[f'{side}_high'])}]"
 
 
 def display(table) -> pd.DataFrame:
-    """The verdict as people read it: the ratio as ``1.19x [1.05-1.35]``, empty cells as ``-``."""
+    """The verdict as people read it: each ratio as ``1.19x [1.05-1.35]`` (the forced kernel's over
+    the native one's), empty cells as ``-``."""
     import pandas as pd
 
     rows = []
     for r in table.to_dict("records"):
-        ratio = "-"
-        if r.get("ratio") == r.get("ratio") and r.get("ratio") is not None:
-            ratio = f"{r['ratio']:.2f}x [{r['ratio_low']:.2f}-{r['ratio_high']:.2f}]"
-        rows.append(
-            {
-                "machine": r["machine"],
-                "framework": r["framework"],
-                "workload": r["workload"],
-                "seq": _cell(r["seq_len"]),
-                "paper winner": _cell(r["paper_winner"]),
-                "production winner": _cell(r["production_winner"]),
-                "flip": r["flip"],
-                "ratio": ratio,
-                "ratio of": _cell(r.get("ratio_of")),
-                "most headroom": _cell(r.get("headroom_winner")),
-                "reasons": _cell(r["reasons"]),
-            }
-        )
+        paper = r.get("paper") or "-"
+        if r.get("paper_ratio") == r.get("paper_ratio") and r.get("paper_ratio") is not None:
+            paper = f"{paper}, {_ratio(r, 'paper_ratio')}"
+        even = "-"
+        if r.get("break_even_of") and r.get("break_even_of") == r.get("break_even_of"):
+            low, high = (_cell(r.get(k)) for k in ("break_even_low", "break_even_high"))
+            even = (f"{r['break_even_of']} after {_cell(r.get('break_even'))} "
+                    f"[{low if low != '-' else 'never'}-{high if high != '-' else 'never'}] steps")
+        rows.append({
+            "machine": r["machine"], "framework": r["framework"], "workload": r["workload"],
+            "seq": _cell(r["seq_len"]), "answer": _cell(r.get("answer")), "forced / native cost": _ratio(r),
+            "forced": _cell(r.get("forced")), "native": _cell(r.get("native")), "on paper": paper,
+            "flip": _cell(r.get("flip")), "break-even": even,
+            "most headroom": _cell(r.get("headroom_winner")),
+            "sentence": _cell(r.get("sentence")), "reasons": _cell(r["reasons"]),
+        })
     return pd.DataFrame(rows, columns=DISPLAY_COLUMNS)
 
 
@@ -657,7 +859,7 @@ def plot_stream_cost(frame, *, steps: int = STREAM_STEPS) -> bytes | None:
     if cases.empty:
         return None
     measured_steps = _measured_steps(frame)
-    scatter = _stream_scatter(frame)
+    scatter, floors = _stream_scatter(frame), _floors(frame)
     panels = []
     for (machine, framework), part in cases.groupby(["machine", "framework"], sort=True):
         seq = part["seq_len"].max()
@@ -668,10 +870,14 @@ def plot_stream_cost(frame, *, steps: int = STREAM_STEPS) -> bytes | None:
     for ax, (machine, framework, seq, part) in zip(axes[0], panels, strict=True):
         for case in part.to_dict("records"):
             costs = [_cheapest_at(case, m, seq, measured_steps) for m in grid]
-            sd = _production(case, steps, scatter, seq, measured_steps)["sd"]
+            sd = _production(case, steps, scatter, floors, seq, measured_steps)["sd"]
             width = math.exp(SCATTER_Z * sd)
             color = colors[case["implementation"]]
-            ax.plot(grid, costs, _style(case["label"]), color=color, label=case["implementation"])
+            cut = grid.index(measured_steps) + 1  # measured up to here; the model beyond it
+            ax.plot(grid[:cut], costs[:cut], _style(case["label"]), color=color, linewidth=1.8,
+                    label=case["implementation"])
+            ax.plot(grid[cut - 1:], costs[cut - 1:], _style(case["label"]), color=color, linewidth=1.0,
+                    alpha=0.5)
             ax.fill_between(
                 grid,
                 [c / width for c in costs],
@@ -690,7 +896,8 @@ def plot_stream_cost(frame, *, steps: int = STREAM_STEPS) -> bytes | None:
         ax.set_ylabel("USD per million useful tokens")
         ax.set_title(f"{machine} {framework}, lengths up to {seq}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, title="solid native, dashed forced", title_fontsize=7)
+        ax.legend(fontsize=7, title="solid native, dashed forced;\nbold measured, faint modelled",
+                  title_fontsize=7)
     return _png(fig)
 
 
@@ -702,11 +909,10 @@ def verdict_part(table) -> dict | None:
     top = display(headline(table))
     rest = display(paper_only(table))
     shorter = display(other_lengths(table))
-    short = [c for c in top.columns if c not in ("reasons", "ratio of")]
+    short = [c for c in top.columns if c not in ("reasons", "sentence")]
     sentences = [
-        f"**{r['machine']} {r['framework']} {r['workload']} {r['seq']}**: {r['reasons']}"
+        f"**{r['machine']} {r['framework']} {r['workload']} {r['seq']}**: {r['sentence']} {r['reasons']}."
         for r in top.to_dict("records")
-        if r["reasons"] != "-"
     ]
     return {
         "table": Table.of(top[short]),
@@ -718,6 +924,6 @@ def verdict_part(table) -> dict | None:
 
 
 def paper_only(table):
-    """The measured rows with no length stream: a paper winner only."""
-    keep = (table["basis"] != "compiler only") & table["production_winner"].isna()
+    """The measured rows with no length stream: a paper comparison only."""
+    keep = (table["basis"] != "compiler only") & table["ratio"].isna()
     return table[keep].reset_index(drop=True)

@@ -177,7 +177,7 @@ def series_of(ok, factors: dict):
               "definitions": column(ok, "setting_definitions", object)[order],
               "regime": column(ok, "regime", object)[order],
               "category": column(ok, "category", object)[order]}
-    direction, unit = ok["direction"].to_numpy()[order], ok["unit"].to_numpy()[order]
+    direction, unit = column(ok, "direction", object)[order], column(ok, "unit", object)[order]
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         key = group_keys[codes[order[start]]]
         key = key if isinstance(key, tuple) else (key,)
