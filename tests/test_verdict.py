@@ -467,7 +467,8 @@ def test_a_forced_reimplementation_is_named_as_the_projects_own():
     assert row["answer"] == "forced"
     assert ("jax-blockwise-flash is this project's jax re-implementation of FlashAttention-2's GPU "
             "algorithm at 128x128 tiles, not the GPU kernel") in row["sentence"]
-    plain = _case("jax-pallas-tpu-splash", "forced-flash", step=0.010, regimes={"static": (0.5e-6, 0.5e-6, 0)})
+    plain = _case("jax-pallas-tpu-splash", "forced-flash", step=0.010,
+                  regimes={"static": (0.5e-6, 0.5e-6, 0)})
     assert "re-implementation" not in _only(verdict.measured_verdicts(_frame(plain, native)),
                                             framework="jax")["sentence"]
 
