@@ -120,7 +120,8 @@ class Models:
     decode 1 token x 4 ragged caches of up to 1024 keys; full and gpu: the models' own, 8k tokens and
     32k caches), and a regime's stream draws the phase's lengths as Forward's does (the cache's for
     decode). Every preset has its static stream (pad to max), so the verdict prices each; the
-    dynamic and bucketed streams are the size's ``regime_presets`` (default: llama-3.1-8b). The
+    other streams are the size's ``regime_presets`` and ``preset_regimes`` (default: llama-3.1-8b's
+    phases and gemma-2-9b decode, exact lengths; full: every preset and regime). The
     implementations are the size's (``asv.suite.preset_impl_names``). A phase a preset lacks (an
     encoder's decode) is n/a."""
 

@@ -109,7 +109,6 @@ def test_cli_workload_options_override_the_preset():
     (["--softcap", "-2"], "--softcap must be a positive number"),
     (["--phase", "decode"], "--phase decode needs --kv-len"),
     (["--workload", "llama-3.1-8b", "--heads", "4"], "fixes the heads"),
-    (["--workload", "llama-3.1-8b", "--phase", "decode", "--regime", "dynamic"], "decode runs the static"),
     (["--workload", "gemma-2-9b", "--seq", "16384"],
      "gemma-2-9b's context is 8192 tokens; --seq 16384 is longer"),
     (["--workload", "llama-3.1-8b", "--layer", "global"], "llama-3.1-8b does not alternate local and global"),

@@ -149,6 +149,26 @@ def test_compile_flags_steady_time_and_stalls_in_throughput():
     assert result.compile_seconds_total is None  # the fake does not time its compiles
 
 
+def test_a_decode_stream_varies_its_cache_and_counts_its_queries_as_useful():
+    """Decode's stream is its cache length (a serving loop's caches differ and grow): the new queries
+    stay one per sequence, the useful tokens are those queries, and the padding is the cache's."""
+    decode = Workload(batch=2, q_heads=2, seq_q=1, seq_k=512, head_dim=32, causal=True, ragged=True)
+    seen = []
+
+    class Caches(FakeCompiler):
+        def make_runner(self, template, seed):
+            runner = super().make_runner(template, seed)
+            runner.place = lambda w: seen.append((w.seq_q, w.seq_k)) or w.seq_k
+            return runner
+
+    lengths = [300, 512, 300]
+    result = run_regime(Caches(0, 0), decode, "bucketed", lengths)
+    assert seen == [(1, 384), (1, 512)]  # each padded cache placed once, the queries fixed
+    assert result.max_len == 512 and result.shapes == (384, 512)
+    assert result.padding_waste == pytest.approx(1 - 1112 / (384 + 512 + 384))
+    assert result.useful_tokens_per_s == pytest.approx(2 * 3 / result.total_seconds)
+
+
 def test_a_framework_that_does_not_report_compiles_gets_none_flags():
     result = run_regime(FakeCompiler(0.0, 0.0, reports=False), TEMPLATE, "dynamic", [100, 100, 200])
     assert [t.compiled for t in result.trace] == [None, None, None]

@@ -53,9 +53,12 @@ SUITES = {
                 "preset_interpret": False, "preset_reference": False, "fresh_process": False,
                 "static_first": True, "model_phases": ("prefill", "decode"),
                 "preset_frameworks": ("jax", "torch"),
-                # a preset's dynamic and bucketed streams: llama-3.1-8b's here (the 10-minute budget);
-                # every preset has its static stream (pad to max), so every row has a production cost
-                "regime_presets": ("llama-3.1-8b",)},
+                # the presets' length streams (a preset, or preset:phase) and their regimes here:
+                # every preset has its static stream (pad to max), so every row has a production
+                # cost; exact lengths for Llama's prefill and decode and Gemma-2's windowed,
+                # soft-capped decode (buckets: full; the 2-core budget, results/LOG.md)
+                "regime_presets": ("llama-3.1-8b", "gemma-2-9b:decode"),
+                "preset_regimes": ("static", "dynamic")},
     "smoke": {"forward_seqs": (128, 256), "training_seqs": (128,), "dtypes": ("float32",),
               "regime_steps": 3, "min_seconds": 0.05, "max_extra_seconds": 0.5,
               "max_interpret_seq": 256, "max_reference_seq": None, "regime_seqs": None, "rounds": 2,
@@ -488,11 +491,14 @@ def outside_suite(impl, workload: Workload, regime: str, settings: dict,
     if reference_limit and workload.seq_q > reference_limit and impl.framework == "numpy":
         return (f"the float64 reference is the yardstick for correctness, not a contender; the "
                 f"{suite_name()} suite times it up to {reference_limit} tokens ({SUITE_ENV}=full runs it)")
-    regime_presets = settings.get("regime_presets")
+    regime_presets, preset_regimes = settings.get("regime_presets"), settings.get("preset_regimes")
     if regime != "static" and workload.name != CUSTOM and regime_presets is not None \
-            and workload.name not in regime_presets:
+            and not {workload.name, f"{workload.name}:{workload.phase}"} & set(regime_presets):
         return (f"the {suite_name()} suite runs the {regime} regime of {', '.join(regime_presets) or 'no'} "
                 f"preset only ({SUITE_ENV}=full runs every one)")
+    if workload.name != CUSTOM and preset_regimes and regime not in preset_regimes:
+        return (f"the {suite_name()} suite runs the presets' {' and '.join(preset_regimes)} regimes only "
+                f"({SUITE_ENV}=full runs every one)")
     if regime != "static" and regime_seqs and workload.name == CUSTOM and workload.seq_q not in regime_seqs:
         return (f"the {suite_name()} suite runs the {regime} regime at "
                 f"{', '.join(map(str, regime_seqs))} tokens only ({SUITE_ENV}=full runs every length)")

@@ -137,16 +137,14 @@ def run_regime(impl, template: Workload, regime: str, lengths: Sequence[int],
                policy: str = "multiple-128", *, seed: int = 0) -> RegimeResult:
     """Run ``lengths`` through one fresh ``impl.make_runner(template, seed)`` under ``regime``.
 
-    ``max_len`` is ``template.stream_length``; decode runs static only (its stream is the cache).
+    ``max_len`` is ``template.stream_length``: the sequence's length, or decode's cache, whose length
+    the stream varies (a serving loop's caches grow and differ; the new queries stay fixed).
     Steady time is the median of the non-compiling steps (compiles unreported: of repeated padded
     lengths). ``Unsupported`` (a length the kernel refuses) propagates.
     """
     if regime not in REGIMES:
         raise ValueError(f"unknown regime {regime!r}; valid: {', '.join(REGIMES)}")
     bucket_policy(policy)  # a bad name fails before anything runs, whatever the regime
-    if template.phase == "decode" and regime != "static":
-        raise ValueError(f"the {regime} regime varies the query length of prefill and training; a "
-                         "decode step's queries are fixed (run decode in the static regime)")
     max_len = template.stream_length
     padded = [padded_length(int(n), regime, max_len, policy) for n in lengths]
 

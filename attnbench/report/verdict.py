@@ -142,7 +142,8 @@ def _interval(row, low="ci_low", high="ci_high") -> tuple[float, float]:
     lo, hi = row.get(low), row.get(high)
     value = row["value"]
     if lo == lo and hi == hi and lo is not None and hi is not None and lo <= value <= hi:
-        return float(lo), float(hi)
+        # asv's interval over a few rounds can reach below zero; a step takes no less than no time
+        return max(float(lo), 0.0), float(hi)
     return float(value), float(value)
 
 
@@ -582,8 +583,8 @@ def _same_workload(cell_workload: str, row_workload: str) -> bool:
     """Whether a release cell's workload (``causal-256``, ``mistral-7b-prefill-128``) is this row's kind:
     the B1 H8 D64 causal shape, or the same preset and phase."""
     cell = str(cell_workload)
-    if row_workload.startswith(FORWARD):
-        return cell.startswith("causal")
+    if row_workload.startswith(FORWARD):  # the matrix times the forward step only
+        return row_workload == FORWARD and cell.startswith("causal")
     preset = row_workload.replace(" ", "-")
     return cell.startswith(preset)
 
@@ -669,7 +670,8 @@ def compiled_verdicts(records, max_batch=None, *, fragility: list | None = None)
                     FORWARD + (" fwd+bwd" if mode == "fwd_bwd" else ""))
         for impl in real["impl"]:
             seen = [b for b in breaks
-                    if b["impl"] == impl and b["target"] == target and b["cause"] != ADAPTER]
+                    if b["impl"] == impl and b["target"] == target and b["cause"] != ADAPTER
+                    and _same_workload(b["workload"], workload)]
             for cause in dict.fromkeys(b["cause"] for b in seen):
                 releases = ", ".join(dict.fromkeys(f"{b['framework']} {b['release']}" for b in seen
                                                    if b["cause"] == cause))
