@@ -337,9 +337,9 @@ def cmd_verdict(args) -> int:
     if args.csv:
         atomic_write_text(args.csv, table.to_csv(index=False))
     shown = table if args.all else headline(table)
-    print(f"# verdict: paper = fastest static step; production = cheapest per useful token over a "
-          f"{args.stream_steps:,}-step stream, compile stalls and padding included; compile targets: "
-          "the compiler's word only")
+    print(f"# verdict: forced flash or native, or can't tell, from the 99% interval of their cost per "
+          f"useful token over a {args.stream_steps:,}-step stream (compile stalls, first calls and "
+          "padding included); on paper: the static step alone; compile targets: the compiler's word only")
     print(_render(_verdict_rows(shown, args.width), DISPLAY_COLUMNS, args))
     if args.png:
         png = plot_stream_cost(frame, steps=args.stream_steps)

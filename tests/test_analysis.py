@@ -299,6 +299,40 @@ def test_contended_runs_have_no_trace_spikes():
     assert len(find_trace_spikes(trace.assign(contended=None))) == 1
 
 
+def test_two_presets_decode_traces_are_two_files_each_with_its_own_sidecar_entry(tmp_path):
+    """Decode's steps all have one query (S1): a preset's trace file names its workload and phase, so
+    llama-3.1-8b's and gemma-2-9b's streams neither overwrite each other nor borrow a contention flag."""
+    from attnbench.asv import sidecar
+    from attnbench.core.presets import workload
+    from attnbench.core.regimes import RegimeResult, StepTrace
+    from attnbench.measure.engine import Options, new_record, write_trace
+    from attnbench.results.spikes import load_traces
+
+    commit, env = "ab" * 20, "env"
+    traces = tmp_path / "cpu-2core" / "traces" / f"{commit[:8]}-{env}"
+    cases = {}
+    for name, busy in (("llama-3.1-8b", False), ("gemma-2-9b", True)):
+        w = workload(name, "decode", size="default")
+        record = new_record(w, Options(regime="dynamic"), impl="jax-xla")
+        step = StepTrace(step=0, length=w.seq_k, padded_length=w.seq_k, compiled=True, seconds=0.1,
+                         compile_seconds=0.05)
+        result = RegimeResult(impl="jax-xla", regime="dynamic", policy=None, max_len=w.seq_k,
+                              workload=w.describe(), batch=w.batch, execution="compiled", compiles=1,
+                              compile_seconds_total=0.05, compile_cache_hits=0, steady_seconds_per_step=None,
+                              steady_tokens_per_s=None, steady_flops_per_s=None, total_seconds=0.1,
+                              useful_tokens_per_s=w.batch / 0.1, padding_waste=0.0, padding_flops_waste=0.0,
+                              shapes=(w.seq_k,), trace=[step])
+        written = write_trace(result, record, str(traces))
+        assert written.endswith(f"__S1__fwd__float32__{name}-decode.csv"), written
+        case = sidecar.case_id("Models", "jax-xla", f"{name}:decode", "dynamic", "float32")
+        cases[case] = {"contended": busy}
+    sidecar.write(str(tmp_path), "cpu-2core", commit, env, versions={}, settings={}, cases=cases)
+    loaded = load_traces(str(tmp_path))
+    assert len(set(loaded["file"])) == 2
+    busy = {f.rsplit("__", 1)[1]: c for f, c in zip(loaded["file"], loaded["contended"], strict=True)}
+    assert busy == {"llama-3.1-8b-decode.csv": False, "gemma-2-9b-decode.csv": True}
+
+
 # -- which code changed between the two commits -------------------------------------------------------
 def _git_repo(path):
     """Commits: 0 adds the jax-xla kernel (importing a helper kernel's code), another kernel and the

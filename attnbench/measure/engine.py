@@ -27,7 +27,7 @@ from attnbench.core import records, regimes
 from attnbench.core.atomic import atomic_write_text
 from attnbench.core.inputs import make_inputs
 from attnbench.core.numerics import GRAD_SLACK, compare
-from attnbench.core.workload import Workload
+from attnbench.core.workload import CUSTOM, Workload
 from attnbench.measure import cost, stats
 from attnbench.measure.compiler_caches import check_mode as check_compile_cache
 from attnbench.measure.compiler_caches import compiler_caches
@@ -210,7 +210,10 @@ def write_trace(result, record: dict, trace_dir: str, pricing=None) -> str | Non
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
-    path = os.path.join(trace_dir, "{impl}__{regime}__S{seq_q}__{mode}__{dtype}.csv".format(**record))
+    name = "{impl}__{regime}__S{seq_q}__{mode}__{dtype}".format(**record)
+    if record.get("workload") not in (None, CUSTOM):  # a preset's (two presets' decodes share S1)
+        name += f"__{record['workload']}-{record['phase']}"
+    path = os.path.join(trace_dir, f"{name}.csv")
     atomic_write_text(path, buffer.getvalue())
     return path
 

@@ -115,17 +115,20 @@ def load_traces(results_dir: str = "results"):
 
 
 def _trace_contended(results_dir, machine, commit8, env, name, cache: dict):
-    """Whether the sidecar says the case of a trace file (``impl__regime__S<n>__mode__dtype.csv``)
-    was timed under contention; None where it says nothing."""
+    """Whether the sidecar says the case of a trace file (``impl__regime__S<n>__mode__dtype.csv``, a
+    preset's with ``__<preset>-<phase>``) was timed under contention; None where it says nothing."""
     parts = name.removesuffix(".csv").split("__")
-    if len(parts) != 5 or not parts[2].startswith("S") or not parts[2][1:].isdigit():
+    if len(parts) not in (5, 6) or not parts[2].startswith("S") or not parts[2][1:].isdigit():
         return None
-    impl, regime, seq, mode, dtype = parts
-    suite = {"fwd": "Forward", "fwd_bwd": "Training"}.get(mode)
+    impl, regime, seq, mode, dtype = parts[:5]
+    suite, length = {"fwd": "Forward", "fwd_bwd": "Training"}.get(mode), int(seq[1:])
+    if len(parts) == 6:  # a Models case: its length is <preset>:<phase> (asv.suite.case_length)
+        preset, _, phase = parts[5].rpartition("-")
+        suite, length = "Models", f"{preset}:{phase}"
 
     if (machine, commit8, env) not in cache:
         cache[machine, commit8, env] = sidecar.read(results_dir, machine, commit8, env).get("cases") or {}
-    entry = cache[machine, commit8, env].get(sidecar.case_id(suite, impl, int(seq[1:]), regime, dtype))
+    entry = cache[machine, commit8, env].get(sidecar.case_id(suite, impl, length, regime, dtype))
     return entry.get("contended") if isinstance(entry, dict) else None
 
 
