@@ -63,7 +63,8 @@ def test_an_unknown_stage_is_refused_by_name():
         matrix.classify("lowering", RuntimeError("x"))
 
 
-def _row(release, impl="jax-xla", status=matrix.OK, seconds=0.01, framework="jax", target="cpu"):
+def _row(release, impl="jax-xla", status=matrix.OK, seconds=0.01, framework="jax", target="cpu",
+         reason="ImportError: gone"):
     return {
         "framework": framework,
         framework: release,
@@ -73,7 +74,7 @@ def _row(release, impl="jax-xla", status=matrix.OK, seconds=0.01, framework="jax
         "target": target,
         "status": status,
         "seconds_per_step": seconds if status == matrix.OK else None,
-        "reason": None if status == matrix.OK else "ImportError: gone",
+        "reason": None if status == matrix.OK else reason,
     }
 
 
@@ -84,7 +85,10 @@ def test_the_table_gives_each_step_time_relative_to_the_newest_release_and_the_g
         [
             _row("0.10.2", seconds=0.010),
             _row("0.6.2", seconds=0.015),
-            _row("0.9.2", status=matrix.API_CHANGED),
+            _row("0.9.2", status=matrix.API_CHANGED, reason="jax.experimental.pallas.ops.tpu.flash_attention "
+                 "does not import in jax 0.9.2: ModuleNotFoundError: No module named 'absl'"),
+            _row("0.8.2", status=matrix.API_CHANGED, reason="AttributeError: module 'x' has no attribute"),
+            _row("0.7.2", status=matrix.COMPILE_FAILED, reason="RuntimeError: something else"),
             _row("2.13.0+cpu", impl="torch-sdpa-math", framework="torch", seconds=0.02),
             _row("2.9.0", impl="torch-sdpa-math", framework="torch", seconds=0.01),
         ]
@@ -97,10 +101,13 @@ def test_the_table_gives_each_step_time_relative_to_the_newest_release_and_the_g
     assert by[("torch-sdpa-math", "2.9.0")]["relative_to_newest"] == pytest.approx(0.5)  # 2.13.0 is newest
     assert by[("torch-sdpa-math", "2.13.0")]["release_date"] == "2026-07-08"  # "+cpu": a build tag
     table = grid(frame[frame["framework"] == "jax"])
-    assert list(table.columns) == ["0.6.2", "0.9.2", "0.10.2"]  # release order, not string order
-    assert table.iloc[0].tolist() == ["ok 1.50x", "api-changed", "ok 1.00x"]
-    assert [(b["impl"], b["release"], b["status"]) for b in broken(frame)] == [
-        ("jax-xla", "0.9.2", "api-changed")
+    assert list(table.columns) == ["0.6.2", "0.7.2", "0.8.2", "0.9.2", "0.10.2"]  # release order
+    # a broken cell shows its cause where its error tells one, else its status
+    assert table.iloc[0].tolist() == ["ok 1.50x", "compile-failed", "api-changed", "packaging", "ok 1.00x"]
+    assert [(b["impl"], b["release"], b["status"], b["cause"]) for b in broken(frame)] == [
+        ("jax-xla", "0.7.2", "compile-failed", "unexplained"),
+        ("jax-xla", "0.8.2", "api-changed", "api-changed"),
+        ("jax-xla", "0.9.2", "api-changed", "packaging"),
     ]
 
 

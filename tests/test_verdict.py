@@ -6,6 +6,7 @@ committed results are read (never written) by the CLI and README checks at the e
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -211,9 +212,13 @@ def test_fast_on_paper_slow_in_production_is_a_flip():
     )
     row = _only(table, framework="jax")
     assert (row["forced"], row["native"]) == ("jax-forced (forced-flash)", "jax-native (native)")
-    # on paper 10 ms against 12 ms: 0.83x, [0.0098 / 0.0122, 0.0102 / 0.0118] = [0.80, 0.86]
+    # on paper 10 ms [9.8-10.2] against 12 ms [11.8-12.2]: 0.83x, the two intervals' log half-widths
+    # in quadrature, [0.81, 0.86]: narrower than their ends divided, [0.0098 / 0.0122, 0.0102 / 0.0118]
     assert row["paper"] == "forced" and row["paper_ratio"] == pytest.approx(10 / 12)
-    assert (row["paper_low"], row["paper_high"]) == pytest.approx((0.0098 / 0.0122, 0.0102 / 0.0118))
+    half = math.hypot(math.log(10.2 / 9.8), math.log(12.2 / 11.8)) / 2
+    assert (row["paper_low"], row["paper_high"]) == pytest.approx(
+        (10 / 12 * math.exp(-half), 10 / 12 * math.exp(half)))
+    assert 0.0098 / 0.0122 < row["paper_low"] and row["paper_high"] < 0.0102 / 0.0118
     assert row["answer"] == "native" and 1 < row["ratio_low"] <= row["ratio"] <= row["ratio_high"]
     assert row["flip"] == "yes"  # both beyond their uncertainty, in opposite directions
     assert row["ratio_of"] == "jax-forced / jax-native, USD per useful token"
@@ -252,9 +257,20 @@ def test_overlapping_intervals_are_no_flip_beyond_noise():
         "jax-native", "native", step=0.011, lo=0.009, hi=0.013, regimes={"static": (0.98e-6, 1.0e-6, 1)}
     )
     row = _only(verdict.measured_verdicts(_frame(forced, native)), framework="jax")
-    assert row["paper"] == "can't tell"  # 0.91x, [0.008 / 0.013, 0.014 / 0.009] = [0.62, 1.56]
+    assert row["paper"] == "can't tell"  # 0.91x, intervals of -20%/+40% and -18%/+18%
     assert row["flip"] == "can't tell"  # a flip needs both comparisons decided
     assert "only pad to max measured at this length" in row["reasons"]
+
+
+def test_visibility_is_said_of_the_two_compared_kernels_and_once_when_shared():
+    forced = _case("jax-forced", "forced-flash", step=0.010, regimes={"static": (1.0e-6, 1.0e-6, 1)})
+    native = _case("jax-native", "native", step=0.011, regimes={"static": (1.1e-6, 1.1e-6, 1)})
+    other = _case("jax-other", "native", step=0.050, regimes={"static": (5e-6, 5e-6, 1)})
+    seen = {"jax-forced": False, "jax-native": False, "jax-other": True}
+    row = _only(verdict.measured_verdicts(_frame(forced, native, other), visibility=seen), framework="jax")
+    assert "both are invisible to their framework's profiler" in row["reasons"]
+    assert "jax-other" not in row["reasons"]  # not one of the two the row compares
+    assert "jax-forced is invisible" not in row["reasons"]
 
 
 def test_interpreted_and_contended_kernels_never_win():
@@ -422,7 +438,7 @@ def test_compile_targets_speak_of_memory_never_of_speed():
                                       "jax-pallas-tpu-splash")
     assert row["headroom_winner"] == "jax-pallas-tpu-splash"
     assert "largest batch: jax-pallas-tpu-splash 19, jax-pallas-tpu-flash 17" in row["reasons"]
-    assert "does not fit: jax-xla" in row["reasons"]
+    assert "does not fit at batch 1: jax-xla" in row["reasons"]
     assert (
         "jax-pallas-tpu-flash fits 0.89x the tokens per chip of jax-pallas-tpu-splash, and its layout "
         "copies write 8.93 GB per step there" in row["reasons"]

@@ -75,17 +75,24 @@ def load_table(path: str):
     return frame
 
 
-def cell_text(status: str, relative) -> str:
+def cell_text(status: str, relative, cause: str | None = None) -> str:
+    """``ok 1.04x``; a broken cell by its cause where its error tells one (``packaging``,
+    ``adapter``, ``capability``, ``api-changed``), else by its status."""
     if status == matrix.OK:
         return "ok" if relative != relative or relative is None else f"ok {relative:.2f}x"
+    if status in matrix.BROKEN and cause not in (None, UNEXPLAINED):
+        return str(cause)
     return str(status)
 
 
 def grid(frame):
-    """Cell rows by release columns: ``ok 1.04x``, or the status."""
+    """Cell rows by release columns: ``ok 1.04x``, a broken cell's cause, or the status."""
     import pandas as pd
 
-    text = [cell_text(s, r) for s, r in zip(frame["status"], frame["relative_to_newest"], strict=True)]
+    causes = [cause_of(r)[0] if r["status"] in matrix.BROKEN else None
+              for r in frame[["status", "reason"]].to_dict("records")]
+    text = [cell_text(s, r, c) for s, r, c in
+            zip(frame["status"], frame["relative_to_newest"], causes, strict=True)]
     table = frame.assign(cell=text, seq_len=frame["seq_len"].astype("Int64"))
     out = table.pivot_table(index=GRID_INDEX, columns="release", values="cell", aggfunc="first")
     columns = sorted(out.columns, key=lambda v: matrix.version_key(str(v)))

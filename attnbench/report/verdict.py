@@ -247,8 +247,8 @@ def _production(case: dict, steps: int, scatter: dict, floors: dict, max_len: in
     """The kernel's cheapest way through the stream (strategy, USD per million useful tokens, its
     relative SD, compiles, stall share, padding waste); None where no regime was measured. Each
     regime's SD is its series' run-to-run scatter, never below the machine's floor for that regime's
-    figures; the stalls extrapolated from the measured stream add the stall's own scatter over the
-    compiles it was measured from."""
+    figures (the static regime's: the static step's own interval); the stalls extrapolated from the
+    measured stream add the stall's own scatter over the compiles it was measured from."""
     best = None
     # Too few runs for a scatter: the static step's own interval (asv's, 99%) stands in.
     fallback = math.log(case["step_hi"] / case["step_lo"]) / (2 * SCATTER_Z) if case["step_lo"] > 0 else 0.0
@@ -261,7 +261,9 @@ def _production(case: dict, steps: int, scatter: dict, floors: dict, max_len: in
         key = (case["machine"], case["suite"], case["implementation"], case["seq_len"], case["dtype"], regime)
         kind = (case["machine"], "usd_per_step", regime, False)
         machine_floor = floors.get((case["machine"], "usd_per_step"), 0.0)
-        floor = 0.0 if regime == "static" else floors.get(kind, machine_floor)
+        # The static step is the paper's own figure: never held tighter than the paper holds it
+        # (asv's interval over this run's rounds), whatever its history's scatter says.
+        floor = fallback if regime == "static" else floors.get(kind, machine_floor)
         sd_steady = max(scatter.get((*key, "usd_per_step"), fallback), floor)
         sd_stalled = max(scatter.get((*key, "usd_per_step_with_compiles"), fallback), floor)
         share = priced["stall_share"]
@@ -440,10 +442,24 @@ def measured_verdicts(
         reasons = []
         row.update(_compare(forced, native, priced, steps, stream_len, measured_steps, reasons))
         row["sentence"] = _sentence(row, forced, native, framework, steps)
-        reasons.extend(_row_notes(eligible, group, machine, framework, workload, breaks, visibility))
+        compared = [c["implementation"] for c in (forced, native) if c is not None]
+        reasons.extend(_row_notes(eligible, group, machine, framework, workload, breaks,
+                                  {n: v for n, v in visibility.items() if n in compared}, compared))
         row["reasons"] = "; ".join(reasons)
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _ratio_interval(ratio: float, forced: dict, native: dict) -> tuple[float, float]:
+    """The 99% interval of ``forced / native`` steps from each step's own 99% interval (asv's), the two
+    independent: their log half-widths add in quadrature, as the production comparison's SDs do. An
+    interval reaching zero (asv's, over a few rounds) bounds the ratio by its ends alone."""
+    if min(forced["step_lo"], native["step_lo"]) <= 0:
+        return (forced["step_lo"] / native["step_hi"],
+                forced["step_hi"] / native["step_lo"] if native["step_lo"] > 0 else math.inf)
+    half = math.hypot(math.log(forced["step_hi"] / forced["step_lo"]),
+                      math.log(native["step_hi"] / native["step_lo"])) / 2
+    return ratio * math.exp(-half), ratio * math.exp(half)
 
 
 def _compare(forced, native, priced: dict, steps: int, stream_len: int, measured_steps: int,
@@ -457,9 +473,7 @@ def _compare(forced, native, priced: dict, steps: int, stream_len: int, measured
         return out
     f_name, n_name = forced["implementation"], native["implementation"]
     ratio = forced["step_s"] / native["step_s"]
-    # a native interval reaching zero bounds the ratio by nothing above (asv's, over a few rounds)
-    low = forced["step_lo"] / native["step_hi"]
-    high = forced["step_hi"] / native["step_lo"] if native["step_lo"] > 0 else math.inf
+    low, high = _ratio_interval(ratio, forced, native)
     out.update(paper=three_states(low, high), paper_ratio=ratio, paper_low=low, paper_high=high)
     reasons.append(f"on paper {f_name} takes {ratio:.2f}x [{_bound(low)}-{_bound(high)}] of {n_name}'s step "
                    f"({forced['step_s'] * 1e3:.3g} vs {native['step_s'] * 1e3:.3g} ms)")
@@ -541,10 +555,11 @@ def _is_tiled(impl: str) -> bool:
         return False
 
 
-def _row_notes(eligible, group, machine, framework, workload, breaks, visibility) -> list[str]:
+def _row_notes(eligible, group, machine, framework, workload, breaks, visibility,
+               compared) -> list[str]:
     """The reasons that are true of this row's kernels: release breaks seen on this row's framework,
-    target and workload, by cause (never the project's adapter as a kernel's fragility); profiler
-    visibility, said once when every kernel shares it; what was not ranked."""
+    target and workload, by cause (never the project's adapter as a kernel's fragility); the compared
+    kernels' profiler visibility, said once when both share it; what was not ranked."""
     notes = []
     names = [c["implementation"] for c in eligible]
     target = _release_target(machine)
@@ -556,11 +571,11 @@ def _row_notes(eligible, group, machine, framework, workload, breaks, visibility
             releases = ", ".join(dict.fromkeys(f"{b['framework']} {b['release']}" for b in seen
                                                if b["cause"] == cause))
             notes.append(f"{impl} broke in {releases} ({cause})")
-    known = {n: visibility[n] for n in names if n in visibility}
-    if known and len(known) == len(names) and len(set(known.values())) == 1:
+    known = {n: visibility[n] for n in compared if n in visibility}
+    if len(known) == len(compared) == 2 and len(set(known.values())) == 1:
         seen_by = "visible" if next(iter(known.values())) else "invisible"
-        notes.append(f"every kernel here is {seen_by} to its framework's profiler (results/observability): "
-                     "it tells none apart")
+        notes.append(f"both are {seen_by} to their framework's profiler (results/observability): "
+                     "it does not tell them apart")
     else:
         notes.extend(f"{n} is {'visible' if v else 'invisible'} to its framework's profiler"
                      for n, v in known.items())
@@ -634,8 +649,8 @@ def compiled_verdicts(records, max_batch=None, *, fragility: list | None = None)
         if len(bound):
             reasons.append(f"roofline bound {bound.min() * 1e3:.3g} ms at 100% of peak (a bound, not a rank)")
         refused = real[(real["status"] == "does-not-fit") | (real["fits"].astype(str) != "True")]
-        if len(refused):
-            reasons.append("does not fit: " + ", ".join(refused["impl"]))
+        for batch, impls in refused.groupby("batch", sort=True)["impl"]:  # a preset's own batch, else 1
+            reasons.append(f"does not fit at batch {int(batch)}: " + ", ".join(impls))
         here = (
             batches[
                 (batches["target"] == target)
