@@ -167,6 +167,19 @@ class AttentionImpl(abc.ABC):
             return support.note
         return self.api_missing() or self.feature_reason(workload) or self.shape_reason(workload, platform)
 
+    def refusal_before_import(self, workload: Workload) -> str | None:
+        """``check`` without importing the kernel's own modules (``api_missing``): what this kernel
+        refuses here whatever the release, so that a release's import fault is judged only where the
+        kernel would otherwise run (the release matrix)."""
+        missing = self.framework_missing()
+        if missing:
+            return missing
+        platform = self.platform()
+        support = self.platform_support[platform]
+        if support.status == "unsupported":
+            return support.note
+        return self.feature_reason(workload) or self.shape_reason(workload, platform)
+
     def require(self, workload: Workload) -> str:
         """Raise ``Unsupported`` unless ``workload`` runs here; return the platform."""
         reason = self.check(workload)

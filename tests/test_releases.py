@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+import attention_impls
 from attnbench.releases import matrix
 from tests.conftest import FRAMEWORKS
 
@@ -200,6 +201,18 @@ def test_a_kernel_of_another_platform_is_unsupported_with_its_reason():
 
     row = run_cell("jax-cudnn", "causal-256")
     assert row["status"] == matrix.UNSUPPORTED and row["reason"]
+
+
+@needs_jax
+def test_the_support_check_runs_before_a_release_import_is_judged(monkeypatch):
+    """A kernel refused on this platform in every release (Mosaic GPU on a CPU) is unsupported even
+    where its module would not import (jax's undeclared absl): never a break of the release."""
+    from attnbench.releases.cell import run_cell
+
+    impl = attention_impls.get("jax-pallas-mgpu-attention")
+    monkeypatch.setattr(type(impl), "requires_modules", ("jax.experimental.no_such_module",))
+    row = run_cell("jax-pallas-mgpu-attention", "causal-256")
+    assert row["status"] == matrix.UNSUPPORTED and "no_such_module" not in row["reason"]
 
 
 def test_a_tpu_compile_whose_kernel_does_not_import_is_an_api_change_not_a_refusal():

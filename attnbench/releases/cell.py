@@ -72,7 +72,12 @@ def run_cell(impl_name: str, workload_name: str) -> dict:
     cell["shim"] = impl.release_shims() or None
     stage = "import"
     try:
-        moved = impl.framework_missing() is None and impl.api_missing()
+        # The support check first: a kernel refused here in every release (another platform's, a
+        # mask it lacks) is unsupported, whatever its modules do on import in this one.
+        reason = impl.refusal_before_import(workload)
+        if reason:
+            return {**cell, "status": matrix.UNSUPPORTED, "stage": stage, "reason": reason}
+        moved = impl.api_missing()
         if moved:  # a module the kernel imports is gone or breaks in this release
             return {**cell, "status": matrix.API_CHANGED, "stage": stage, "reason": moved}
         reason = impl.check(workload)
