@@ -158,19 +158,15 @@ class AttentionImpl(abc.ABC):
 
     def check(self, workload: Workload) -> str | None:
         """Why this implementation cannot run ``workload`` here, or ``None`` when it can."""
-        missing = self.framework_missing()
-        if missing:
-            return missing
-        platform = self.platform()
-        support = self.platform_support[platform]
-        if support.status == "unsupported":
-            return support.note
-        return self.api_missing() or self.feature_reason(workload) or self.shape_reason(workload, platform)
+        return self._refusal(workload, imports=True)
 
     def refusal_before_import(self, workload: Workload) -> str | None:
         """``check`` without importing the kernel's own modules (``api_missing``): what this kernel
         refuses here whatever the release, so that a release's import fault is judged only where the
         kernel would otherwise run (the release matrix)."""
+        return self._refusal(workload, imports=False)
+
+    def _refusal(self, workload: Workload, *, imports: bool) -> str | None:
         missing = self.framework_missing()
         if missing:
             return missing
@@ -178,7 +174,8 @@ class AttentionImpl(abc.ABC):
         support = self.platform_support[platform]
         if support.status == "unsupported":
             return support.note
-        return self.feature_reason(workload) or self.shape_reason(workload, platform)
+        return ((self.api_missing() if imports else None) or self.feature_reason(workload)
+                or self.shape_reason(workload, platform))
 
     def require(self, workload: Workload) -> str:
         """Raise ``Unsupported`` unless ``workload`` runs here; return the platform."""
