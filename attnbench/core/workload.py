@@ -183,23 +183,21 @@ class Workload:
     @functools.cached_property
     def pairs(self) -> int:
         """(query, key) pairs the mask keeps, summed over the batch, per query head (exact)."""
-        segments = self.segment_ids()
-        if segments is None:
-            return self.batch * masks.visible_pairs(self.seq_q, self.seq_k, causal=self.causal,
-                                                    window=self.window)
-        return masks.visible_pairs(self.seq_q, self.seq_k, causal=self.causal, window=self.window,
-                                   q_segment_ids=segments[0], kv_segment_ids=segments[1])
+        return self._summed_over_batch(masks.visible_pairs)
 
     @functools.cached_property
     def visible_keys(self) -> int:
         """Keys (per kv head) that at least one query sees, summed over the batch: the keys, and
         values, a kernel must read (a window's older keys and a ragged cache's padding are not)."""
+        return self._summed_over_batch(masks.visible_keys)
+
+    def _summed_over_batch(self, count) -> int:
+        """``count`` (a ``masks`` counter) over the batch: per sequence alike without segment ids."""
         segments = self.segment_ids()
         if segments is None:
-            return self.batch * masks.visible_keys(self.seq_q, self.seq_k, causal=self.causal,
-                                                   window=self.window)
-        return masks.visible_keys(self.seq_q, self.seq_k, causal=self.causal, window=self.window,
-                                  q_segment_ids=segments[0], kv_segment_ids=segments[1])
+            return self.batch * count(self.seq_q, self.seq_k, causal=self.causal, window=self.window)
+        return count(self.seq_q, self.seq_k, causal=self.causal, window=self.window,
+                     q_segment_ids=segments[0], kv_segment_ids=segments[1])
 
     @property
     def mask_density(self) -> float:
