@@ -55,7 +55,7 @@ export PJRT_DEVICE
 # bfloat16, TPU: bfloat16, CPU: the suite size's own).
 export ACCEL
 
-.PHONY: setup bench html serve-html sweep html-deps browser-deps existing-bench existing-test test lint test-main test-xla list matrix system-check clean \
+.PHONY: headroom setup bench html serve-html sweep html-deps browser-deps existing-bench existing-test test lint test-main test-xla list matrix system-check clean \
         fleet-deps fleet-launch fleet-collect fleet-plan setup-targets test-targets releases notebook verdict test-fast \
         device-file rehearse-device
 
@@ -237,6 +237,24 @@ list: setup
 # releases are the venvs make setup builds. Writes results/releases/releases.csv and html/releases/.
 releases: $(MAIN_STAMP) $(XLA_STAMP) html-deps
 	$(HARNESS) -m attnbench releases $(RELEASES_ARGS)
+
+# The presets' headroom on the compile targets: the largest batch that compiles and fits, at the
+# presets' real lengths, on v5e, v6e and the H200 (the verdict's compile-target preset rows read
+# results/compiled-for/runs/). Compiler output, deterministic for the compilers' versions; about
+# 10 minutes here, so a command of its own beside make bench (whose CompiledForModels class tracks
+# batch 1 per commit).
+HEADROOM_IMPLS := jax-xla jax-xla-chunked jax-blockwise-flash jax-pallas-tpu-flash jax-pallas-tpu-splash \
+                  jax-pallas-tpu-ragged-paged jax-cudnn jax-pallas-gpu-decode
+HEADROOM_OUT ?= results/compiled-for/runs
+HEADROOM_CASES ?= llama-3.1-8b:prefill:8k,32k llama-3.1-8b:decode:32k,128k gemma-2-9b:prefill:8k
+headroom: $(TARGETS_STAMP)
+	@stamp=$$(date -u +%Y%m%dT%H%M%SZ); for case in $(HEADROOM_CASES); do \
+	  preset=$${case%%:*}; rest=$${case#*:}; phase=$${rest%%:*}; seqs=$$(echo $${rest#*:} | tr , ' '); \
+	  echo "headroom: $$preset $$phase $$seqs"; \
+	  JAX_PLATFORMS=cpu $(TARGETS_VENV)/bin/python -m attnbench compile-for --target tpu-v5e tpu-v6e h200 \
+	    --workload $$preset --phase $$phase --seq $$seqs --impl $(HEADROOM_IMPLS) --dtype bfloat16 \
+	    --max-batch 4096 --timeout 900 --quiet --out $(HEADROOM_OUT)/$$stamp-$$preset-$$phase || exit 1; \
+	done
 
 # The prepared run on a lent accelerator (docs/device.md): tools/device-run.sh measures there and brings
 # back measured-<machine>.tar.gz; device-file files it here with asv (FROM=that tarball or its folder).
