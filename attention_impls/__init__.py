@@ -16,6 +16,7 @@ import pkgutil
 
 from attention_impls.base import FORCED_FLASH, NATIVE, AttentionImpl, Unsupported
 from attention_impls.registry import _REGISTRY
+from attnbench.core.errors import UnknownName
 
 _NOT_KERNELS = {"base", "registry"}
 # Listing order: by framework, then by name (results and tables read in this order).
@@ -44,4 +45,4 @@ def get(name: str) -> AttentionImpl:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise KeyError(f"unknown implementation {name!r}; known: {', '.join(names())}") from None
+        raise UnknownName(f"unknown implementation {name!r}; known: {', '.join(names())}") from None

@@ -19,6 +19,7 @@ from attnbench.checks.observability import add_parser as add_observability
 from attnbench.compiled_for.cli import add_parser as add_compile_for
 from attnbench.core import presets
 from attnbench.core.atomic import atomic_write_bytes, atomic_write_text
+from attnbench.core.errors import UnknownName
 from attnbench.core.workload import DTYPE_BYTES, PHASE_MODES, Workload
 from attnbench.hardware import get_hardware_profile, load_hardware_profiles
 from attnbench.hardware.dtypes import machine_dtype_problem
@@ -670,7 +671,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, KeyError) as exc:  # bad input: say what is wrong, no traceback
-        print(f"attnbench: error: {exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}",
-              file=sys.stderr)
-        return 2
+    except (ValueError, UnknownName) as exc:  # bad input: say what is wrong, no traceback
+        print(f"attnbench: error: {exc}", file=sys.stderr)
+        return 2  # any other exception (a bare KeyError too) is a bug: its traceback, exit 1

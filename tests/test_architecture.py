@@ -12,9 +12,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("attnbench", "attention_impls")
 KNOWN_CYCLES: list[set[str]] = []  # none is left; a new one fails the test
-# What the kernels may take from the harness: the workload value type and the masks; base.py asks
-# the framework's backend where a kernel can run.
-KERNEL_IMPORTS = {"attnbench.core.workload", "attnbench.core.masks"}
+# What the kernels may take from the harness: the workload value type, the masks and the error for an
+# unknown name; base.py asks the framework's backend where a kernel can run.
+KERNEL_IMPORTS = {"attnbench.core.workload", "attnbench.core.masks", "attnbench.core.errors"}
 KERNEL_BASE_IMPORTS = KERNEL_IMPORTS | {"attnbench.backends"}
 
 

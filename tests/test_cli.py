@@ -58,6 +58,18 @@ def test_bad_input_exits_2_with_a_clear_message(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
+def test_a_bug_is_not_reported_as_bad_input(monkeypatch):
+    """A bare KeyError inside a command is the project's bug: its traceback, not "bad input", exit 2."""
+    import attnbench.cli as cli
+
+    def broken(args):
+        return {}["a key the code forgot"]
+
+    monkeypatch.setattr(cli, "cmd_list", broken)  # build_parser reads it when main calls it
+    with pytest.raises(KeyError, match="a key the code forgot"):
+        cli.main(["list"])
+
+
 @pytest.mark.slow
 def test_run_writes_a_tidy_table_with_provenance_and_traces(tmp_path, capsys):
     import csv

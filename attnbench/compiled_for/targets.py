@@ -15,6 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 
+from attnbench.core.errors import UnknownName
 from attnbench.hardware import HardwareProfile, get_hardware_profile
 
 TARGETS_FILE = "targets.toml"
@@ -127,7 +128,7 @@ def get_targets(names: list[str], targets: dict[str, Target] | None = None) -> l
         return list(targets.values())
     unknown = [n for n in names if n not in targets]
     if unknown:
-        raise KeyError(f"unknown compile target {', '.join(map(repr, unknown))}; known: "
+        raise UnknownName(f"unknown compile target {', '.join(map(repr, unknown))}; known: "
                        f"{', '.join(targets)} (or all)")
     return [targets[n] for n in dict.fromkeys(names)]
 

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from attnbench.core.errors import UnknownName
 from attnbench.core.statuses import STATUS_CODES
 
 # Bump only when a metric's meaning changes: asv drops the older history of every benchmark then.
@@ -333,13 +334,13 @@ def get(name: str) -> Metric:
     try:
         return by_name()[name]
     except KeyError:
-        raise KeyError(f"unknown metric {name!r} (known: {', '.join(m.name for m in METRICS)})") from None
+        raise UnknownName(f"unknown metric {name!r} (known: {', '.join(m.name for m in METRICS)})") from None
 
 
 def names(group: str | None = None) -> tuple[str, ...]:
     """Every metric's name in table order, or those of one group."""
     if group is not None and group not in GROUPS:
-        raise KeyError(f"unknown metric group {group!r} (known: {', '.join(GROUPS)})")
+        raise UnknownName(f"unknown metric group {group!r} (known: {', '.join(GROUPS)})")
     return tuple(m.name for m in METRICS if group is None or m.group == group)
 
 

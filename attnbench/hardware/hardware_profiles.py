@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal, get_args
 
+from attnbench.core.errors import UnknownName
 from attnbench.hardware.detection import Device
 from attnbench.hardware.dtypes import PeakDtype, canonical_dtype
 
@@ -258,7 +259,7 @@ def get_hardware_profile(name: str, profiles: Mapping[str, HardwareProfile] | No
     folded = {k.lower(): v for k, v in profiles.items()}
     if name.lower() in folded:
         return folded[name.lower()]
-    raise KeyError(f"unknown hardware profile {name!r}; known: {', '.join(profiles)}")
+    raise UnknownName(f"unknown hardware profile {name!r}; known: {', '.join(profiles)}")
 
 
 def match_hardware_profile(device: Device, profiles: Mapping[str, HardwareProfile] | None = None
