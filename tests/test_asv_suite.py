@@ -204,7 +204,13 @@ def test_loader_reads_real_asv_output(asv_run):
     assert (ran["labels_source"] == "recorded").all() and ran["device"].notna().all()
     assert set(ran["platform"]) == {"cpu"} and set(ran["execution"]) == {"compiled", "eager"}
     summary = best_native_vs_forced(frame)
-    assert list(summary["seq_len"]) == [128, 256]
+    # contended timings never rank (a busy CI host marks some): every length with a clean one does
+    from attnbench.results.noise import is_contended
+
+    forward = ok[ok["suite"] == "Forward"]
+    clean = forward[~is_contended(forward)]
+    assert len(clean), "every timing of the run was contended: nothing to summarise"
+    assert list(summary["seq_len"]) == sorted(set(clean["seq_len"])) and set(summary["seq_len"]) <= {128, 256}
     assert set(summary["best_native"]) <= {"jax-xla", "torch-sdpa-flash"}
     assert "best_forced" not in summary  # no forced-flash kernel in this subset
 
