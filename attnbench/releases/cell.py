@@ -77,12 +77,10 @@ def run_cell(impl_name: str, workload_name: str) -> dict:
         reason = impl.refusal_before_import(workload)
         if reason:
             return {**cell, "status": matrix.UNSUPPORTED, "stage": stage, "reason": reason}
+        # What is left of impl.check(workload): its refusals above and this import
         moved = impl.api_missing()
         if moved:  # a module the kernel imports is gone or breaks in this release
             return {**cell, "status": matrix.API_CHANGED, "stage": stage, "reason": moved}
-        reason = impl.check(workload)
-        if reason:
-            return {**cell, "status": matrix.UNSUPPORTED, "stage": stage, "reason": reason}
         cell["label"] = impl.label(impl.platform())
         stage = "compile"
         step = impl.make_step(workload, seed=0)

@@ -443,8 +443,8 @@ def measured_verdicts(
         row.update(_compare(forced, native, priced, steps, stream_len, measured_steps, reasons))
         row["sentence"] = _sentence(row, forced, native, framework, steps)
         compared = [c["implementation"] for c in (forced, native) if c is not None]
-        reasons.extend(_row_notes(eligible, group, machine, framework, workload, breaks,
-                                  {n: v for n, v in visibility.items() if n in compared}, compared))
+        reasons.extend(_row_notes(eligible, group, machine, framework, workload, breaks, visibility,
+                                  compared))
         row["reasons"] = "; ".join(reasons)
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
