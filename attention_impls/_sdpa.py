@@ -168,6 +168,13 @@ class SdpaBackendKernel(AttentionImpl):
     feature_notes = {"softcap": NO_SOFTCAP}
     gqa = "native"  # enable_gqa: the fused kernels read the shared kv head; MATH overrides this
 
+    @property
+    def public_calls(self) -> dict[str, tuple[str, ...]]:
+        return {"torch.nn.functional:scaled_dot_product_attention": ("attn_mask", "is_causal", "scale",
+                                                                     "enable_gqa"),
+                "torch.nn.attention:sdpa_kernel": (), f"torch.nn.attention:SDPBackend.{self.sdpa_backend}": (),
+                "torch.nn.attention.bias:causal_lower_right": ()}
+
     def attention(self, q, k, v, *, causal, scale, **mask):
         from torch.nn.attention import SDPBackend
 

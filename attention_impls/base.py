@@ -75,6 +75,13 @@ class AttentionImpl(abc.ABC):
     framework: str  # "numpy" | "jax" | "torch" | "torch_xla"
     # Imports beyond the framework; one a release lacks makes ``check`` refuse, not fail mid-sweep.
     requires_modules: tuple[str, ...] = ()
+    # The library's public names the kernel's call uses (``module:attribute``), each with the keywords
+    # the call passes. The release matrix reads their presence and signatures in each release
+    # (attnbench/releases/api.py): an API change is told from the releases themselves.
+    public_calls: dict[str, tuple[str, ...]] = {}
+    # Names only the project's way into an interpreter on a CPU uses, never the call on the kernel's
+    # own hardware: a release that lacks one breaks the project's adapter, not the kernel.
+    interpreter_calls: dict[str, tuple[str, ...]] = {}
     designed_for: frozenset[str] = frozenset()  # platforms the kernel was written for; empty = portable
     is_flash: bool = False  # a tiled online-softmax (FlashAttention-style) kernel
     # What the kernel re-implements in its framework's own ops ("" for a vendor or library kernel):
@@ -142,10 +149,6 @@ class AttentionImpl(abc.ABC):
                 return (f"{module} does not import in {self.framework} {version}: "
                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300])
         return None
-
-    def release_shims(self) -> str:
-        """Adaptations made to the installed library release, ``; ``-joined; ``""`` for none."""
-        return ""
 
     def platform(self) -> str:
         """cpu/gpu/tpu of the framework's default device, or the target's inside ``compiling_for``."""

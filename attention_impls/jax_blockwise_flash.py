@@ -138,6 +138,7 @@ def blockwise_attention(q, k, v, *, causal: bool, scale: float, window: int | No
 @register
 class JaxBlockwise(AttentionImpl):
     name = "jax-blockwise-flash"
+    public_calls = {"jax.lax:map": (), "jax.lax:scan": (), "jax.lax:cond": ()}
     framework = "jax"
     designed_for = frozenset({"gpu"})
     is_flash = True

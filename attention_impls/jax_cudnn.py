@@ -52,6 +52,8 @@ def head_dim_limit(capability: tuple[int, int] | None) -> int:
 @register
 class JaxCudnn(AttentionImpl):
     name = "jax-cudnn"
+    public_calls = {"jax.nn:dot_product_attention": ("mask", "scale", "implementation", "is_causal",
+                                                     "local_window_size")}
     framework = "jax"
     designed_for = frozenset({"gpu"})
     is_flash = True

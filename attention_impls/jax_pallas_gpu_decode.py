@@ -66,6 +66,8 @@ class JaxPallasGpuDecode(AttentionImpl):
     designed_for = frozenset({"gpu"})
     is_flash = True
     requires_modules = ("jax.experimental.pallas.ops.gpu.decode_attention",)
+    public_calls = {"jax.experimental.pallas.ops.gpu.decode_attention:gqa": (
+        "start_idx", "sm_scale", "block_h", "block_k", "k_splits", "interpret")}
     summary = ("Pallas GPU split-K decode attention (jax.experimental.pallas.ops.gpu.decode_attention.gqa, "
                "Triton), one query per sequence, k_splits=16; Pallas interpreter off-GPU")
     platform_support = {

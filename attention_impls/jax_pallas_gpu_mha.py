@@ -61,6 +61,10 @@ class JaxPallasGpuMha(AttentionImpl):
     designed_for = frozenset({"gpu"})
     is_flash = True
     requires_modules = ("jax.experimental.pallas.ops.gpu.attention",)
+    public_calls = {
+        "jax.experimental.pallas.ops.gpu.attention:mha": ("segment_ids", "sm_scale", "causal", "block_sizes", "interpret"),
+        "jax.experimental.pallas.ops.gpu.attention:BlockSizes.get_default": (),
+    }
     summary = ("Pallas GPU flash attention (jax.experimental.pallas.ops.gpu.attention.mha, Triton), "
                "default tiles; Pallas interpreter off-GPU")
     supports = frozenset({"segment_ids"})

@@ -59,6 +59,9 @@ class JaxPallasMgpuAttention(AttentionImpl):
     designed_for = frozenset({"gpu"})
     is_flash = True
     requires_modules = (MODULE,)
+    public_calls = {f"{MODULE}:attention": (), f"{MODULE}:TuningConfig": (
+        "block_q", "block_kv", "max_concurrent_steps", "causal", "block_q_dkv", "block_kv_dkv", "block_q_dq",
+        "block_kv_dq")}
     summary = ("Mosaic GPU flash attention for Hopper (jax.experimental.pallas.ops.gpu.attention_mgpu: "
                "warp-specialised, TMA + wgmma), 64x128 tiles")
     feature_notes = {

@@ -61,6 +61,14 @@ class JaxPallasTpuFlash(AttentionImpl):
     designed_for = frozenset({"tpu"})
     is_flash = True
     requires_modules = ("jax.experimental.pallas.ops.tpu.flash_attention",)
+    public_calls = {
+        "jax.experimental.pallas.ops.tpu.flash_attention:flash_attention": ("segment_ids", "causal", "sm_scale", "block_sizes"),
+        "jax.experimental.pallas.ops.tpu.flash_attention:BlockSizes": ("block_q", "block_k_major", "block_k", "block_b", "block_q_major_dkv",
+                                    "block_k_major_dkv", "block_k_dkv", "block_q_dkv", "block_k_major_dq",
+                                    "block_k_dq", "block_q_dq"),
+        "jax.experimental.pallas.ops.tpu.flash_attention:SegmentIds": ("q", "kv"),
+    }
+    interpreter_calls = {"jax.experimental.pallas.tpu:force_tpu_interpret_mode": ()}
     summary = ("Pallas TPU flash_attention (jax.experimental.pallas.ops.tpu), 512/256/128 tiles; "
                "TPU interpreter off-TPU")
     supports = frozenset({"segment_ids"})

@@ -155,6 +155,11 @@ class JaxPallasTpuRaggedPaged(AttentionImpl):
     designed_for = frozenset({"tpu"})
     is_flash = True
     requires_modules = (MODULE,)
+    public_calls = {
+        f"{MODULE}:ragged_paged_attention": ("sm_scale", "sliding_window", "soft_cap", "num_kv_pages_per_block",
+                                             "num_queries_per_block"),
+        f"{MODULE}.tuned_block_sizes:get_min_page_size": (),
+    }
     # Mosaic's lowering of its integer division asks jax's default device which TPU it is
     # (tpu_info.get_tpu_info): compiling ahead of time, that must be the target's device.
     lowers_on_target_device = True

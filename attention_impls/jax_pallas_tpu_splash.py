@@ -77,6 +77,18 @@ class JaxPallasTpuSplash(AttentionImpl):
     designed_for = frozenset({"tpu"})
     is_flash = True
     requires_modules = ("jax.experimental.pallas.ops.tpu.splash_attention",)
+    public_calls = {
+        "jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_kernel:make_splash_mha_single_device": (
+            "block_sizes", "attn_logits_soft_cap", "interpret"),
+        "jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_kernel:BlockSizes": (
+            "block_q", "block_kv", "block_kv_compute", "block_q_dkv", "block_kv_dkv", "block_kv_dkv_compute",
+            "block_q_dq", "block_kv_dq"),
+        "jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_kernel:SegmentIds": ("q", "kv"),
+        "jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_mask:MultiHeadMask": (),
+        "jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_mask:CausalMask": ("offset",),
+        "jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_mask:LocalMask": ("window_size", "offset"),
+        "jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_mask:FullMask": (),
+    }
     summary = ("Pallas TPU splash attention (make_splash_mha_single_device, 512/256/128 tiles, "
                "block-sparse causal/local mask); Pallas interpreter off-TPU")
     supports = frozenset({"window", "softcap", "segment_ids"})

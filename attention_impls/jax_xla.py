@@ -32,6 +32,8 @@ def segment_mask(q_segment_ids, kv_segment_ids):
 @register
 class JaxXla(AttentionImpl):
     name = "jax-xla"
+    public_calls = {"jax.nn:dot_product_attention": ("mask", "scale", "implementation", "is_causal",
+                                                     "local_window_size")}
     framework = "jax"
     summary = "jax.nn.dot_product_attention(implementation='xla'): XLA fuses a materialized softmax"
     supports = frozenset({"window", "segment_ids"})

@@ -103,6 +103,7 @@ def chunked_attention(q, k, v, *, causal: bool, scale: float, window: int | None
 @register
 class JaxXlaChunked(AttentionImpl):
     name = "jax-xla-chunked"
+    public_calls = {"jax.lax:map": (), "jax.lax:scan": (), "jax:checkpoint": ()}
     framework = "jax"
     is_flash = True  # tiled online softmax, but portable: native wherever XLA compiles it
     summary = (f"memory-efficient chunked attention in plain jax (lax.map over {QUERY_CHUNK}-query "

@@ -119,6 +119,7 @@ def blockwise_evidence(ops: dict[str, int]) -> str:
 @register
 class TorchBlockwise(AttentionImpl):
     name = "torch-blockwise-flash"
+    public_calls = {"torch:where": (), "torch:exp": (), "torch:maximum": ()}
     framework = "torch"
     designed_for = frozenset({"gpu"})
     is_flash = True

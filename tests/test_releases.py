@@ -24,9 +24,13 @@ def _config():
 def test_asv_matrix_is_the_release_list_with_the_libtpu_each_jax_tpu_pins():
     config = _config()
     entries = [e["req"] for e in config["include"]]
-    assert [e["jax"] for e in entries] == [r.version for r in matrix.JAX_RELEASES]
+    bare = [e for e in entries if not set(matrix.COMPANIONS) & set(e)]
+    beside = [e for e in entries if set(matrix.COMPANIONS) <= set(e)]
+    assert len(bare) + len(beside) == len(entries)
+    for group in (bare, beside):  # each release once bare and once beside the companions
+        assert [e["jax"] for e in group] == [r.version for r in matrix.JAX_RELEASES]
+        assert [e.get("libtpu") for e in group] == [r.libtpu for r in matrix.JAX_RELEASES]
     assert all(e["jaxlib"] == e["jax"] for e in entries)
-    assert [e.get("libtpu") for e in entries] == [r.libtpu for r in matrix.JAX_RELEASES]
     assert sum(r.libtpu is not None for r in matrix.JAX_RELEASES) >= 3  # the issue's three libtpu releases
     assert config["results_dir"] == "results/releases/asv" and config["env_dir"].startswith(".asv/")
     assert len(matrix.JAX_RELEASES) >= 5 and matrix.newest("jax").version == "0.10.2"
@@ -64,9 +68,19 @@ def test_an_unknown_stage_is_refused_by_name():
         matrix.classify("lowering", RuntimeError("x"))
 
 
+def _surface(*params):
+    """jax-xla's call surface with ``jax.nn.dot_product_attention`` taking ``params``."""
+    return json.dumps({"jax.nn:dot_product_attention": {
+        "present": True, "signature": f"({', '.join(params)})", "params": list(params), "var_keyword": False}})
+
+
+FULL = _surface("query", "key", "value", "mask", "scale", "implementation", "is_causal", "local_window_size")
+
+
 def _row(release, impl="jax-xla", status=matrix.OK, seconds=0.01, framework="jax", target="cpu",
-         reason="ImportError: gone"):
+         reason="ImportError: gone", surface=FULL):
     return {
+        "api_surface": surface,
         "framework": framework,
         framework: release,
         "impl": impl,
@@ -88,8 +102,11 @@ def test_the_table_gives_each_step_time_relative_to_the_newest_release_and_the_g
             _row("0.6.2", seconds=0.015),
             _row("0.9.2", status=matrix.API_CHANGED, reason="jax.experimental.pallas.ops.tpu.flash_attention "
                  "does not import in jax 0.9.2: ModuleNotFoundError: No module named 'absl'"),
-            _row("0.8.2", status=matrix.API_CHANGED, reason="AttributeError: module 'x' has no attribute"),
-            _row("0.7.2", status=matrix.COMPILE_FAILED, reason="RuntimeError: something else"),
+            # the exception's type says nothing: the release's own surface lost a keyword the call passes
+            _row("0.8.2", status=matrix.API_CHANGED, reason="TypeError: got an unexpected keyword 'implementation'",
+                 surface=_surface("query", "key", "value", "mask", "scale", "is_causal", "local_window_size")),
+            # "has no attribute" with every name of the call still there: not an API change
+            _row("0.7.2", status=matrix.API_CHANGED, reason="AttributeError: module 'x' has no attribute 'y'"),
             _row("2.13.0+cpu", impl="torch-sdpa-math", framework="torch", seconds=0.02),
             _row("2.9.0", impl="torch-sdpa-math", framework="torch", seconds=0.01),
         ]
@@ -104,12 +121,14 @@ def test_the_table_gives_each_step_time_relative_to_the_newest_release_and_the_g
     table = grid(frame[frame["framework"] == "jax"])
     assert list(table.columns) == ["0.6.2", "0.7.2", "0.8.2", "0.9.2", "0.10.2"]  # release order
     # a broken cell shows its cause where its error tells one, else its status
-    assert table.iloc[0].tolist() == ["ok 1.50x", "compile-failed", "api-changed", "packaging", "ok 1.00x"]
-    assert [(b["impl"], b["release"], b["status"], b["cause"]) for b in broken(frame)] == [
-        ("jax-xla", "0.7.2", "compile-failed", "unexplained"),
+    assert table.iloc[0].tolist() == ["ok 1.50x", "api-changed", "api-changed", "packaging", "ok 1.00x"]
+    breaks = broken(frame)
+    assert [(b["impl"], b["release"], b["status"], b["cause"]) for b in breaks] == [
+        ("jax-xla", "0.7.2", "api-changed", "unexplained"),
         ("jax-xla", "0.8.2", "api-changed", "api-changed"),
         ("jax-xla", "0.9.2", "api-changed", "packaging"),
     ]
+    assert "from 0.7.2 to 0.8.2: jax.nn:dot_product_attention no longer takes implementation" in breaks[1]["evidence"]
 
 
 def test_the_table_is_written_atomically_and_read_back_unchanged(tmp_path):
@@ -151,7 +170,26 @@ def test_the_matrix_refuses_to_build_on_a_full_disk(tmp_path):
 
     assert free_disk_problem(str(tmp_path), need_gb=0.0) is None
     problem = free_disk_problem(str(tmp_path), need_gb=1e9)
-    assert problem and re.search(r"GB free under .* needs about", problem)
+    assert problem and re.search(r"only [\d.]+ GB free under .* still needs about [\d.]+ GB", problem)
+
+
+def test_the_disk_check_counts_only_what_is_not_built(monkeypatch, tmp_path):
+    from attnbench.releases import run
+
+    monkeypatch.setattr(run, "asv_envs", lambda: {})
+    monkeypatch.setattr(run, "LIBTPU_ROOT", str(tmp_path / "libtpu"))
+    monkeypatch.setattr(matrix, "TORCH_VENV_ROOT", str(tmp_path / "torch"))
+    own_torch = len(matrix.TORCH_RELEASES) - len(matrix.TORCH_SETUP_VENVS)
+    nothing = run.disk_needed()
+    configured = run.configured_envs()
+    assert nothing == pytest.approx(
+        sum(run.GB_JAX_TPU_VENV if "libtpu" in r else run.GB_JAX_VENV for r in configured)
+        + run.GB_TORCH_VENV * own_torch + run.GB_LIBTPU * len(matrix.LIBTPU_AXIS))
+    monkeypatch.setattr(run, "asv_envs", lambda: {f"/p{i}": r for i, r in enumerate(configured)})
+    (tmp_path / "libtpu" / f"libtpu-{matrix.LIBTPU_AXIS[0]}").mkdir(parents=True)
+    assert run.disk_needed() == pytest.approx(
+        run.GB_TORCH_VENV * own_torch + run.GB_LIBTPU * (len(matrix.LIBTPU_AXIS) - 1))
+    assert nothing < 25  # the issue's budget from nothing
 
 
 def test_collect_without_cells_names_the_command(tmp_path):
@@ -268,10 +306,9 @@ def test_one_run_of_the_matrix_measures_one_commit_in_every_environment(monkeypa
     python = tmp_path / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
     python.write_text("")
-    monkeypatch.setattr(
-        run, "TORCH_VENVS", {"2.13.0": str(tmp_path / "venv"), "2.9.0": str(tmp_path / "none")}
-    )
-    assert run.run_matrix("cpu-2core") == "a" * 40
+    built = {"2.13.0": str(python)}
+    monkeypatch.setattr(run, "build_torch_venv", lambda version: built.get(version))
+    assert run.run_matrix("cpu-2core", libtpu=False) == "a" * 40
     jax_run, torch_run = [c for c in calls if c[0] == "run"]
     assert jax_run[-1] == "a" * 40 + "^!" and "^releases\\." in jax_run
     assert torch_run[torch_run.index("--set-commit-hash") + 1] == "a" * 40

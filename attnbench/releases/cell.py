@@ -18,7 +18,7 @@ import attention_impls
 import attnbench
 from attnbench.measure import stats
 from attnbench.measure.engine import check_numerics
-from attnbench.releases import matrix
+from attnbench.releases import api, matrix
 from attnbench.run.worker import Worker
 
 CELL_TIMEOUT_S = 300.0
@@ -29,7 +29,7 @@ _CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 def versions() -> dict:
     """The library versions this environment really has (``None``: not installed)."""
     out = {"python": host_platform.python_version()}
-    for dist in ("jax", "jaxlib", "libtpu", "torch", "numpy"):
+    for dist in ("jax", "jaxlib", "libtpu", "torch", "numpy", *matrix.COMPANIONS):
         try:
             out[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
@@ -56,12 +56,21 @@ def _project_line(exc: BaseException) -> str | None:
     return f"{os.path.relpath(path, base)}:{frame.lineno}: {(frame.line or '').strip()}"
 
 
+def companions(framework: str, found: dict) -> str | None:
+    """``absl-py 2.5.1, chex 0.1.90``: the companions this jax environment holds, ``none`` without
+    them; ``None`` for torch (the matrix varies no companions of torch)."""
+    if framework != "jax":
+        return None
+    return ", ".join(f"{d} {found[d]}" for d in matrix.COMPANIONS if found.get(d)) or "none"
+
+
 def _row(impl_name: str, workload_name: str) -> dict:
     """A cell's identity and this environment's versions, before any stage ran."""
     framework = attention_impls.get(impl_name).framework
+    found = versions()
     return {"impl": impl_name, "framework": framework, "workload": workload_name,
             "seq_len": matrix.WORKLOADS[workload_name].seq_q, "target": "cpu", "status": None, "stage": None,
-            "reason": None, "line": None, **versions()}
+            "reason": None, "line": None, "companions": companions(framework, found), **found}
 
 
 def run_cell(impl_name: str, workload_name: str) -> dict:
@@ -69,7 +78,10 @@ def run_cell(impl_name: str, workload_name: str) -> dict:
     workload = matrix.WORKLOADS[workload_name]
     cell = _row(impl_name, workload_name)
     impl = attention_impls.get(impl_name)
-    cell["shim"] = impl.release_shims() or None
+    cell["shim"] = matrix.SHIMS.get((impl_name, cell.get(impl.framework) or ""))
+    # The names and signatures the kernel's call uses, as this release has them: the evidence of an
+    # API change between two releases (api.moved), read before any stage can fail.
+    cell["api_surface"] = api.surface_text(impl)
     stage = "import"
     try:
         # The support check first: a kernel refused here in every release (another platform's, a
@@ -125,14 +137,19 @@ def kernel_names(framework: str) -> list[str]:
     return [n for n in attention_impls.names() if attention_impls.get(n).framework == framework]
 
 
-def run_cells(frameworks: tuple[str, ...] | None = None, progress: bool = False) -> dict:
-    """``{cell key: row}`` for every kernel of ``frameworks`` x workload, in a killable worker."""
+def run_cells(frameworks: tuple[str, ...] | None = None, progress: bool = False,
+              done: frozenset = frozenset()) -> dict:
+    """``{cell key: row}`` for every kernel of ``frameworks`` x workload not in ``done`` (cell keys
+    already measured: a resumed matrix), in a killable worker."""
     cells = [
         (impl, name)
         for fw in (frameworks or frameworks_here())
         for impl in kernel_names(fw)
         for name in matrix.WORKLOADS
+        if matrix.cell_key(impl, name) not in done
     ]
+    if not cells:
+        return {}
     out = {}
     with Worker(task=run_cell) as worker:
         for impl, name in cells:

@@ -2,8 +2,9 @@
 
 Which releases and why: docs/releases.md. In short, the last patch of each jax minor series up to
 the newest with a Python 3.11 wheel (the upgrade steps a team pinning a minor line takes), each
-TPU one with the libtpu its ``jax[tpu]`` pins; torch only where its build is already on this host,
-since every other one is a CUDA build of several GB.
+TPU one with the libtpu its ``jax[tpu]`` pins, each also beside the companions a user's environment
+holds (``COMPANIONS``); libtpu varied on its own (``LIBTPU_AXIS``); four torch minors, 2.11 (the
+lent H200's) and the pin among them.
 """
 
 from __future__ import annotations
@@ -34,9 +35,34 @@ TORCH_RELEASES = (
     Release(
         "torch", "2.9.0", "2025-10-15", "the torch_xla venv's (the CUDA build torch_xla 2.9.0 needs), on CPU"
     ),
+    Release("torch", "2.11.0", "2026-03-23", "the lent H200 image's (PyPI's CUDA build, run on the CPU)"),
     Release("torch", "2.13.0", "2026-07-08", "the main venv's (the CPU build lying on this host)"),
+    Release("torch", "2.14.1", "2026-09-30", "the newest this host allows (pip capped at 2.14.1; PyPI's CUDA build, on the CPU)"),
 )
 RELEASES = JAX_RELEASES + TORCH_RELEASES
+# The torch releases' venvs: the two make setup builds, and the others make releases builds under
+# TORCH_VENV_ROOT (pip install torch==V numpy asv_runner and the project, nothing else).
+TORCH_VENV_ROOT = ".asv/releases-torch"
+TORCH_SETUP_VENVS = {"2.13.0": ".venv", "2.9.0": ".venv-xla"}
+
+# The adapter as written for a release, where the call had to differ from the current one: ``{(kernel,
+# release): what the shim changes}``. A shim belongs here only where the releases' own surfaces show a
+# name or keyword the call uses moved (``api.moved``); none has (tests/test_releases.py checks the
+# committed table), so the current call is the call as written for every release.
+SHIMS: dict[tuple[str, str], str] = {}
+
+# The companions a user's jax environment holds (chex and optax depend on absl-py): each jax release
+# runs once bare (what ``pip install jax[tpu]==V`` gives) and once beside them, so a module a release
+# imports without declaring it shows as the difference between the two.
+COMPANIONS = ("absl-py", "chex")
+# libtpu on its own: every jax release with a libtpu compiles its TPU cells with the other releases'
+# libtpu too (overlaid on its environment), so a libtpu change is told from a jax change.
+LIBTPU_AXIS = tuple(r.libtpu for r in JAX_RELEASES if r.libtpu)
+
+
+def pinned_libtpu(jax_version: str) -> str | None:
+    """The libtpu ``jax[tpu]`` of that jax release pins (``None``: the matrix compiles none for it)."""
+    return next((r.libtpu for r in JAX_RELEASES if r.version == jax_version), None)
 
 
 def newest(framework: str) -> Release:
@@ -120,6 +146,7 @@ COLUMNS = [
     "impl",
     "label",
     "target",
+    "environment",
     "workload",
     "seq_len",
     "status",
@@ -127,6 +154,8 @@ COLUMNS = [
     "reason",
     "line",
     "shim",
+    "companions",
+    "api_surface",
     "execution",
     "kernel_evidence",
     "seconds_per_step",
@@ -143,6 +172,8 @@ COLUMNS = [
     "libtpu",
     "torch",
     "numpy",
+    "absl-py",
+    "chex",
     "python",
     "env_name",
     "commit",

@@ -3,14 +3,21 @@
     python -m attnbench releases                # build what is missing, run every release, write the table
     python -m attnbench releases --collect-only # rewrite results/releases/releases.csv from the filed cells
 
-1. Checks free disk (``MIN_FREE_GB``) before asv builds anything.
-2. ``asv run --config asv.releases.conf.json``: asv builds each jax release's venv (one at a time:
-   2 cores; cached under ``.asv/releases-env``, so a second run builds nothing) and runs
-   ``benchmarks/releases.py`` in it.
-3. The torch releases: the same benchmarks in the venvs this host already has (``TORCH_VENVS``), as
-   existing environments (skipped, with a note, where a venv is not built).
-4. Gathers every environment's filed cells of this commit into ``results/releases/releases.csv``
+1. Checks free disk against what is still to build (``disk_needed``) and refuses, naming both, when
+   it cannot finish.
+2. ``asv run --config asv.releases.conf.json``: asv builds each jax release's venv, bare and with the
+   companions (one at a time: 2 cores; cached under ``.asv/releases-env``, so a second run builds
+   nothing) and runs ``benchmarks/releases.py`` in it.
+3. The torch releases: the venvs ``make setup`` builds and those built here under
+   ``matrix.TORCH_VENV_ROOT`` (identical files hard-linked across them), run by asv as existing
+   environments.
+4. The libtpu axis: each jax release with a libtpu compiles its TPU cells with the others' libtpu
+   (``attnbench/releases/libtpu_axis.py``).
+5. Gathers every environment's filed cells of this commit into ``results/releases/releases.csv``
    (``matrix.COLUMNS``, written atomically), then ``asv publish`` for the HTML (``html/releases``).
+
+Resumable: a cell already filed for the commit is not measured again. What a step builds is removed
+again when the build fails or the disk runs short.
 """
 
 from __future__ import annotations
@@ -23,24 +30,70 @@ import shutil
 import subprocess
 import sys
 
+from attnbench.releases import matrix
 from attnbench.releases.table import grid_markdown, load_table, matrix_frame, write_table
 
 CONFIG = "asv.releases.conf.json"
 ASV_RESULTS = os.path.join("results", "releases", "asv")
 TABLE = os.path.join("results", "releases", "releases.csv")
 HTML = os.path.join("html", "releases")
-# Five jax release venvs and pip's wheel cache take several GB: refuse below twice what they need.
-MIN_FREE_GB = 7.0
-TORCH_VENVS = {"2.13.0": ".venv", "2.9.0": ".venv-xla"}  # the torch releases this host has, by venv
+ASV_ENV_ROOT = os.path.join(".asv", "releases-env")
+LIBTPU_ROOT = os.path.join(".asv", "releases-libtpu")
+# Sizes measured here (du, 2026-12-02), for the disk check: a jax venv without and with libtpu, a
+# torch CUDA-build venv, a libtpu overlay; pip's cache and a margin on top.
+GB_JAX_VENV, GB_JAX_TPU_VENV, GB_TORCH_VENV, GB_LIBTPU = 0.7, 1.4, 5.5, 0.75
+GB_MARGIN = 2.0
+# Below this while building, the build stops and removes what it made in this run.
+GB_FLOOR = 1.0
 
 
-def free_disk_problem(path: str = ".", need_gb: float = MIN_FREE_GB) -> str | None:
-    free = shutil.disk_usage(path).free / 2**30
-    if free < need_gb:
-        return (
-            f"only {free:.1f} GB free under {os.path.abspath(path)}; the release matrix needs about "
-            f"{need_gb:g} GB for its venvs (.asv/releases-env) and pip's cache"
-        )
+def free_gb(path: str = ".") -> float:
+    return shutil.disk_usage(path).free / 2**30
+
+
+def asv_envs(root: str = ASV_ENV_ROOT) -> dict[str, dict]:
+    """``{python path: requirements}`` of the release venvs asv has built."""
+    out = {}
+    for info in glob.glob(os.path.join(root, "*", "asv-env-info.json")):
+        python = os.path.join(os.path.dirname(info), "bin", "python")
+        with open(info) as f:
+            reqs = json.load(f).get("requirements", {})
+        if os.path.exists(python):
+            out[python] = reqs
+    return out
+
+
+def configured_envs(config: str = CONFIG) -> list[dict]:
+    """The requirement sets ``asv.releases.conf.json`` lists (asv's own parser: it allows comments)."""
+    from asv.util import load_json
+
+    return [entry["req"] for entry in load_json(config, js_comments=True)["include"]]
+
+
+def torch_venv(version: str) -> str:
+    """The venv of a torch release: ``make setup``'s, or one this command builds."""
+    return matrix.TORCH_SETUP_VENVS.get(version) or os.path.join(matrix.TORCH_VENV_ROOT, f"torch-{version}")
+
+
+def disk_needed() -> float:
+    """GB still to build: the jax venvs asv lacks, the torch venvs and libtpu overlays not built (the
+    two torch venvs of ``make setup`` are not this command's)."""
+    built = list(asv_envs().values())
+    need = sum(GB_JAX_TPU_VENV if "libtpu" in reqs else GB_JAX_VENV
+               for reqs in configured_envs() if reqs not in built)
+    need += sum(GB_TORCH_VENV for r in matrix.TORCH_RELEASES if r.version not in matrix.TORCH_SETUP_VENVS
+                and not os.path.exists(os.path.join(torch_venv(r.version), "bin", "python")))
+    need += sum(GB_LIBTPU for v in matrix.LIBTPU_AXIS if not os.path.isdir(libtpu_overlay(v)))
+    return need
+
+
+def free_disk_problem(path: str = ".", need_gb: float | None = None) -> str | None:
+    need = disk_needed() + GB_MARGIN if need_gb is None else need_gb
+    free = free_gb(path)
+    if free < need:
+        return (f"only {free:.1f} GB free under {os.path.abspath(path)}; the release matrix still needs "
+                f"about {need:.1f} GB for what it has not built (jax venvs in {ASV_ENV_ROOT}, torch venvs in "
+                f"{matrix.TORCH_VENV_ROOT}, libtpu overlays in {LIBTPU_ROOT}) and pip's cache")
     return None
 
 
@@ -54,8 +107,67 @@ def head_commit() -> str:
     return subprocess.check_output(["git", "rev-parse", "HEAD"], text=True).strip()
 
 
-def run_matrix(machine: str, *, torch: bool = True, asv_args: list[str] | None = None) -> str:
-    """Steps 2 and 3; returns the commit measured (HEAD at the start, so a new commit does not split
+def _build(path: str, commands: list[list[str]]) -> bool:
+    """Run ``commands`` to build ``path``; on a failure or a disk below ``GB_FLOOR``, remove it."""
+    for command in commands:
+        print("+ " + " ".join(command), file=sys.stderr, flush=True)
+        failed = subprocess.call(command) != 0
+        if failed or free_gb() < GB_FLOOR:
+            why = "its build failed" if failed else f"the disk ran short ({free_gb():.1f} GB free)"
+            print(f"attnbench releases: removing {path}: {why}", file=sys.stderr)
+            shutil.rmtree(path, ignore_errors=True)
+            return False
+    return True
+
+
+def build_torch_venv(version: str) -> str | None:
+    """The python of torch ``version``'s venv, built here when missing (``None``: not buildable)."""
+    venv = torch_venv(version)
+    python = os.path.abspath(os.path.join(venv, "bin", "python"))
+    if os.path.exists(python) or version in matrix.TORCH_SETUP_VENVS:
+        return python if os.path.exists(python) else None
+    pip = [python, "-m", "pip", "install", "--quiet"]
+    ok = _build(venv, [[sys.executable, "-m", "venv", venv],
+                       [*pip, f"torch=={version}", "numpy", "psutil", "asv_runner==0.3.2"],
+                       [*pip, "--no-deps", "-e", "."]])
+    if ok:  # the torch venvs share many identical nvidia files: one copy on disk
+        subprocess.call(["hardlink", "--quiet", matrix.TORCH_VENV_ROOT], stderr=subprocess.DEVNULL)
+    return python if ok else None
+
+
+def libtpu_overlay(version: str) -> str:
+    return os.path.join(LIBTPU_ROOT, f"libtpu-{version}")
+
+
+def build_libtpu_overlay(version: str, python: str) -> str | None:
+    path = libtpu_overlay(version)
+    if os.path.isdir(path):
+        return path
+    ok = _build(path, [[python, "-m", "pip", "install", "--quiet", "--no-deps", "--target", path,
+                        f"libtpu=={version}"]])
+    return path if ok else None
+
+
+def run_libtpu_axis(env: dict, commit: str) -> None:
+    """Step 4: each jax release with a pinned libtpu, compiled by each other libtpu of the matrix."""
+    for python, reqs in sorted(asv_envs().items(), key=lambda item: matrix.version_key(item[1].get("jax", "0"))):
+        pinned = reqs.get("libtpu")
+        if not pinned or "chex" in reqs:  # the companions' venvs: the same jax and libtpu
+            continue
+        for version in matrix.LIBTPU_AXIS:
+            if version == pinned:
+                continue
+            overlay = build_libtpu_overlay(version, python)
+            if overlay is None:
+                continue
+            name = f"jax{reqs['jax']}+libtpu{version}"
+            paths = [os.path.abspath(overlay), os.getcwd()]
+            subprocess.call([python, "-m", "attnbench.releases.libtpu_axis", name],
+                            env={**env, "ATTNBENCH_COMMIT": commit, "PYTHONPATH": os.pathsep.join(paths)})
+
+
+def run_matrix(machine: str, *, torch: bool = True, libtpu: bool = True, asv_args: list[str] | None = None) -> str:
+    """Steps 2 to 4; returns the commit measured (HEAD at the start, so a new commit does not split
     the run). A broken cell makes asv exit non-zero: expected here."""
     env = {**os.environ, "ATTNBENCH_MACHINE": machine, "ATTNBENCH_RESULTS_DIR": os.path.abspath(ASV_RESULTS),
            "JAX_PLATFORMS": "cpu", "PJRT_DEVICE": "CPU"}
@@ -63,14 +175,16 @@ def run_matrix(machine: str, *, torch: bool = True, asv_args: list[str] | None =
     run = ["run", "--config", CONFIG, "--machine", machine]
     _asv("machine", "--yes", "--machine", machine, "--config", CONFIG, env=env)
     _asv(*run, "-b", r"^releases\.", *(asv_args or []), f"{commit}^!", env=env)
-    for version, venv in TORCH_VENVS.items() if torch else ():
-        python = os.path.abspath(os.path.join(venv, "bin", "python"))
-        if not os.path.exists(python):
-            print(f"torch {version}: {venv} is not built here (make setup builds it); its cells are left out",
-                  file=sys.stderr)
+    for release in matrix.TORCH_RELEASES if torch else ():
+        python = build_torch_venv(release.version)
+        if python is None:
+            print(f"torch {release.version}: {torch_venv(release.version)} is not built here (make setup builds "
+                  ".venv and .venv-xla); its cells are left out", file=sys.stderr)
             continue
         _asv(*run, "-E", f"existing:{python}", "--set-commit-hash", commit, "-b", r"^releases\.Releases\.",
              *(asv_args or []), env=env)
+    if libtpu:
+        run_libtpu_axis(env, commit)
     return commit
 
 
@@ -103,7 +217,8 @@ def main(args) -> int:
             print(f"attnbench releases: {problem}", file=sys.stderr)
             return 2
         machine = args.machine or _machine_name()
-        commits = [run_matrix(machine, torch=not args.no_torch, asv_args=args.asv_arg)]
+        commits = [run_matrix(machine, torch=not args.no_torch, libtpu=not args.no_libtpu_axis,
+                              asv_args=args.asv_arg)]
     path = collect(commits or [head_commit()])
     print(f"release matrix: {path}")
     if not args.collect_only:
@@ -137,6 +252,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--machine", help="asv machine name (default: attnbench machine-name)")
     p.add_argument("--no-torch", action="store_true", help="the jax releases only")
+    p.add_argument("--no-libtpu-axis", action="store_true", help="no compiles with another release's libtpu")
     p.add_argument(
         "--asv-arg", action="append", default=[], help="one more argument for asv run (repeatable)"
     )

@@ -16,8 +16,8 @@ from attnbench.asv.suite import asv_context
 from attnbench.compiled_for import classify
 from attnbench.compiled_for.suite import compile_grid, key
 from attnbench.core.atomic import atomic_write_text
-from attnbench.releases import matrix
-from attnbench.releases.cell import run_cells, versions
+from attnbench.releases import api, matrix
+from attnbench.releases.cell import companions, run_cells, versions
 
 VERSION = "1"  # the benchmarks' explicit asv version
 
@@ -33,9 +33,10 @@ def cells_path(context: dict) -> str:
     )
 
 
-def file_cells(rows: dict) -> str | None:
-    """Merge ``rows`` into this environment's cells file (atomically); ``None`` outside asv."""
-    context = asv_context()
+def file_cells(rows: dict, context: dict | None = None) -> str | None:
+    """Merge ``rows`` into the environment's cells file (atomically; ``context``: asv's by default);
+    ``None`` outside asv."""
+    context = context or asv_context()
     if context is None:
         return None
     path = cells_path(context)
@@ -48,6 +49,12 @@ def file_cells(rows: dict) -> str | None:
     return path
 
 
+def filed_here(context: dict | None = None) -> dict:
+    """The cells this environment already filed for this commit (a resumed matrix measures the rest)."""
+    context = context or asv_context()
+    return read_cells(cells_path(context)) if context else {}
+
+
 def read_cells(path: str) -> dict:
     if not os.path.exists(path):
         return {}
@@ -56,18 +63,25 @@ def read_cells(path: str) -> dict:
 
 
 def measure_cells() -> dict:
-    """``Releases.setup_cache``: this environment's CPU cells, filed."""
-    rows = run_cells()
-    file_cells(rows)
-    return rows
+    """``Releases.setup_cache``: this environment's CPU cells, filed; those filed already for this
+    commit are kept, not measured again."""
+    filed = filed_here()
+    rows = run_cells(done=frozenset(filed))
+    if rows:
+        file_cells(rows)
+    return {**filed, **rows}
 
 
 def tpu_key(target: str, impl: str, seq_len: int) -> str:
     return f"{target}|{impl}|{seq_len}"
 
 
-def compile_tpu_cells() -> dict:
-    """``ReleasesTPU.setup_cache``: the TPU compiles of this environment's libtpu, filed."""
+def compile_tpu_cells(context: dict | None = None) -> dict:
+    """``ReleasesTPU.setup_cache``: the TPU compiles of this environment's libtpu, filed (``context``:
+    where; asv's by default). Cells filed already for this commit are kept."""
+    filed = filed_here(context)
+    if all(tpu_key(t, i, s) in filed for t in matrix.TPU_TARGETS for i in matrix.TPU_IMPLS for s in matrix.TPU_SEQS):
+        return filed
     records = compile_grid(
         list(matrix.TPU_TARGETS), list(matrix.TPU_IMPLS), list(matrix.TPU_SEQS), ["fwd"], ["bfloat16"]
     )
@@ -79,7 +93,7 @@ def compile_tpu_cells() -> dict:
                 out[k] = record if "skip" in record else tpu_row(k, record)
     compiled = {k: row for k, row in out.items() if "skip" not in row}
     if compiled:
-        file_cells(compiled)
+        file_cells(compiled, context)
     return out
 
 
@@ -116,6 +130,8 @@ def tpu_row(k: str, record: dict) -> dict:
     }
     if record.get("libtpu"):
         row["libtpu"] = record["libtpu"]
+    row["companions"] = companions("jax", row)
+    row["api_surface"] = api.surface_text(attention_impls.get(impl))
     return row
 
 

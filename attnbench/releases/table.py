@@ -10,7 +10,7 @@ from attnbench.releases import matrix
 
 # Imported where used: pandas (the torch_xla venv has no report libraries).
 
-GRID_INDEX = ["framework", "target", "impl", "workload", "seq_len"]
+GRID_INDEX = ["framework", "target", "impl", "workload", "seq_len", "environment"]
 
 
 def release_of(row: dict) -> str | None:
@@ -29,6 +29,7 @@ def matrix_frame(rows: list[dict]):
         if column not in frame:
             frame[column] = None
     frame["release"] = [release_of(r) for r in frame.to_dict("records")]
+    frame["environment"] = [environment_of(r) for r in frame.to_dict("records")]
     frame["release_date"] = [
         dates.get((f, v)) for f, v in zip(frame["framework"], frame["release"], strict=True)
     ]
@@ -72,6 +73,8 @@ def load_table(path: str):
     missing = [c for c in ("framework", "release", "impl", "status") if c not in frame]
     if missing:
         raise ValueError(f"{path} is not a release-matrix table: no column {', '.join(missing)}")
+    if "environment" not in frame:  # a table written before the companions and libtpu axis
+        frame = frame.assign(environment=[environment_of(r) for r in frame.to_dict("records")])
     return frame
 
 
@@ -89,10 +92,8 @@ def grid(frame):
     """Cell rows by release columns: ``ok 1.04x``, a broken cell's cause, or the status."""
     import pandas as pd
 
-    causes = [cause_of(r)[0] if r["status"] in matrix.BROKEN else None
-              for r in frame[["status", "reason"]].to_dict("records")]
-    text = [cell_text(s, r, c) for s, r, c in
-            zip(frame["status"], frame["relative_to_newest"], causes, strict=True)]
+    causes = {_cell_id(b): b["cause"] for b in broken(frame)}
+    text = [cell_text(r["status"], r["relative_to_newest"], causes.get(_cell_id(r))) for r in frame.to_dict("records")]
     table = frame.assign(cell=text, seq_len=frame["seq_len"].astype("Int64"))
     out = table.pivot_table(index=GRID_INDEX, columns="release", values="cell", aggfunc="first")
     columns = sorted(out.columns, key=lambda v: matrix.version_key(str(v)))
@@ -100,52 +101,236 @@ def grid(frame):
 
 
 def broken(frame) -> list[dict]:
-    """Each cell that broke in some release: kernel, where, release, status, reason, and its ``cause``
-    with the ``evidence`` for it (``cause_of``)."""
-    bad = frame[frame["status"].isin(matrix.BROKEN)]
-    cells = bad[["framework", "impl", "target", "workload", "release", "status", "reason", "line"]].to_dict(
-        "records"
-    )
-    for cell in cells:
-        cell["cause"], cell["evidence"] = cause_of(cell)
+    """Each cell that broke in some release, in upgrade order: kernel, where, environment, release,
+    status, reason, and its ``cause`` with the ``evidence`` for it (``cause_of``)."""
+    cells = []
+    for _, part in _series(frame):
+        previous = None
+        for row in part:
+            if row["status"] in matrix.BROKEN:
+                cause, evidence = cause_of(row, previous, companion_of(frame, row))
+                cells.append({**{c: row.get(c) for c in BROKEN_COLUMNS}, "cause": cause, "evidence": evidence})
+            previous = row
     return cells
 
 
+BROKEN_COLUMNS = ["framework", "impl", "target", "environment", "workload", "seq_len", "release", "status", "reason",
+                  "line"]
+
+
+def _cell_id(row: dict) -> tuple:
+    return (*(str(row[c]) for c in GRID_INDEX), str(row["release"]))
 # Why a cell broke (docs/releases.md "Causes"): what an upgrade breaks (an upstream API), told apart
 # from a release's packaging fault, a feature an older release lacks, and the project's own adapter.
-API, PACKAGING, CAPABILITY = "api-changed", "packaging", "capability"
-ADAPTER, UNEXPLAINED = "adapter", "unexplained"
-# Known from the releases themselves (../shared/REFERENCE.md section 14, checked against jax's history):
-# modules a release imports without declaring them, and the project's switches a release predates.
-UNDECLARED_IMPORTS = {"absl": "absl-py (jax imports it without declaring it: jax 0.9.2's pallas.tpu, and "
+API, PACKAGING, CAPABILITY, ADAPTER = "api-changed", "packaging", "capability", "adapter"
+NUMERICS, SPEED, UNEXPLAINED = "numerics", "speed", "unexplained"
+# Known from the releases themselves (../shared/REFERENCE.md section 14, checked against jax's history).
+UNDECLARED_IMPORTS = {"absl": "jax imports absl without declaring absl-py (0.9.2's pallas.tpu, and "
                               "jax._src.test_util, which Mosaic GPU attention imports, in every release); "
                               "pip install absl-py mends it"}
-PROJECT_SWITCHES = {"force_tpu_interpret_mode": "the project's switch to jax's TPU interpreter on a CPU "
-                                                "(pltpu.force_tpu_interpret_mode, first in jax 0.7.0); "
-                                                "a TPU never calls it, and flash_attention() itself is "
-                                                "unchanged from 0.6.2 to 0.10.2"}
 MISSING_FEATURES = {"should be a multiple of 128": "splash attention refuses a head dim that is not a "
                                                    "multiple of 128 before jax 0.7.1 (lifted in c9a5799a2a)"}
 
 
-def cause_of(cell: dict) -> tuple[str, str]:
-    """``(cause, evidence)`` of a broken cell, from its recorded error: a module the release does not
-    declare is ``packaging``, the project's own interpreter switch ``adapter``, a feature an older
-    release lacks ``capability``; an import or attribute error left over is ``api-changed`` only where
-    a public name the kernel calls is missing, else ``unexplained``."""
+def environment_of(row: dict) -> str:
+    """``bare`` (what ``pip install jax[tpu]==V`` gives), ``with companions`` (absl-py, chex), or
+    ``libtpu V`` (a jax release compiling with another release's libtpu)."""
+    if row.get("framework") == "jax":
+        libtpu, jax = _text(row.get("libtpu")), _text(row.get("jax"))
+        pinned = matrix.pinned_libtpu(jax) if jax else None
+        if libtpu and libtpu != pinned and row.get("target") != "cpu":
+            return f"libtpu {libtpu}"
+        if _text(row.get("companions")) not in (None, "none"):
+            return "with companions"
+    return "bare"
+
+
+def _text(value) -> str | None:
+    return None if value is None or value != value or value == "" else str(value)
+
+
+def _series(frame):
+    """Each cell's rows in release order: ``(key, [row, ...])`` per kernel x target x workload x
+    environment."""
+    rows = frame.to_dict("records")
+    series = {}
+    for row in sorted(rows, key=lambda r: matrix.version_key(str(r["release"]))):
+        series.setdefault(tuple(str(row[c]) for c in GRID_INDEX), []).append(row)
+    return sorted(series.items())
+
+
+def companion_of(frame, row: dict) -> dict | None:
+    """The same cell of the same release beside the companions, for a bare jax cell."""
+    if row.get("framework") != "jax" or environment_of(row) != "bare":
+        return None
+    for other in frame[(frame["impl"] == row["impl"]) & (frame["release"].astype(str) == str(row["release"]))
+                       & (frame["target"] == row["target"]) & (frame["workload"] == row["workload"])
+                       & (frame["seq_len"].astype(str) == str(row["seq_len"]))].to_dict("records"):
+        if environment_of(other) == "with companions":
+            return other
+    return None
+
+
+def _calls(impl: str) -> tuple[dict, dict]:
+    import attention_impls
+
+    try:
+        kernel = attention_impls.get(impl)
+    except KeyError:  # a kernel the table names and this checkout no longer has
+        return {}, {}
+    return dict(kernel.public_calls), dict(kernel.interpreter_calls)
+
+
+def cause_of(cell: dict, previous: dict | None = None, companion: dict | None = None) -> tuple[str, str]:
+    """``(cause, evidence)`` of a broken cell. ``previous``: the same cell in the release before (its
+    surface is the other side of an API comparison); ``companion``: the same cell beside absl-py and
+    chex. In order:
+    - ``numerics``: it ran and differs from float64;
+    - ``packaging``: its error names a module the framework does not ship, or it runs a libtpu its
+      jax does not pin; the companions' cell says whether installing them mends it;
+    - ``adapter``: a name only the project's interpreter path uses is missing, the kernel's own are
+      there;
+    - ``api-changed``: a name or keyword the call uses was there in the release before and is not
+      now (``api.moved``, read from the two releases' surfaces);
+    - ``capability``: an older release lacks a feature the workload needs (known messages);
+    - ``unexplained`` otherwise, with the error."""
+    from attnbench.releases import api
+
     reason = str(cell.get("reason") or "")
-    for module, evidence in UNDECLARED_IMPORTS.items():
-        if f"No module named '{module}" in reason:
-            return PACKAGING, f"No module named '{module}': {evidence}"
-    for name, evidence in PROJECT_SWITCHES.items():
-        if name in reason:
-            return ADAPTER, evidence
+    if cell.get("status") == matrix.NUMERICS_FAILED:
+        return NUMERICS, reason[:200]
+    module = api.not_shipped(reason)
+    if module:
+        known = UNDECLARED_IMPORTS.get(module.split(".")[0], f"the release imports {module} without declaring it")
+        return PACKAGING, f"No module named '{module}': {known}" + _companion_words(companion)
+    jax, libtpu = _text(cell.get("jax")), _text(cell.get("libtpu"))
+    if cell.get("framework") == "jax" and libtpu and cell.get("target") != "cpu" and libtpu != matrix.pinned_libtpu(jax):
+        return PACKAGING, (f"jax {jax} pins libtpu {matrix.pinned_libtpu(jax)} (jax[tpu]); with libtpu {libtpu}: "
+                           f"{reason[:160]}")
+    public, interpreter = _calls(str(cell.get("impl")))
+    surface = api.parse(cell.get("api_surface"))
+    gone = [n for n in interpreter if n in surface and not surface[n].get("present")]
+    if gone and all(surface.get(n, {}).get("present", True) for n in public):
+        return ADAPTER, (f"{', '.join(gone)} is not in this release: the project's way into the interpreter "
+                         "on a CPU, never called on the kernel's own hardware; the kernel's own calls are "
+                         "all here")
+    if previous is not None:
+        moved = api.moved({**public, **interpreter}, api.parse(previous.get("api_surface")), surface)
+        if moved:
+            return API, f"from {previous.get('release')} to {cell.get('release')}: " + "; ".join(moved)[:300]
     for text, evidence in MISSING_FEATURES.items():
         if text in reason:
             return CAPABILITY, evidence
-    if "has no attribute" in reason or "cannot import name" in reason:
-        return API, f"the release lacks a name the kernel calls: {reason[:200]}"
     return UNEXPLAINED, reason[:200]
+
+
+def _companion_words(companion: dict | None) -> str:
+    if companion is None:
+        return ""
+    if companion.get("status") == matrix.OK:
+        return f"; beside {companion.get('companions')} the same cell runs"
+    return f"; beside {companion.get('companions')} it is {companion.get('status')} too"
+
+
+# -- the upgrade direction ------------------------------------------------------------------------
+UPGRADE_COLUMNS = ["framework", "impl", "target", "workload", "seq_len", "environment", "from_release",
+                   "to_release", "before", "after", "outcome", "cause", "evidence", "step_ratio"]
+
+
+def speed_spread(frame) -> tuple[float, float] | None:
+    """The run-to-run spread of a step time: the same release's cell measured twice in one matrix run
+    (bare and beside the companions, which do not touch the kernels' step), as the lowest and highest
+    ratio; ``None`` with fewer than five such pairs."""
+    ratios = []
+    for row in frame[frame["status"] == matrix.OK].to_dict("records"):
+        other = companion_of(frame, row)
+        if other is not None and other.get("status") == matrix.OK:
+            a, b = row.get("seconds_per_step"), other.get("seconds_per_step")
+            if a == a and b == b and a and b:
+                ratios.append(float(b) / float(a))
+    return (min(ratios), max(ratios)) if len(ratios) >= 5 else None
+
+
+def upgrade_steps(frame):
+    """The upgrade direction: for each cell, the call as written for release N (the same call in
+    every release unless ``matrix.SHIMS`` holds one for N) replayed on N+1, one row per step in
+    upgrade order. ``outcome``: kept working, broke (with its cause), mended, still broken, or refused
+    (the kernel refuses the cell here in both). A step whose time moved beyond ``speed_spread`` is
+    marked ``speed``. The libtpu axis has its own view (``libtpu_grid``)."""
+    import pandas as pd
+
+    spread = speed_spread(frame)
+    causes = {_cell_id(b): (b["cause"], b["evidence"]) for b in broken(frame)}
+    out = []
+    for _, rows in _series(frame):
+        rows = [r for r in rows if not r["environment"].startswith("libtpu")]
+        for before, after in zip(rows, rows[1:], strict=False):
+            out.append(_step(before, after, causes, spread))
+    return pd.DataFrame(out, columns=UPGRADE_COLUMNS)
+
+
+# A break of these causes is not code that stopped working: an older release's missing feature, or the
+# project's own path. The next release running the cell is "newly runs", not "mended".
+NOT_A_BREAKAGE = (CAPABILITY, ADAPTER)
+
+
+def _step(before: dict, after: dict, causes: dict, spread) -> dict:
+    ok_before, ok_after = before["status"] == matrix.OK, after["status"] == matrix.OK
+    cause, evidence = causes.get(_cell_id(after), (None, None))
+    ratio = None
+    if ok_before and ok_after:
+        outcome = "kept working"
+        a, b = before.get("seconds_per_step"), after.get("seconds_per_step")
+        if a == a and b == b and a and b:
+            ratio = round(float(b) / float(a), 3)
+            if spread is not None and not spread[0] <= ratio <= spread[1]:
+                cause, evidence = SPEED, (f"step {ratio:.2f}x the release before, outside the run-to-run "
+                                          f"spread {spread[0]:.2f}-{spread[1]:.2f}x")
+    elif ok_before:
+        outcome = "broke"
+    elif ok_after:
+        was = causes.get(_cell_id(before), (None,))[0]
+        outcome = "mended" if before["status"] in matrix.BROKEN and was not in NOT_A_BREAKAGE else "newly runs"
+    elif after["status"] in matrix.BROKEN:
+        outcome = "still broken" if before["status"] in matrix.BROKEN else "broken"
+    else:
+        outcome = "refused" if after["status"] == matrix.UNSUPPORTED else str(after["status"])
+    return {**{c: before.get(c) for c in ("framework", "impl", "target", "workload", "seq_len", "environment")},
+            "from_release": before["release"], "to_release": after["release"], "before": before["status"],
+            "after": after["status"], "outcome": outcome, "cause": cause, "evidence": evidence, "step_ratio": ratio}
+
+
+def first_breaks(steps) -> list[dict]:
+    """Per kernel, target and environment: the first upgrade that broke code working on the release
+    before (``last_good`` -> ``first_bad``) with its cause, over every workload; kernels whose code
+    never broke on an upgrade are left out."""
+    broke = steps[steps["outcome"] == "broke"]
+    out = []
+    for (framework, impl, target, environment), part in broke.groupby(
+            ["framework", "impl", "target", "environment"], sort=True):
+        first = part.loc[part["to_release"].map(lambda v: matrix.version_key(str(v))).idxmin()]
+        out.append({"framework": framework, "impl": impl, "target": target, "environment": environment,
+                    "last_good": first["from_release"], "first_bad": first["to_release"],
+                    "workload": first["workload"], "cause": first["cause"], "evidence": first["evidence"]})
+    return out
+
+
+def libtpu_grid(frame):
+    """The TPU compiles by jax release (rows) and libtpu (columns): status, the pinned pair marked."""
+    import pandas as pd
+
+    tpu = frame[frame["target"] != "cpu"]
+    if tpu.empty:
+        return pd.DataFrame()
+    rows = [{"target": r["target"], "impl": r["impl"], "seq_len": int(r["seq_len"]), "jax": r["release"],
+             "libtpu": f"libtpu {r['libtpu']}" + (" (pinned)" if _text(r["libtpu"]) == matrix.pinned_libtpu(str(r["release"])) else ""),
+             "cell": r["status"]}
+            for r in tpu.to_dict("records") if _text(r.get("libtpu")) and environment_of(r) != "with companions"]
+    if not rows:
+        return pd.DataFrame()
+    table = pd.DataFrame(rows).pivot_table(index=["target", "impl", "seq_len", "jax"], columns="libtpu",
+                                           values="cell", aggfunc="first")
+    return table.fillna("-")
 
 
 def grid_markdown(frame) -> str:
