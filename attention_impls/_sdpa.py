@@ -172,7 +172,8 @@ class SdpaBackendKernel(AttentionImpl):
     def public_calls(self) -> dict[str, tuple[str, ...]]:
         return {"torch.nn.functional:scaled_dot_product_attention": ("attn_mask", "is_causal", "scale",
                                                                      "enable_gqa"),
-                "torch.nn.attention:sdpa_kernel": (), f"torch.nn.attention:SDPBackend.{self.sdpa_backend}": (),
+                "torch.nn.attention:sdpa_kernel": (),
+                f"torch.nn.attention:SDPBackend.{self.sdpa_backend}": (),
                 "torch.nn.attention.bias:causal_lower_right": ()}
 
     def attention(self, q, k, v, *, causal, scale, **mask):

@@ -62,7 +62,8 @@ class JaxPallasGpuMha(AttentionImpl):
     is_flash = True
     requires_modules = ("jax.experimental.pallas.ops.gpu.attention",)
     public_calls = {
-        "jax.experimental.pallas.ops.gpu.attention:mha": ("segment_ids", "sm_scale", "causal", "block_sizes", "interpret"),
+        "jax.experimental.pallas.ops.gpu.attention:mha": (
+            "segment_ids", "sm_scale", "causal", "block_sizes", "interpret"),
         "jax.experimental.pallas.ops.gpu.attention:BlockSizes.get_default": (),
     }
     summary = ("Pallas GPU flash attention (jax.experimental.pallas.ops.gpu.attention.mha, Triton), "

@@ -21,6 +21,8 @@ BLOCK = 128  # the smallest tile, BlockSizes.get_default()'s: every length must 
 TILES = (512, 256, 128)
 
 
+MODULE = "jax.experimental.pallas.ops.tpu.flash_attention"
+
 def tile(length: int) -> int:
     """The largest tile in ``TILES`` dividing ``length`` (128 for a ragged length)."""
     return next((t for t in TILES if length % t == 0), BLOCK)
@@ -60,13 +62,13 @@ class JaxPallasTpuFlash(AttentionImpl):
     framework = "jax"
     designed_for = frozenset({"tpu"})
     is_flash = True
-    requires_modules = ("jax.experimental.pallas.ops.tpu.flash_attention",)
+    requires_modules = (MODULE,)
     public_calls = {
-        "jax.experimental.pallas.ops.tpu.flash_attention:flash_attention": ("segment_ids", "causal", "sm_scale", "block_sizes"),
-        "jax.experimental.pallas.ops.tpu.flash_attention:BlockSizes": ("block_q", "block_k_major", "block_k", "block_b", "block_q_major_dkv",
+        f"{MODULE}:flash_attention": ("segment_ids", "causal", "sm_scale", "block_sizes"),
+        f"{MODULE}:BlockSizes": ("block_q", "block_k_major", "block_k", "block_b", "block_q_major_dkv",
                                     "block_k_major_dkv", "block_k_dkv", "block_q_dkv", "block_k_major_dq",
                                     "block_k_dq", "block_q_dq"),
-        "jax.experimental.pallas.ops.tpu.flash_attention:SegmentIds": ("q", "kv"),
+        f"{MODULE}:SegmentIds": ("q", "kv"),
     }
     interpreter_calls = {"jax.experimental.pallas.tpu:force_tpu_interpret_mode": ()}
     summary = ("Pallas TPU flash_attention (jax.experimental.pallas.ops.tpu), 512/256/128 tiles; "

@@ -156,8 +156,8 @@ class JaxPallasTpuRaggedPaged(AttentionImpl):
     is_flash = True
     requires_modules = (MODULE,)
     public_calls = {
-        f"{MODULE}:ragged_paged_attention": ("sm_scale", "sliding_window", "soft_cap", "num_kv_pages_per_block",
-                                             "num_queries_per_block"),
+        f"{MODULE}:ragged_paged_attention": (
+            "sm_scale", "sliding_window", "soft_cap", "num_kv_pages_per_block", "num_queries_per_block"),
         f"{MODULE}.tuned_block_sizes:get_min_page_size": (),
     }
     # Mosaic's lowering of its integer division asks jax's default device which TPU it is

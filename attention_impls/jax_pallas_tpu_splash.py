@@ -24,6 +24,9 @@ BLOCK = 128  # BlockSizes.get_default(): block_q = block_kv = block_kv_compute =
 INTERPRETER = "Pallas HLO interpreter (interpret=True): the kernel body as plain XLA ops per grid step"
 
 
+KERNEL = "jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_kernel"
+MASKS = "jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_mask"
+
 def splash_shape_reason(workload) -> str | None:
     """Why splash attention with default 128 tiles cannot run ``workload``."""
     for what, length in (("query", workload.seq_q), ("kv", workload.seq_k)):
@@ -78,16 +81,16 @@ class JaxPallasTpuSplash(AttentionImpl):
     is_flash = True
     requires_modules = ("jax.experimental.pallas.ops.tpu.splash_attention",)
     public_calls = {
-        "jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_kernel:make_splash_mha_single_device": (
+        f"{KERNEL}:make_splash_mha_single_device": (
             "block_sizes", "attn_logits_soft_cap", "interpret"),
-        "jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_kernel:BlockSizes": (
+        f"{KERNEL}:BlockSizes": (
             "block_q", "block_kv", "block_kv_compute", "block_q_dkv", "block_kv_dkv", "block_kv_dkv_compute",
             "block_q_dq", "block_kv_dq"),
-        "jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_kernel:SegmentIds": ("q", "kv"),
-        "jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_mask:MultiHeadMask": (),
-        "jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_mask:CausalMask": ("offset",),
-        "jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_mask:LocalMask": ("window_size", "offset"),
-        "jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_mask:FullMask": (),
+        f"{KERNEL}:SegmentIds": ("q", "kv"),
+        f"{MASKS}:MultiHeadMask": (),
+        f"{MASKS}:CausalMask": ("offset",),
+        f"{MASKS}:LocalMask": ("window_size", "offset"),
+        f"{MASKS}:FullMask": (),
     }
     summary = ("Pallas TPU splash attention (make_splash_mha_single_device, 512/256/128 tiles, "
                "block-sparse causal/local mask); Pallas interpreter off-TPU")

@@ -109,8 +109,10 @@ def flex_evidence(ops: dict[str, int]) -> str:
 @register
 class TorchFlexAttention(AttentionImpl):
     name = "torch-flex-attention"
-    public_calls = {"torch.nn.attention.flex_attention:flex_attention": ("score_mod", "block_mask", "scale", "enable_gqa"),
-                    "torch.nn.attention.flex_attention:create_block_mask": ("device",), "torch:compile": ()}
+    public_calls = {
+        "torch.nn.attention.flex_attention:flex_attention": ("score_mod", "block_mask", "scale",
+                                                             "enable_gqa"),
+        "torch.nn.attention.flex_attention:create_block_mask": ("device",), "torch:compile": ()}
     framework = "torch"
     # The torch backend meters dynamo and gives each runner a fresh instance, as a new serving loop.
     compiled_by = "torch.compile"

@@ -71,7 +71,8 @@ def test_an_unknown_stage_is_refused_by_name():
 def _surface(*params):
     """jax-xla's call surface with ``jax.nn.dot_product_attention`` taking ``params``."""
     return json.dumps({"jax.nn:dot_product_attention": {
-        "present": True, "signature": f"({', '.join(params)})", "params": list(params), "var_keyword": False}})
+        "present": True, "signature": f"({', '.join(params)})", "params": list(params),
+        "var_keyword": False}})
 
 
 FULL = _surface("query", "key", "value", "mask", "scale", "implementation", "is_causal", "local_window_size")
@@ -103,10 +104,13 @@ def test_the_table_gives_each_step_time_relative_to_the_newest_release_and_the_g
             _row("0.9.2", status=matrix.API_CHANGED, reason="jax.experimental.pallas.ops.tpu.flash_attention "
                  "does not import in jax 0.9.2: ModuleNotFoundError: No module named 'absl'"),
             # the exception's type says nothing: the release's own surface lost a keyword the call passes
-            _row("0.8.2", status=matrix.API_CHANGED, reason="TypeError: got an unexpected keyword 'implementation'",
-                 surface=_surface("query", "key", "value", "mask", "scale", "is_causal", "local_window_size")),
+            _row("0.8.2", status=matrix.API_CHANGED,
+                 reason="TypeError: got an unexpected keyword 'implementation'",
+                 surface=_surface("query", "key", "value", "mask", "scale", "is_causal",
+                                  "local_window_size")),
             # "has no attribute" with every name of the call still there: not an API change
-            _row("0.7.2", status=matrix.API_CHANGED, reason="AttributeError: module 'x' has no attribute 'y'"),
+            _row("0.7.2", status=matrix.API_CHANGED,
+                 reason="AttributeError: module 'x' has no attribute 'y'"),
             _row("2.13.0+cpu", impl="torch-sdpa-math", framework="torch", seconds=0.02),
             _row("2.9.0", impl="torch-sdpa-math", framework="torch", seconds=0.01),
         ]
@@ -128,7 +132,8 @@ def test_the_table_gives_each_step_time_relative_to_the_newest_release_and_the_g
         ("jax-xla", "0.8.2", "api-changed", "api-changed"),
         ("jax-xla", "0.9.2", "api-changed", "packaging"),
     ]
-    assert "from 0.7.2 to 0.8.2: jax.nn:dot_product_attention no longer takes implementation" in breaks[1]["evidence"]
+    moved = "from 0.7.2 to 0.8.2: jax.nn:dot_product_attention no longer takes implementation"
+    assert moved in breaks[1]["evidence"]
 
 
 def test_the_table_is_written_atomically_and_read_back_unchanged(tmp_path):
@@ -326,3 +331,40 @@ def test_a_cell_whose_worker_died_is_a_runtime_error_filed_under_its_framework(m
     row = rows[matrix.cell_key("torch-sdpa-math", "causal-256")]
     assert row["status"] == matrix.RUNTIME_ERROR and row["reason"] == "worker died"
     assert row["framework"] == "torch" and release_of(row) == row["torch"].split("+")[0]
+
+
+def test_a_resumed_matrix_measures_only_the_cells_not_filed_for_the_commit(monkeypatch, tmp_path):
+    from attnbench.releases import suite
+
+    context = {"results_dir": str(tmp_path), "machine": "m", "commit": "c" * 40, "env": "env"}
+    monkeypatch.setattr(suite, "asv_context", lambda: context)
+    suite.file_cells({"a|w": {"status": matrix.OK}})
+    seen = []
+    monkeypatch.setattr(suite, "run_cells", lambda done: seen.append(done) or {"b|w": {"status": matrix.OK}})
+    cells = suite.measure_cells()
+    assert seen == [frozenset({"a|w"})] and set(cells) == {"a|w", "b|w"}
+    assert set(suite.read_cells(suite.cells_path(context))) == {"a|w", "b|w"}
+
+
+def test_a_build_that_fails_removes_what_it_made(tmp_path):
+    from attnbench.releases import run
+
+    made = tmp_path / "venv"
+    made.mkdir()
+    assert run._build(str(made), [["true"], ["false"]]) is False and not made.exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    assert run._build(str(kept), [["true"]]) is True and kept.exists()
+
+
+def test_cells_of_an_environment_holding_another_release_are_left_out(tmp_path, capsys):
+    from attnbench.releases.run import filed_cells
+
+    cells = tmp_path / "m" / "cells"
+    cells.mkdir(parents=True)
+    for env, jax in (("virtualenv-py3.11-absl-py-chex-jax0.6.2-numpy", "0.10.2"),
+                     ("virtualenv-py3.11-jax0.7.2-numpy", "0.7.2")):
+        (cells / f"{'d' * 8}-{env}.cells").write_text(json.dumps({"k": {"framework": "jax", "jax": jax}}))
+    rows = filed_cells(["d" * 40], root=str(tmp_path))
+    assert [r["jax"] for r in rows] == ["0.7.2"]
+    assert "holds jax 0.10.2, not 0.6.2" in capsys.readouterr().err

@@ -179,9 +179,10 @@ def _only(table, **where):
     return part.iloc[0]
 
 
-def _break(impl, release, cause, target="cpu", workload="causal-256"):
+def _break(impl, release, cause, target="cpu", workload="causal-256", environment="bare", evidence=""):
     return {"impl": impl, "framework": "jax", "target": target, "workload": workload, "release": release,
-            "cause": cause, "status": "api-changed", "reason": "", "line": ""}
+            "cause": cause, "status": "api-changed", "reason": "", "line": "", "environment": environment,
+            "evidence": evidence}
 
 
 def test_fast_on_paper_slow_in_production_is_a_flip():
@@ -202,8 +203,13 @@ def test_fast_on_paper_slow_in_production_is_a_flip():
         hi=0.0122,
         regimes={"bucketed": (1.1e-6, 1.2e-6, 4), "static": (1.3e-6, 1.32e-6, 1)},
     )
-    breaks = [_break("jax-forced", "0.9.2", "packaging"), _break("jax-forced", "0.6.2", "adapter"),
-              _break("jax-forced", "0.8.2", "api-changed", target="tpu-v5e")]
+    from attnbench.releases.table import breaks_to_cite
+
+    breaks = breaks_to_cite([
+        _break("jax-forced", "0.9.2", "packaging"), _break("jax-forced", "0.6.2", "adapter"),
+        _break("jax-forced", "0.7.2", "capability"), _break("jax-forced", "0.7.2", "packaging",
+                                                            environment="libtpu 0.0.37"),
+        _break("jax-forced", "0.8.2", "api-changed", target="tpu-v5e")])
     table = verdict.measured_verdicts(
         _frame(forced, native),
         steps=1000,
@@ -226,6 +232,7 @@ def test_fast_on_paper_slow_in_production_is_a_flip():
     assert row["sentence"].startswith("Use native jax-native: forced jax-forced costs ")
     assert "jax-forced broke in jax 0.9.2 (packaging)" in row["reasons"]
     assert "0.6.2" not in row["reasons"]  # the project's adapter is no kernel's fragility
+    assert "0.7.2" not in row["reasons"]  # an old release's missing feature, another libtpu: no break
     assert "0.8.2" not in row["reasons"]  # seen on another target
     assert "jax-forced is invisible to its framework's profiler" in row["reasons"]
     assert "jax-native is visible to its framework's profiler" in row["reasons"]

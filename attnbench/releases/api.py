@@ -66,7 +66,8 @@ def documented_signature(obj) -> dict:
     if depth >= 0:  # no closing bracket: not a signature
         return {"signature": None, "params": [], "var_keyword": True}
     return {"signature": f"({', '.join(p for p in params if p)})"[:600],
-            "params": [p.lstrip("*") for p in params if p.lstrip("*")], "var_keyword": any(p.startswith("**") for p in params)}
+            "params": [p.lstrip("*") for p in params if p.lstrip("*")],
+            "var_keyword": any(p.startswith("**") for p in params)}
 
 
 def calls_of(impl) -> dict[str, tuple[str, ...]]:

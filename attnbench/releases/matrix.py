@@ -37,7 +37,8 @@ TORCH_RELEASES = (
     ),
     Release("torch", "2.11.0", "2026-03-23", "the lent H200 image's (PyPI's CUDA build, run on the CPU)"),
     Release("torch", "2.13.0", "2026-07-08", "the main venv's (the CPU build lying on this host)"),
-    Release("torch", "2.14.1", "2026-09-30", "the newest this host allows (pip capped at 2.14.1; PyPI's CUDA build, on the CPU)"),
+    Release("torch", "2.14.1", "2026-09-30",
+            "the newest this host allows (pip is capped at 2.14.1 here; PyPI's CUDA build, run on the CPU)"),
 )
 RELEASES = JAX_RELEASES + TORCH_RELEASES
 # The torch releases' venvs: the two make setup builds, and the others make releases builds under

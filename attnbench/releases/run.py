@@ -26,6 +26,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -149,10 +150,12 @@ def build_libtpu_overlay(version: str, python: str) -> str | None:
 
 
 def run_libtpu_axis(env: dict, commit: str) -> None:
-    """Step 4: each jax release with a pinned libtpu, compiled by each other libtpu of the matrix."""
-    for python, reqs in sorted(asv_envs().items(), key=lambda item: matrix.version_key(item[1].get("jax", "0"))):
+    """Step 4: each jax release with a pinned libtpu, compiled by each other libtpu of the matrix, in
+    its venv beside the companions (so that jax 0.9.2's undeclared absl does not hide what libtpu does)."""
+    by_release = sorted(asv_envs().items(), key=lambda item: matrix.version_key(item[1].get("jax", "0")))
+    for python, reqs in by_release:
         pinned = reqs.get("libtpu")
-        if not pinned or "chex" in reqs:  # the companions' venvs: the same jax and libtpu
+        if not pinned or "chex" not in reqs:
             continue
         for version in matrix.LIBTPU_AXIS:
             if version == pinned:
@@ -160,13 +163,14 @@ def run_libtpu_axis(env: dict, commit: str) -> None:
             overlay = build_libtpu_overlay(version, python)
             if overlay is None:
                 continue
-            name = f"jax{reqs['jax']}+libtpu{version}"
+            name = f"jax{reqs['jax']}-absl-py-chex+libtpu{version}"
             paths = [os.path.abspath(overlay), os.getcwd()]
             subprocess.call([python, "-m", "attnbench.releases.libtpu_axis", name],
                             env={**env, "ATTNBENCH_COMMIT": commit, "PYTHONPATH": os.pathsep.join(paths)})
 
 
-def run_matrix(machine: str, *, torch: bool = True, libtpu: bool = True, asv_args: list[str] | None = None) -> str:
+def run_matrix(machine: str, *, torch: bool = True, libtpu: bool = True,
+               asv_args: list[str] | None = None) -> str:
     """Steps 2 to 4; returns the commit measured (HEAD at the start, so a new commit does not split
     the run). A broken cell makes asv exit non-zero: expected here."""
     env = {**os.environ, "ATTNBENCH_MACHINE": machine, "ATTNBENCH_RESULTS_DIR": os.path.abspath(ASV_RESULTS),
@@ -178,8 +182,8 @@ def run_matrix(machine: str, *, torch: bool = True, libtpu: bool = True, asv_arg
     for release in matrix.TORCH_RELEASES if torch else ():
         python = build_torch_venv(release.version)
         if python is None:
-            print(f"torch {release.version}: {torch_venv(release.version)} is not built here (make setup builds "
-                  ".venv and .venv-xla); its cells are left out", file=sys.stderr)
+            print(f"torch {release.version}: {torch_venv(release.version)} is not built here (make setup "
+                  "builds .venv and .venv-xla); its cells are left out", file=sys.stderr)
             continue
         _asv(*run, "-E", f"existing:{python}", "--set-commit-hash", commit, "-b", r"^releases\.Releases\.",
              *(asv_args or []), env=env)
@@ -189,13 +193,24 @@ def run_matrix(machine: str, *, torch: bool = True, libtpu: bool = True, asv_arg
 
 
 def filed_cells(commits: list[str], root: str = ASV_RESULTS) -> list[dict]:
-    """Every environment's cells of ``commits``; an environment under several keeps the last's."""
+    """Every environment's cells of ``commits``; an environment under several keeps the last's. An
+    environment whose jax is not the release its name asks for (a companion's install that upgraded
+    it) is left out, with a message: its cells would stand for another release."""
     by_env = {}
     for commit in commits:
         for path in sorted(glob.glob(os.path.join(root, "*", "cells", f"{commit[:8]}-*.cells"))):
             with open(path) as f:
                 by_env[os.path.basename(path)[9:]] = list(json.load(f).values())
-    return [row for rows in by_env.values() for row in rows]
+    out = []
+    for env, rows in by_env.items():
+        asked = re.search(r"(?:^|-)jax([\d.]+)(?:-|\+|$)", env)
+        found = {str(r.get("jax")) for r in rows if r.get("framework") == "jax"}
+        if asked and found and found != {asked.group(1)}:
+            print(f"attnbench releases: {env} holds jax {', '.join(sorted(found))}, not {asked.group(1)}: "
+                  "its cells are left out", file=sys.stderr)
+            continue
+        out.extend(rows)
+    return out
 
 
 def collect(commits, root: str = ASV_RESULTS, out: str = TABLE) -> str:

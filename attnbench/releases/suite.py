@@ -80,7 +80,8 @@ def compile_tpu_cells(context: dict | None = None) -> dict:
     """``ReleasesTPU.setup_cache``: the TPU compiles of this environment's libtpu, filed (``context``:
     where; asv's by default). Cells filed already for this commit are kept."""
     filed = filed_here(context)
-    if all(tpu_key(t, i, s) in filed for t in matrix.TPU_TARGETS for i in matrix.TPU_IMPLS for s in matrix.TPU_SEQS):
+    keys = [tpu_key(t, i, s) for t in matrix.TPU_TARGETS for i in matrix.TPU_IMPLS for s in matrix.TPU_SEQS]
+    if all(k in filed for k in keys):
         return filed
     records = compile_grid(
         list(matrix.TPU_TARGETS), list(matrix.TPU_IMPLS), list(matrix.TPU_SEQS), ["fwd"], ["bfloat16"]

@@ -93,7 +93,8 @@ def grid(frame):
     import pandas as pd
 
     causes = {_cell_id(b): b["cause"] for b in broken(frame)}
-    text = [cell_text(r["status"], r["relative_to_newest"], causes.get(_cell_id(r))) for r in frame.to_dict("records")]
+    text = [cell_text(r["status"], r["relative_to_newest"], causes.get(_cell_id(r)))
+            for r in frame.to_dict("records")]
     table = frame.assign(cell=text, seq_len=frame["seq_len"].astype("Int64"))
     out = table.pivot_table(index=GRID_INDEX, columns="release", values="cell", aggfunc="first")
     columns = sorted(out.columns, key=lambda v: matrix.version_key(str(v)))
@@ -109,13 +110,28 @@ def broken(frame) -> list[dict]:
         for row in part:
             if row["status"] in matrix.BROKEN:
                 cause, evidence = cause_of(row, previous, companion_of(frame, row))
-                cells.append({**{c: row.get(c) for c in BROKEN_COLUMNS}, "cause": cause, "evidence": evidence})
+                cells.append({**{c: row.get(c) for c in BROKEN_COLUMNS}, "cause": cause,
+                              "evidence": evidence})
             previous = row
     return cells
 
 
-BROKEN_COLUMNS = ["framework", "impl", "target", "environment", "workload", "seq_len", "release", "status", "reason",
-                  "line"]
+BROKEN_COLUMNS = ["framework", "impl", "target", "environment", "workload", "seq_len", "release", "status",
+                  "reason", "line"]
+
+
+def breaks_to_cite(cells: list[dict]) -> list[dict]:
+    """The breaks a verdict names as a kernel's fragility: in the environment ``pip install`` gives
+    (``bare``), neither an older release's missing feature nor the project's adapter
+    (``NOT_A_BREAKAGE``); a packaging cause says when the companions mend it."""
+    out = []
+    for cell in cells:
+        if cell["environment"] != "bare" or cell["cause"] in NOT_A_BREAKAGE:
+            continue
+        mended = cell["cause"] == PACKAGING and "the same cell runs" in (cell["evidence"] or "")
+        cause = "packaging: beside absl-py and chex it runs" if mended else cell["cause"]
+        out.append({**cell, "cause": cause})
+    return out
 
 
 def _cell_id(row: dict) -> tuple:
@@ -201,12 +217,13 @@ def cause_of(cell: dict, previous: dict | None = None, companion: dict | None = 
         return NUMERICS, reason[:200]
     module = api.not_shipped(reason)
     if module:
-        known = UNDECLARED_IMPORTS.get(module.split(".")[0], f"the release imports {module} without declaring it")
+        known = UNDECLARED_IMPORTS.get(module.split(".")[0],
+                                       f"the release imports {module} without declaring it")
         return PACKAGING, f"No module named '{module}': {known}" + _companion_words(companion)
     jax, libtpu = _text(cell.get("jax")), _text(cell.get("libtpu"))
-    if cell.get("framework") == "jax" and libtpu and cell.get("target") != "cpu" and libtpu != matrix.pinned_libtpu(jax):
-        return PACKAGING, (f"jax {jax} pins libtpu {matrix.pinned_libtpu(jax)} (jax[tpu]); with libtpu {libtpu}: "
-                           f"{reason[:160]}")
+    pinned = matrix.pinned_libtpu(jax) if jax else None
+    if cell.get("framework") == "jax" and libtpu and cell.get("target") != "cpu" and libtpu != pinned:
+        return PACKAGING, f"jax {jax} pins libtpu {pinned} (jax[tpu]); with libtpu {libtpu}: {reason[:160]}"
     public, interpreter = _calls(str(cell.get("impl")))
     surface = api.parse(cell.get("api_surface"))
     gone = [n for n in interpreter if n in surface and not surface[n].get("present")]
@@ -254,19 +271,40 @@ def speed_spread(frame) -> tuple[float, float] | None:
 def upgrade_steps(frame):
     """The upgrade direction: for each cell, the call as written for release N (the same call in
     every release unless ``matrix.SHIMS`` holds one for N) replayed on N+1, one row per step in
-    upgrade order. ``outcome``: kept working, broke (with its cause), mended, still broken, or refused
-    (the kernel refuses the cell here in both). A step whose time moved beyond ``speed_spread`` is
-    marked ``speed``. The libtpu axis has its own view (``libtpu_grid``)."""
+    upgrade order. ``outcome``: kept working, broke (with its cause), mended, newly runs (an older
+    release's missing feature or the project's adapter before), still broken, or refused (the kernel
+    refuses the cell here). A step is ``speed`` when its time moved beyond ``speed_spread`` in both of
+    its measurements (bare and beside the companions) the same way; torch's cells, measured once per
+    release, are never called a speed change. The libtpu axis has its own view (``libtpu_grid``)."""
     import pandas as pd
 
     spread = speed_spread(frame)
     causes = {_cell_id(b): (b["cause"], b["evidence"]) for b in broken(frame)}
-    out = []
+    steps = []
     for _, rows in _series(frame):
         rows = [r for r in rows if not r["environment"].startswith("libtpu")]
-        for before, after in zip(rows, rows[1:], strict=False):
-            out.append(_step(before, after, causes, spread))
-    return pd.DataFrame(out, columns=UPGRADE_COLUMNS)
+        steps.extend(_step(before, after, causes) for before, after in zip(rows, rows[1:], strict=False))
+    out = pd.DataFrame(steps, columns=UPGRADE_COLUMNS)
+    if spread is not None and not out.empty:
+        out = _speed(out, spread)
+    return out
+
+
+def _speed(steps, spread: tuple[float, float]):
+    """Mark the steps beyond the spread in both environments, the same way."""
+    outside = steps["step_ratio"].map(lambda r: r == r and r is not None and not spread[0] <= r <= spread[1])
+    side = steps["step_ratio"].map(lambda r: "slower" if r == r and r is not None and r > 1 else "faster")
+    key = ["impl", "target", "workload", "seq_len", "from_release", "to_release"]
+    flagged = steps[outside].assign(side=side[outside])
+    both = flagged.groupby(key).filter(lambda g: set(g["environment"]) >= {"bare", "with companions"}
+                                       and g["side"].nunique() == 1)
+    for i in both.index:
+        ratios = flagged[(flagged[key] == steps.loc[i, key]).all(axis=1)]["step_ratio"]
+        steps.loc[i, "cause"] = SPEED
+        steps.loc[i, "evidence"] = (f"step {' and '.join(f'{r:.2f}x' for r in ratios)} the release before's "
+                                    f"(bare, beside the companions), outside the run-to-run spread "
+                                    f"{spread[0]:.2f}-{spread[1]:.2f}x")
+    return steps
 
 
 # A break of these causes is not code that stopped working: an older release's missing feature, or the
@@ -274,7 +312,7 @@ def upgrade_steps(frame):
 NOT_A_BREAKAGE = (CAPABILITY, ADAPTER)
 
 
-def _step(before: dict, after: dict, causes: dict, spread) -> dict:
+def _step(before: dict, after: dict, causes: dict) -> dict:
     ok_before, ok_after = before["status"] == matrix.OK, after["status"] == matrix.OK
     cause, evidence = causes.get(_cell_id(after), (None, None))
     ratio = None
@@ -283,21 +321,21 @@ def _step(before: dict, after: dict, causes: dict, spread) -> dict:
         a, b = before.get("seconds_per_step"), after.get("seconds_per_step")
         if a == a and b == b and a and b:
             ratio = round(float(b) / float(a), 3)
-            if spread is not None and not spread[0] <= ratio <= spread[1]:
-                cause, evidence = SPEED, (f"step {ratio:.2f}x the release before, outside the run-to-run "
-                                          f"spread {spread[0]:.2f}-{spread[1]:.2f}x")
     elif ok_before:
         outcome = "broke"
     elif ok_after:
         was = causes.get(_cell_id(before), (None,))[0]
-        outcome = "mended" if before["status"] in matrix.BROKEN and was not in NOT_A_BREAKAGE else "newly runs"
+        mended = before["status"] in matrix.BROKEN and was not in NOT_A_BREAKAGE
+        outcome = "mended" if mended else "newly runs"
     elif after["status"] in matrix.BROKEN:
         outcome = "still broken" if before["status"] in matrix.BROKEN else "broken"
     else:
         outcome = "refused" if after["status"] == matrix.UNSUPPORTED else str(after["status"])
-    return {**{c: before.get(c) for c in ("framework", "impl", "target", "workload", "seq_len", "environment")},
+    where = ("framework", "impl", "target", "workload", "seq_len", "environment")
+    return {**{c: before.get(c) for c in where},
             "from_release": before["release"], "to_release": after["release"], "before": before["status"],
-            "after": after["status"], "outcome": outcome, "cause": cause, "evidence": evidence, "step_ratio": ratio}
+            "after": after["status"], "outcome": outcome, "cause": cause, "evidence": evidence,
+            "step_ratio": ratio}
 
 
 def first_breaks(steps) -> list[dict]:
@@ -316,21 +354,21 @@ def first_breaks(steps) -> list[dict]:
 
 
 def libtpu_grid(frame):
-    """The TPU compiles by jax release (rows) and libtpu (columns): status, the pinned pair marked."""
+    """The TPU compiles of each jax release (rows, with the libtpu it pins) by libtpu (columns), in
+    the venvs beside the companions: libtpu varied on its own, jax 0.9.2's undeclared absl aside."""
     import pandas as pd
 
-    tpu = frame[frame["target"] != "cpu"]
-    if tpu.empty:
-        return pd.DataFrame()
-    rows = [{"target": r["target"], "impl": r["impl"], "seq_len": int(r["seq_len"]), "jax": r["release"],
-             "libtpu": f"libtpu {r['libtpu']}" + (" (pinned)" if _text(r["libtpu"]) == matrix.pinned_libtpu(str(r["release"])) else ""),
-             "cell": r["status"]}
-            for r in tpu.to_dict("records") if _text(r.get("libtpu")) and environment_of(r) != "with companions"]
+    rows = [{"target": r["target"], "impl": r["impl"], "seq_len": int(r["seq_len"]),
+             "jax": f"{r['release']} (pins {matrix.pinned_libtpu(str(r['release']))})",
+             "libtpu": f"libtpu {r['libtpu']}", "cell": r["status"]}
+            for r in frame[frame["target"] != "cpu"].to_dict("records")
+            if _text(r.get("libtpu")) and _text(r.get("companions")) not in (None, "none")]
     if not rows:
         return pd.DataFrame()
     table = pd.DataFrame(rows).pivot_table(index=["target", "impl", "seq_len", "jax"], columns="libtpu",
                                            values="cell", aggfunc="first")
-    return table.fillna("-")
+    order = sorted(table.columns, key=lambda c: matrix.version_key(c.split()[-1]))
+    return table[order].fillna("-")
 
 
 def grid_markdown(frame) -> str:

@@ -12,7 +12,15 @@ import os
 
 from attnbench.core.atomic import atomic_write_bytes
 from attnbench.releases import matrix
-from attnbench.releases.table import GRID_INDEX, broken, grid, load_table
+from attnbench.releases.table import (
+    GRID_INDEX,
+    broken,
+    first_breaks,
+    grid,
+    libtpu_grid,
+    load_table,
+    upgrade_steps,
+)
 from attnbench.report.render import Table
 
 # Imported where used: matplotlib (the torch_xla venv has no report libraries).
@@ -45,15 +53,33 @@ def releases_part(results_dir: str, out_dir: str) -> dict | None:
     png = grid_png(frame)
     atomic_write_bytes(os.path.join(out_dir, "releases.png"), png)
     bad = broken(frame)
+    steps = upgrade_steps(frame)
+    firsts = first_breaks(steps)
+    libtpu = libtpu_grid(frame)
     return {
         "path": path,
         "grids": grids,
         "broken": Table.of(bad),
         "n_broken": len(bad),
+        "causes": _counts(bad),
+        "first_breaks": Table.of(firsts),
+        "n_first_breaks": len(firsts),
+        "n_api_changed": sum(b["cause"] == "api-changed" for b in bad),
+        "speed": Table.of(steps[steps["cause"] == "speed"].drop(columns=["before", "after"])),
+        "libtpu": Table.of(libtpu.reset_index()) if not libtpu.empty else None,
         "releases": release_names(frame),
         "images": {"releases.png": png},
         "plots": {"releases.png": os.path.join(out_dir, "releases.png")},
     }
+
+
+def _counts(bad: list[dict]) -> str:
+    """``11 packaging, 1 adapter``: broken cells by cause, most first."""
+    counts = {}
+    for cell in bad:
+        counts[cell["cause"]] = counts.get(cell["cause"], 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: -item[1])
+    return ", ".join(f"{n} {cause}" for cause, n in ranked) or "none"
 
 
 def release_names(frame) -> list[str]:
@@ -82,6 +108,7 @@ def grid_png(frame) -> bytes:
         releases = sorted(part["release"].astype(str).unique(), key=matrix.version_key)
         labels = [
             f"{r.impl} · {r.workload if r.target == 'cpu' else f'{r.target} {int(r.seq_len) // 1024}k'}"
+            + ("" if r.environment == "bare" else f" · {r.environment}")
             for r in rows.itertuples()
         ]
         index = {tuple(str(v) for v in r): i for i, r in enumerate(rows.itertuples(index=False))}

@@ -18,7 +18,7 @@ import attention_impls
 from attnbench.checks.observability import load_observability
 from attnbench.core import presets, regimes
 from attnbench.core.workload import CUSTOM
-from attnbench.releases.table import ADAPTER, broken, load_table
+from attnbench.releases.table import breaks_to_cite, broken, load_table
 from attnbench.report.compiled import grid as grid_lengths
 from attnbench.report.compiled import load_compiled_records, load_max_batch
 from attnbench.report.plots import _colors, _figure, _png, _style
@@ -558,15 +558,14 @@ def _is_tiled(impl: str) -> bool:
 def _row_notes(eligible, group, machine, framework, workload, breaks, visibility,
                compared) -> list[str]:
     """The reasons that are true of this row's kernels: release breaks seen on this row's framework,
-    target and workload, by cause (never the project's adapter as a kernel's fragility); the compared
+    target and workload, by cause (``breaks_to_cite``: never the project's adapter); the compared
     kernels' profiler visibility, said once when both share it; what was not ranked."""
     notes = []
     names = [c["implementation"] for c in eligible]
     target = _release_target(machine)
     for impl in names:
         seen = [b for b in breaks if b["impl"] == impl and b["framework"] == framework
-                and b["target"] == target and _same_workload(b["workload"], workload)
-                and b["cause"] != ADAPTER]
+                and b["target"] == target and _same_workload(b["workload"], workload)]
         for cause in dict.fromkeys(b["cause"] for b in seen):
             releases = ", ".join(dict.fromkeys(f"{b['framework']} {b['release']}" for b in seen
                                                if b["cause"] == cause))
@@ -687,7 +686,7 @@ def compiled_verdicts(records, max_batch=None, *, fragility: list | None = None)
                     FORWARD + (" fwd+bwd" if mode == "fwd_bwd" else ""))
         for impl in real["impl"]:
             seen = [b for b in breaks
-                    if b["impl"] == impl and b["target"] == target and b["cause"] != ADAPTER
+                    if b["impl"] == impl and b["target"] == target
                     and _same_workload(b["workload"], workload)]
             for cause in dict.fromkeys(b["cause"] for b in seen):
                 releases = ", ".join(dict.fromkeys(f"{b['framework']} {b['release']}" for b in seen
@@ -762,9 +761,10 @@ def _batch_words(row: dict) -> str:
 
 # -- the inputs outside the tidy table ------------------------------------------------------------
 def release_breaks(results_dir: str) -> list[dict]:
-    """The release matrix's broken cells, each with its cause and evidence (``releases.table.broken``)."""
+    """The release matrix's breaks a verdict cites (``releases.table.breaks_to_cite``), each with its
+    cause and evidence."""
     path = os.path.join(results_dir, "releases", "releases.csv")
-    return broken(load_table(path)) if os.path.exists(path) else []
+    return breaks_to_cite(broken(load_table(path))) if os.path.exists(path) else []
 
 
 def profiler_visibility(results_dir: str) -> dict[str, bool]:
