@@ -167,3 +167,21 @@ def test_no_shim_is_needed_while_no_release_moved_a_name_the_calls_use():
     causes = {b["cause"] for b in table.broken(frame)}
     assert (table.API in causes) == bool(matrix.SHIMS)
     assert frame["api_surface"].notna().any()  # the committed run read the surfaces
+
+
+def test_a_parameter_added_is_told_apart_from_one_removed():
+    before = {"m:f": present("q", "mask"), "m:g": present("x")}
+    after = {"m:f": present("q", "mask", "return_residual"), "m:g": present()}
+    assert api.changed(before, after) == ["m:f gained return_residual", "m:g lost x"]
+    assert api.moved({"m:f": ("mask",)}, before, after) == []  # nothing the call passes went
+
+
+def test_a_default_objects_address_is_not_part_of_a_signature():
+    sentinel = object()
+
+    def f(x, default=sentinel):
+        pass
+
+    f.__module__ = __name__
+    globals()["_probe_f"] = f
+    assert " at 0x" not in api.entry(f"{__name__}:_probe_f")["signature"]

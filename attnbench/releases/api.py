@@ -44,7 +44,9 @@ def entry(name: str) -> dict:
     except (TypeError, ValueError):  # an enum member, or a builtin: its docstring may give the call
         return {"present": True, **documented_signature(obj)}
     params = signature.parameters.values()
-    return {"present": True, "signature": str(signature)[:600], "params": [p.name for p in params],
+    # a default's repr may hold an address (``<object object at 0x7f...>``): not part of the API
+    text = re.sub(r" at 0x[0-9a-f]+", "", str(signature))
+    return {"present": True, "signature": text[:600], "params": [p.name for p in params],
             "var_keyword": any(p.kind is p.VAR_KEYWORD for p in params)}
 
 
@@ -123,8 +125,15 @@ def moved(calls: dict[str, tuple[str, ...]], before: dict, after: dict) -> list[
 
 
 def changed(before: dict, after: dict) -> list[str]:
-    """Names whose signature text differs between two surfaces, present in both (not a break by
-    itself: a keyword added with a default keeps every call working)."""
-    return sorted(n for n in before.keys() & after.keys()
-                  if before[n].get("present") and after[n].get("present")
-                  and before[n].get("signature") != after[n].get("signature"))
+    """Parameters added to or removed from a name present in both surfaces, in words (an added one
+    is no break: a keyword with a default keeps every call working; ``moved`` says what breaks)."""
+    out = []
+    for name in sorted(before.keys() & after.keys()):
+        old, new = before[name], after[name]
+        if not (old.get("present") and new.get("present")):
+            continue
+        added = [p for p in new.get("params", []) if p not in old.get("params", [])]
+        removed = [p for p in old.get("params", []) if p not in new.get("params", [])]
+        out += [f"{name} gained {', '.join(added)}"] if added else []
+        out += [f"{name} lost {', '.join(removed)}"] if removed else []
+    return out
