@@ -30,9 +30,8 @@ CUDA_ONLY = ("{kernel} is a CUDA-only kernel: on CPU torch's SDPA dispatcher has
              "scaled_dot_product_attention was found'")
 HALF = ("float16", "bfloat16")
 
-NO_SOFTCAP = ("torch SDPA has no logit soft-capping option: F.scaled_dot_product_attention takes "
-              "attn_mask, is_causal, scale and enable_gqa, and a mask can only add to or mask the "
-              "scores, not apply softcap * tanh(s / softcap)")
+NO_SOFTCAP = ("it takes attn_mask, is_causal, scale and enable_gqa, and a mask can only add to or mask "
+              "the scores, not apply softcap * tanh(s / softcap)")
 
 
 def keep_mask(seq_q: int, seq_k: int, device, *, causal: bool, window: int | None = None,
@@ -165,6 +164,7 @@ class SdpaBackendKernel(AttentionImpl):
     platform_support = {"cpu": RUNS, "gpu": RUNS, "tpu": NO_TPU}
     # A backend that cannot take an explicit mask somewhere refuses it in ``rules`` (CUDA FLASH).
     supports = frozenset({"window", "segment_ids"})
+    call_name = "torch's F.scaled_dot_product_attention"
     feature_notes = {"softcap": NO_SOFTCAP}
     gqa = "native"  # enable_gqa: the fused kernels read the shared kv head; MATH overrides this
 

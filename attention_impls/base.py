@@ -89,8 +89,11 @@ class AttentionImpl(abc.ABC):
     reimplements: str = ""
     summary: str = ""
     platform_support: dict[str, PlatformSupport] = {p: RUNS for p in PLATFORMS}
-    # Keys of MASK_FEATURES ``attention`` takes; others are refused with ``feature_notes[feature]``.
+    # Keys of MASK_FEATURES ``attention`` takes; another is refused in one sentence said here
+    # (``feature_reason``): "<call_name> takes no <feature>: <feature_notes[feature]>", the note
+    # saying only what the call offers instead.
     supports: frozenset[str] = frozenset()
+    call_name: str = ""  # the library call a refusal names ("Pallas TPU flash_attention"); the kernel's name
     feature_notes: dict[str, str] = {}
     # "native": each kv head is read once for its query group; "repeated": kv heads are repeated first;
     # "refused": grouped heads are refused (``shape_reason`` says why).
@@ -110,8 +113,8 @@ class AttentionImpl(abc.ABC):
         """Why this kernel cannot take ``workload``'s mask: the first feature it does not support."""
         for feature in workload.mask_features:
             if feature not in self.supports:
-                return self.feature_notes.get(feature) or (
-                    f"{self.name} takes no {MASK_FEATURES[feature]}: the kernel has no such option")
+                why = self.feature_notes.get(feature) or "the kernel has no such option"
+                return f"{self.call_name or self.name} takes no {MASK_FEATURES[feature]}: {why}"
         return None
 
     def gqa_mode(self, workload: Workload) -> str | None:
@@ -224,6 +227,16 @@ class AttentionImpl(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+def top_left_causal_reason(workload: Workload, mask: str, remedy: str = "") -> str | None:
+    """The refusal of a kernel whose causal mask is top-left aligned (``mask``: its own test, such as
+    ``q_pos >= k_pos``): ours is bottom-right, the same only where ``seq_q == seq_k``; ``None`` there
+    or without causal. ``remedy``: what it would take instead."""
+    if not workload.causal or workload.seq_q == workload.seq_k:
+        return None
+    return (f"its causal mask is top-left aligned ({mask}); bottom-right causal with seq_q={workload.seq_q} "
+            f"!= seq_k={workload.seq_k} is not what it computes" + (f" ({remedy})" if remedy else ""))
 
 
 def mask_kwargs(q, k, *, causal: bool, window=None, q_segment_ids=None, kv_segment_ids=None,

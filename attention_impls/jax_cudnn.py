@@ -13,7 +13,7 @@ cuDNN's packed-segment offsets are not reachable from ``jax.nn.dot_product_atten
 from __future__ import annotations
 
 from attention_impls._compile_target import compile_target
-from attention_impls.base import RUNS, AttentionImpl, unsupported
+from attention_impls.base import RUNS, AttentionImpl, top_left_causal_reason, unsupported
 from attention_impls.jax_xla import segment_mask
 from attention_impls.registry import register
 
@@ -65,10 +65,8 @@ class JaxCudnn(AttentionImpl):
     }
 
     supports = frozenset({"window", "segment_ids"})
-    feature_notes = {
-        "softcap": ("jax.nn.dot_product_attention takes no logit soft-capping, so its cuDNN path "
-                    "has none: the function has no soft-cap option"),
-    }
+    call_name = "jax.nn.dot_product_attention"
+    feature_notes = {"softcap": "the function has no soft-cap option, so its cuDNN path has none"}
     gqa = "native"  # k, v keep their own heads in the cuDNN call (check_layout), no repeat
 
     def shape_reason(self, workload, platform):
@@ -87,12 +85,13 @@ class JaxCudnn(AttentionImpl):
             return (f"cuDNN flash attention needs head_dim a multiple of 8 and <= {limit} on {where} "
                     f"(256 from Hopper sm90 on, 128 before); got {workload.head_dim} "
                     "(jax check_is_flash_attention)")
-        if workload.causal and workload.seq_q != workload.seq_k:
-            window = (" and its sliding window (sliding_window_length counts from the same 0)"
-                      if workload.window is not None else "")
-            return (f"cuDNN's causal mask (jax is_causal -> MaskType.CAUSAL){window} is top-left "
-                    "aligned; bottom-right causal with seq_q != seq_k would need a dense [Sq, Sk] bias "
-                    "instead of the kernel's own mask")
+        window = (", and its sliding window: sliding_window_length counts from the same 0"
+                  if workload.window is not None else "")
+        top_left = top_left_causal_reason(
+            workload, f"jax is_causal -> cuDNN MaskType.CAUSAL{window}",
+            "it would need a dense [Sq, Sk] bias instead of the kernel's own mask")
+        if top_left:
+            return top_left
         if workload.segmented and workload.mode == "fwd_bwd" and (workload.seq_q % 2 or workload.seq_k % 2):
             return ("segment ids reach cuDNN as a bias (jax combine_bias_and_mask), and training with a "
                     f"bias needs even sequence lengths, got {workload.seq_q} and {workload.seq_k} "

@@ -76,10 +76,8 @@ class JaxPallasGpuDecode(AttentionImpl):
         "tpu": interpret_only(f"{INTERPRETER}; Triton has no TPU lowering (not verified on a TPU here)"),
     }
     supports = frozenset({"window", "segment_ids"})
-    feature_notes = {
-        "softcap": ("jax-pallas-gpu-decode takes no logit soft-capping: decode_attention's kernel only "
-                    "scales and masks its scores (no soft-cap option)"),
-    }
+    call_name = "Pallas GPU decode_attention"
+    feature_notes = {"softcap": "its kernel only scales and masks its scores (no soft-cap option)"}
     gqa = "native"
     segment_kinds = frozenset({"ragged"})  # start_idx per sequence: a cache's left padding only
 

@@ -10,7 +10,7 @@ documents but not a ragged decode cache.
 
 from __future__ import annotations
 
-from attention_impls.base import RUNS, AttentionImpl, interpret_only
+from attention_impls.base import RUNS, AttentionImpl, interpret_only, top_left_causal_reason
 from attention_impls.registry import register
 
 # Imported where used: jax (each venv holds only some frameworks, and the asv process none).
@@ -41,9 +41,9 @@ def gpu_mha_shape_reason(workload) -> str | None:
         if length < BLOCK_FWD and not (_is_power_of_two(length) and length >= 16):
             return (f"a {what} length below {BLOCK_FWD} becomes one block, which Triton needs to be "
                     f"a power of two >= 16 (got {length})")
-    if workload.causal and workload.seq_q != workload.seq_k:
-        return ("its causal mask is top-left aligned (q_pos >= k_pos); bottom-right causal with "
-                "seq_q != seq_k is not what it computes")
+    top_left = top_left_causal_reason(workload, "q_pos >= k_pos")
+    if top_left:
+        return top_left
     if workload.mode == "fwd_bwd" and workload.seq_q != workload.seq_k:
         return (f"its fused backward needs seq_q and seq_k split into the same number of "
                 f"{BLOCK_BWD}-blocks, i.e. equal lengths (got {workload.seq_q} and {workload.seq_k}; "
@@ -69,11 +69,10 @@ class JaxPallasGpuMha(AttentionImpl):
     summary = ("Pallas GPU flash attention (jax.experimental.pallas.ops.gpu.attention.mha, Triton), "
                "default tiles; Pallas interpreter off-GPU")
     supports = frozenset({"segment_ids"})
+    call_name = "Pallas GPU mha"
     feature_notes = {
-        "window": ("Pallas GPU mha takes no sliding window: its only masks are causal (top-left) "
-                   "and segment_ids"),
-        "softcap": ("Pallas GPU mha takes no logit soft-capping: it has no soft-cap option "
-                    "(segment_ids, sm_scale, causal, block_sizes only)"),
+        "window": "its only masks are causal (top-left) and segment_ids",
+        "softcap": "it has no soft-cap option (segment_ids, sm_scale, causal, block_sizes only)",
     }
     gqa = "refused"  # the kernel indexes k and v with the query head (gpu_mha_shape_reason)
     segment_kinds = frozenset({"documents"})  # one [B, S] array for queries and keys alike (module doc)

@@ -64,13 +64,11 @@ class JaxPallasMgpuAttention(AttentionImpl):
         "block_kv_dq")}
     summary = ("Mosaic GPU flash attention for Hopper (jax.experimental.pallas.ops.gpu.attention_mgpu: "
                "warp-specialised, TMA + wgmma), 64x128 tiles")
+    call_name = "attention_mgpu.attention"
     feature_notes = {
-        "window": ("attention_mgpu.attention takes no sliding window: its TuningConfig's only mask "
-                   "is causal"),
-        "softcap": ("attention_mgpu.attention takes no logit soft-capping: it has no soft-cap "
-                    "option (q, k, v and a TuningConfig only)"),
-        "segment_ids": ("attention_mgpu.attention takes no segment ids: it has no segment-id or "
-                        "mask argument (q, k, v and a TuningConfig only)"),
+        "window": "its TuningConfig's only mask is causal",
+        "softcap": "it has no soft-cap option (q, k, v and a TuningConfig only)",
+        "segment_ids": "it has no segment-id or mask argument (q, k, v and a TuningConfig only)",
     }
     gqa = "native"  # kv head q_head // q_heads_per_kv_head read in the kernel, no repeat
     platform_support = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 
-from attention_impls.base import RUNS, AttentionImpl, interpret_only, unsupported
+from attention_impls.base import RUNS, AttentionImpl, interpret_only, top_left_causal_reason, unsupported
 from attention_impls.registry import register
 
 # Imported where used: jax (each venv holds only some frameworks, and the asv process none).
@@ -50,10 +50,7 @@ def tpu_flash_shape_reason(workload) -> str | None:
     if workload.head_dim > BLOCK and workload.head_dim % BLOCK and workload.seq_k > BLOCK:
         return (f"head_dim above {BLOCK} must be a multiple of {BLOCK} (got {workload.head_dim}; "
                 "_flash_attention_kernel_single_batch)")
-    if workload.causal and workload.seq_q != workload.seq_k:
-        return ("its causal mask is top-left aligned (col <= row); bottom-right causal with "
-                "seq_q != seq_k is not expressible without an explicit bias")
-    return None
+    return top_left_causal_reason(workload, "col <= row", "not expressible without an explicit bias")
 
 
 @register
@@ -74,11 +71,10 @@ class JaxPallasTpuFlash(AttentionImpl):
     summary = ("Pallas TPU flash_attention (jax.experimental.pallas.ops.tpu), 512/256/128 tiles; "
                "TPU interpreter off-TPU")
     supports = frozenset({"segment_ids"})
+    call_name = "Pallas TPU flash_attention"
     feature_notes = {
-        "window": ("Pallas TPU flash_attention takes no sliding window: its only masks are causal "
-                   "(top-left) and segment_ids"),
-        "softcap": ("Pallas TPU flash_attention takes no logit soft-capping: it has no soft-cap "
-                    "option (ab, segment_ids, causal, sm_scale, block_sizes only)"),
+        "window": "its only masks are causal (top-left) and segment_ids",
+        "softcap": "it has no soft-cap option (ab, segment_ids, causal, sm_scale, block_sizes only)",
     }
     gqa = "repeated"  # equal head counts only ('Head count mismatch'): kv heads jnp.repeat-ed first
     platform_support = {

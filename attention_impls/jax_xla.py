@@ -37,10 +37,9 @@ class JaxXla(AttentionImpl):
     framework = "jax"
     summary = "jax.nn.dot_product_attention(implementation='xla'): XLA fuses a materialized softmax"
     supports = frozenset({"window", "segment_ids"})
-    feature_notes = {
-        "softcap": ("jax.nn.dot_product_attention takes no logit soft-capping: it has no soft-cap "
-                    "option (only bias, mask, is_causal, sequence lengths and local_window_size)"),
-    }
+    call_name = "jax.nn.dot_product_attention"
+    feature_notes = {"softcap": ("it has no soft-cap option (only bias, mask, is_causal, sequence lengths "
+                                 "and local_window_size)")}
     gqa = "native"  # the xla path groups query heads per kv head (reshape + vmap), no repeat
 
     def attention(self, q, k, v, *, causal, scale, window=None, q_segment_ids=None,

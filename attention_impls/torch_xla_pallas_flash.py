@@ -9,7 +9,7 @@ Shape rules come from torch_xla's wrapper (``FlashAttention.DEFAULT_BLOCK_SIZES`
 
 from __future__ import annotations
 
-from attention_impls.base import RUNS, AttentionImpl, unsupported
+from attention_impls.base import RUNS, AttentionImpl, top_left_causal_reason, unsupported
 from attention_impls.registry import register
 
 # Imported where used: torch_xla (each venv holds only some frameworks, and the asv process none).
@@ -25,10 +25,7 @@ GPU_REASON = ("Pallas TPU kernel: torch_xla embeds it as a Mosaic tpu_custom_cal
               "PJRT runtime (libtpu) executes; torch_xla tests it only when device_type() == 'TPU' "
               "(v3+, test/test_pallas.py)")
 
-NO_WINDOW = ("torch_xla's flash_attention takes no sliding window: its only options are causal, "
-             "segment ids, sm_scale and an additive bias (ab)")
-NO_SOFTCAP = ("torch_xla's flash_attention takes no logit soft-capping: its only options are causal, "
-              "segment ids, sm_scale and an additive bias (ab); jax's kernel applies no tanh")
+OPTIONS = "its only options are causal, segment ids, sm_scale and an additive bias (ab)"
 
 
 def _divides(block_cap: int, n: int) -> bool:
@@ -45,7 +42,8 @@ class TorchXlaPallasFlash(AttentionImpl):
     summary = "torch_xla.experimental.custom_kernel.flash_attention: jax's Pallas TPU flash kernel"
     platform_support = {"cpu": unsupported(CPU_REASON), "gpu": unsupported(GPU_REASON), "tpu": RUNS}
     supports = frozenset({"segment_ids"})
-    feature_notes = {"window": NO_WINDOW, "softcap": NO_SOFTCAP}
+    call_name = "torch_xla's flash_attention"
+    feature_notes = {"window": OPTIONS, "softcap": f"{OPTIONS}; jax's kernel applies no tanh"}
     gqa = "refused"  # each grid step reads the kv head of its query head's index (shape_reason)
 
     def shape_reason(self, workload, platform):
@@ -53,9 +51,9 @@ class TorchXlaPallasFlash(AttentionImpl):
         if w.is_gqa:
             return ("no grouped-query attention: each grid step reads the kv head of its query "
                     f"head's index; {w.q_heads} q heads vs {w.kv_heads} kv heads fails while tracing")
-        if w.causal and w.seq_q != w.seq_k:
-            return (f"its causal mask is top-left aligned (key j <= query i); seq_q={w.seq_q} != "
-                    f"seq_k={w.seq_k} needs the bottom-right alignment this harness uses")
+        top_left = top_left_causal_reason(w, "key j <= query i")
+        if top_left:
+            return top_left
         if not w.causal and w.seq_k > BLOCK_MAJOR and w.seq_k % BLOCK_MAJOR:
             return (f"torch_xla pads K/V with zeros to a multiple of {BLOCK_MAJOR} without masking "
                     f"the padding, so non-causal seq_k={w.seq_k} would attend to padded keys")

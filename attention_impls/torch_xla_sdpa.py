@@ -18,8 +18,8 @@ class TorchXlaSdpa(AttentionImpl):
     framework = "torch_xla"
     summary = "torch SDPA traced by torch_xla: XLA-compiled materialized softmax, native everywhere"
     supports = frozenset({"window", "segment_ids"})
-    feature_notes = {"softcap": "torch's F.scaled_dot_product_attention has no logit soft-capping option "
-                                "(its attn_mask only adds to or masks the scores; it cannot apply tanh)"}
+    call_name = "torch's F.scaled_dot_product_attention"
+    feature_notes = {"softcap": "its attn_mask only adds to or masks the scores; it cannot apply tanh"}
     gqa = "repeated"
 
     def attention(self, q, k, v, *, causal, scale, **mask):

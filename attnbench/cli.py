@@ -29,9 +29,9 @@ from attnbench.releases.run import add_parser as add_releases
 from attnbench.report import series_name, short_env, spike_sentences, write_report
 from attnbench.report.render import noise_sentences
 from attnbench.report.select import best_native_vs_forced
+from attnbench.report.streams import STREAM_STEPS
 from attnbench.report.verdict import (
     DISPLAY_COLUMNS,
-    STREAM_STEPS,
     display,
     headline,
     plot_stream_cost,
@@ -542,7 +542,7 @@ def _add_results_commands(sub) -> None:
     p = sub.add_parser("verdict", help="paper vs production winner per machine, framework, workload, length")
     p.add_argument("--results", default="results", help="results folder (read only)")
     p.add_argument("--stream-steps", type=int, default=None,
-                   help="the production stream's length in steps (default: verdict.STREAM_STEPS, 1000)")
+                   help="the production stream's length in steps (default: streams.STREAM_STEPS, 1000)")
     p.add_argument("--all", action="store_true", help="also the rows with no length stream (paper only)")
     p.add_argument("--width", type=int, default=None, help="characters of reasons shown (default: all)")
     p.add_argument("--csv", help="also write every row to this CSV")

@@ -10,6 +10,7 @@ import pytest
 
 from attnbench.checks import observability as obs
 from attnbench.checks.observability import OpTime, XlaEvent, decide
+from attnbench.results.observability import load_observability
 from tests.conftest import FRAMEWORKS
 
 needs_torch = pytest.mark.skipif("torch" not in FRAMEWORKS, reason="torch runs in the main venv")
@@ -201,7 +202,7 @@ def test_load_observability_concatenates_every_file(tmp_path):
                    [_row("torch-xla-sdpa", framework="torch_xla", profiler_visible=False,
                          attributed_share=0.0),
                     _row("torch-xla-pallas-flash", framework="torch_xla", reason="unsupported: no CPU path")])
-    frame = obs.load_observability(str(tmp_path))
+    frame = load_observability(str(tmp_path))
     assert list(frame.columns) == ["machine", *obs.COLUMNS] and set(frame["machine"]) == {"cpu-2core"}
     by_impl = frame.set_index("impl")
     assert str(frame["profiler_visible"].dtype) == "boolean"  # NA where no verdict
@@ -210,7 +211,7 @@ def test_load_observability_concatenates_every_file(tmp_path):
     assert bool(by_impl.loc["torch-xla-sdpa", "profiler_visible"]) is False
     assert by_impl.loc["torch-sdpa-flash", "attributed_share"] == 0.99
     assert frame["seq_len"].tolist() == [256] * 3
-    empty = obs.load_observability(str(tmp_path / "nothing"))
+    empty = load_observability(str(tmp_path / "nothing"))
     assert empty.empty and list(empty.columns) == ["machine", *obs.COLUMNS]
 
 

@@ -464,6 +464,7 @@ def test_with_an_accelerator_attached_the_frameworks_name_the_machine_in_another
 def test_the_host_fingerprint_names_the_host_and_carries_the_runs_probe(tmp_path):
     import subprocess as sp
 
+    from attnbench.core import host_identity
     from attnbench.hardware import fingerprint
 
     probes = tmp_path / "probes"
@@ -477,7 +478,7 @@ def test_the_host_fingerprint_names_the_host_and_carries_the_runs_probe(tmp_path
         return sp.CompletedProcess(cmd, 0, stdout="NVIDIA H200, 580.159.04\nNVIDIA H200, 580.159.04\n")
 
     found = fingerprint.host_fingerprint(str(probes), which=lambda _n: "/usr/bin/nvidia-smi", run=smi)
-    assert set(found) == set(fingerprint.IDENTITY) | set(fingerprint.PROBE)
+    assert set(found) == set(host_identity.IDENTITY) | set(host_identity.PROBE)
     assert (found["accelerator"], found["driver"]) == ("2 x NVIDIA H200", "580.159.04")
     assert (found["gemm_peak_tflops"], found["gemm_median_tflops"]) == (0.2, 0.19)
     assert found["usable_cores"] >= 1 and found["cpu_model"]
@@ -485,8 +486,8 @@ def test_the_host_fingerprint_names_the_host_and_carries_the_runs_probe(tmp_path
     plain = fingerprint.host_fingerprint(None, which=lambda _n: None)
     assert plain["gemm_peak_tflops"] is None and plain["driver"] is None
     # the probe measures the host, it does not name it
-    assert fingerprint.identity(plain) == fingerprint.identity(dict(plain, gemm_peak_tflops=9.9))
-    assert fingerprint.identity({}) is None
+    assert host_identity.identity(plain) == host_identity.identity(dict(plain, gemm_peak_tflops=9.9))
+    assert host_identity.identity({}) is None
 
 
 def test_the_sidecar_keeps_the_host_and_the_loader_gives_it_columns(tmp_path):

@@ -326,7 +326,7 @@ def test_declared_mask_features_and_gqa(name, supports, gqa):
 @pytest.mark.parametrize("name", SDPA)
 def test_sdpa_refuses_softcap_naming_it(name):
     reason = impl(name).feature_reason(SOFTCAP)
-    assert reason.startswith("torch SDPA has no logit soft-capping option")
+    assert reason.startswith("torch's F.scaled_dot_product_attention takes no logit soft-capping: ")
 
 
 @pytest.mark.parametrize("w", [WINDOW, DOCS, RAGGED, WINDOW.replace(dtype="bfloat16", mode="fwd_bwd")],

@@ -16,7 +16,7 @@ import pytest
 
 pd = pytest.importorskip("pandas")
 
-from attnbench.report import verdict  # noqa: E402
+from attnbench.report import streams, verdict  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURED_STEPS = 6
@@ -25,12 +25,12 @@ MAX_LEN = 1024
 
 # -- the stream model -----------------------------------------------------------------------------
 def test_expected_shapes_per_regime():
-    assert verdict.expected_shapes("static", MAX_LEN, 1000) == pytest.approx(1.0)
+    assert streams.expected_shapes("static", MAX_LEN, 1000) == pytest.approx(1.0)
     # multiple-128 buckets over [512, 1024]: 512 (only 512 itself), 640, 768, 896, 1024
-    assert set(verdict.shape_shares("bucketed", MAX_LEN)) == {512, 640, 768, 896, 1024}
-    assert verdict.expected_shapes("bucketed", MAX_LEN, 10**6) == pytest.approx(5.0)
-    assert verdict.expected_shapes("dynamic", MAX_LEN, 10**7) == pytest.approx(513.0)
-    assert verdict.expected_shapes("dynamic", MAX_LEN, 2) == pytest.approx(2 - 1 / 513)
+    assert set(streams.shape_shares("bucketed", MAX_LEN)) == {512, 640, 768, 896, 1024}
+    assert streams.expected_shapes("bucketed", MAX_LEN, 10**6) == pytest.approx(5.0)
+    assert streams.expected_shapes("dynamic", MAX_LEN, 10**7) == pytest.approx(513.0)
+    assert streams.expected_shapes("dynamic", MAX_LEN, 2) == pytest.approx(2 - 1 / 513)
 
 
 def test_price_stream_gives_back_the_measured_stream():
@@ -43,14 +43,14 @@ def test_price_stream_gives_back_the_measured_stream():
         "max_len": MAX_LEN,
         "measured_steps": MEASURED_STEPS,
     }
-    measured = verdict.price_stream(**figures, steps=MEASURED_STEPS)
+    measured = streams.price_stream(**figures, steps=MEASURED_STEPS)
     assert measured["usd_per_mtok"] == pytest.approx(4e-3)
     assert measured["compiles"] == 4
-    longer = verdict.price_stream(**figures, steps=1000)
+    longer = streams.price_stream(**figures, steps=1000)
     tokens = 3e-6 * 1e6 / 4e-3
     stall = MEASURED_STEPS * (3e-6 - 1e-6) / 4
-    shapes = verdict.expected_shapes("bucketed", MAX_LEN, 1000)
-    rate = 4 / verdict.measured_shapes("bucketed", MAX_LEN, MEASURED_STEPS)
+    shapes = streams.expected_shapes("bucketed", MAX_LEN, 1000)
+    rate = 4 / streams.measured_shapes("bucketed", MAX_LEN, MEASURED_STEPS)
     assert longer["compiles"] == pytest.approx(rate * shapes)
     assert longer["usd_per_mtok"] == pytest.approx(
         (1000 * 1e-6 + rate * shapes * stall) * 1e6 / (1000 * tokens)
@@ -64,20 +64,20 @@ def test_price_stream_without_compiles_is_the_steady_cost_plus_its_first_call_on
     once, so over the measured stream it is the measured cost, and it amortises over a longer one."""
     flat = dict(steady_usd=1e-6, usd_with_compiles=1e-6, usd_per_mtok=2e-3, compiles=0, regime="dynamic",
                 max_len=MAX_LEN, measured_steps=MEASURED_STEPS)
-    priced = verdict.price_stream(**flat, steps=10**5)
+    priced = streams.price_stream(**flat, steps=10**5)
     assert priced["usd_per_mtok"] == pytest.approx(2e-3)
     assert priced["stall_share"] == 0.0
     stalled = {**flat, "usd_with_compiles": 2e-6, "usd_per_mtok": 4e-3}  # 6 us of first call over 6 steps
-    assert verdict.price_stream(**stalled, steps=MEASURED_STEPS)["usd_per_mtok"] == pytest.approx(4e-3)
+    assert streams.price_stream(**stalled, steps=MEASURED_STEPS)["usd_per_mtok"] == pytest.approx(4e-3)
     tokens = 2e-6 * 1e6 / 4e-3
-    longer = verdict.price_stream(**stalled, steps=1000)
+    longer = streams.price_stream(**stalled, steps=1000)
     assert longer["usd_per_mtok"] == pytest.approx((1000 * 1e-6 + 6e-6) * 1e6 / (1000 * tokens))
     assert longer["stall_share"] == pytest.approx(6e-6 / (1000 * 1e-6 + 6e-6))
 
 
 def test_price_stream_refuses_missing_figures():
     with pytest.raises(ValueError, match="finite USD figures"):
-        verdict.price_stream(
+        streams.price_stream(
             steady_usd=float("nan"),
             usd_with_compiles=1e-6,
             usd_per_mtok=1e-3,
@@ -350,7 +350,7 @@ def test_a_break_even_within_the_noise_says_never_within_the_uncertainty():
         return {f"static:{m}": v for m, v in figures}
 
     forced, native = case(1.0e-6, 11e-6, 1), case(1.1e-6, 1.1e-6, 0)
-    point, early, late = verdict.break_even_interval(forced, native, 0.2 / 2.576, 0.2 / 2.576, MAX_LEN,
+    point, early, late = streams.break_even_interval(forced, native, 0.2 / 2.576, 0.2 / 2.576, MAX_LEN,
                                                      MEASURED_STEPS)
     assert point is not None and early < point and late is None
     assert verdict._steps_words(point, early, late).endswith("-never, within the uncertainty]")
@@ -373,7 +373,7 @@ def test_break_even_never_within_the_limit():
         "static:usd_per_million_useful_tokens_with_compiles": 3e-6 * 1e6 / 768,
         "static:compiles": 1,
     }
-    assert verdict.break_even_steps(dear, cheap, MAX_LEN, MEASURED_STEPS, limit=10**5) is None
+    assert streams.break_even_steps(dear, cheap, MAX_LEN, MEASURED_STEPS, limit=10**5) is None
 
 
 # -- compile targets ------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from attnbench.core import atomic
 from attnbench.core.inputs import make_inputs
 from attnbench.core.workload import Workload
 from attnbench.measure.engine import resolve_impl
+from attnbench.results.observability import COLUMNS, FRAMEWORKS
 from attnbench.results.table import render
 from attnbench.run.worker import Worker
 
@@ -51,11 +52,8 @@ ATTENTION_NAME = re.compile(r"attention|attn|flash|sdpa|fmha|(?<![a-z])mha(?![a-
 CARRIER_FLOOR = 0.01
 # A compiled region is opaque (its generated name may match by chance): never attributed to attention.
 OPAQUE_NAME = re.compile(r"Torch-Compiled Region|CompiledFunction|CompiledFxGraph|TorchDynamo")
-FRAMEWORKS = ("jax", "torch", "torch_xla")
 PROFILERS = {"torch": "torch.profiler (CPU events)", "jax": "jax.profiler (XLA op events)",
              "torch_xla": "torch_xla.debug.profiler (XLA op events)"}
-COLUMNS = ["framework", "impl", "label", "execution", "profiler_visible", "profiler", "attributed_to",
-           "attributed_share", "top_ops", "reason", "framework_version", "platform", "seq_len", "dtype"]
 SEQ_LEN = 256
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -426,29 +424,6 @@ def write_rows(path: str, rows: list[dict]) -> None:
 
 def output_path(out_dir: str, machine: str, framework: str) -> str:
     return os.path.join(out_dir, f"{machine}-{framework}.csv")
-
-
-def load_observability(results_dir: str = "results"):
-    """Every ``<results_dir>/observability/*.csv`` as one ``pandas.DataFrame`` (read only), with a
-    ``machine`` column from each file's name; an empty frame with the columns when there are none."""
-    import pandas as pd
-
-    frames = []
-    for path in sorted(glob.glob(os.path.join(results_dir, "observability", "*.csv"))):
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-        stem = os.path.basename(path)[:-len(".csv")]
-        framework = next((f for f in sorted(FRAMEWORKS, key=len, reverse=True) if stem.endswith(f"-{f}")), "")
-        frame.insert(0, "machine", stem[:-len(framework) - 1] if framework else stem)
-        frames.append(frame)
-    if not frames:
-        return pd.DataFrame({"machine": pd.Series(dtype=str),
-                             **{c: pd.Series(dtype=str) for c in COLUMNS}})
-    frame = pd.concat(frames, ignore_index=True)
-    visible = frame["profiler_visible"].map({"True": True, "False": False})
-    frame["profiler_visible"] = visible.astype("boolean")
-    frame["attributed_share"] = pd.to_numeric(frame["attributed_share"].replace("", None), errors="coerce")
-    frame["seq_len"] = pd.to_numeric(frame["seq_len"].replace("", None), errors="coerce").astype("Int64")
-    return frame
 
 
 # -- command line ---------------------------------------------------------------------------------

@@ -15,13 +15,9 @@ import os
 import shutil
 import subprocess
 
+from attnbench.core.host_identity import PROBE
 from attnbench.hardware.accel import accelerator_present
 from attnbench.hardware.detection import detect_host
-
-# The fields that name a host; the probe fields measure it (and move with its load).
-IDENTITY = ("cpu_model", "cpu_flags", "logical_cores", "usable_cores", "caches", "memory_gib",
-            "accelerator", "driver")
-PROBE = ("gemm_peak_tflops", "gemm_median_tflops")
 
 
 def _cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> str | None:
@@ -98,9 +94,3 @@ def host_fingerprint(probe_dir: str | None = None, **where) -> dict:
             "memory_gib": round(host.memory_bytes / 2**30) if host.memory_bytes else None,
             "accelerator": accelerator, "driver": driver, **dict.fromkeys(PROBE), **_probe(probe_dir)}
 
-
-def identity(fingerprint: dict | None) -> str | None:
-    """One string naming the host (its ``IDENTITY`` fields); None when nothing was recorded."""
-    if not fingerprint or all(fingerprint.get(k) is None for k in IDENTITY):
-        return None
-    return "; ".join(f"{k}={fingerprint.get(k)}" for k in IDENTITY)

@@ -15,7 +15,6 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from attnbench.checks.observability import load_observability
 from attnbench.core.atomic import atomic_write_bytes, atomic_write_text
 from attnbench.report.compiled import compiled_part
 from attnbench.report.plots import (
@@ -53,6 +52,7 @@ from attnbench.report.verdict import plot_stream_cost, verdict_part, verdict_tab
 from attnbench.results.asv_results import load_results, ordering_note
 from attnbench.results.hosts import host_changes, hosts_table, run_hosts
 from attnbench.results.noise import correction_shifts, run_factors
+from attnbench.results.observability import load_observability
 from attnbench.results.spikes import find_cost_spikes, find_trace_spikes, load_traces
 from attnbench.results.steps import REGRESSION, find_steps, noise_floor, noise_floors
 

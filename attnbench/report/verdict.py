@@ -1,9 +1,9 @@
 """The verdict: per machine x framework x workload x length, the paper winner and the production winner.
 
 ``paper_winner``: the fastest steady step at static shapes. ``production_winner``: the lowest USD per
-million useful tokens over a ``STREAM_STEPS`` stream from the suite's length distribution, each kernel
+million useful tokens over a ``streams.STREAM_STEPS`` stream from the suite's length distribution, each kernel
 its cheapest way (static, dynamic or bucketed), compile stalls and padding included, priced from the
-measured regimes (``price_stream``). Compile targets show what only the compiler says; the roofline
+measured regimes (``report/streams.py``). Compile targets show what only the compiler says; the roofline
 is a bound and never ranks kernels. Interpreted kernels and contended figures never win; overlapping
 intervals tie, and a tie is no flip (docs/reports.md).
 """
@@ -15,10 +15,10 @@ import os
 from typing import TYPE_CHECKING
 
 import attention_impls
-from attnbench.checks.observability import load_observability
 from attnbench.core import presets, regimes
 from attnbench.core.workload import CUSTOM
 from attnbench.releases.table import breaks_to_cite, broken, load_table
+from attnbench.report import streams
 from attnbench.report.compiled import grid as grid_lengths
 from attnbench.report.compiled import load_compiled_records, load_max_batch
 from attnbench.report.plots import _colors, _figure, _png, _style
@@ -26,6 +26,7 @@ from attnbench.report.render import Table
 from attnbench.report.select import newest_commit
 from attnbench.results.asv_results import load_results
 from attnbench.results.noise import SCATTER_Z, is_contended, series_scatter
+from attnbench.results.observability import load_observability
 from attnbench.results.steps import noise_floors
 
 # Imported where used: pandas (the torch_xla venv has no report libraries).
@@ -33,11 +34,6 @@ from attnbench.results.steps import noise_floors
 if TYPE_CHECKING:
     import pandas as pd
 
-# The production stream: a serving or training process's first thousand steps. The measured stream
-# (the suite's regime_steps, 6 by default) is far shorter, so its compile stalls would dominate.
-STREAM_STEPS = 1000
-BUCKET_POLICY = "multiple-128"  # the engine's default, the one the suite measures
-STREAM_SEED = 0  # engine.Options.seed: the suite's streams are drawn with it
 UNRECORDED_REGIME_STEPS = 6  # the default suite's stream, for runs that recorded no settings
 STRATEGY = {"static": "pad to max", "dynamic": "exact lengths", "bucketed": "buckets"}
 FORWARD = "causal B1 H8 D64"  # the Forward and Training classes' workload
@@ -51,70 +47,6 @@ COLUMNS = [
     "break_even", "break_even_low", "break_even_high", "break_even_of",
     "production_strategy", "headroom_winner", "sentence", "reasons",
 ]
-
-
-# -- the stream -----------------------------------------------------------------------------------
-def shape_shares(regime: str, max_len: int, policy: str = BUCKET_POLICY) -> dict[int, float]:
-    """How often each padded length turns up in the suite's stream: its lengths are uniform."""
-    lengths = regimes.length_range(max_len)
-    shares: dict[int, float] = {}
-    for length in lengths:
-        shape = regimes.padded_length(length, regime, max_len, policy)
-        shares[shape] = shares.get(shape, 0.0) + 1.0 / len(lengths)
-    return shares
-
-
-def expected_shapes(regime: str, max_len: int, steps: int) -> float:
-    """The expected number of distinct shapes among ``steps`` draws of the stream."""
-    return sum(1.0 - (1.0 - p) ** steps for p in shape_shares(regime, max_len).values())
-
-
-def measured_shapes(regime: str, max_len: int, steps: int) -> int:
-    """The distinct shapes of the stream the suite measured (seeded: the same for every kernel)."""
-    stream = regimes.length_stream(max_len, steps, STREAM_SEED)
-    return len({regimes.padded_length(n, regime, max_len, BUCKET_POLICY) for n in stream})
-
-
-def price_stream(
-    *,
-    steady_usd: float,
-    usd_with_compiles: float,
-    usd_per_mtok: float,
-    compiles,
-    regime: str,
-    max_len: int,
-    measured_steps: int,
-    steps: int = STREAM_STEPS,
-) -> dict:
-    """``usd_per_mtok`` over ``steps`` steps, expected ``compiles`` and ``stall_share``, from one measured
-    stream's figures: each compile costs the stall it cost there and recurs at the measured rate per
-    new shape, so ``steps == measured_steps`` gives back the measured ``usd_per_mtok``. A kernel that
-    compiles nothing (eager) pays its measured first-call stall once."""
-    if (
-        not all(v == v and v is not None for v in (steady_usd, usd_with_compiles, usd_per_mtok))
-        or usd_per_mtok <= 0
-        or steps < 1
-    ):
-        raise ValueError("price_stream needs finite USD figures and at least one step")
-    tokens = usd_with_compiles * 1e6 / usd_per_mtok  # mean useful tokens per step
-    stall_total = max(0.0, measured_steps * (usd_with_compiles - steady_usd))
-    if compiles is None or compiles != compiles:  # the framework does not count: keep the measured rate
-        stalls = stall_total * steps / measured_steps
-        expected = float("nan")
-    elif compiles <= 0:  # no compile, but the first call's stall (allocation, first touch) once
-        stalls, expected = stall_total, 0.0
-    elif steps == measured_steps:  # the measured stream itself: its own shapes, not the expected ones
-        stalls, expected = stall_total, float(compiles)
-    else:
-        rate = compiles / measured_shapes(regime, max_len, measured_steps)
-        expected = rate * expected_shapes(regime, max_len, steps)
-        stalls = expected * stall_total / compiles
-    total = steps * steady_usd + stalls
-    return {
-        "usd_per_mtok": total * 1e6 / (steps * tokens),
-        "compiles": expected,
-        "stall_share": stalls / total if total else 0.0,
-    }
 
 
 # -- what the measured rows say -------------------------------------------------------------------
@@ -149,7 +81,7 @@ def _interval(row, low="ci_low", high="ci_high") -> tuple[float, float]:
 
 def _case_table(frame) -> pd.DataFrame:
     """One row per kernel case of each machine's newest commit (Forward, Training, Models): static
-    step time and interval, memory peak, and per regime the figures ``price_stream`` takes."""
+    step time and interval, memory peak, and per regime the figures ``streams.price_stream`` takes."""
     import pandas as pd
 
     latest = newest_commit(frame)
@@ -242,132 +174,12 @@ def _floors(frame) -> dict:
     return noise_floors(costs) if len(costs) else {}
 
 
-def _production(case: dict, steps: int, scatter: dict, floors: dict, max_len: int,
-                measured_steps: int) -> dict | None:
-    """The kernel's cheapest way through the stream (strategy, USD per million useful tokens, its
-    relative SD, compiles, stall share, padding waste); None where no regime was measured. Each
-    regime's SD is its series' run-to-run scatter, never below the machine's floor for that regime's
-    figures (the static regime's: the static step's own interval); the stalls extrapolated from the
-    measured stream add the stall's own scatter over the compiles it was measured from."""
-    best = None
-    # Too few runs for a scatter: the static step's own interval (asv's, 99%) stands in.
-    fallback = math.log(case["step_hi"] / case["step_lo"]) / (2 * SCATTER_Z) if case["step_lo"] > 0 else 0.0
-    options = []
-    for regime in regimes.REGIMES:
-        figures = _stream_figures(case, regime, max_len, measured_steps)
-        if figures is None:
-            continue
-        priced = price_stream(**figures, steps=steps)
-        key = (case["machine"], case["suite"], case["implementation"], case["seq_len"], case["dtype"], regime)
-        kind = (case["machine"], "usd_per_step", regime, False)
-        machine_floor = floors.get((case["machine"], "usd_per_step"), 0.0)
-        # The static step is the paper's own figure: never held tighter than the paper holds it
-        # (asv's interval over this run's rounds), whatever its history's scatter says.
-        floor = fallback if regime == "static" else floors.get(kind, machine_floor)
-        sd_steady = max(scatter.get((*key, "usd_per_step"), fallback), floor)
-        sd_stalled = max(scatter.get((*key, "usd_per_step_with_compiles"), fallback), floor)
-        share = priced["stall_share"]
-        measured = figures["compiles"]
-        # the stall per compile, known from the measured compiles only (at least one: a first call)
-        extrapolated = share * sd_stalled / math.sqrt(max(1.0, measured if measured == measured else 1.0))
-        options.append({
-            "regime": regime,
-            "usd": priced["usd_per_mtok"],
-            "sd": math.hypot((1 - share) * sd_steady, share * sd_stalled, extrapolated),
-            "sd_steady": sd_steady,
-            "compiles": priced["compiles"],
-            "stall_share": share,
-            "padding": case.get(f"{regime}:padding_waste"),
-        })
-    for option in options:
-        if best is None or option["usd"] < best["usd"]:
-            best = option
-    if best is not None:
-        best["strategies"] = len(options)
-    return best
-
-
-def _stream_figures(case: dict, regime: str, max_len: int, measured_steps: int) -> dict | None:
-    """``price_stream``'s arguments from a kernel case's measured ``regime``; None if not measured."""
-    usd = case.get(f"{regime}:usd_per_million_useful_tokens_with_compiles")
-    if usd is None or usd != usd:
-        return None
-    return {
-        "steady_usd": case[f"{regime}:usd_per_step"],
-        "usd_with_compiles": case[f"{regime}:usd_per_step_with_compiles"],
-        "usd_per_mtok": usd,
-        "compiles": case[f"{regime}:compiles"],
-        "regime": regime,
-        "max_len": max_len,
-        "measured_steps": measured_steps,
-    }
-
-
-def _cheapest_at(case: dict, steps: int, max_len: int, measured_steps: int) -> float:
-    """The kernel's USD per million useful tokens over ``steps`` steps, its cheapest way."""
-    options = (_stream_figures(case, r, max_len, measured_steps) for r in regimes.REGIMES)
-    return min(price_stream(**f, steps=steps)["usd_per_mtok"] for f in options if f is not None)
-
-
 def _measured_steps(frame) -> int:
     """The measured stream's length: the suite's recorded ``regime_steps``."""
     settings = newest_commit(frame)
     if "setting_regime_steps" in settings and settings["setting_regime_steps"].notna().any():
         return int(settings["setting_regime_steps"].dropna().max())
     return UNRECORDED_REGIME_STEPS
-
-
-def break_even_steps(
-    slow_start: dict, fast_start: dict, max_len: int, measured_steps: int, limit: int = 10**7
-) -> int | None:
-    """The stream length from which ``slow_start`` (cheaper per step, dearer to compile) costs less
-    than ``fast_start``; None when it never does within ``limit`` steps."""
-
-    def cheaper(steps: int) -> bool:
-        return _cheapest_at(slow_start, steps, max_len, measured_steps) < _cheapest_at(
-            fast_start, steps, max_len, measured_steps
-        )
-
-    hi = measured_steps
-    while not cheaper(hi):
-        if hi >= limit:
-            return None
-        hi *= 2
-    lo = max(1, hi // 2)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if cheaper(mid) else (mid, hi)
-    return hi
-
-
-def scaled_steady(case: dict, factor: float) -> dict:
-    """``case`` with every regime's steady step cost times ``factor`` and its stalls unchanged (the
-    stalled cost moves by the same amount; tokens per step stay)."""
-    out = dict(case)
-    for regime in regimes.REGIMES:
-        steady, stalled = case.get(f"{regime}:usd_per_step"), case.get(f"{regime}:usd_per_step_with_compiles")
-        per_mtok = case.get(f"{regime}:usd_per_million_useful_tokens_with_compiles")
-        if not all(v is not None and v == v for v in (steady, stalled, per_mtok)) or not stalled:
-            continue
-        moved = stalled + steady * (factor - 1.0)
-        out[f"{regime}:usd_per_step"] = steady * factor
-        out[f"{regime}:usd_per_step_with_compiles"] = moved
-        out[f"{regime}:usd_per_million_useful_tokens_with_compiles"] = per_mtok * moved / stalled
-    return out
-
-
-def break_even_interval(slow_start: dict, fast_start: dict, sd_slow: float, sd_fast: float, max_len: int,
-                        measured_steps: int) -> tuple[int | None, int | None, int | None]:
-    """``break_even_steps`` and its 99% interval: with the steady steps each moved by their uncertainty,
-    toward each other (the earliest) and apart (the latest, None: never within ``limit``)."""
-    point = break_even_steps(slow_start, fast_start, max_len, measured_steps)
-    def apart(sign: int) -> int | None:
-        return break_even_steps(scaled_steady(slow_start, math.exp(sign * SCATTER_Z * sd_slow)),
-                                scaled_steady(fast_start, math.exp(-sign * SCATTER_Z * sd_fast)), max_len,
-                                measured_steps)
-
-    early, late = apart(-1), apart(+1)
-    return point, early, late
 
 
 def _name(case) -> str:
@@ -408,7 +220,8 @@ def _best(cases: list[dict], priced: dict, label: str):
 
 
 def measured_verdicts(
-    frame, *, steps: int = STREAM_STEPS, fragility: list | dict | None = None, visibility: dict | None = None
+    frame, *, steps: int = streams.STREAM_STEPS, fragility: list | dict | None = None,
+    visibility: dict | None = None
 ) -> pd.DataFrame:
     """The verdict rows of the measured machines (the tidy table's newest commit per machine): per
     machine x framework x workload x length, the best forced-flash kernel against the best native
@@ -435,7 +248,8 @@ def measured_verdicts(
         stream_len = int(seq) if seq > 0 else int(group[0].get("stream_len") or 0)
         row = {"machine": machine, "basis": "measured", "framework": framework, "workload": workload,
                "seq_len": stream_len or None, "dtype": dtype}
-        priced = {c["implementation"]: _production(c, steps, scatter, floors, stream_len, measured_steps)
+        priced = {c["implementation"]: streams.cheapest_way(c, steps, scatter, floors, stream_len,
+                                                            measured_steps)
                   for c in eligible if stream_len > 0}
         priced = {k: v for k, v in priced.items() if v is not None}
         forced, native = _best(eligible, priced, FORCED_LABEL), _best(eligible, priced, NATIVE_LABEL)
@@ -497,12 +311,12 @@ def _compare(forced, native, priced: dict, steps: int, stream_len: int, measured
     # Where the cheaper kernel over the measured stream is not the one over the long stream, when the
     # other pays back its compile stalls, with the steady steps' uncertainty.
     pair = ((f_name, forced), (n_name, native))
-    at_steps = {k: _cheapest_at(c, steps, stream_len, measured_steps) for k, c in pair}
-    short = {k: _cheapest_at(c, measured_steps, stream_len, measured_steps) for k, c in pair}
+    at_steps = {k: streams.cheapest_at(c, steps, stream_len, measured_steps) for k, c in pair}
+    short = {k: streams.cheapest_at(c, measured_steps, stream_len, measured_steps) for k, c in pair}
     long_win, short_win = min(at_steps, key=at_steps.get), min(short, key=short.get)
     if long_win != short_win:
         slow, fast = (forced, native) if long_win == f_name else (native, forced)
-        point, early, late = break_even_interval(slow, fast, priced[long_win]["sd_steady"],
+        point, early, late = streams.break_even_interval(slow, fast, priced[long_win]["sd_steady"],
                                                  priced[short_win]["sd_steady"], stream_len, measured_steps)
         out.update(break_even=point, break_even_low=early, break_even_high=late, break_even_of=long_win)
         reasons.append(f"over the measured {measured_steps}-step stream {short_win} is cheaper: {long_win} "
@@ -776,7 +590,8 @@ def profiler_visibility(results_dir: str) -> dict[str, bool]:
     return {r.impl: str(r.profiler_visible) == "True" for r in known.itertuples(index=False)}
 
 
-def verdict_table(results_dir: str = "results", frame=None, *, steps: int = STREAM_STEPS) -> pd.DataFrame:
+def verdict_table(results_dir: str = "results", frame=None, *,
+                  steps: int = streams.STREAM_STEPS) -> pd.DataFrame:
     """Every verdict row: the measured machines' first, then the compile targets'."""
     import pandas as pd
 
@@ -867,7 +682,7 @@ def display(table) -> pd.DataFrame:
 
 
 # -- the picture ----------------------------------------------------------------------------------
-def plot_stream_cost(frame, *, steps: int = STREAM_STEPS) -> bytes | None:
+def plot_stream_cost(frame, *, steps: int = streams.STREAM_STEPS) -> bytes | None:
     """USD per million useful tokens against the stream's length, per framework, at each measured
     machine's longest length stream: each kernel its cheapest way, with its uncertainty band and the
     verdict's stream length marked. Where two lines cross, the cheaper kernel changes."""
@@ -888,8 +703,8 @@ def plot_stream_cost(frame, *, steps: int = STREAM_STEPS) -> bytes | None:
     grid = sorted({int(round(10 ** (k / 8))) for k in range(0, 41)} | {measured_steps, steps})
     for ax, (machine, framework, seq, part) in zip(axes[0], panels, strict=True):
         for case in part.to_dict("records"):
-            costs = [_cheapest_at(case, m, seq, measured_steps) for m in grid]
-            sd = _production(case, steps, scatter, floors, seq, measured_steps)["sd"]
+            costs = [streams.cheapest_at(case, m, seq, measured_steps) for m in grid]
+            sd = streams.cheapest_way(case, steps, scatter, floors, seq, measured_steps)["sd"]
             width = math.exp(SCATTER_Z * sd)
             color = colors[case["implementation"]]
             cut = grid.index(measured_steps) + 1  # measured up to here; the model beyond it
@@ -936,7 +751,7 @@ def verdict_part(table) -> dict | None:
     return {
         "table": Table.of(top[short]),
         "sentences": sentences,
-        "steps": f"{STREAM_STEPS:,}",
+        "steps": f"{streams.STREAM_STEPS:,}",
         "paper_only": Table.of(rest) if not rest.empty else None,
         "other_lengths": Table.of(shorter) if not shorter.empty else None,
     }

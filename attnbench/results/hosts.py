@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from attnbench.hardware.fingerprint import IDENTITY, identity
+from attnbench.core.host_identity import IDENTITY, identity
 from attnbench.results.noise import MAD_SIGMA, SCATTER_Z, order_column
 
 # Imported where used: pandas (the torch_xla venv has no report libraries).

@@ -1,0 +1,201 @@
+"""The production stream's pricing model: what a kernel costs per million useful tokens over a stream
+of ``steps`` steps from the suite's length distribution, each way through it (static, dynamic,
+bucketed), from one measured stream's figures, and where two kernels break even. Values in, values
+out: the verdict (``report/verdict.py``) reads the measured cases and ranks them with this.
+"""
+
+from __future__ import annotations
+
+import math
+
+from attnbench.core import regimes
+from attnbench.results.noise import SCATTER_Z
+
+# The production stream: a serving or training process's first thousand steps. The measured stream
+# (the suite's regime_steps, 6 by default) is far shorter, so its compile stalls would dominate.
+STREAM_STEPS = 1000
+BUCKET_POLICY = "multiple-128"  # the engine's default, the one the suite measures
+STREAM_SEED = 0  # engine.Options.seed: the suite's streams are drawn with it
+
+
+def shape_shares(regime: str, max_len: int, policy: str = BUCKET_POLICY) -> dict[int, float]:
+    """How often each padded length turns up in the suite's stream: its lengths are uniform."""
+    lengths = regimes.length_range(max_len)
+    shares: dict[int, float] = {}
+    for length in lengths:
+        shape = regimes.padded_length(length, regime, max_len, policy)
+        shares[shape] = shares.get(shape, 0.0) + 1.0 / len(lengths)
+    return shares
+
+
+def expected_shapes(regime: str, max_len: int, steps: int) -> float:
+    """The expected number of distinct shapes among ``steps`` draws of the stream."""
+    return sum(1.0 - (1.0 - p) ** steps for p in shape_shares(regime, max_len).values())
+
+
+def measured_shapes(regime: str, max_len: int, steps: int) -> int:
+    """The distinct shapes of the stream the suite measured (seeded: the same for every kernel)."""
+    stream = regimes.length_stream(max_len, steps, STREAM_SEED)
+    return len({regimes.padded_length(n, regime, max_len, BUCKET_POLICY) for n in stream})
+
+
+def price_stream(
+    *,
+    steady_usd: float,
+    usd_with_compiles: float,
+    usd_per_mtok: float,
+    compiles,
+    regime: str,
+    max_len: int,
+    measured_steps: int,
+    steps: int = STREAM_STEPS,
+) -> dict:
+    """``usd_per_mtok`` over ``steps`` steps, expected ``compiles`` and ``stall_share``, from one measured
+    stream's figures: each compile costs the stall it cost there and recurs at the measured rate per
+    new shape, so ``steps == measured_steps`` gives back the measured ``usd_per_mtok``. A kernel that
+    compiles nothing (eager) pays its measured first-call stall once."""
+    if (
+        not all(v == v and v is not None for v in (steady_usd, usd_with_compiles, usd_per_mtok))
+        or usd_per_mtok <= 0
+        or steps < 1
+    ):
+        raise ValueError("price_stream needs finite USD figures and at least one step")
+    tokens = usd_with_compiles * 1e6 / usd_per_mtok  # mean useful tokens per step
+    stall_total = max(0.0, measured_steps * (usd_with_compiles - steady_usd))
+    if compiles is None or compiles != compiles:  # the framework does not count: keep the measured rate
+        stalls = stall_total * steps / measured_steps
+        expected = float("nan")
+    elif compiles <= 0:  # no compile, but the first call's stall (allocation, first touch) once
+        stalls, expected = stall_total, 0.0
+    elif steps == measured_steps:  # the measured stream itself: its own shapes, not the expected ones
+        stalls, expected = stall_total, float(compiles)
+    else:
+        rate = compiles / measured_shapes(regime, max_len, measured_steps)
+        expected = rate * expected_shapes(regime, max_len, steps)
+        stalls = expected * stall_total / compiles
+    total = steps * steady_usd + stalls
+    return {
+        "usd_per_mtok": total * 1e6 / (steps * tokens),
+        "compiles": expected,
+        "stall_share": stalls / total if total else 0.0,
+    }
+
+
+def cheapest_way(case: dict, steps: int, scatter: dict, floors: dict, max_len: int,
+                measured_steps: int) -> dict | None:
+    """The kernel's cheapest way through the stream (strategy, USD per million useful tokens, its
+    relative SD, compiles, stall share, padding waste); None where no regime was measured. Each
+    regime's SD is its series' run-to-run scatter, never below the machine's floor for that regime's
+    figures (the static regime's: the static step's own interval); the stalls extrapolated from the
+    measured stream add the stall's own scatter over the compiles it was measured from."""
+    best = None
+    # Too few runs for a scatter: the static step's own interval (asv's, 99%) stands in.
+    fallback = math.log(case["step_hi"] / case["step_lo"]) / (2 * SCATTER_Z) if case["step_lo"] > 0 else 0.0
+    options = []
+    for regime in regimes.REGIMES:
+        figures = stream_figures(case, regime, max_len, measured_steps)
+        if figures is None:
+            continue
+        priced = price_stream(**figures, steps=steps)
+        key = (case["machine"], case["suite"], case["implementation"], case["seq_len"], case["dtype"], regime)
+        kind = (case["machine"], "usd_per_step", regime, False)
+        machine_floor = floors.get((case["machine"], "usd_per_step"), 0.0)
+        # The static step is the paper's own figure: never held tighter than the paper holds it
+        # (asv's interval over this run's rounds), whatever its history's scatter says.
+        floor = fallback if regime == "static" else floors.get(kind, machine_floor)
+        sd_steady = max(scatter.get((*key, "usd_per_step"), fallback), floor)
+        sd_stalled = max(scatter.get((*key, "usd_per_step_with_compiles"), fallback), floor)
+        share = priced["stall_share"]
+        measured = figures["compiles"]
+        # the stall per compile, known from the measured compiles only (at least one: a first call)
+        extrapolated = share * sd_stalled / math.sqrt(max(1.0, measured if measured == measured else 1.0))
+        options.append({
+            "regime": regime,
+            "usd": priced["usd_per_mtok"],
+            "sd": math.hypot((1 - share) * sd_steady, share * sd_stalled, extrapolated),
+            "sd_steady": sd_steady,
+            "compiles": priced["compiles"],
+            "stall_share": share,
+            "padding": case.get(f"{regime}:padding_waste"),
+        })
+    for option in options:
+        if best is None or option["usd"] < best["usd"]:
+            best = option
+    if best is not None:
+        best["strategies"] = len(options)
+    return best
+
+
+def stream_figures(case: dict, regime: str, max_len: int, measured_steps: int) -> dict | None:
+    """``price_stream``'s arguments from a kernel case's measured ``regime``; None if not measured."""
+    usd = case.get(f"{regime}:usd_per_million_useful_tokens_with_compiles")
+    if usd is None or usd != usd:
+        return None
+    return {
+        "steady_usd": case[f"{regime}:usd_per_step"],
+        "usd_with_compiles": case[f"{regime}:usd_per_step_with_compiles"],
+        "usd_per_mtok": usd,
+        "compiles": case[f"{regime}:compiles"],
+        "regime": regime,
+        "max_len": max_len,
+        "measured_steps": measured_steps,
+    }
+
+
+def cheapest_at(case: dict, steps: int, max_len: int, measured_steps: int) -> float:
+    """The kernel's USD per million useful tokens over ``steps`` steps, its cheapest way."""
+    options = (stream_figures(case, r, max_len, measured_steps) for r in regimes.REGIMES)
+    return min(price_stream(**f, steps=steps)["usd_per_mtok"] for f in options if f is not None)
+
+
+def break_even_steps(
+    slow_start: dict, fast_start: dict, max_len: int, measured_steps: int, limit: int = 10**7
+) -> int | None:
+    """The stream length from which ``slow_start`` (cheaper per step, dearer to compile) costs less
+    than ``fast_start``; None when it never does within ``limit`` steps."""
+
+    def cheaper(steps: int) -> bool:
+        return cheapest_at(slow_start, steps, max_len, measured_steps) < cheapest_at(
+            fast_start, steps, max_len, measured_steps
+        )
+
+    hi = measured_steps
+    while not cheaper(hi):
+        if hi >= limit:
+            return None
+        hi *= 2
+    lo = max(1, hi // 2)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if cheaper(mid) else (mid, hi)
+    return hi
+
+
+def scaled_steady(case: dict, factor: float) -> dict:
+    """``case`` with every regime's steady step cost times ``factor`` and its stalls unchanged (the
+    stalled cost moves by the same amount; tokens per step stay)."""
+    out = dict(case)
+    for regime in regimes.REGIMES:
+        steady, stalled = case.get(f"{regime}:usd_per_step"), case.get(f"{regime}:usd_per_step_with_compiles")
+        per_mtok = case.get(f"{regime}:usd_per_million_useful_tokens_with_compiles")
+        if not all(v is not None and v == v for v in (steady, stalled, per_mtok)) or not stalled:
+            continue
+        moved = stalled + steady * (factor - 1.0)
+        out[f"{regime}:usd_per_step"] = steady * factor
+        out[f"{regime}:usd_per_step_with_compiles"] = moved
+        out[f"{regime}:usd_per_million_useful_tokens_with_compiles"] = per_mtok * moved / stalled
+    return out
+
+
+def break_even_interval(slow_start: dict, fast_start: dict, sd_slow: float, sd_fast: float, max_len: int,
+                        measured_steps: int) -> tuple[int | None, int | None, int | None]:
+    """``break_even_steps`` and its 99% interval: with the steady steps each moved by their uncertainty,
+    toward each other (the earliest) and apart (the latest, None: never within ``limit``)."""
+    point = break_even_steps(slow_start, fast_start, max_len, measured_steps)
+    def apart(sign: int) -> int | None:
+        return break_even_steps(scaled_steady(slow_start, math.exp(sign * SCATTER_Z * sd_slow)),
+                                scaled_steady(fast_start, math.exp(-sign * SCATTER_Z * sd_fast)), max_len,
+                                measured_steps)
+
+    early, late = apart(-1), apart(+1)
+    return point, early, late
