@@ -90,6 +90,31 @@ def test_the_projects_missing_interpreter_switch_is_the_adapter_and_never_a_kern
     assert table.cause_of(both)[0] != table.ADAPTER
 
 
+def test_a_table_without_surfaces_still_tells_the_adapter_from_its_error():
+    reason = ("AttributeError: module 'jax.experimental.pallas.tpu' has no attribute "
+              "'force_tpu_interpret_mode'")
+    old = {**_cell("0.6.2", matrix.API_CHANGED, reason=reason), "api_surface": None, "release": "0.6.2"}
+    assert table.cause_of(old)[0] == table.ADAPTER
+    other = {**old, "reason": "AttributeError: module 'x' has no attribute 'flash_attention'"}
+    assert table.cause_of(other)[0] == table.UNEXPLAINED
+
+
+def test_a_name_gone_for_two_releases_is_an_api_change_in_both():
+    have = {FLASH: present("q", "causal"), SWITCH: present()}
+    lost = {FLASH: gone("AttributeError: no flash_attention"), SWITCH: present()}
+    rows = [_cell("0.7.2", surface=have)] + [
+        _cell(r, matrix.API_CHANGED, surface=lost, reason="AttributeError: no flash_attention")
+        for r in ("0.8.2", "0.9.2")]
+    causes = [(b["release"], b["cause"]) for b in table.broken(table.matrix_frame(rows))]
+    assert causes == [("0.8.2", table.API), ("0.9.2", table.API)]
+
+
+def test_an_unreadable_signature_loses_no_keyword():
+    unreadable = {"m:f": {"present": True, "signature": None, "params": [], "var_keyword": True}}
+    assert api.moved({"m:f": ("k",)}, unreadable, {"m:f": present("q")}) == []
+    assert api.changed(unreadable, {"m:f": present("q", "k")}) == []
+
+
 def test_a_packaging_break_says_whether_the_companions_mend_it_and_the_upgrade_view_says_when_it_broke():
     absl = "ModuleNotFoundError: No module named 'absl'"
     rows = [_cell("0.8.2"), _cell("0.9.2", matrix.API_CHANGED, reason=absl), _cell("0.10.2"),
@@ -132,12 +157,16 @@ def test_a_step_time_beyond_the_spread_in_both_measurements_is_a_speed_change():
 
 
 def test_torch_cells_measured_once_per_release_are_never_a_speed_change():
-    rows = [_cell(r, impl="jax-xla", seconds_per_step=0.01) for r in ("0.8.2", "0.9.2")]
-    rows += [_cell(r, impl="jax-xla", env="absl-py 2.5.1, chex 0.1.90", seconds_per_step=0.01 * k)
-             for r, k in (("0.8.2", 1.05), ("0.9.2", 0.95))] * 3
+    releases, companions = ["0.6.2", "0.7.2", "0.8.2", "0.9.2", "0.10.2"], "absl-py 2.5.1, chex 0.1.90"
+    bare = {"0.6.2": 0.01, "0.7.2": 0.01, "0.8.2": 0.05, "0.9.2": 0.01, "0.10.2": 0.01}
+    rows = [_cell(r, impl="jax-xla", seconds_per_step=bare[r]) for r in releases]
+    rows += [_cell(r, impl="jax-xla", env=companions, seconds_per_step=bare[r] * 1.02) for r in releases]
     rows += [{**_cell(v, impl="torch-sdpa-math", seconds_per_step=s), "framework": "torch", "torch": v}
              for v, s in (("2.11.0", 0.01), ("2.13.0", 0.05))]
     steps = table.upgrade_steps(table.matrix_frame(rows))
+    assert table.speed_spread(table.matrix_frame(rows)) is not None
+    jax = steps[(steps["framework"] == "jax") & (steps["to_release"] == "0.8.2")]
+    assert set(jax["cause"]) == {table.SPEED}  # the same 5x in jax is a speed change: two measurements
     torch = steps[steps["framework"] == "torch"].iloc[0]
     assert torch["step_ratio"] == pytest.approx(5.0) and torch["cause"] is None
 
@@ -160,13 +189,23 @@ def test_a_libtpu_its_jax_does_not_pin_is_its_own_environment_and_a_packaging_ca
 
 
 @pytest.mark.skipif(not os.path.exists(TABLE), reason="no committed release matrix")
-def test_no_shim_is_needed_while_no_release_moved_a_name_the_calls_use():
-    """``matrix.SHIMS`` holds the call as written for a release only where the releases' surfaces
-    show a move; with none in the committed table, the current call is every release's."""
+def test_no_name_a_call_passes_moved_so_the_current_call_is_every_releases():
+    """Every release runs the current call. That is the call as written for each release only while
+    no name or keyword it passes moved between neighbouring releases; a move needs a per-release
+    shim (the call as written before it), and this fails until one exists."""
     frame = table.load_table(TABLE)
-    causes = {b["cause"] for b in table.broken(frame)}
-    assert (table.API in causes) == bool(matrix.SHIMS)
-    assert frame["api_surface"].notna().any()  # the committed run read the surfaces
+    assert table.api_moves(frame) == []
+    assert not [b for b in table.broken(frame) if b["cause"] == table.API]
+
+
+def test_api_moves_finds_a_keyword_gone_between_neighbouring_releases():
+    rows = [_cell(r, impl="jax-xla", surface={"jax.nn:dot_product_attention": present("q", *keys)})
+            for r, keys in (("0.7.2", ("mask", "scale")), ("0.8.2", ("mask",)))]
+    frame = table.matrix_frame(rows)
+    assert table.api_moves(frame) == [
+        "jax-xla 0.7.2 -> 0.8.2: jax.nn:dot_product_attention no longer takes scale: "
+        "(q, mask, scale) -> (q, mask)"]
+    assert table.api_moves(frame.drop(columns=["api_surface"])) is None
 
 
 def test_a_parameter_added_is_told_apart_from_one_removed():

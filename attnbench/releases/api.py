@@ -114,8 +114,8 @@ def moved(calls: dict[str, tuple[str, ...]], before: dict, after: dict) -> list[
             if not not_shipped(new["missing"]):
                 out.append(f"{name} is gone ({new['missing']})")
             continue
-        if new.get("var_keyword") or new.get("signature") is None:
-            continue
+        if new.get("var_keyword") or new.get("signature") is None or old.get("signature") is None:
+            continue  # takes any keyword, or a side's signature could not be read
         lost = [k for k in keywords if k in old.get("params", []) or old.get("var_keyword")
                 if k not in new.get("params", [])]
         if lost:
@@ -130,7 +130,8 @@ def changed(before: dict, after: dict) -> list[str]:
     out = []
     for name in sorted(before.keys() & after.keys()):
         old, new = before[name], after[name]
-        if not (old.get("present") and new.get("present")):
+        if not (old.get("present") and new.get("present")) or None in (old.get("signature"),
+                                                                       new.get("signature")):
             continue
         added = [p for p in new.get("params", []) if p not in old.get("params", [])]
         removed = [p for p in old.get("params", []) if p not in new.get("params", [])]

@@ -78,7 +78,6 @@ def run_cell(impl_name: str, workload_name: str) -> dict:
     workload = matrix.WORKLOADS[workload_name]
     cell = _row(impl_name, workload_name)
     impl = attention_impls.get(impl_name)
-    cell["shim"] = matrix.SHIMS.get((impl_name, cell.get(impl.framework) or ""))
     # The names and signatures the kernel's call uses, as this release has them: the evidence of an
     # API change between two releases (api.moved), read before any stage can fail.
     cell["api_surface"] = api.surface_text(impl)

@@ -46,12 +46,6 @@ RELEASES = JAX_RELEASES + TORCH_RELEASES
 TORCH_VENV_ROOT = ".asv/releases-torch"
 TORCH_SETUP_VENVS = {"2.13.0": ".venv", "2.9.0": ".venv-xla"}
 
-# The adapter as written for a release, where the call had to differ from the current one: ``{(kernel,
-# release): what the shim changes}``. A shim belongs here only where the releases' own surfaces show a
-# name or keyword the call uses moved (``api.moved``); none has (tests/test_releases.py checks the
-# committed table), so the current call is the call as written for every release.
-SHIMS: dict[tuple[str, str], str] = {}
-
 # The companions a user's jax environment holds (chex and optax depend on absl-py): each jax release
 # runs once bare (what ``pip install jax[tpu]==V`` gives) and once beside them, so a module a release
 # imports without declaring it shows as the difference between the two.
@@ -154,7 +148,6 @@ COLUMNS = [
     "stage",
     "reason",
     "line",
-    "shim",
     "companions",
     "api_surface",
     "execution",

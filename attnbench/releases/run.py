@@ -76,20 +76,21 @@ def torch_venv(version: str) -> str:
     return matrix.TORCH_SETUP_VENVS.get(version) or os.path.join(matrix.TORCH_VENV_ROOT, f"torch-{version}")
 
 
-def disk_needed() -> float:
+def disk_needed(*, torch: bool = True, libtpu: bool = True) -> float:
     """GB still to build: the jax venvs asv lacks, the torch venvs and libtpu overlays not built (the
     two torch venvs of ``make setup`` are not this command's)."""
-    built = list(asv_envs().values())
+    have = list(asv_envs().values())
     need = sum(GB_JAX_TPU_VENV if "libtpu" in reqs else GB_JAX_VENV
-               for reqs in configured_envs() if reqs not in built)
-    need += sum(GB_TORCH_VENV for r in matrix.TORCH_RELEASES if r.version not in matrix.TORCH_SETUP_VENVS
-                and not os.path.exists(os.path.join(torch_venv(r.version), "bin", "python")))
-    need += sum(GB_LIBTPU for v in matrix.LIBTPU_AXIS if not os.path.isdir(libtpu_overlay(v)))
+               for reqs in configured_envs() if reqs not in have)
+    need += sum(GB_TORCH_VENV for r in matrix.TORCH_RELEASES
+                if torch and r.version not in matrix.TORCH_SETUP_VENVS and not built(torch_venv(r.version)))
+    need += sum(GB_LIBTPU for v in matrix.LIBTPU_AXIS if libtpu and not built(libtpu_overlay(v)))
     return need
 
 
-def free_disk_problem(path: str = ".", need_gb: float | None = None) -> str | None:
-    need = disk_needed() + GB_MARGIN if need_gb is None else need_gb
+def free_disk_problem(path: str = ".", need_gb: float | None = None, **steps) -> str | None:
+    """Why the matrix cannot finish on this disk (``steps``: ``disk_needed``'s), or ``None``."""
+    need = disk_needed(**steps) + GB_MARGIN if need_gb is None else need_gb
     free = free_gb(path)
     if free < need:
         return (f"only {free:.1f} GB free under {os.path.abspath(path)}; the release matrix still needs "
@@ -108,16 +109,32 @@ def head_commit() -> str:
     return subprocess.check_output(["git", "rev-parse", "HEAD"], text=True).strip()
 
 
+BUILT = ".attnbench-built"  # written last: a venv or overlay without it is half-built
+
+
+def built(path: str) -> bool:
+    return os.path.exists(os.path.join(path, BUILT))
+
+
 def _build(path: str, commands: list[list[str]]) -> bool:
-    """Run ``commands`` to build ``path``; on a failure or a disk below ``GB_FLOOR``, remove it."""
-    for command in commands:
-        print("+ " + " ".join(command), file=sys.stderr, flush=True)
-        failed = subprocess.call(command) != 0
-        if failed or free_gb() < GB_FLOOR:
-            why = "its build failed" if failed else f"the disk ran short ({free_gb():.1f} GB free)"
-            print(f"attnbench releases: removing {path}: {why}", file=sys.stderr)
-            shutil.rmtree(path, ignore_errors=True)
-            return False
+    """Run ``commands`` to build ``path``, then mark it built. A half-built ``path`` (no mark) is
+    removed first; on a failed command, free disk under ``GB_FLOOR`` after one, or an interrupt,
+    ``path`` is removed again."""
+    shutil.rmtree(path, ignore_errors=True)
+    try:
+        for command in commands:
+            print("+ " + " ".join(command), file=sys.stderr, flush=True)
+            failed = subprocess.call(command) != 0
+            if failed or free_gb() < GB_FLOOR:
+                why = "its build failed" if failed else f"the disk ran short ({free_gb():.1f} GB free)"
+                print(f"attnbench releases: removing {path}: {why}", file=sys.stderr)
+                shutil.rmtree(path, ignore_errors=True)
+                return False
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    with open(os.path.join(path, BUILT), "w") as f:
+        f.write("\n".join(" ".join(c) for c in commands) + "\n")
     return True
 
 
@@ -125,13 +142,15 @@ def build_torch_venv(version: str) -> str | None:
     """The python of torch ``version``'s venv, built here when missing (``None``: not buildable)."""
     venv = torch_venv(version)
     python = os.path.abspath(os.path.join(venv, "bin", "python"))
-    if os.path.exists(python) or version in matrix.TORCH_SETUP_VENVS:
+    if version in matrix.TORCH_SETUP_VENVS:  # make setup's: never built or removed here
         return python if os.path.exists(python) else None
+    if built(venv):
+        return python
     pip = [python, "-m", "pip", "install", "--quiet"]
     ok = _build(venv, [[sys.executable, "-m", "venv", venv],
                        [*pip, f"torch=={version}", "numpy", "psutil", "asv_runner==0.3.2"],
                        [*pip, "--no-deps", "-e", "."]])
-    if ok:  # the torch venvs share many identical nvidia files: one copy on disk
+    if ok and shutil.which("hardlink"):  # the torch venvs share many identical nvidia files: one copy
         subprocess.call(["hardlink", "--quiet", matrix.TORCH_VENV_ROOT], stderr=subprocess.DEVNULL)
     return python if ok else None
 
@@ -142,7 +161,7 @@ def libtpu_overlay(version: str) -> str:
 
 def build_libtpu_overlay(version: str, python: str) -> str | None:
     path = libtpu_overlay(version)
-    if os.path.isdir(path):
+    if built(path):
         return path
     ok = _build(path, [[python, "-m", "pip", "install", "--quiet", "--no-deps", "--target", path,
                         f"libtpu=={version}"]])
@@ -200,7 +219,7 @@ def filed_cells(commits: list[str], root: str = ASV_RESULTS) -> list[dict]:
     for commit in commits:
         for path in sorted(glob.glob(os.path.join(root, "*", "cells", f"{commit[:8]}-*.cells"))):
             with open(path) as f:
-                by_env[os.path.basename(path)[9:]] = list(json.load(f).values())
+                by_env[os.path.basename(path)[9:-len(".cells")]] = list(json.load(f).values())
     out = []
     for env, rows in by_env.items():
         asked = re.search(r"(?:^|-)jax([\d.]+)(?:-|\+|$)", env)
@@ -227,7 +246,7 @@ def collect(commits, root: str = ASV_RESULTS, out: str = TABLE) -> str:
 def main(args) -> int:
     commits = args.commit
     if not args.collect_only:
-        problem = free_disk_problem()
+        problem = free_disk_problem(torch=not args.no_torch, libtpu=not args.no_libtpu_axis)
         if problem:
             print(f"attnbench releases: {problem}", file=sys.stderr)
             return 2

@@ -78,7 +78,8 @@ def tpu_key(target: str, impl: str, seq_len: int) -> str:
 
 def compile_tpu_cells(context: dict | None = None) -> dict:
     """``ReleasesTPU.setup_cache``: the TPU compiles of this environment's libtpu, filed (``context``:
-    where; asv's by default). Cells filed already for this commit are kept."""
+    where; asv's by default). When every one was filed for this commit, nothing compiles; else the
+    grid compiles again (seconds) and the cells filed already are kept as they were."""
     filed = filed_here(context)
     keys = [tpu_key(t, i, s) for t in matrix.TPU_TARGETS for i in matrix.TPU_IMPLS for s in matrix.TPU_SEQS]
     if all(k in filed for k in keys):
@@ -92,10 +93,10 @@ def compile_tpu_cells(context: dict | None = None) -> dict:
             for s in matrix.TPU_SEQS:
                 record, k = records[key(t, i, s, "fwd", "bfloat16")], tpu_key(t, i, s)
                 out[k] = record if "skip" in record else tpu_row(k, record)
-    compiled = {k: row for k, row in out.items() if "skip" not in row}
+    compiled = {k: row for k, row in out.items() if "skip" not in row and k not in filed}
     if compiled:
         file_cells(compiled, context)
-    return out
+    return {**out, **{k: row for k, row in filed.items() if k in out}}
 
 
 def tpu_row(k: str, record: dict) -> dict:

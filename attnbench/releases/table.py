@@ -4,6 +4,7 @@ grid (status, and step time relative to the newest release). Reading never write
 from __future__ import annotations
 
 import io
+import json
 
 from attnbench.core.atomic import atomic_write_text
 from attnbench.releases import matrix
@@ -79,11 +80,12 @@ def load_table(path: str):
 
 
 def cell_text(status: str, relative, cause: str | None = None) -> str:
-    """``ok 1.04x``; a broken cell by its cause where its error tells one (``packaging``,
-    ``adapter``, ``capability``, ``api-changed``), else by its status."""
+    """``ok 1.04x``; a broken cell by its cause (``packaging``, ``adapter``, ``capability``,
+    ``api-changed``, ``numerics``, ``unexplained``), never by the status its stage raised (an
+    ``api-changed`` status is any import or attribute error); else the status."""
     if status == matrix.OK:
         return "ok" if relative != relative or relative is None else f"ok {relative:.2f}x"
-    if status in matrix.BROKEN and cause not in (None, UNEXPLAINED):
+    if status in matrix.BROKEN and cause is not None:
         return str(cause)
     return str(status)
 
@@ -104,16 +106,41 @@ def grid(frame):
 def broken(frame) -> list[dict]:
     """Each cell that broke in some release, in upgrade order: kernel, where, environment, release,
     status, reason, and its ``cause`` with the ``evidence`` for it (``cause_of``)."""
+    from attnbench.releases import api
+
     cells = []
     for _, part in _series(frame):
-        previous = None
+        seen = {}  # each name as the latest earlier release that had it: a removal stays one
         for row in part:
             if row["status"] in matrix.BROKEN:
-                cause, evidence = cause_of(row, previous, companion_of(frame, row))
+                before = {**row, "release": seen.get("release"),
+                          "api_surface": json.dumps(seen.get("surface", {}))}
+                cause, evidence = cause_of(row, before if seen else None, companion_of(frame, row))
                 cells.append({**{c: row.get(c) for c in BROKEN_COLUMNS}, "cause": cause,
                               "evidence": evidence})
-            previous = row
+            surface = api.parse(row.get("api_surface"))
+            present = {n: e for n, e in surface.items() if e.get("present")}
+            if present:
+                seen = {"release": row["release"], "surface": {**seen.get("surface", {}), **present}}
     return cells
+
+
+def api_moves(frame) -> list[str] | None:
+    """Every name or keyword a kernel's call passes that went between two neighbouring releases of
+    the same cell, ok cells included (``api.moved``), in words; ``None`` for a table that recorded
+    no surfaces (written before them)."""
+    from attnbench.releases import api
+
+    if "api_surface" not in frame or not frame["api_surface"].notna().any():
+        return None
+    out = []
+    for _, part in _series(frame[frame["environment"] != "with companions"]):
+        public, interpreter = _calls(str(part[0]["impl"]))
+        for before, after in zip(part, part[1:], strict=False):
+            for moved in api.moved({**public, **interpreter}, api.parse(before.get("api_surface")),
+                                   api.parse(after.get("api_surface"))):
+                out.append(f"{part[0]['impl']} {before['release']} -> {after['release']}: {moved}")
+    return sorted(set(out))
 
 
 BROKEN_COLUMNS = ["framework", "impl", "target", "environment", "workload", "seq_len", "release", "status",
@@ -227,6 +254,8 @@ def cause_of(cell: dict, previous: dict | None = None, companion: dict | None = 
     public, interpreter = _calls(str(cell.get("impl")))
     surface = api.parse(cell.get("api_surface"))
     gone = [n for n in interpreter if n in surface and not surface[n].get("present")]
+    if not surface:  # a table written before surfaces were recorded: the error names the switch
+        gone = [n for n in interpreter if f"attribute '{n.rpartition(':')[2].split('.')[-1]}'" in reason]
     if gone and all(surface.get(n, {}).get("present", True) for n in public):
         return ADAPTER, (f"{', '.join(gone)} is not in this release: the project's way into the interpreter "
                          "on a CPU, never called on the kernel's own hardware; the kernel's own calls are "
@@ -269,9 +298,11 @@ def speed_spread(frame) -> tuple[float, float] | None:
 
 
 def upgrade_steps(frame):
-    """The upgrade direction: for each cell, the call as written for release N (the same call in
-    every release unless ``matrix.SHIMS`` holds one for N) replayed on N+1, one row per step in
-    upgrade order. ``outcome``: kept working, broke (with its cause), mended, newly runs (an older
+    """The upgrade direction: for each cell, release N to N+1, one row per step in upgrade order.
+    Every release runs the current call; it is the call as written for N too while no name or
+    keyword it passes moved (``api_moves``; a test keeps the committed table at none, and a move
+    would need the call as written before it, a per-release shim, which none has needed).
+    ``outcome``: kept working, broke (with its cause), mended, newly runs (an older
     release's missing feature or the project's adapter before), still broken, or refused (the kernel
     refuses the cell here). A step is ``speed`` when its time moved beyond ``speed_spread`` in both of
     its measurements (bare and beside the companions) the same way; torch's cells, measured once per

@@ -14,11 +14,13 @@ from attnbench.core.atomic import atomic_write_bytes
 from attnbench.releases import matrix
 from attnbench.releases.table import (
     GRID_INDEX,
+    api_moves,
     broken,
     first_breaks,
     grid,
     libtpu_grid,
     load_table,
+    speed_spread,
     upgrade_steps,
 )
 from attnbench.report.render import Table
@@ -64,7 +66,9 @@ def releases_part(results_dir: str, out_dir: str) -> dict | None:
         "causes": _counts(bad),
         "first_breaks": Table.of(firsts),
         "n_first_breaks": len(firsts),
-        "n_api_changed": sum(b["cause"] == "api-changed" for b in bad),
+        "api_moves": api_moves(frame),
+        "spread": (None if (spread := speed_spread(frame)) is None
+                   else f"{spread[0]:.2f}-{spread[1]:.2f}x"),
         "speed": Table.of(steps[steps["cause"] == "speed"].drop(columns=["before", "after"])),
         "libtpu": Table.of(libtpu.reset_index()) if not libtpu.empty else None,
         "releases": release_names(frame),
@@ -126,7 +130,8 @@ def grid_png(frame) -> bytes:
         ax.tick_params(length=0)
     handles = [Patch(color=c, label=s) for s, c in COLOURS.items() if (frame["status"] == s).any()]
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=7, frameon=False)
-    fig.suptitle("Release matrix: status per release; text: step time relative to the newest release",
+    fig.suptitle("Release matrix: status per release; text: step time relative to the newest release "
+                 "that timed the cell",
                  fontsize=9)
     fig.tight_layout(rect=(0, 0.03, 1, 0.98))
     buffer = io.BytesIO()
