@@ -12,8 +12,9 @@ import textwrap
 import attention_impls
 from attention_impls.base import MASK_FEATURES, SEGMENT_KINDS
 from attnbench import hardware
+from attnbench.asv.machine import detect_machine_name
 from attnbench.asv.rename_env import rename_environment
-from attnbench.asv.suite import METRICS, detect_machine_name
+from attnbench.asv.suite import METRICS
 from attnbench.checks import noisecheck
 from attnbench.checks.observability import add_parser as add_observability
 from attnbench.compiled_for.cli import add_parser as add_compile_for

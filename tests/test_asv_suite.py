@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from attnbench.asv import machine as asv_machine
 from attnbench.asv import suite as asv_suite
 from attnbench.core import records
 from tests.conftest import FRAMEWORKS
@@ -107,7 +108,7 @@ def test_default_suite_runs_dynamic_regimes_at_its_regime_lengths_only(monkeypat
     """Also: measuring outside asv (here, pytest with asv imported) writes nothing under results/."""
     import asv  # noqa: F401  (imported asv once made the suite think it ran inside asv)
 
-    assert asv_suite.asv_context() is None
+    assert asv_machine.asv_context() is None
     monkeypatch.setenv("ATTNBENCH_SUITE", "default")
     short = asv_suite.FORWARD.replace(seq_q=256, seq_k=256)
     cache = asv_suite.sweep_cases([("jax-xla", short, "dynamic")])

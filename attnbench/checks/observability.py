@@ -33,7 +33,7 @@ from importlib import metadata
 import attention_impls
 from attention_impls.base import Unsupported, default_scale, static_mask
 from attnbench import backends
-from attnbench.asv.suite import machine_name
+from attnbench.asv.machine import machine_name
 from attnbench.backends import jax_steps
 from attnbench.backends.torch_backend import kineto_quiet
 from attnbench.core import atomic

@@ -12,7 +12,7 @@ import json
 import os
 
 import attention_impls
-from attnbench.asv.suite import asv_context
+from attnbench.asv.machine import asv_context
 from attnbench.compiled_for import classify
 from attnbench.compiled_for.suite import compile_grid, key
 from attnbench.core.atomic import atomic_write_text

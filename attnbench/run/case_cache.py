@@ -79,7 +79,7 @@ class CaseCache:
 
 def from_env(settings: dict, context: dict) -> CaseCache | None:
     """The cache ``ATTNBENCH_CASE_CACHE`` names, or ``None`` when unset. ``context``:
-    ``asv.suite.asv_context()``; ``settings``: what the records depend on."""
+    ``asv.machine.asv_context()``; ``settings``: what the records depend on."""
     root = os.environ.get(CACHE_ENV)
     if not root:
         return None
