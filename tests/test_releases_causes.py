@@ -224,3 +224,10 @@ def test_a_default_objects_address_is_not_part_of_a_signature():
     f.__module__ = __name__
     globals()["_probe_f"] = f
     assert " at 0x" not in api.entry(f"{__name__}:_probe_f")["signature"]
+
+
+def test_a_cell_that_ran_and_differs_from_float64_is_a_numerics_break():
+    cell = {**_cell("0.9.2", matrix.NUMERICS_FAILED,
+                    reason="output differs from the float64 reference: max abs err 0.5"), "release": "0.9.2"}
+    cause, evidence = table.cause_of(cell)
+    assert cause == table.NUMERICS and "max abs err 0.5" in evidence
