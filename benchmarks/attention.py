@@ -14,11 +14,11 @@ skipped (``NotImplementedError`` in ``setup``: asv shows n/a) with the implement
 
 import itertools
 
-from attnbench.asv import suite
+from attnbench.asv import sizes, suite
 from attnbench.core.regimes import REGIMES
 
-SUITE = suite.suite_settings()  # ATTNBENCH_SUITE=default|full: the lengths measured
-DTYPES = suite.suite_dtypes(SUITE)  # the size's on a CPU; float32+bfloat16 on a GPU, bfloat16 on a TPU
+SUITE = sizes.suite_settings()  # ATTNBENCH_SUITE=default|full: the lengths measured
+DTYPES = sizes.suite_dtypes(SUITE)  # the size's on a CPU; float32+bfloat16 on a GPU, bfloat16 on a TPU
 # Training has no dtype parameter: the suite's first, float32 on a CPU, bfloat16 on a GPU or TPU
 # (FlashAttention-2 and cuDNN refuse float32; a TPU runs bfloat16 only).
 TRAINING_DTYPE = DTYPES[0]
@@ -59,13 +59,13 @@ def measure(cls):
 class Forward:
     """Causal forward pass, B1 H8 D64: implementation x sequence length x shape regime x dtype."""
 
-    params = (suite.impl_names(), list(SUITE["forward_seqs"]), list(REGIMES), list(DTYPES))
+    params = (sizes.impl_names(), list(SUITE["forward_seqs"]), list(REGIMES), list(DTYPES))
     param_names = ["implementation", "seq_len", "regime", "dtype"]
     timeout = 3600  # setup_cache measures the whole class
 
     @staticmethod
     def workload(seq_len, dtype):
-        return suite.FORWARD.replace(seq_q=seq_len, seq_k=seq_len, dtype=dtype)
+        return sizes.FORWARD.replace(seq_q=seq_len, seq_k=seq_len, dtype=dtype)
 
     @classmethod
     def cases(cls):
@@ -88,13 +88,13 @@ class Training:
     """Causal forward + backward, B1 H8 D64, static shapes: implementation x sequence length
     (float32 on a CPU, bfloat16 on a GPU or TPU)."""
 
-    params = (suite.impl_names(), list(SUITE["training_seqs"]))
+    params = (sizes.impl_names(), list(SUITE["training_seqs"]))
     param_names = ["implementation", "seq_len"]
     timeout = 3600
 
     @staticmethod
     def workload(seq_len):
-        return suite.TRAINING.replace(seq_q=seq_len, seq_k=seq_len, dtype=TRAINING_DTYPE)
+        return sizes.TRAINING.replace(seq_q=seq_len, seq_k=seq_len, dtype=TRAINING_DTYPE)
 
     @classmethod
     def cases(cls):
@@ -122,17 +122,17 @@ class Models:
     decode). Every preset has its static stream (pad to max), so the verdict prices each; the
     other streams are the size's ``regime_presets`` and ``preset_regimes`` (default: llama-3.1-8b's
     phases and gemma-2-9b decode, exact lengths; full: every preset and regime). The
-    implementations are the size's (``asv.suite.preset_impl_names``). A phase a preset lacks (an
+    implementations are the size's (``asv.sizes.preset_impl_names``). A phase a preset lacks (an
     encoder's decode) is n/a."""
 
-    params = (suite.preset_impl_names(SUITE), list(SUITE["model_presets"]),
+    params = (sizes.preset_impl_names(SUITE), list(SUITE["model_presets"]),
               list(SUITE.get("model_phases", suite.PHASES)), list(REGIMES))
     param_names = ["implementation", "workload", "phase", "regime"]
     timeout = 3600
 
     @staticmethod
     def workloads():
-        return suite.preset_workloads(SUITE, dtype=TRAINING_DTYPE)
+        return sizes.preset_workloads(SUITE, dtype=TRAINING_DTYPE)
 
     @classmethod
     def cases(cls):

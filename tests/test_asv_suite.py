@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from attnbench.asv import machine as asv_machine
+from attnbench.asv import sizes as asv_sizes
 from attnbench.asv import suite as asv_suite
 from attnbench.core import records
 from tests.conftest import FRAMEWORKS
@@ -94,9 +95,9 @@ def test_twins_are_exact_inverses():
 
 
 def test_unsupported_is_skipped_with_reason_and_other_env_is_not_started():
-    cache = asv_suite.sweep_cases([("jax-cudnn", asv_suite.FORWARD, "static"),
-                                     ("torch-xla-sdpa", asv_suite.FORWARD, "static")])
-    cudnn, xla = (asv_suite.case_key(n, asv_suite.FORWARD, "static") for n in ("jax-cudnn", "torch-xla-sdpa"))
+    cache = asv_suite.sweep_cases([("jax-cudnn", asv_sizes.FORWARD, "static"),
+                                     ("torch-xla-sdpa", asv_sizes.FORWARD, "static")])
+    cudnn, xla = (asv_suite.case_key(n, asv_sizes.FORWARD, "static") for n in ("jax-cudnn", "torch-xla-sdpa"))
     with pytest.raises(NotImplementedError, match="cuDNN needs an NVIDIA GPU"):
         asv_suite.record_for(cache, cudnn)
     with pytest.raises(NotImplementedError, match="measured in the other asv environment"):
@@ -110,7 +111,7 @@ def test_default_suite_runs_dynamic_regimes_at_its_regime_lengths_only(monkeypat
 
     assert asv_machine.asv_context() is None
     monkeypatch.setenv("ATTNBENCH_SUITE", "default")
-    short = asv_suite.FORWARD.replace(seq_q=256, seq_k=256)
+    short = asv_sizes.FORWARD.replace(seq_q=256, seq_k=256)
     cache = asv_suite.sweep_cases([("jax-xla", short, "dynamic")])
     with pytest.raises(NotImplementedError, match="runs the dynamic regime at 1024 tokens only"):
         asv_suite.record_for(cache, asv_suite.case_key("jax-xla", short, "dynamic"))
@@ -167,7 +168,7 @@ def test_asv_run_records_ok_and_skipped_not_failed(asv_run):
 
     handed = list((tmp / "handover").rglob("*.case"))
     # Forward: 2 lengths x 3 regimes x 4 impls; Training: 4; Models (smoke: mistral-7b decode): the 3
-    # that run natively on a CPU (jax-cudnn is left out of the presets: asv_suite.preset_impl_names),
+    # that run natively on a CPU (jax-cudnn is left out of the presets: asv_sizes.preset_impl_names),
     # static, and their dynamic and bucketed cases as n/a records with the size's reason
     assert len(handed) == 2 * 3 * 4 + 4 + 3 + 3 * 2, handed
     setup = {key: seconds for key, seconds in data["durations"].items() if "setup_cache attention" in key}
@@ -261,7 +262,7 @@ def test_published_site_renders_our_graphs_offline(asv_run):
     assert pages and screenshot.stat().st_size > 10_000
 
 
-@pytest.mark.parametrize("suite_name", sorted(asv_suite.SUITES))
+@pytest.mark.parametrize("suite_name", sorted(asv_sizes.SUITES))
 def test_every_suite_size_imports_every_benchmark_module(suite_name, monkeypatch):
     """asv imports every module under benchmarks/ whatever it runs: a size one module does not know
     (the gpu suite of tools/device-run.sh) must not break discovery."""
@@ -279,38 +280,38 @@ def test_every_suite_size_imports_every_benchmark_module(suite_name, monkeypatch
 
 def test_the_presets_run_the_kernels_the_size_chooses(monkeypatch):
     monkeypatch.setenv("ACCEL", "cpu")
-    default = asv_suite.preset_impl_names(asv_suite.SUITES["default"])
+    default = asv_sizes.preset_impl_names(asv_sizes.SUITES["default"])
     assert "reference-float64" not in default  # the yardstick
     assert "jax-pallas-tpu-flash" not in default  # interpreted here
     assert not [n for n in default if n.startswith("torch-xla")]  # torch_xla: full only
     assert {"jax-xla", "jax-xla-chunked", "torch-sdpa-math", "torch-flex-attention"} <= set(default)
-    full = asv_suite.preset_impl_names(asv_suite.SUITES["full"])
-    assert set(full) == set(asv_suite.impl_names())
+    full = asv_sizes.preset_impl_names(asv_sizes.SUITES["full"])
+    assert set(full) == set(asv_sizes.impl_names())
 
 
 def test_the_default_size_measures_its_static_cases_first_in_one_worker():
-    short, long = asv_suite.FORWARD.replace(seq_q=256, seq_k=256), asv_suite.FORWARD
+    short, long = asv_sizes.FORWARD.replace(seq_q=256, seq_k=256), asv_sizes.FORWARD
     cases = [("a", long, "dynamic"), ("a", long, "static"), ("b", short, "bucketed"), ("b", short, "static")]
-    assert asv_suite.run_order(cases, asv_suite.SUITES["default"]) == [cases[1], cases[3], cases[0], cases[2]]
-    assert asv_suite.run_order(cases, asv_suite.SUITES["gpu"]) == [cases[3], cases[2], cases[1], cases[0]]
-    assert asv_suite.run_order(cases, asv_suite.SUITES["smoke"]) == cases
+    assert asv_suite.run_order(cases, asv_sizes.SUITES["default"]) == [cases[1], cases[3], cases[0], cases[2]]
+    assert asv_suite.run_order(cases, asv_sizes.SUITES["gpu"]) == [cases[3], cases[2], cases[1], cases[0]]
+    assert asv_suite.run_order(cases, asv_sizes.SUITES["smoke"]) == cases
 
 
 def test_static_cases_share_a_worker_only_where_the_size_says_so():
     from attnbench.core import presets
 
-    toy = ("jax-xla", asv_suite.FORWARD, "static")
+    toy = ("jax-xla", asv_sizes.FORWARD, "static")
     preset = ("jax-xla", presets.workload("llama-3.1-8b", "decode", size="smoke"), "static")
-    assert asv_suite.fresh_process_of(asv_suite.SUITES["default"]) is False
+    assert asv_suite.fresh_process_of(asv_sizes.SUITES["default"]) is False
     fresh = asv_suite.fresh_process_of({"fresh_process": True, "preset_fresh_process": False})
     assert fresh(toy) is True and fresh(preset) is False
-    assert asv_suite.fresh_process_of(asv_suite.SUITES["smoke"]) is True
-    assert asv_suite.fresh_process_of(asv_suite.SUITES["gpu"]) is False
+    assert asv_suite.fresh_process_of(asv_sizes.SUITES["smoke"]) is True
+    assert asv_suite.fresh_process_of(asv_sizes.SUITES["gpu"]) is False
     # the default size leaves the reference out of the presets, with the reason
     reference = __import__("attention_impls").get("reference-float64")
-    why = asv_suite.outside_suite(reference, preset[1], "static", asv_suite.SUITES["default"])
+    why = asv_suite.outside_suite(reference, preset[1], "static", asv_sizes.SUITES["default"])
     assert "yardstick" in why and asv_suite.outside_suite(reference, preset[1], "static",
-                                                          asv_suite.SUITES["full"]) is None
+                                                          asv_sizes.SUITES["full"]) is None
 
 
 def test_each_asv_environment_runs_only_the_parameter_combinations_it_can(monkeypatch):
@@ -323,7 +324,7 @@ def test_each_asv_environment_runs_only_the_parameter_combinations_it_can(monkey
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import attention as suite_module
 
-    settings = asv_suite.SUITES["default"]
+    settings = asv_sizes.SUITES["default"]
 
     def kept(frameworks):
         regexes = asv_selection.selection(suite_module.MEASURED, frameworks, settings, "cpu")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from attnbench.asv import sizes as asv_sizes
 from attnbench.asv import suite as asv_suite
 from attnbench.core import records
 from attnbench.core.workload import Workload
@@ -83,7 +84,7 @@ def test_the_gpu_grid_holds_only_kernels_that_give_a_number_on_a_gpu(monkeypatch
 
     benchmarks = _gpu_grid(monkeypatch)
     grid = set(benchmarks.Forward.params[0])
-    left_out = asv_suite.left_out_kernels()
+    left_out = asv_sizes.left_out_kernels()
     assert grid | set(left_out) == set(attention_impls.names()) and not grid & set(left_out)
     for name in grid:
         impl = attention_impls.get(name)
@@ -91,17 +92,17 @@ def test_the_gpu_grid_holds_only_kernels_that_give_a_number_on_a_gpu(monkeypatch
     assert {"torch-xla-sdpa", "jax-pallas-tpu-flash", "jax-pallas-tpu-splash"} <= set(left_out)
     assert "torch_xla is not in the GPU image" in left_out["torch-xla-sdpa"]
     assert left_out["jax-pallas-tpu-splash"].startswith("interpret-only on a GPU: ")
-    assert asv_suite.left_out_kernels(asv_suite.SUITES["default"]) == {}  # other sizes keep every kernel
+    assert asv_sizes.left_out_kernels(asv_sizes.SUITES["default"]) == {}  # other sizes keep every kernel
 
 
 def test_the_gpu_run_measures_the_headline_first_then_a_preset_then_the_rest(monkeypatch):
     benchmarks = _gpu_grid(monkeypatch)
     every = [c for cls in benchmarks.MEASURED for c in cls.cases()]
-    order = asv_suite.run_order(every, asv_suite.SUITES["gpu"])
-    headline = [c for c in order if c[0] in asv_suite.GPU_HEADLINE_KERNELS and c[1].seq_q in (4096, 16384)
+    order = asv_suite.run_order(every, asv_sizes.SUITES["gpu"])
+    headline = [c for c in order if c[0] in asv_sizes.GPU_HEADLINE_KERNELS and c[1].seq_q in (4096, 16384)
                 and c[1].dtype == "bfloat16" and c[1].mode == "fwd" and c[2] == "static"
                 and c[1].name == "custom"]
-    assert order[:len(headline)] == headline and len(headline) == 2 * len(asv_suite.GPU_HEADLINE_KERNELS)
+    assert order[:len(headline)] == headline and len(headline) == 2 * len(asv_sizes.GPU_HEADLINE_KERNELS)
     assert [c[1].seq_q for c in headline] == [4096] * 7 + [16384] * 7  # a whole length before the next
     presets = order[len(headline):]
     llama = [c for c in presets if c[1].name == "llama-3.1-8b" and c[1].phase in ("prefill", "decode")]
@@ -141,7 +142,7 @@ def test_the_device_budget_goes_to_measuring_and_asv_files_only_what_has_a_recor
 def test_a_carried_run_is_filed_without_measuring(monkeypatch, tmp_path):
     from attnbench.run.case_cache import CaseCache
 
-    case = ("jax-xla", asv_suite.FORWARD, "static")
+    case = ("jax-xla", asv_sizes.FORWARD, "static")
     key = asv_suite.case_key(*case)
     CaseCache(str(tmp_path), "h200", "0" * 40, "env", {}).put(key, dict(records.empty_record(), status="ok"))
     monkeypatch.setenv(asv_suite.CARRIED_ENV, str(tmp_path))
@@ -149,7 +150,7 @@ def test_a_carried_run_is_filed_without_measuring(monkeypatch, tmp_path):
     def no_measuring(*args, **kwargs):
         raise AssertionError("a carried run measured")
 
-    other = ("jax-xla", asv_suite.FORWARD.replace(seq_q=256, seq_k=256), "static")
+    other = ("jax-xla", asv_sizes.FORWARD.replace(seq_q=256, seq_k=256), "static")
     out = asv_suite.measure_suite([case, other], "Forward", measure_missing=no_measuring)
     assert list(out) == [key] and out[key]["status"] == "ok"
     monkeypatch.setenv(asv_suite.CARRIED_ENV, str(tmp_path / "nowhere"))
@@ -170,7 +171,7 @@ def test_the_device_checks_only_what_measuring_needs():
 def test_the_gpu_suite_runs_lengths_shortest_first_and_regimes_in_bfloat16(monkeypatch):
     monkeypatch.setenv("ATTNBENCH_SUITE", "gpu")
     monkeypatch.setenv(asv_suite.DEADLINE_ENV, "1e12")
-    settings = asv_suite.suite_settings()
+    settings = asv_sizes.suite_settings()
     seen = {}
 
     def fake_sweep(cases, options_for, **kwargs):
@@ -179,13 +180,13 @@ def test_the_gpu_suite_runs_lengths_shortest_first_and_regimes_in_bfloat16(monke
 
     monkeypatch.setattr(sweep, "run_sweep", fake_sweep)
     monkeypatch.setattr(asv_suite, "plan_cases", lambda every, settings: ({}, list(every)))
-    cases = [(i, asv_suite.FORWARD.replace(seq_q=s, seq_k=s, dtype="bfloat16"), r)
+    cases = [(i, asv_sizes.FORWARD.replace(seq_q=s, seq_k=s, dtype="bfloat16"), r)
              for i in ("jax-xla", "torch-sdpa-math") for s in (16384, 1024) for r in ("dynamic", "static")]
     asv_suite.sweep_cases(cases, suite="Forward")
     assert [(c[1].seq_q, c[2]) for c in seen["cases"]][:4] == [(1024, "static")] * 2 + [(1024, "dynamic")] * 2
     assert seen["timer"] == "device" and seen["fresh_process"] is False and seen["deadline"] == 1e12
     impl = __import__("attention_impls").get("jax-xla")
-    float32 = asv_suite.FORWARD.replace(seq_q=4096, seq_k=4096)
+    float32 = asv_sizes.FORWARD.replace(seq_q=4096, seq_k=4096)
     assert "in bfloat16 only" in asv_suite.outside_suite(impl, float32, "dynamic", settings)
     assert asv_suite.outside_suite(impl, float32.replace(dtype="bfloat16"), "dynamic", settings) is None
     monkeypatch.setenv(asv_suite.DEADLINE_ENV, "soon")
@@ -208,7 +209,7 @@ def test_cpu_figures_never_land_under_an_accelerator_name():
 def test_the_support_check_refuses_cpu_jax_on_a_gpu_host(monkeypatch):
     monkeypatch.setenv("ATTNBENCH_MACHINE", "h200")
     monkeypatch.setenv("ACCEL", "cuda")
-    [answer] = asv_suite.check_cases([("jax-xla", asv_suite.FORWARD, "static")], asv_suite.SUITES["smoke"])
+    [answer] = asv_suite.check_cases([("jax-xla", asv_sizes.FORWARD, "static")], asv_sizes.SUITES["smoke"])
     assert answer["platform"] == "cpu" and "CPU figures are never filed" in answer["reason"]
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from attnbench.asv import sidecar
+from attnbench.asv import sizes as asv_sizes
 from attnbench.asv import suite as asv_suite
 from attnbench.core import presets
 from attnbench.hardware import Attached, Device, accelerator_present, load_hardware_profiles
@@ -266,14 +267,15 @@ def test_asv_never_iterates_a_sidecar(tmp_path, monkeypatch):
 # -- 7. the asv process initialises no device -------------------------------------------------------
 PLAN = """
 import json, os, sys
+from attnbench.asv import sizes as asv_sizes
 from attnbench.asv import suite as asv_suite
-F = asv_suite.FORWARD
+F = asv_sizes.FORWARD
 cases = [("jax-cudnn", F, "static"), ("torch-xla-sdpa", F, "static"), ("jax-pallas-tpu-flash", F, "static"),
          ("reference-float64", F.replace(seq_q=128, seq_k=128), "static")]  # the one case measured
 out = asv_suite.sweep_cases(cases, suite="Forward")
 print(json.dumps({"status": {k.split("|")[0]: v["status"] for k, v in out.items()},
                   "reason": {k.split("|")[0]: v["reason"] for k, v in out.items()},
-                  "machine": asv_suite.machine_name(), "dtypes": list(asv_suite.suite_dtypes()),
+                  "machine": asv_suite.machine_name(), "dtypes": list(asv_sizes.suite_dtypes()),
                   "loaded": sorted(m for m in ("jax", "jaxlib", "torch", "torch_xla") if m in sys.modules)}))
 """
 
@@ -305,15 +307,15 @@ def test_planning_sends_only_this_environments_cases_to_the_check(monkeypatch):
         asked.extend(name for name, _, _ in cases)
         return [{"reason": None}, {"reason": "not here"}]
 
-    out, to_run = asv_suite.plan_cases([("jax-xla", asv_suite.FORWARD, "static"),
-                                        ("torch-xla-sdpa", asv_suite.FORWARD, "static"),
-                                        ("jax-cudnn", asv_suite.FORWARD, "static")], check=check)
+    out, to_run = asv_suite.plan_cases([("jax-xla", asv_sizes.FORWARD, "static"),
+                                        ("torch-xla-sdpa", asv_sizes.FORWARD, "static"),
+                                        ("jax-cudnn", asv_sizes.FORWARD, "static")], check=check)
     assert asked == ["jax-xla", "jax-cudnn"]
     assert [name for name, _, _ in to_run] == ["jax-xla"]
     assert {k.split("|")[0]: (v["status"], v["reason"]) for k, v in out.items()} == {
         "torch-xla-sdpa": ("unsupported", "torch_xla is measured in the other asv environment"),
         "jax-cudnn": ("unsupported", "not here")}
-    failed, to_run = asv_suite.plan_cases([("jax-xla", asv_suite.FORWARD, "static")],
+    failed, to_run = asv_suite.plan_cases([("jax-xla", asv_sizes.FORWARD, "static")],
                                           check=lambda cases, settings: TimeoutError("no answer"))
     assert to_run == [] and [r["status"] for r in failed.values()] == ["error"]
     assert "no answer" in next(iter(failed.values()))["reason"]
@@ -342,18 +344,18 @@ def test_device_files_say_which_accelerator_is_attached(tmp_path):
 
 
 def test_the_suite_runs_bfloat16_on_accelerators(monkeypatch):
-    assert asv_suite.suite_dtypes(asv_suite.SUITES["default"], "cpu") == ("float32",)
-    assert asv_suite.suite_dtypes(asv_suite.SUITES["full"], "cpu") == ("float32", "bfloat16")
-    for size in asv_suite.SUITES.values():
-        assert asv_suite.suite_dtypes(size, "gpu") == ("bfloat16", "float32")  # the first is Training's
-        assert asv_suite.suite_dtypes(size, "tpu") == ("bfloat16",)
+    assert asv_sizes.suite_dtypes(asv_sizes.SUITES["default"], "cpu") == ("float32",)
+    assert asv_sizes.suite_dtypes(asv_sizes.SUITES["full"], "cpu") == ("float32", "bfloat16")
+    for size in asv_sizes.SUITES.values():
+        assert asv_sizes.suite_dtypes(size, "gpu") == ("bfloat16", "float32")  # the first is Training's
+        assert asv_sizes.suite_dtypes(size, "tpu") == ("bfloat16",)
     monkeypatch.delenv("ATTNBENCH_ACCEL", raising=False)
     for accel, kind in (("cuda", "gpu"), ("tpu", "tpu"), ("cpu", "cpu")):
         monkeypatch.setenv("ACCEL", accel)
-        assert asv_suite.accelerator_kind() == kind
+        assert asv_sizes.accelerator_kind() == kind
     monkeypatch.setenv("ACCEL", "rocm")
     with pytest.raises(ValueError, match="ACCEL must be one of"):
-        asv_suite.accelerator_kind()
+        asv_sizes.accelerator_kind()
 
 
 # Training runs bfloat16 on a GPU: FlashAttention-2 and cuDNN refuse float32 (no forced kernel would run).
@@ -377,8 +379,8 @@ def test_every_accelerator_profile_has_a_peak_for_each_dtype_the_suite_runs_on_i
     for profile in profiles.values():
         if profile.kind == "cpu":
             continue
-        for size, settings in asv_suite.SUITES.items():
-            for dtype in asv_suite.suite_dtypes(settings, profile.kind):
+        for size, settings in asv_sizes.SUITES.items():
+            for dtype in asv_sizes.suite_dtypes(settings, profile.kind):
                 if profile.peak(dtype) is None:
                     missing.append(f"{profile.name} {dtype} ({size} suite)")
     assert not missing, f"no peak (so no MFU) for: {', '.join(sorted(set(missing)))}"

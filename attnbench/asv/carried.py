@@ -29,7 +29,7 @@ import sys
 import tarfile
 import tempfile
 
-from attnbench.asv import rename_env, selection, sidecar, suite
+from attnbench.asv import rename_env, selection, sidecar, sizes, suite
 from attnbench.core import records
 from attnbench.core.atomic import atomic_write_bytes, atomic_write_text
 from attnbench.measure.process_env import scoped_environ
@@ -105,7 +105,7 @@ def _the_run(folder: str) -> dict:
 def filing_environment(settings: dict, machine: str, cases: str, results: str) -> dict[str, str]:
     """The variables under which this checkout's benchmarks have the carried run's parameters and read
     its records: its suite size, accelerator and kernels."""
-    env = {suite.SUITE_ENV: settings["suite"], "ACCEL": settings["accelerator"], "ATTNBENCH_MACHINE": machine,
+    env = {sizes.SUITE_ENV: settings["suite"], "ACCEL": settings["accelerator"], "ATTNBENCH_MACHINE": machine,
            suite.CARRIED_ENV: cases, "ATTNBENCH_RESULTS_DIR": results, "ASV_PYTHONPATH": CHECKOUT}
     impls = settings.get("impls")
     env["ATTNBENCH_IMPLS"] = "" if impls in (None, "all") else impls

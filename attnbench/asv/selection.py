@@ -28,7 +28,8 @@ import subprocess
 import sys
 
 import attention_impls
-from attnbench.asv.suite import accelerator_kind, outside_suite, suite_settings
+from attnbench.asv.sizes import accelerator_kind, suite_settings
+from attnbench.asv.suite import outside_suite
 from attnbench.core.atomic import atomic_write_text
 from attnbench.core.workload import Workload
 
@@ -94,7 +95,7 @@ def env_configs(conf: str = CONF) -> list[tuple[str, tuple[str, ...]]]:
 
 
 def existing_frameworks(python: str) -> tuple[str, ...]:
-    """What an existing interpreter measures (``asv.suite.this_env_frameworks``, asked of it)."""
+    """What an existing interpreter measures (``asv.sizes.this_env_frameworks``, asked of it)."""
     found = subprocess.run(
         [python, "-c", "import importlib.util as u; print(u.find_spec('torch_xla') is not None)"],
         capture_output=True,

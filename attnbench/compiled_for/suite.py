@@ -15,8 +15,8 @@ import math
 import os
 
 import attention_impls
-from attnbench.asv.suite import impl_names as suite_impls
-from attnbench.asv.suite import suite_name
+from attnbench.asv.sizes import impl_names as suite_impls
+from attnbench.asv.sizes import suite_name
 from attnbench.compiled_for import classify, run
 from attnbench.compiled_for import targets as compile_targets
 from attnbench.compiled_for.records import case_key

@@ -122,7 +122,7 @@ def _trace_contended(results_dir, machine, commit8, env, name, cache: dict):
         return None
     impl, regime, seq, mode, dtype = parts[:5]
     suite, length = {"fwd": "Forward", "fwd_bwd": "Training"}.get(mode), int(seq[1:])
-    if len(parts) == 6:  # a Models case: its length is <preset>:<phase> (asv.suite.case_length)
+    if len(parts) == 6:  # a Models case: its length is <preset>:<phase> (asv.sizes.case_length)
         preset, _, phase = parts[5].rpartition("-")
         suite, length = "Models", f"{preset}:{phase}"
 

@@ -1,0 +1,215 @@
+"""The asv suite's sizes (``ATTNBENCH_SUITE``: default, smoke, full, gpu) and what a size runs
+here: its settings, dtypes, kernels and preset workloads, decided without initialising a device
+(docs/suite.md). ``asv/suite.py`` plans and measures the cases; ``asv/machine.py`` names the machine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import attention_impls
+from attnbench.core import presets
+from attnbench.core.workload import CUSTOM, PHASES, Workload
+from attnbench.hardware import detection
+from attnbench.hardware.dtypes import MACHINE_DTYPES
+
+# The default's two presets between them hold every mask and head structure of the catalogue.
+DEFAULT_PRESETS = ("llama-3.1-8b", "gemma-2-9b")
+# A GPU's flash kernels, whose bfloat16 forward at 4k and 16k tokens is the GPU run's headline.
+GPU_HEADLINE_KERNELS = ("jax-cudnn", "torch-sdpa-cudnn", "torch-sdpa-flash", "torch-sdpa-efficient",
+                        "torch-flex-attention", "jax-pallas-gpu-mha", "jax-pallas-mgpu-attention")
+ALL_PRESETS = tuple(presets.PRESETS)
+SUITES = {
+    # max_interpret_seq: an interpreter's speed says nothing about any hardware (the compiled-for
+    # tier's). fresh_process False + static_first: static cases share a worker (its start costs more
+    # than most cases; shapes still compile cold); a regime case gets its own, so its compile count
+    # is cold. max_extra_seconds: how long the first window may run on while its IQR exceeds 5%.
+    # rounds: windows per static case, each in its own process; more short rounds beat longer
+    # windows because noise between processes dominates (stats.py; results/LOG.md).
+    "default": {"forward_seqs": (256, 1024), "training_seqs": (512,), "dtypes": ("float32",),
+                "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 0.2,
+                "max_interpret_seq": 256, "max_reference_seq": 256, "regime_seqs": (1024,), "rounds": 4,
+                "round_seconds": 0.1, "model_presets": DEFAULT_PRESETS, "preset_size": "default",
+                "preset_interpret": False, "preset_reference": False, "fresh_process": False,
+                "static_first": True, "model_phases": ("prefill", "decode"),
+                "preset_frameworks": ("jax", "torch"),
+                # the presets' length streams (a preset, or preset:phase) and their regimes here:
+                # every preset has its static stream (pad to max), so every row has a production
+                # cost; exact lengths for Llama's prefill and decode and Gemma-2's windowed,
+                # soft-capped decode (buckets: full; the 2-core budget, results/LOG.md)
+                "regime_presets": ("llama-3.1-8b", "gemma-2-9b:decode"),
+                "preset_regimes": ("static", "dynamic"),
+                # FlexAttention compiles each new shape afresh (~7 s here: Forward's dynamic stream
+                # shows it), so exact lengths are its dearest way; its preset rows price pad-to-max
+                "preset_stream_left_out": ("torch-flex-attention",)},
+    "smoke": {"forward_seqs": (128, 256), "training_seqs": (128,), "dtypes": ("float32",),
+              "regime_steps": 3, "min_seconds": 0.05, "max_extra_seconds": 0.5,
+              "max_interpret_seq": 256, "max_reference_seq": None, "regime_seqs": None, "rounds": 2,
+              "round_seconds": 0.05, "model_presets": ("mistral-7b",), "model_phases": ("decode",),
+              "preset_size": "smoke", "preset_interpret": False,
+              "regime_presets": ()},  # the tests' quick run
+    "full": {"forward_seqs": (256, 512, 1024, 2048, 4096, 8192), "training_seqs": (512, 1024, 2048),
+             "dtypes": ("float32", "bfloat16"), "regime_steps": 12, "min_seconds": 0.5,
+             "max_extra_seconds": 3.0, "max_interpret_seq": None, "max_reference_seq": None,
+             "regime_seqs": None, "rounds": 9, "round_seconds": 0.2, "model_presets": ALL_PRESETS,
+             "preset_size": "real", "preset_interpret": True},
+    # One short GPU run (tools/device-run.sh): one window per case, as a dedicated GPU does not drift
+    # between processes as a shared CPU does. The grid holds only kernels that can give a number on a
+    # GPU (kernels_for, frameworks: the H200 image has no torch_xla); `first` puts the headline cases
+    # ahead, then shortest lengths first, so a run cut by its deadline still answers the headline.
+    "gpu": {"forward_seqs": (1024, 4096, 16384), "training_seqs": (4096,), "dtypes": ("bfloat16", "float32"),
+            "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 0.3, "max_interpret_seq": 512,
+            "max_reference_seq": 1024, "regime_seqs": (4096,), "regime_dtypes": ("bfloat16",), "rounds": 1,
+            "round_seconds": 0.1, "timer": "device", "fresh_process": False, "length_first": True,
+            "model_presets": DEFAULT_PRESETS, "preset_size": "real", "preset_interpret": False,
+            "regime_presets": ("llama-3.1-8b",), "kernels_for": "gpu",
+            "frameworks": ("numpy", "jax", "torch"),
+            "first": ({"impl": GPU_HEADLINE_KERNELS, "name": (CUSTOM,), "seq_q": (4096, 16384),
+                       "dtype": ("bfloat16",), "mode": ("fwd",), "regime": ("static",)},
+                      {"name": ("llama-3.1-8b",), "phase": ("prefill", "decode")})},
+}
+FORWARD = Workload(batch=1, q_heads=8, head_dim=64, seq_q=1024, causal=True, mode="fwd")
+TRAINING = FORWARD.replace(mode="fwd_bwd")
+# Whatever the size. GPU: FlashAttention-2 and cuDNN refuse float32, so bfloat16 too. TPU: XLA
+# computes float32 matmuls in bfloat16 passes by default (JAX "Matmul precision"), and no TPU
+# publishes a float32 peak.
+ACCELERATOR_DTYPES = {"gpu": ("bfloat16", "float32"), "tpu": MACHINE_DTYPES["tpu"]}
+ACCEL_ENV = ("ATTNBENCH_ACCEL", "ACCEL")  # make exports ACCEL (cpu | cuda | tpu)
+_ACCEL_PLATFORM = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu", "tpu": "tpu"}
+
+
+SUITE_ENV = "ATTNBENCH_SUITE"
+DEPRECATED_SUITE_ENV = "ATTNBENCH_PROFILE"  # its old name; still read, with a note on stderr
+_warned_deprecated = False
+
+
+
+
+def suite_name() -> str:
+    """``ATTNBENCH_SUITE`` (default ``default``); else the deprecated ``ATTNBENCH_PROFILE``."""
+    global _warned_deprecated
+    name = os.environ.get(SUITE_ENV)
+    if name:
+        return name
+    old = os.environ.get(DEPRECATED_SUITE_ENV)
+    if old:
+        if not _warned_deprecated:  # once per process: asv imports the suite in every benchmark process
+            print(f"attnbench: {DEPRECATED_SUITE_ENV} is deprecated, use {SUITE_ENV}={old}", file=sys.stderr)
+            _warned_deprecated = True
+        return old
+    return "default"
+
+
+def compile_cache() -> str:
+    """``cold`` or ``warm`` (``ATTNBENCH_COMPILE_CACHE``): see ``attnbench/measure/compiler_caches.py``."""
+    return os.environ.get("ATTNBENCH_COMPILE_CACHE", "cold")
+
+
+def suite_settings() -> dict:
+    """The chosen suite size's settings (``SUITES[suite_name()]``)."""
+    name = suite_name()
+    if name not in SUITES:
+        raise ValueError(f"{SUITE_ENV} must be one of {sorted(SUITES)}, got {name!r}")
+    return SUITES[name]
+
+
+def accelerator_kind() -> str:
+    """``cpu``, ``gpu`` or ``tpu``: the accelerator this machine's suite is sized for, decided
+    without initialising any device, from ``ACCEL_ENV`` else device files, so both asv environments
+    agree on their parameters."""
+    for var in ACCEL_ENV:
+        value = os.environ.get(var, "").strip().lower()
+        if value:
+            if value not in _ACCEL_PLATFORM:
+                raise ValueError(f"{var} must be one of {sorted(_ACCEL_PLATFORM)}, got {value!r}")
+            return _ACCEL_PLATFORM[value]
+
+    attached = detection.accelerator_present()
+    return attached.platform if attached else "cpu"
+
+
+def suite_dtypes(settings: dict | None = None, accelerator: str | None = None) -> tuple[str, ...]:
+    """The dtypes the suite runs here: the size's own on a CPU, ``ACCELERATOR_DTYPES`` on a GPU/TPU."""
+    settings = suite_settings() if settings is None else settings
+    accelerator = accelerator_kind() if accelerator is None else accelerator
+    return tuple(ACCELERATOR_DTYPES.get(accelerator, settings["dtypes"]))
+
+
+def impl_names(settings: dict | None = None) -> list[str]:
+    """The kernels of the size's grid: every registered name (params must not differ between asv
+    environments), or the ``ATTNBENCH_IMPLS`` subset, less ``left_out_kernels``."""
+
+    chosen = os.environ.get("ATTNBENCH_IMPLS")
+    names = attention_impls.names()
+    if chosen:
+        wanted = [n.strip() for n in chosen.split(",") if n.strip()]
+        for name in wanted:
+            attention_impls.get(name)  # unknown names fail loudly
+        names = [n for n in names if n in wanted]
+    left_out = left_out_kernels(settings)
+    return [n for n in names if n not in left_out]
+
+
+def left_out_kernels(settings: dict | None = None) -> dict[str, str]:
+    """``{kernel: reason}`` of those a size made for one kind of machine (``kernels_for``) leaves out
+    of its grid, from declarations only: a kernel that cannot give a number there (interpreted,
+    unsupported) or whose framework the size does not run. asv starts no process for them; the sidecar
+    keeps the reasons (``left_out``)."""
+    settings = suite_settings() if settings is None else settings
+    platform, frameworks = settings.get("kernels_for"), settings.get("frameworks")
+    if not platform:
+        return {}
+    out = {}
+    for name in attention_impls.names():
+        impl = attention_impls.get(name)
+        support = impl.platform_support[platform]
+        if frameworks and impl.framework not in frameworks:
+            out[name] = (f"the {suite_name()} suite runs {', '.join(frameworks)} only: {impl.framework} "
+                         f"is not in the {platform.upper()} image it was made for")
+        elif support.status != "runs":
+            out[name] = f"{support.status} on a {platform.upper()}: {support.note}"
+    return out
+
+
+def this_env_frameworks() -> tuple[str, ...]:
+    """The torch_xla environment measures torch_xla only; the main one everything else."""
+
+    if importlib.util.find_spec("torch_xla") is not None:
+        return ("torch_xla",)
+    return ("numpy", "jax", "torch")
+
+
+def preset_impl_names(settings: dict | None = None) -> list[str]:
+    """The Models class's implementations: ``impl_names()`` less those this size leaves out of every
+    preset, from declarations only, so both asv environments agree. A kernel that refuses one
+    preset's mask stays in, n/a with its reason there."""
+
+    settings = suite_settings() if settings is None else settings
+    platform = accelerator_kind()
+    frameworks = settings.get("preset_frameworks")
+
+    def kept(name: str) -> bool:
+        impl = attention_impls.get(name)
+        if frameworks and impl.framework not in frameworks + ("numpy",):
+            return False
+        if impl.framework == "numpy":
+            return settings.get("preset_reference", True)
+        return settings.get("preset_interpret", True) or impl.platform_support[platform].status == "runs"
+
+    return [name for name in impl_names() if kept(name)]
+
+
+def case_length(workload: Workload) -> int | str:
+    """The sidecar's length field: the sequence length, or ``<preset>:<phase>`` for a preset's."""
+    return workload.seq_q if workload.name == CUSTOM else f"{workload.name}:{workload.phase}"
+
+
+def preset_workloads(settings: dict | None = None, dtype: str = "float32") -> dict[tuple[str, str], Workload]:
+    """``{(preset, phase): Workload}`` the Models class measures at this suite size."""
+    settings = suite_settings() if settings is None else settings
+    size, phases = settings.get("preset_size", "default"), settings.get("model_phases", PHASES)
+    return {(name, phase): presets.workload(name, phase, size=size, dtype=dtype)
+            for name in settings.get("model_presets") or () for phase in presets.get(name).phases
+            if phase in phases}
