@@ -1,6 +1,6 @@
 """Cost per step from the catalog price a fleet run hands over (ATTNBENCH_CATALOG_PRICE), the
 hardware profile as the fallback, and the catalog's quirks always in the cost note. No SkyPilot
-needed: the price file is what ``attnbench.fleet.prices.lookup`` writes."""
+needed: the price file is what ``attnbench.hardware.catalog_prices.lookup`` writes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from attnbench.fleet import prices
 from attnbench.hardware import Device
+from attnbench.hardware import catalog_prices as prices
 from attnbench.measure import cost
 
 V5E = Device(platform="tpu", name="TPU v5 lite", count=8, host_cpu="x", host_cores=112)

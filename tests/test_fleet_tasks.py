@@ -70,7 +70,7 @@ SCRIPT = """
 import json, sys
 import sky
 from attnbench import fleet
-from attnbench.fleet import prices
+from attnbench.hardware import catalog_prices as prices
 out = {"from_yaml": {}, "prices": []}
 for path in fleet.task_files():
     task = sky.Task.from_yaml(str(path))  # SkyPilot's own schema, offline
@@ -155,7 +155,7 @@ def test_spot_above_on_demand_is_not_used(tmp_path):
     row = ",,,tpu-v5litepod-8,1,tpu-v5litepod-8,us-west4,us-west4-a,9.6,3.84"
     assert row in text
     (catalog / "v8" / "gcp" / "vms.csv").write_text(text.replace(row, row.replace("3.84", "12.5")))
-    script = ("from attnbench.fleet import prices; "
+    script = ("from attnbench.hardware import catalog_prices as prices; "
               "price = prices.lookup('tpu-v5litepod-8', 1, 'gcp', region='us-west4'); "
               "print(price.to_json().replace(chr(10), ''))")
     got = _sky_script(script, fleet.sky_runtime_dir_for(catalog), tmp_path)

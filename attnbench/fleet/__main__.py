@@ -13,10 +13,11 @@ import sys
 from pathlib import Path
 
 from attnbench import fleet
-from attnbench.fleet import prices, runner
+from attnbench.fleet import runner
 from attnbench.fleet.collect import collect
 from attnbench.fleet.launch import launch
 from attnbench.fleet.validate import TaskInvalid, validate_task
+from attnbench.hardware import catalog_prices as prices
 
 # Imported where used: sky (the fleet extra).
 

@@ -338,7 +338,7 @@ def catalog_price(task_file: Path, market: str, out: Path) -> tuple[Path | None,
         cluster = json.loads(info)
         import sky
 
-        from attnbench.fleet import prices
+        from attnbench.hardware import catalog_prices as prices
 
         cloud = str(cluster["cloud"]).lower()
         task = sky.Task.from_yaml(str(task_file))

@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnbench.fleet import BUCKET_MOUNT, KINDS, prices
+from attnbench.fleet import BUCKET_MOUNT, KINDS
+from attnbench.hardware import catalog_prices as prices
 
 # Imported where used: pandas (the torch_xla venv has no report libraries); sky (the fleet extra).
 

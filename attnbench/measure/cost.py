@@ -6,7 +6,7 @@ price times the cores charged. User overrides are USD per hour for the whole cha
 given, each replacing only its own price. No known price gives ``None`` costs and a ``cost_note``:
 never a made-up price.
 
-On a fleet run SkyPilot's catalog price (``attnbench/fleet/prices.py``) comes before the profile,
+On a fleet run SkyPilot's catalog price (``attnbench/hardware/catalog_prices.py``) comes before the profile,
 unless it fails a guard; the ``cost_note`` says which and why.
 """
 
@@ -16,8 +16,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from attnbench.fleet.prices import catalog_prices_for
 from attnbench.hardware import Device, HardwareProfile, get_hardware_profile, match_hardware_profile
+from attnbench.hardware.catalog_prices import catalog_prices_for
 
 SECONDS_PER_HOUR = 3600.0
 
