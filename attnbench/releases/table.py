@@ -4,7 +4,6 @@ grid (status, and step time relative to the newest release). Reading never write
 from __future__ import annotations
 
 import io
-import json
 
 from attnbench.core.atomic import atomic_write_text
 from attnbench.releases import matrix
@@ -110,18 +109,15 @@ def broken(frame) -> list[dict]:
 
     cells = []
     for _, part in _series(frame):
-        seen = {}  # each name as the latest earlier release that had it: a removal stays one
+        seen = None  # (release, each name as the latest earlier release had it): a removal stays one
         for row in part:
             if row["status"] in matrix.BROKEN:
-                before = {**row, "release": seen.get("release"),
-                          "api_surface": json.dumps(seen.get("surface", {}))}
-                cause, evidence = cause_of(row, before if seen else None, companion_of(frame, row))
+                cause, evidence = cause_of(row, seen, companion_of(frame, row))
                 cells.append({**{c: row.get(c) for c in BROKEN_COLUMNS}, "cause": cause,
                               "evidence": evidence})
-            surface = api.parse(row.get("api_surface"))
-            present = {n: e for n, e in surface.items() if e.get("present")}
+            present = {n: e for n, e in api.parse(row.get("api_surface")).items() if e.get("present")}
             if present:
-                seen = {"release": row["release"], "surface": {**seen.get("surface", {}), **present}}
+                seen = (row["release"], {**(seen[1] if seen else {}), **present})
     return cells
 
 
@@ -204,14 +200,13 @@ def _series(frame):
 
 def companion_of(frame, row: dict) -> dict | None:
     """The same cell of the same release beside the companions, for a bare jax cell."""
-    if row.get("framework") != "jax" or environment_of(row) != "bare":
+    if row.get("framework") != "jax" or row["environment"] != "bare":
         return None
-    for other in frame[(frame["impl"] == row["impl"]) & (frame["release"].astype(str) == str(row["release"]))
-                       & (frame["target"] == row["target"]) & (frame["workload"] == row["workload"])
-                       & (frame["seq_len"].astype(str) == str(row["seq_len"]))].to_dict("records"):
-        if environment_of(other) == "with companions":
-            return other
-    return None
+    same = frame[(frame["impl"] == row["impl"]) & (frame["release"].astype(str) == str(row["release"]))
+                 & (frame["target"] == row["target"]) & (frame["workload"] == row["workload"])
+                 & (frame["seq_len"].astype(str) == str(row["seq_len"]))
+                 & (frame["environment"] == "with companions")]
+    return same.iloc[0].to_dict() if len(same) else None
 
 
 def _calls(impl: str) -> tuple[dict, dict]:
@@ -224,9 +219,10 @@ def _calls(impl: str) -> tuple[dict, dict]:
     return dict(kernel.public_calls), dict(kernel.interpreter_calls)
 
 
-def cause_of(cell: dict, previous: dict | None = None, companion: dict | None = None) -> tuple[str, str]:
-    """``(cause, evidence)`` of a broken cell. ``previous``: the same cell in the release before (its
-    surface is the other side of an API comparison); ``companion``: the same cell beside absl-py and
+def cause_of(cell: dict, previous: tuple[str, dict] | None = None,
+             companion: dict | None = None) -> tuple[str, str]:
+    """``(cause, evidence)`` of a broken cell. ``previous``: ``(release, surface)`` of the same cell
+    before it (the other side of an API comparison); ``companion``: the same cell beside absl-py and
     chex. In order:
     - ``numerics``: it ran and differs from float64;
     - ``packaging``: its error names a module the framework does not ship, or it runs a libtpu its
@@ -261,9 +257,9 @@ def cause_of(cell: dict, previous: dict | None = None, companion: dict | None = 
                          "on a CPU, never called on the kernel's own hardware; the kernel's own calls are "
                          "all here")
     if previous is not None:
-        moved = api.moved({**public, **interpreter}, api.parse(previous.get("api_surface")), surface)
+        moved = api.moved({**public, **interpreter}, previous[1], surface)
         if moved:
-            return API, f"from {previous.get('release')} to {cell.get('release')}: " + "; ".join(moved)[:300]
+            return API, f"from {previous[0]} to {cell.get('release')}: " + "; ".join(moved)[:300]
     for text, evidence in MISSING_FEATURES.items():
         if text in reason:
             return CAPABILITY, evidence
