@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import importlib
 import os
@@ -24,7 +25,7 @@ from attnbench.core.errors import UnknownName
 from attnbench.core.workload import DTYPE_BYTES, PHASE_MODES, Workload
 from attnbench.hardware import get_hardware_profile, load_hardware_profiles
 from attnbench.hardware.dtypes import machine_dtype_problem
-from attnbench.measure.engine import Options
+from attnbench.measure.engine import Case, Options
 from attnbench.measure.process_env import pin_threads
 from attnbench.releases.run import add_parser as add_releases
 from attnbench.report import series_name, short_env, spike_sentences, write_report
@@ -43,6 +44,7 @@ from attnbench.results.table import render
 from attnbench.run import provenance, resume, sweep
 from attnbench.run.case_cache import read_folder
 from attnbench.run.compare import compare
+from attnbench.run.plan import plan
 
 
 def _impls(names: list[str] | None, frameworks: list[str] | None = None):
@@ -160,14 +162,14 @@ def cmd_run(args) -> int:
     out_dir = args.out or os.path.join("results", "runs", f"{stamp}-{os.uname().nodename}")
     trace_dir = os.path.join(out_dir, "traces")
 
-    def options_for(regime):
-        return Options(regime=regime, bucket_policy=args.bucket_policy, regime_steps=args.steps,
-                       min_seconds=args.min_seconds, numerics=not args.no_numerics,
-                       hardware_profile=args.hardware_profile,
-                       price_per_hour=args.price_per_hour, spot_price_per_hour=args.spot_price_per_hour,
-                       trace_dir=trace_dir, compile_cache=args.compile_cache, timer=args.timer)
-
-    cases = [(name, workload, regime) for name in impls for workload in workloads for regime in regimes]
+    options = Options(bucket_policy=args.bucket_policy, regime_steps=args.steps,
+                      min_seconds=args.min_seconds, numerics=not args.no_numerics,
+                      hardware_profile=args.hardware_profile,
+                      price_per_hour=args.price_per_hour, spot_price_per_hour=args.spot_price_per_hour,
+                      trace_dir=trace_dir, compile_cache=args.compile_cache, timer=args.timer)
+    # Every case in a worker of its own: compile caches live per process.
+    cases = [Case(name, workload, dataclasses.replace(options, regime=regime))
+             for name in impls for workload in workloads for regime in regimes]
     kwargs = {"isolate": not args.no_isolate, "timeout_s": args.timeout, "memory_cap_bytes": memory_cap,
               "threads": threads}
     meta = provenance.run_metadata()
@@ -179,23 +181,27 @@ def cmd_run(args) -> int:
     resume.check_args(out_dir, args, resuming=args.resume)
     kept = []
     if args.resume:
-        kept, cases = resume.plan(path, cases)
+        kept, cases = resume.split(path, cases)
         print(f"resume: {len(kept)} cases already in {path}; measuring the {len(cases)} missing",
               file=sys.stderr)
+    refused, admitted = plan(cases, in_process=args.no_isolate)
     # Rewritten (atomically) after every case: an interrupted sweep keeps what it measured.
-    done: dict[int, dict] = {}  # by case index: a pooled record replaces its first round's in place
+    done: dict[int, dict] = dict(refused)  # by case index: a pooled record replaces its first round's
 
     def write(i, record):
-        done[i] = record
-        resume.write_resumed(kept, list(done.values()), path, meta)
+        done[admitted[i]] = record
+        resume.write_resumed(kept, [done[j] for j in sorted(done)], path, meta)
 
-    rows = sweep.run_sweep(cases, options_for, progress=not args.quiet, rounds=args.rounds,
-                           on_record=write, **kwargs)
+    if refused:
+        resume.write_resumed(kept, [done[j] for j in sorted(done)], path, meta)
+    sweep.measure_cases([cases[i] for i in admitted], progress=not args.quiet, rounds=args.rounds,
+                        on_record=write, **kwargs)
+    rows = [done[i] for i in sorted(done)]
     print(_render([{c: _fmt(r.get(c)) for c in RUN_COLUMNS} for r in rows], RUN_COLUMNS, args))
     if args.max_seq and args.resume and os.path.exists(os.path.join(out_dir, f"max_seq.{args.format}")):
         print("resume: max_seq table already there; not walking the lengths again", file=sys.stderr)
     elif args.max_seq:
-        feasible = sweep.max_feasible_lengths(impls, template, args.max_seq, options_for("static"), **kwargs)
+        feasible = sweep.max_feasible_lengths(impls, template, args.max_seq, options, **kwargs)
         sweep.write_table(feasible, os.path.join(out_dir, f"max_seq.{args.format}"), meta)
         print(_render([{k: _fmt(v) for k, v in r.items()} for r in feasible],
                       ["impl", "max_feasible_seq", "tried_up_to", "stopped_by"], args))

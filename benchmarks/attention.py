@@ -17,8 +17,8 @@ import itertools
 from attnbench.asv import sizes, suite
 from attnbench.core.regimes import REGIMES
 
-SUITE = sizes.suite_settings()  # ATTNBENCH_SUITE=default|full: the lengths measured
-DTYPES = sizes.suite_dtypes(SUITE)  # the size's on a CPU; float32+bfloat16 on a GPU, bfloat16 on a TPU
+SIZE = sizes.suite_size()  # ATTNBENCH_SUITE=default|full: the lengths measured
+DTYPES = sizes.suite_dtypes(SIZE)  # the size's on a CPU; float32+bfloat16 on a GPU, bfloat16 on a TPU
 # Training has no dtype parameter: the suite's first, float32 on a CPU, bfloat16 on a GPU or TPU
 # (FlashAttention-2 and cuDNN refuse float32; a TPU runs bfloat16 only).
 TRAINING_DTYPE = DTYPES[0]
@@ -48,18 +48,18 @@ def cases_of(cls):
     return [case for case in cases if case is not None]
 
 
-def measure(cls):
-    """The records of ``cls``'s cases (its ``setup_cache``): with a case cache, the other classes'
-    cases are measured in the same sweep and handed over through it."""
+def sweep_of(cls) -> dict:
+    """What ``cls``'s ``setup_cache`` hands ``measure_suite``: its cases, and with a case cache the
+    other classes' cases, measured in the same sweep and handed over through the cache."""
     others = {other.__name__: other.cases() for other in MEASURED if other is not cls}
-    return suite.measure_suite(cls.cases(), suite=cls.__name__, also=others, cache=suite.run_case_cache())
+    return {"cases": cls.cases(), "suite": cls.__name__, "also": others, "cache": suite.run_case_cache()}
 
 
 @with_metrics
 class Forward:
     """Causal forward pass, B1 H8 D64: implementation x sequence length x shape regime x dtype."""
 
-    params = (sizes.impl_names(), list(SUITE["forward_seqs"]), list(REGIMES), list(DTYPES))
+    params = (sizes.impl_names(), list(SIZE.forward_seqs), list(REGIMES), list(DTYPES))
     param_names = ["implementation", "seq_len", "regime", "dtype"]
     timeout = 3600  # setup_cache measures the whole class
 
@@ -76,7 +76,7 @@ class Forward:
         return implementation, cls.workload(seq_len, dtype), regime
 
     def setup_cache(self):
-        return measure(Forward)
+        return suite.measure_suite(**sweep_of(Forward))
 
     def setup(self, cache, implementation, seq_len, regime, dtype):
         key = suite.case_key(implementation, self.workload(seq_len, dtype), regime)
@@ -88,7 +88,7 @@ class Training:
     """Causal forward + backward, B1 H8 D64, static shapes: implementation x sequence length
     (float32 on a CPU, bfloat16 on a GPU or TPU)."""
 
-    params = (sizes.impl_names(), list(SUITE["training_seqs"]))
+    params = (sizes.impl_names(), list(SIZE.training_seqs))
     param_names = ["implementation", "seq_len"]
     timeout = 3600
 
@@ -105,7 +105,7 @@ class Training:
         return implementation, cls.workload(seq_len), "static"
 
     def setup_cache(self):
-        return measure(Training)
+        return suite.measure_suite(**sweep_of(Training))
 
     def setup(self, cache, implementation, seq_len):
         key = suite.case_key(implementation, self.workload(seq_len), "static")
@@ -125,14 +125,14 @@ class Models:
     implementations are the size's (``asv.sizes.preset_impl_names``). A phase a preset lacks (an
     encoder's decode) is n/a."""
 
-    params = (sizes.preset_impl_names(SUITE), list(SUITE["model_presets"]),
-              list(SUITE.get("model_phases", suite.PHASES)), list(REGIMES))
+    params = (sizes.preset_impl_names(SIZE), list(SIZE.model_presets),
+              list(SIZE.model_phases), list(REGIMES))
     param_names = ["implementation", "workload", "phase", "regime"]
     timeout = 3600
 
     @staticmethod
     def workloads():
-        return sizes.preset_workloads(SUITE, dtype=TRAINING_DTYPE)
+        return sizes.preset_workloads(SIZE, dtype=TRAINING_DTYPE)
 
     @classmethod
     def cases(cls):
@@ -144,7 +144,7 @@ class Models:
         return None if found is None else (implementation, found, regime)
 
     def setup_cache(self):
-        return measure(Models)
+        return suite.measure_suite(**sweep_of(Models))
 
     def setup(self, cache, implementation, workload, phase, regime):
         found = self.workloads().get((workload, phase))

@@ -32,7 +32,8 @@ from pathlib import Path
 
 from attnbench.asv import suite as asv_suite
 from attnbench.core.workload import Workload
-from attnbench.run import case_cache
+from attnbench.measure.engine import Case
+from attnbench.run import case_cache, sweep
 
 CLASSES = {"Forward": [("fake-a", 64), ("fake-a", 128), ("fake-b", 64), ("fake-b", 128), ("fake-c", 64),
                        ("fake-c", 128)],
@@ -46,12 +47,17 @@ def cases_of(cls: str):
     return [(name, Workload(seq_q=seq, causal=True, mode=MODES[cls]), "static") for name, seq in CLASSES[cls]]
 
 
-def fake_measure(cases, suite=None, on_record=None, also=None):
-    global _measured_here
-    from attnbench.asv.suite import case_key
+def admit_all(cases, size) -> tuple[dict, list[Case]]:
+    """``asv.suite.plan_cases`` without its support check: every case admitted, in order."""
+    return {}, [Case(impl, workload, size.options(regime, trace_dir=None, compile_cache="cold"),
+                     own_process=size.own_process(workload, regime)) for impl, workload, regime in cases]
 
-    out = {}
-    for name, workload, regime in [*cases, *(case for group in (also or {}).values() for case in group)]:
+
+def fake_measure(cases, on_record=None, **kwargs):
+    """``sweep.measure_cases`` without measuring: a record per case, after a short sleep."""
+    global _measured_here
+    out = []
+    for i, case in enumerate(cases):
         hang_after = int(os.environ.get("FAKE_ASV_HANG_AFTER_CASES", "0") or 0)
         if hang_after and _measured_here >= hang_after:
             # "mid-measurement": a measuring worker in a process group of its own, as asv's
@@ -63,15 +69,14 @@ def fake_measure(cases, suite=None, on_record=None, also=None):
             Path(os.environ["FAKE_ASV_LEDGER"] + ".worker").write_text(str(worker.pid))
             time.sleep(3600)
         time.sleep(float(os.environ.get("FAKE_ASV_CASE_SECONDS", "0.02")))
-        key = case_key(name, workload, regime)
-        record = {"status": "ok", "impl": name, "seconds_per_step": workload.seq_q * 1e-5,
-                  "usd_per_step_on_demand": workload.seq_q * 1e-9}
+        record = {"status": "ok", "impl": case.impl, "seconds_per_step": case.workload.seq_q * 1e-5,
+                  "usd_per_step_on_demand": case.workload.seq_q * 1e-9}
         if on_record:
-            on_record(key, record)
-        out[key] = record
+            on_record(i, record)
+        out.append(record)
         _measured_here += 1
         with open(os.environ["FAKE_ASV_LEDGER"], "a", encoding="utf-8") as ledger:
-            ledger.write(f"{os.environ['FAKE_ASV_ENV']}|{key}\n")
+            ledger.write(f"{os.environ['FAKE_ASV_ENV']}|{case.key}\n")
     return out
 
 
@@ -80,6 +85,7 @@ def track_value(record: dict, metric: str):
 
 
 def main(argv: list[str]) -> int:
+    asv_suite.plan_cases, sweep.measure_cases = admit_all, fake_measure  # the suite, without measuring
     parser = argparse.ArgumentParser()
     parser.add_argument("command")
     parser.add_argument("--config", required=True)
@@ -114,8 +120,7 @@ def main(argv: list[str]) -> int:
         benchmarks = [b for b in wanted if b.split(".")[1] == cls]
         if not benchmarks:
             continue
-        measured = asv_suite.measure_suite(cases_of(cls), suite=cls, cache=cache,
-                                           measure_missing=fake_measure)
+        measured = asv_suite.measure_suite(cases_of(cls), suite=cls, cache=cache)
         records = list(measured.values())
         for bench in benchmarks:
             metric = bench.rsplit("track_", 1)[1]

@@ -3,6 +3,7 @@ reading real asv output (plus damaged files)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -17,6 +18,7 @@ from attnbench.asv import machine as asv_machine
 from attnbench.asv import sizes as asv_sizes
 from attnbench.asv import suite as asv_suite
 from attnbench.core import records
+from attnbench.measure.engine import Case, Options
 from tests.conftest import FRAMEWORKS
 
 pytestmark = pytest.mark.skipif("jax" not in FRAMEWORKS or "torch" not in FRAMEWORKS,
@@ -95,8 +97,8 @@ def test_twins_are_exact_inverses():
 
 
 def test_unsupported_is_skipped_with_reason_and_other_env_is_not_started():
-    cache = asv_suite.sweep_cases([("jax-cudnn", asv_sizes.FORWARD, "static"),
-                                     ("torch-xla-sdpa", asv_sizes.FORWARD, "static")])
+    cache = asv_suite.measure_suite([("jax-cudnn", asv_sizes.FORWARD, "static"),
+                                       ("torch-xla-sdpa", asv_sizes.FORWARD, "static")])
     cudnn, xla = (asv_suite.case_key(n, asv_sizes.FORWARD, "static") for n in ("jax-cudnn", "torch-xla-sdpa"))
     with pytest.raises(NotImplementedError, match="cuDNN needs an NVIDIA GPU"):
         asv_suite.record_for(cache, cudnn)
@@ -112,7 +114,7 @@ def test_default_suite_runs_dynamic_regimes_at_its_regime_lengths_only(monkeypat
     assert asv_machine.asv_context() is None
     monkeypatch.setenv("ATTNBENCH_SUITE", "default")
     short = asv_sizes.FORWARD.replace(seq_q=256, seq_k=256)
-    cache = asv_suite.sweep_cases([("jax-xla", short, "dynamic")])
+    cache = asv_suite.measure_suite([("jax-xla", short, "dynamic")])
     with pytest.raises(NotImplementedError, match="runs the dynamic regime at 1024 tokens only"):
         asv_suite.record_for(cache, asv_suite.case_key("jax-xla", short, "dynamic"))
 
@@ -262,7 +264,7 @@ def test_published_site_renders_our_graphs_offline(asv_run):
     assert pages and screenshot.stat().st_size > 10_000
 
 
-@pytest.mark.parametrize("suite_name", sorted(asv_sizes.SUITES))
+@pytest.mark.parametrize("suite_name", sorted(asv_sizes.SIZES))
 def test_every_suite_size_imports_every_benchmark_module(suite_name, monkeypatch):
     """asv imports every module under benchmarks/ whatever it runs: a size one module does not know
     (the gpu suite of tools/device-run.sh) must not break discovery."""
@@ -280,38 +282,39 @@ def test_every_suite_size_imports_every_benchmark_module(suite_name, monkeypatch
 
 def test_the_presets_run_the_kernels_the_size_chooses(monkeypatch):
     monkeypatch.setenv("ACCEL", "cpu")
-    default = asv_sizes.preset_impl_names(asv_sizes.SUITES["default"])
+    default = asv_sizes.preset_impl_names(asv_sizes.SIZES["default"])
     assert "reference-float64" not in default  # the yardstick
     assert "jax-pallas-tpu-flash" not in default  # interpreted here
     assert not [n for n in default if n.startswith("torch-xla")]  # torch_xla: full only
     assert {"jax-xla", "jax-xla-chunked", "torch-sdpa-math", "torch-flex-attention"} <= set(default)
-    full = asv_sizes.preset_impl_names(asv_sizes.SUITES["full"])
+    full = asv_sizes.preset_impl_names(asv_sizes.SIZES["full"])
     assert set(full) == set(asv_sizes.impl_names())
 
 
 def test_the_default_size_measures_its_static_cases_first_in_one_worker():
     short, long = asv_sizes.FORWARD.replace(seq_q=256, seq_k=256), asv_sizes.FORWARD
-    cases = [("a", long, "dynamic"), ("a", long, "static"), ("b", short, "bucketed"), ("b", short, "static")]
-    assert asv_suite.run_order(cases, asv_sizes.SUITES["default"]) == [cases[1], cases[3], cases[0], cases[2]]
-    assert asv_suite.run_order(cases, asv_sizes.SUITES["gpu"]) == [cases[3], cases[2], cases[1], cases[0]]
-    assert asv_suite.run_order(cases, asv_sizes.SUITES["smoke"]) == cases
+    parts = [("a", long, "dynamic"), ("a", long, "static"), ("b", short, "bucketed"), ("b", short, "static")]
+    cases = [Case(impl, workload, Options(regime=regime)) for impl, workload, regime in parts]
+    assert asv_suite.run_order(cases, asv_sizes.SIZES["default"]) == [cases[1], cases[3], cases[0], cases[2]]
+    assert asv_suite.run_order(cases, asv_sizes.SIZES["gpu"]) == [cases[3], cases[2], cases[1], cases[0]]
+    assert asv_suite.run_order(cases, asv_sizes.SIZES["smoke"]) == cases
 
 
 def test_static_cases_share_a_worker_only_where_the_size_says_so():
     from attnbench.core import presets
 
-    toy = ("jax-xla", asv_sizes.FORWARD, "static")
-    preset = ("jax-xla", presets.workload("llama-3.1-8b", "decode", size="smoke"), "static")
-    assert asv_suite.fresh_process_of(asv_sizes.SUITES["default"]) is False
-    fresh = asv_suite.fresh_process_of({"fresh_process": True, "preset_fresh_process": False})
-    assert fresh(toy) is True and fresh(preset) is False
-    assert asv_suite.fresh_process_of(asv_sizes.SUITES["smoke"]) is True
-    assert asv_suite.fresh_process_of(asv_sizes.SUITES["gpu"]) is False
+    toy, preset = asv_sizes.FORWARD, presets.workload("llama-3.1-8b", "decode", size="smoke")
+    assert asv_sizes.SIZES["default"].own_process(toy, "static") is False
+    assert asv_sizes.SIZES["default"].own_process(toy, "dynamic") is True  # a regime case: always
+    mixed = dataclasses.replace(asv_sizes.SIZES["smoke"], fresh_process=True, preset_fresh_process=False)
+    assert mixed.own_process(toy, "static") is True and mixed.own_process(preset, "static") is False
+    assert asv_sizes.SIZES["smoke"].own_process(preset, "static") is True
+    assert asv_sizes.SIZES["gpu"].own_process(toy, "static") is False
     # the default size leaves the reference out of the presets, with the reason
     reference = __import__("attention_impls").get("reference-float64")
-    why = asv_suite.outside_suite(reference, preset[1], "static", asv_sizes.SUITES["default"])
-    assert "yardstick" in why and asv_suite.outside_suite(reference, preset[1], "static",
-                                                          asv_sizes.SUITES["full"]) is None
+    why = asv_suite.outside_suite(reference, preset, "static", asv_sizes.SIZES["default"])
+    assert "yardstick" in why and asv_suite.outside_suite(reference, preset, "static",
+                                                          asv_sizes.SIZES["full"]) is None
 
 
 def test_each_asv_environment_runs_only_the_parameter_combinations_it_can(monkeypatch):
@@ -324,10 +327,10 @@ def test_each_asv_environment_runs_only_the_parameter_combinations_it_can(monkey
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import attention as suite_module
 
-    settings = asv_sizes.SUITES["default"]
+    size = asv_sizes.SIZES["default"]
 
     def kept(frameworks):
-        regexes = asv_selection.selection(suite_module.MEASURED, frameworks, settings, "cpu")
+        regexes = asv_selection.selection(suite_module.MEASURED, frameworks, size, "cpu")
         return {asv_selection._asv_name(f"attention.{cls.__name__}.track_mfu", p)
                 for cls in suite_module.MEASURED for p in itertools.product(*cls.params)
                 if any(re.search(r, asv_selection._asv_name(f"attention.{cls.__name__}.track_mfu", p))
@@ -341,7 +344,7 @@ def test_each_asv_environment_runs_only_the_parameter_combinations_it_can(monkey
     assert "attention.Forward.track_mfu('jax-cudnn', 1024, 'static', 'float32')" not in main  # no GPU here
     assert not [n for n in main if "torch-xla" in n] and xla and all("torch-xla" in n for n in xla)
     # on an accelerator host nothing is guessed about the device: the GPU kernels stay selected
-    gpu = asv_selection.selection(suite_module.MEASURED, asv_selection.MAIN_FRAMEWORKS, settings, "gpu")
+    gpu = asv_selection.selection(suite_module.MEASURED, asv_selection.MAIN_FRAMEWORKS, size, "gpu")
     cudnn = "attention.Forward.track_mfu('jax-cudnn', 1024, 'static', 'float32')"
     assert any(re.search(r, cudnn) for r in gpu)
 

@@ -95,7 +95,7 @@ def test_bad_input_is_refused_before_the_first_case(monkeypatch, capsys):
     from attnbench import hardware
     from attnbench.run import sweep
 
-    monkeypatch.setattr(sweep, "run_sweep", lambda *a, **k: pytest.fail("a case was measured"))
+    monkeypatch.setattr(sweep, "measure_cases", lambda *a, **k: pytest.fail("a case was measured"))
     assert main(["run", "--impl", "reference-float64", "--hardware-profile", "no-such-chip"]) == 2
     err = capsys.readouterr().err
     assert "--hardware-profile 'no-such-chip' is not a hardware profile; choose one of" in err

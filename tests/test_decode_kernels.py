@@ -111,10 +111,11 @@ def test_gpu_decode_refuses_what_it_cannot_take_by_name():
 
 @pytest.mark.slow
 def test_gpu_decode_timed_step_is_ok_and_checked():
-    from attnbench.measure.engine import Options, measure_case
+    from attnbench.measure.engine import Options
+    from tests.cases import measure
 
     workload = GPU_CASES["gqa-ragged"]
-    record = measure_case(GPU_DECODE, workload, Options(min_seconds=0.01, max_extra_seconds=0.0))
+    record = measure(GPU_DECODE, workload, Options(min_seconds=0.01, max_extra_seconds=0.0))
     assert record["status"] == "ok", record["reason"]
     assert record["numerics_ok"] is True
     assert record["phase"] == "decode" and record["gqa"] == "native"
@@ -189,12 +190,13 @@ def test_ragged_paged_tiles_follow_the_tuned_table_else_fit_vmem(monkeypatch):
 
 
 def test_ragged_paged_timed_path_where_it_runs():
-    from attnbench.measure.engine import Options, measure_case
+    from attnbench.measure.engine import Options
+    from tests.cases import measure
 
     workload = PAGED_CASES["few-ragged"]
     reason = attention_impls.get(RAGGED_PAGED).check(workload)
     if reason:
         pytest.skip(f"{RAGGED_PAGED} does not run here: {reason}")
-    record = measure_case(RAGGED_PAGED, workload, Options(min_seconds=0.01, max_extra_seconds=0.0))
+    record = measure(RAGGED_PAGED, workload, Options(min_seconds=0.01, max_extra_seconds=0.0))
     assert record["status"] == "ok", record["reason"]
     assert record["numerics_ok"] is True

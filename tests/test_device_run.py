@@ -19,8 +19,9 @@ from attnbench.asv import sizes as asv_sizes
 from attnbench.asv import suite as asv_suite
 from attnbench.core import records
 from attnbench.core.workload import Workload
-from attnbench.measure.engine import Options
-from attnbench.run import sweep
+from attnbench.measure.engine import Case, Options
+from attnbench.run import plan, sweep
+from tests.cases import measure_sweep
 from tests.conftest import FRAMEWORKS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,12 +31,10 @@ FAST = Options(min_seconds=0.02, regime_steps=2, numerics=False)
 
 def test_no_case_starts_after_the_deadline_and_the_rest_say_why():
     cases = [("reference-float64", SMALL, "static"), ("reference-float64", SMALL.replace(seq_q=32), "static")]
-    rows = sweep.run_sweep(cases, lambda regime: FAST, isolate=False, progress=False,
-                           deadline=time.time() - 1)
+    rows = measure_sweep(cases, FAST, isolate=False, progress=False, deadline=time.time() - 1)
     assert [r["status"] for r in rows] == [records.UNSUPPORTED] * 2
     assert all(r["reason"] == sweep.OUT_OF_TIME and r["impl"] == "reference-float64" for r in rows)
-    [done] = sweep.run_sweep(cases[:1], lambda regime: FAST, isolate=False, progress=False,
-                             deadline=time.time() + 600)
+    [done] = measure_sweep(cases[:1], FAST, isolate=False, progress=False, deadline=time.time() + 600)
     assert done["status"] == records.OK
 
 
@@ -46,11 +45,11 @@ class _CountingWorker:
         self.alive, self.threads = False, kwargs.get("threads")
 
     def call(self, args, timeout_s, preload=(), deadline=None):
-        impl, _workload, options = args
+        [case] = args  # one value in: the case
         if not self.alive:
             _CountingWorker.started += 1
             self.alive = True
-        return {"impl": impl, "regime": options.regime, "status": records.OK,
+        return {"impl": case.impl, "regime": case.regime, "status": records.OK,
                 "process": _CountingWorker.started}, None
 
     def close(self):
@@ -62,11 +61,14 @@ def test_static_cases_share_a_worker_and_a_regime_case_gets_its_own(monkeypatch)
     _CountingWorker.started = 0
     cases = [("a", SMALL, "static"), ("b", SMALL, "static"), ("a", SMALL, "dynamic"), ("c", SMALL, "static"),
              ("d", SMALL, "static")]
-    rows = sweep.run_sweep(cases, lambda regime: Options(regime=regime), progress=False, fresh_process=False)
-    assert [r["process"] for r in rows] == [1, 1, 2, 3, 3]
+
+    def measured(own_process):
+        return sweep.measure_cases([Case(impl, w, Options(regime=regime), own_process=own_process or
+                                         regime != "static") for impl, w, regime in cases], progress=False)
+
+    assert [r["process"] for r in measured(False)] == [1, 1, 2, 3, 3]
     _CountingWorker.started = 0
-    rows = sweep.run_sweep(cases, lambda regime: Options(regime=regime), progress=False)
-    assert [r["process"] for r in rows] == [1, 2, 3, 4, 5]  # the default: a fresh process per case
+    assert [r["process"] for r in measured(True)] == [1, 2, 3, 4, 5]  # a fresh process per case
 
 
 def _gpu_grid(monkeypatch, impls=""):
@@ -92,13 +94,14 @@ def test_the_gpu_grid_holds_only_kernels_that_give_a_number_on_a_gpu(monkeypatch
     assert {"torch-xla-sdpa", "jax-pallas-tpu-flash", "jax-pallas-tpu-splash"} <= set(left_out)
     assert "torch_xla is not in the GPU image" in left_out["torch-xla-sdpa"]
     assert left_out["jax-pallas-tpu-splash"].startswith("interpret-only on a GPU: ")
-    assert asv_sizes.left_out_kernels(asv_sizes.SUITES["default"]) == {}  # other sizes keep every kernel
+    assert asv_sizes.left_out_kernels(asv_sizes.SIZES["default"]) == {}  # other sizes keep every kernel
 
 
 def test_the_gpu_run_measures_the_headline_first_then_a_preset_then_the_rest(monkeypatch):
     benchmarks = _gpu_grid(monkeypatch)
-    every = [c for cls in benchmarks.MEASURED for c in cls.cases()]
-    order = asv_suite.run_order(every, asv_sizes.SUITES["gpu"])
+    every = [Case(impl, w, Options(regime=regime))
+             for cls in benchmarks.MEASURED for impl, w, regime in cls.cases()]
+    order = [(c.impl, c.workload, c.regime) for c in asv_suite.run_order(every, asv_sizes.SIZES["gpu"])]
     headline = [c for c in order if c[0] in asv_sizes.GPU_HEADLINE_KERNELS and c[1].seq_q in (4096, 16384)
                 and c[1].dtype == "bfloat16" and c[1].mode == "fwd" and c[2] == "static"
                 and c[1].name == "custom"]
@@ -150,12 +153,13 @@ def test_a_carried_run_is_filed_without_measuring(monkeypatch, tmp_path):
     def no_measuring(*args, **kwargs):
         raise AssertionError("a carried run measured")
 
+    monkeypatch.setattr(sweep, "measure_cases", no_measuring)
     other = ("jax-xla", asv_sizes.FORWARD.replace(seq_q=256, seq_k=256), "static")
-    out = asv_suite.measure_suite([case, other], "Forward", measure_missing=no_measuring)
+    out = asv_suite.measure_suite([case, other], "Forward")
     assert list(out) == [key] and out[key]["status"] == "ok"
     monkeypatch.setenv(asv_suite.CARRIED_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(FileNotFoundError, match="ATTNBENCH_CARRIED"):
-        asv_suite.measure_suite([case], "Forward", measure_missing=no_measuring)
+        asv_suite.measure_suite([case], "Forward")
 
 
 def test_the_device_checks_only_what_measuring_needs():
@@ -171,24 +175,26 @@ def test_the_device_checks_only_what_measuring_needs():
 def test_the_gpu_suite_runs_lengths_shortest_first_and_regimes_in_bfloat16(monkeypatch):
     monkeypatch.setenv("ATTNBENCH_SUITE", "gpu")
     monkeypatch.setenv(asv_suite.DEADLINE_ENV, "1e12")
-    settings = asv_sizes.suite_settings()
+    size = asv_sizes.suite_size()
     seen = {}
 
-    def fake_sweep(cases, options_for, **kwargs):
-        seen.update(cases=cases, timer=options_for("static").timer, **kwargs)
+    def fake_sweep(cases, **kwargs):
+        seen.update(cases=cases, **kwargs)
         return [records.empty_record() for _ in cases]
 
-    monkeypatch.setattr(sweep, "run_sweep", fake_sweep)
-    monkeypatch.setattr(asv_suite, "plan_cases", lambda every, settings: ({}, list(every)))
+    monkeypatch.setattr(sweep, "measure_cases", fake_sweep)
+    monkeypatch.setattr(plan, "ask_in_worker", lambda task, cases, *args: [{"reason": None}] * len(cases))
     cases = [(i, asv_sizes.FORWARD.replace(seq_q=s, seq_k=s, dtype="bfloat16"), r)
              for i in ("jax-xla", "torch-sdpa-math") for s in (16384, 1024) for r in ("dynamic", "static")]
-    asv_suite.sweep_cases(cases, suite="Forward")
-    assert [(c[1].seq_q, c[2]) for c in seen["cases"]][:4] == [(1024, "static")] * 2 + [(1024, "dynamic")] * 2
-    assert seen["timer"] == "device" and seen["fresh_process"] is False and seen["deadline"] == 1e12
+    asv_suite.measure_suite(cases, suite="Forward")
+    assert [(c.workload.seq_q, c.regime) for c in seen["cases"]][:4] == \
+        [(1024, "static")] * 2 + [(1024, "dynamic")] * 2
+    assert {c.options.timer for c in seen["cases"]} == {"device"} and seen["deadline"] == 1e12
+    assert [c.own_process for c in seen["cases"]] == [c.regime != "static" for c in seen["cases"]]
     impl = __import__("attention_impls").get("jax-xla")
     float32 = asv_sizes.FORWARD.replace(seq_q=4096, seq_k=4096)
-    assert "in bfloat16 only" in asv_suite.outside_suite(impl, float32, "dynamic", settings)
-    assert asv_suite.outside_suite(impl, float32.replace(dtype="bfloat16"), "dynamic", settings) is None
+    assert "in bfloat16 only" in asv_suite.outside_suite(impl, float32, "dynamic", size)
+    assert asv_suite.outside_suite(impl, float32.replace(dtype="bfloat16"), "dynamic", size) is None
     monkeypatch.setenv(asv_suite.DEADLINE_ENV, "soon")
     with pytest.raises(ValueError, match="ATTNBENCH_DEADLINE must be seconds since the epoch"):
         asv_suite.deadline()
@@ -209,7 +215,7 @@ def test_cpu_figures_never_land_under_an_accelerator_name():
 def test_the_support_check_refuses_cpu_jax_on_a_gpu_host(monkeypatch):
     monkeypatch.setenv("ATTNBENCH_MACHINE", "h200")
     monkeypatch.setenv("ACCEL", "cuda")
-    [answer] = asv_suite.check_cases([("jax-xla", asv_sizes.FORWARD, "static")], asv_sizes.SUITES["smoke"])
+    [answer] = asv_suite.check_cases([Case("jax-xla", asv_sizes.FORWARD)], asv_sizes.SIZES["smoke"])
     assert answer["platform"] == "cpu" and "CPU figures are never filed" in answer["reason"]
 
 

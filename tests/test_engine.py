@@ -11,9 +11,11 @@ import pytest
 
 from attnbench.core import records
 from attnbench.core.workload import Workload
-from attnbench.measure.engine import Options, measure_case, numerics_workload, pool_rounds
-from attnbench.run.sweep import measure_in_worker, run_sweep, write_table
-from attnbench.run.worker import Failure, Worker
+from attnbench.measure.engine import Case, Options, numerics_workload, pool_rounds
+from attnbench.run import sweep
+from attnbench.run.sweep import measure_cases, write_table
+from attnbench.run.worker import Failure
+from tests.cases import measure, measure_sweep
 from tests.conftest import FRAMEWORKS
 
 SMALL = Workload(batch=1, q_heads=2, seq_q=128, head_dim=32, causal=True)
@@ -24,7 +26,7 @@ needs_jax = pytest.mark.skipif("jax" not in FRAMEWORKS, reason="jax runs in the 
 @needs_jax
 @pytest.mark.slow
 def test_ok_record_has_every_metric_group():
-    r = measure_case("jax-xla", SMALL, FAST)
+    r = measure("jax-xla", SMALL, FAST)
     assert r["status"] == records.OK, r["reason"]
     assert set(r) == set(records.COLUMNS)
     assert r["label"] == "native" and r["platform"] == "cpu" and r["execution"] == "compiled"
@@ -61,7 +63,7 @@ def test_profiled_evidence_is_taken_after_the_timed_first_call(name):
     import attention_impls
 
     fresh = type(attention_impls.get(name))()  # flex: an empty table of compiled functions
-    r = measure_case(fresh, SMALL, FAST)
+    r = measure(fresh, SMALL, FAST)
     assert r["status"] == records.OK, r["reason"]
     assert r["kernel_verified"] and r["kernel_evidence"].startswith("profiler saw")
     if name == "torch-flex-attention":
@@ -72,7 +74,7 @@ def test_profiled_evidence_is_taken_after_the_timed_first_call(name):
 @pytest.mark.slow
 def test_dynamic_regime_compiles_per_length_and_bucketed_per_bucket(tmp_path):
     options = Options(min_seconds=0.05, regime_steps=6, trace_dir=str(tmp_path))
-    dynamic = measure_case("jax-xla", SMALL.replace(seq_q=512, seq_k=512), options.__class__(
+    dynamic = measure("jax-xla", SMALL.replace(seq_q=512, seq_k=512), options.__class__(
         **{**options.__dict__, "regime": "dynamic"}))
     assert dynamic["status"] == records.OK, dynamic["reason"]
     with open(dynamic["trace_file"]) as f:
@@ -81,7 +83,7 @@ def test_dynamic_regime_compiles_per_length_and_bucketed_per_bucket(tmp_path):
     distinct = {row["length"] for row in trace}
     assert dynamic["compiles"] == len(distinct)
     assert dynamic["padding_waste"] == 0
-    bucketed = measure_case("jax-xla", SMALL.replace(seq_q=512, seq_k=512), options.__class__(
+    bucketed = measure("jax-xla", SMALL.replace(seq_q=512, seq_k=512), options.__class__(
         **{**options.__dict__, "regime": "bucketed"}))
     assert bucketed["compiles"] == len({row["padded_length"] for row in csv.DictReader(
         open(bucketed["trace_file"]))})
@@ -89,31 +91,31 @@ def test_dynamic_regime_compiles_per_length_and_bucketed_per_bucket(tmp_path):
 
 
 def test_unsupported_is_a_status_with_the_reason():
-    r = measure_case("jax-cudnn", SMALL, FAST)
+    r = measure("jax-cudnn", SMALL, FAST)
     assert r["status"] == records.UNSUPPORTED
     assert "cuDNN needs an NVIDIA GPU" in r["reason"] or "not installed" in r["reason"]
 
 
 def test_nan_kernel_is_numerics_failed_not_ok():
-    r = measure_case("tests.stub_impls:NanKernel", SMALL, FAST)
+    r = measure("tests.stub_impls:NanKernel", SMALL, FAST)
     assert r["status"] == records.NUMERICS_FAILED
     assert r["numerics_ok"] is False and r["seconds_per_step"] > 0  # timing kept beside the failure
 
 
 def test_bug_is_error_with_message():
-    r = measure_case("tests.stub_impls:BrokenKernel", SMALL, FAST)
+    r = measure("tests.stub_impls:BrokenKernel", SMALL, FAST)
     assert r["status"] == records.ERROR
     assert "ZeroDivisionError: stub kernel divided by zero" in r["reason"]
 
 
 def test_unknown_implementation_is_error_not_crash():
-    r = measure_case("no-such-kernel", SMALL, FAST)
+    r = measure("no-such-kernel", SMALL, FAST)
     assert r["status"] == records.ERROR and "unknown implementation" in r["reason"]
 
 
 def test_memory_cap_turns_an_allocation_into_oom():
-    with Worker(measure_case, memory_cap_bytes=4 * 2**30) as worker:
-        r = measure_in_worker(worker, "tests.stub_impls:HogKernel", SMALL, FAST, timeout_s=120)
+    [r] = measure_cases([Case("tests.stub_impls:HogKernel", SMALL, FAST)], memory_cap_bytes=4 * 2**30,
+                        timeout_s=120, progress=False)
     assert r["status"] == records.OOM, r["reason"]
 
 
@@ -123,7 +125,7 @@ def test_timeout_kills_the_case_and_the_sweep_goes_on():
     # (run.worker), and its timing has no extension, so 8 s is room enough on a loaded host.
     cases = [("tests.stub_impls:SlowKernel", SMALL, "static"), ("reference-float64", SMALL, "static")]
     short = dataclasses.replace(FAST, max_extra_seconds=0.0, contention_retries=0)
-    rows = run_sweep(cases, lambda regime: short, timeout_s=8, progress=False)
+    rows = measure_sweep(cases, short, timeout_s=8, progress=False)
     assert [r["status"] for r in rows] == [records.TIMEOUT, records.OK]
     assert "no result within 8 s" in rows[0]["reason"]
     assert rows[0]["impl"] == "tests.stub_impls:SlowKernel"
@@ -135,7 +137,7 @@ def test_the_workers_of_one_sweep_share_one_cpu_peak():
     from attnbench.hardware import PROBE_DIR_ENV
 
     cases = [("reference-float64", SMALL, "static"), ("reference-float64", SMALL.replace(seq_q=64), "static")]
-    rows = run_sweep(cases, lambda regime: FAST, timeout_s=120, progress=False)
+    rows = measure_sweep(cases, FAST, timeout_s=120, progress=False)
     assert [r["status"] for r in rows] == [records.OK, records.OK]
     assert rows[0]["peak_tflops"] == rows[1]["peak_tflops"] > 0
     assert PROBE_DIR_ENV not in os.environ  # the run's directory is gone with the run
@@ -144,7 +146,7 @@ def test_the_workers_of_one_sweep_share_one_cpu_peak():
 @pytest.mark.slow
 def test_a_crashed_worker_is_an_error_record_and_the_sweep_goes_on():
     cases = [("tests.stub_impls:CrashingKernel", SMALL, "static"), ("reference-float64", SMALL, "static")]
-    rows = run_sweep(cases, lambda regime: FAST, timeout_s=60, progress=False, fresh_process=False)
+    rows = measure_sweep(cases, FAST, timeout_s=60, progress=False, fresh_process=False)
     assert [r["status"] for r in rows] == [records.ERROR, records.OK]
     assert rows[0]["reason"] == "worker died (exit code 3)"
 
@@ -155,7 +157,7 @@ def test_materialized_softmax_memory_grows_quadratically_flash_linearly():
     """XLA's own estimate (compiler_temp_bytes): O(S^2) for jax-xla, O(S) for the blockwise kernel."""
     grow = {}
     for name in ("jax-xla", "jax-blockwise-flash"):
-        small, large = (measure_case(name, SMALL.replace(seq_q=s, seq_k=s, q_heads=1, kv_heads=1),
+        small, large = (measure(name, SMALL.replace(seq_q=s, seq_k=s, q_heads=1, kv_heads=1),
                                      Options(min_seconds=0.02, regime_steps=1, numerics=False))
                         for s in (1024, 4096))
         grow[name] = large["compiler_temp_bytes"] / small["compiler_temp_bytes"]
@@ -201,7 +203,7 @@ def test_regime_throughput_counts_the_tokens_its_steps_really_ran():
     dynamic regime, whose steps run 128..256 tokens. Dividing the maximum length's tokens by the
     median step (the old figure) reads 256 / (20 ms x median/256) > 12,800: 1.33x at a median of 192."""
     options = Options(regime="dynamic", min_seconds=0.05, regime_steps=8, numerics=False)
-    r = measure_case("tests.stub_impls:LinearTimeKernel", Workload(batch=1, q_heads=1, seq_q=256,
+    r = measure("tests.stub_impls:LinearTimeKernel", Workload(batch=1, q_heads=1, seq_q=256,
                                                                    head_dim=8, causal=True), options)
     assert r["status"] == records.OK, r["reason"]
     # A loaded host only lengthens a sleep, so the bound below is the looser one (a run here read 0.88x);
@@ -212,13 +214,13 @@ def test_regime_throughput_counts_the_tokens_its_steps_really_ran():
 
 
 def test_numerics_check_the_step_that_was_timed():
-    r = measure_case("tests.stub_impls:WrongOnTheTimedPath", SMALL, FAST)
+    r = measure("tests.stub_impls:WrongOnTheTimedPath", SMALL, FAST)
     assert r["status"] == records.NUMERICS_FAILED, r["reason"]
     assert r["numerics_ok"] is False and r["numerics_workload"].startswith("the timed step")
 
 
 def test_numerics_of_a_training_step_include_its_gradients():
-    r = measure_case("reference-float64", SMALL.replace(mode="fwd_bwd"), FAST)
+    r = measure("reference-float64", SMALL.replace(mode="fwd_bwd"), FAST)
     assert r["status"] == records.OK, r["reason"]
     assert r["numerics_workload"] == "the timed step (output and gradients)" and r["max_abs_err"] == 0
 
@@ -233,14 +235,14 @@ def test_every_compile_of_a_regime_is_cold(regime):
 
     fresh = type(attention_impls.get("torch-flex-attention"))()
     options = Options(regime=regime, min_seconds=0.05, regime_steps=3, numerics=False)
-    r = measure_case(fresh, SMALL.replace(seq_q=256, seq_k=256), options)
+    r = measure(fresh, SMALL.replace(seq_q=256, seq_k=256), options)
     assert r["status"] == records.OK, r["reason"]
     assert r["compiles"] >= 1 and r["compile_cache_hits"] == 0
     assert r["first_call_compile_s"] > 0 and r["first_call_s"] >= r["first_call_compile_s"]
 
 
 def test_a_static_record_carries_its_samples_interval_and_machine_state():
-    r = measure_case("reference-float64", SMALL, FAST)
+    r = measure("reference-float64", SMALL, FAST)
     assert r["status"] == records.OK, r["reason"]
     samples = json.loads(r["timing_samples_s"])
     assert len(samples) == r["samples"] >= 5 and r["rounds"] == 1
@@ -277,8 +279,8 @@ def test_rounds_pool_their_samples_and_drop_a_contended_round():
 @pytest.mark.slow
 def test_a_sweep_with_rounds_times_static_cases_again_and_pools_them():
     options = Options(min_seconds=0.05, regime_steps=2, numerics=False)
-    rows = run_sweep([("reference-float64", SMALL, "static"), ("reference-float64", SMALL, "dynamic")],
-                     lambda regime: dataclasses.replace(options, regime=regime), rounds=3, progress=False)
+    rows = measure_sweep([("reference-float64", SMALL, "static"), ("reference-float64", SMALL, "dynamic")],
+                         options, rounds=3, progress=False)
     static, dynamic = rows
     assert static["rounds"] + static["rounds_dropped"] >= 3 and len(json.loads(static["round_medians_s"])) \
         == static["rounds"]
@@ -289,11 +291,11 @@ def test_only_static_ok_cases_of_kernels_that_do_not_run_in_an_interpreter_get_t
     from attnbench.run.sweep import timed_in_rounds
 
     ok = {"status": records.OK, "timing_samples_s": "[0.01, 0.011]", "execution": "compiled"}
-    static = ("jax-xla", SMALL, "static")
+    static = Case("jax-xla", SMALL, FAST)
     assert timed_in_rounds(static, ok)
     assert timed_in_rounds(static, {**ok, "execution": "eager"})
     assert not timed_in_rounds(static, {**ok, "execution": "interpret"})  # the interpreter's time
-    assert not timed_in_rounds(("jax-xla", SMALL, "dynamic"), ok)  # one stream, no rounds
+    assert not timed_in_rounds(Case("jax-xla", SMALL, Options(regime="dynamic")), ok)  # one stream, no rounds
     assert not timed_in_rounds(static, {**ok, "status": records.TIMEOUT})
     assert not timed_in_rounds(static, {**ok, "timing_samples_s": None})
 
@@ -302,9 +304,8 @@ def test_only_static_ok_cases_of_kernels_that_do_not_run_in_an_interpreter_get_t
 @pytest.mark.slow
 def test_a_sweep_with_rounds_leaves_an_interpreted_kernel_at_its_one_window():
     options = Options(min_seconds=0.05, regime_steps=2, numerics=False)
-    [interpreted] = run_sweep([("jax-pallas-tpu-flash", SMALL, "static")],
-                              lambda regime: dataclasses.replace(options, regime=regime), rounds=3,
-                              progress=False)
+    [interpreted] = measure_sweep([("jax-pallas-tpu-flash", SMALL, "static")], options, rounds=3,
+                                  progress=False)
     assert interpreted["status"] == records.OK and interpreted["execution"] == "interpret"
     assert interpreted["rounds"] == 1 and interpreted["ci_basis"] == "samples"
 
@@ -315,22 +316,19 @@ def test_the_timing_rounds_share_a_jax_compile_cache_that_lives_for_the_rounds_o
     import glob
     import os
 
-    from attnbench.run import sweep
-
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
     seen = []
-    real = sweep._run_cases
+    real = sweep._measure_pass
 
-    def spy(cases, options_for, **kwargs):
+    def spy(cases, **kwargs):
         folder = os.environ.get("JAX_COMPILATION_CACHE_DIR")
-        out = real(cases, options_for, **kwargs)
+        out = real(cases, **kwargs)
         seen.append((folder, folder and len(glob.glob(os.path.join(folder, "*")))))
         return out
 
-    monkeypatch.setattr(sweep, "_run_cases", spy)
+    monkeypatch.setattr(sweep, "_measure_pass", spy)
     options = Options(min_seconds=0.05, regime_steps=2, numerics=False)
-    run_sweep([("jax-xla", SMALL, "static")], lambda regime: dataclasses.replace(options, regime=regime),
-              rounds=3, progress=False)
+    measure_cases([Case("jax-xla", SMALL, options)], rounds=3, progress=False)
     (first, _), *rounds = seen
     assert first is None  # the first pass compiles cold
     # 2 rounds, and up to EXTRA_ROUNDS_FOR_CONTENTION more where every round was contended
@@ -339,17 +337,26 @@ def test_the_timing_rounds_share_a_jax_compile_cache_that_lives_for_the_rounds_o
     assert not os.path.exists(rounds[0][0]) and "JAX_COMPILATION_CACHE_DIR" not in os.environ
 
 
-def test_a_fresh_worker_imports_the_cases_framework_before_its_clock_starts():
+def test_a_fresh_worker_imports_the_cases_framework_before_its_clock_starts(monkeypatch):
+    calls = []
+
     class Recording:
         threads = None
 
+        def __init__(self, task, **kwargs):
+            pass
+
         def call(self, args, timeout_s, preload=(), deadline=None):
-            self.preload, self.deadline = preload, deadline
+            calls.append((preload, deadline))
             return None, Failure(records.TIMEOUT, "stub")
 
-    worker = Recording()
-    measure_in_worker(worker, "reference-float64", SMALL, FAST, timeout_s=1)
-    assert worker.preload == ("numpy",)
-    measure_in_worker(worker, "no-such-kernel", SMALL, FAST, timeout_s=1, deadline=1e12)
-    assert worker.preload == ()  # the record says the name is unknown, not the preload
-    assert worker.deadline == 1e12  # the run's deadline holds the worker's start too
+        def close(self):
+            pass
+
+    monkeypatch.setattr(sweep, "Worker", Recording)
+    rows = measure_cases([Case("reference-float64", SMALL, FAST), Case("no-such-kernel", SMALL, FAST)],
+                         timeout_s=1, deadline=1e12, progress=False)
+    assert calls[0][0] == ("numpy",)
+    assert calls[1][0] == ()  # the record says the name is unknown, not the preload
+    assert calls[1][1] == 1e12  # the run's deadline holds the worker's start too
+    assert [r["status"] for r in rows] == [records.TIMEOUT] * 2 and rows[1]["impl"] == "no-such-kernel"

@@ -20,7 +20,7 @@ import pytest
 
 from attnbench.asv import suite as asv_suite
 from attnbench.fleet import runner
-from attnbench.run import case_cache
+from attnbench.run import case_cache, sweep
 from tests import fleet_fake_asv as fake
 
 FAKE = Path(fake.__file__).resolve()
@@ -188,63 +188,55 @@ def test_restore_replaces_damaged_files_and_publish_never_ships_one(tmp_path):
     assert (remote / "z.json").exists() and not (remote / "w.json").exists()
 
 
-def test_case_cache_measures_only_the_missing_cases_and_survives_a_damaged_file(tmp_path):
-    cache = case_cache.CaseCache(str(tmp_path), "m", COMMIT, "env", {"suite": "smoke"})
-    cases = fake.cases_of("Forward")
-    calls = []
-
-    def measure(todo, suite=None, on_record=None, also=None):
-        assert not also  # no other class's cases were handed in
-        calls.append(len(todo))
-        out = {}
-        for i, case in enumerate(todo):
-            from attnbench.asv.suite import case_key
-
-            out[case_key(*case)] = {"status": "ok", "n": i}
-            on_record(case_key(*case), out[case_key(*case)])
+def _measuring(monkeypatch, sweeps: list) -> None:
+    """``measure_suite`` with every case admitted and a fake sweep that notes the cases it got."""
+    def measure(cases, on_record=None, **kwargs):
+        sweeps.append(cases)
+        out = []
+        for i, case in enumerate(cases):
+            out.append({"status": "ok", "n": i, "mode": case.workload.mode})
+            if on_record:
+                on_record(i, out[-1])
         return out
 
-    first = asv_suite.measure_suite(cases[:2], "Forward", cache=cache, measure_missing=measure)
-    everything = asv_suite.measure_suite(cases, "Forward", cache=cache, measure_missing=measure)
-    assert calls == [2, 4] and len(everything) == 6
+    monkeypatch.setattr(asv_suite, "plan_cases", fake.admit_all)
+    monkeypatch.setattr(sweep, "measure_cases", measure)
+
+
+def test_case_cache_measures_only_the_missing_cases_and_survives_a_damaged_file(tmp_path, monkeypatch):
+    cache = case_cache.CaseCache(str(tmp_path), "m", COMMIT, "env", {"suite": "smoke"})
+    cases = fake.cases_of("Forward")
+    sweeps = []
+    _measuring(monkeypatch, sweeps)
+    first = asv_suite.measure_suite(cases[:2], "Forward", cache=cache)
+    everything = asv_suite.measure_suite(cases, "Forward", cache=cache)
+    assert [len(s) for s in sweeps] == [2, 4] and len(everything) == 6
     assert {k: everything[k] for k in first} == first  # the first two were read, not measured again
     Path(cache.path(list(first)[0])).write_text("{trunc")
-    asv_suite.measure_suite(cases, "Forward", cache=cache, measure_missing=measure)
-    assert calls == [2, 4, 1]  # the damaged one only
+    asv_suite.measure_suite(cases, "Forward", cache=cache)
+    assert [len(s) for s in sweeps] == [2, 4, 1]  # the damaged one only
     other = case_cache.CaseCache(str(tmp_path), "m", COMMIT, "env", {"suite": "full"})
     assert other.load(list(everything)) == {}  # other settings never read these records
 
 
-def test_the_first_class_measures_the_others_cases_in_its_sweep_and_hands_them_over(tmp_path):
+def test_the_first_class_measures_the_others_cases_in_its_sweep_and_hands_them_over(tmp_path, monkeypatch):
     """make bench's run-long cache: one sweep (one set of round workers) per environment."""
     from attnbench.asv.suite import case_key
 
     cache = case_cache.CaseCache(str(tmp_path), "m", COMMIT, "env", {"suite": "smoke"})
     forward, training = fake.cases_of("Forward"), fake.cases_of("Training")
     sweeps = []
-
-    def measure(todo, suite=None, on_record=None, also=None):
-        sweeps.append((suite, [c[0] for c in todo], {s: len(c) for s, c in (also or {}).items()}))
-        out = {}
-        for case in [*todo, *(c for group in (also or {}).values() for c in group)]:
-            out[case_key(*case)] = {"status": "ok", "mode": case[1].mode}
-            on_record(case_key(*case), out[case_key(*case)])
-        return out
-
-    got_forward = asv_suite.measure_suite(forward, "Forward", cache=cache, measure_missing=measure,
-                                           also={"Training": training})
-    got_training = asv_suite.measure_suite(training, "Training", cache=cache, measure_missing=measure,
-                                            also={"Forward": forward})
-    assert sweeps == [("Forward", [c[0] for c in forward], {"Training": 3})]  # Training measured nothing
+    _measuring(monkeypatch, sweeps)
+    got_forward = asv_suite.measure_suite(forward, "Forward", cache=cache, also={"Training": training})
+    got_training = asv_suite.measure_suite(training, "Training", cache=cache, also={"Forward": forward})
+    assert [[c.key for c in s] for s in sweeps] == [[case_key(*c) for c in forward + training]]  # one sweep
     assert list(got_forward) == [case_key(*c) for c in forward]  # each class gets its own cases only
     assert list(got_training) == [case_key(*c) for c in training]
     assert {r["mode"] for r in got_training.values()} == {"fwd_bwd"}
     # Without a cache nothing could hand them on: each class measures its own, and only its own.
-    plain = []
-    asv_suite.measure_suite(training, "Training", cache=None,
-                            measure_missing=lambda todo, suite=None: plain.append((suite, len(todo))) or {},
-                            also={"Forward": forward})
-    assert plain == [("Training", 3)]
+    sweeps.clear()
+    asv_suite.measure_suite(training, "Training", cache=None, also={"Forward": forward})
+    assert [[c.key for c in s] for s in sweeps] == [[case_key(*c) for c in training]]
 
 
 def test_default_groups_cover_every_metric_once_per_class():

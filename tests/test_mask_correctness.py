@@ -104,12 +104,13 @@ def test_declared_features_and_refusals_name_the_feature(name):
 @pytest.mark.slow
 def test_the_timed_step_takes_the_mask(name):
     """make_step runs the masked workload the conformance path checked, and its record says so."""
-    from attnbench.measure.engine import Options, measure_case
+    from attnbench.measure.engine import Options
+    from tests.cases import measure
 
     workload = MASKED["decode-ragged"]
     impl = attention_impls.get(name)
     _run_or_skip(impl, workload)
-    record = measure_case(name, workload, Options(min_seconds=0.01, max_extra_seconds=0.0))
+    record = measure(name, workload, Options(min_seconds=0.01, max_extra_seconds=0.0))
     assert record["status"] == "ok", record["reason"]
     assert record["numerics_ok"] is True
     assert record["phase"] == "decode" and record["mask"] == "causal+ragged-cache"

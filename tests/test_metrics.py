@@ -276,23 +276,23 @@ def test_suite_size_is_read_from_attnbench_suite(monkeypatch, capsys):
     monkeypatch.delenv("ATTNBENCH_PROFILE", raising=False)
     monkeypatch.delenv("ATTNBENCH_SUITE", raising=False)
     assert asv_sizes.suite_name() == "default"
-    assert asv_sizes.suite_settings() is asv_sizes.SUITES["default"]
+    assert asv_sizes.suite_size() is asv_sizes.SIZES["default"]
     monkeypatch.setenv("ATTNBENCH_SUITE", "full")
-    assert asv_sizes.suite_settings()["forward_seqs"][-1] == 8192
+    assert asv_sizes.suite_size().forward_seqs[-1] == 8192
     monkeypatch.setenv("ATTNBENCH_PROFILE", "smoke")  # the new name wins, silently
     assert asv_sizes.suite_name() == "full"
     assert capsys.readouterr().err == ""
     monkeypatch.setenv("ATTNBENCH_SUITE", "huge")
     sizes = r"\['default', 'full', 'gpu', 'smoke'\]"
     with pytest.raises(ValueError, match=rf"ATTNBENCH_SUITE must be one of {sizes}"):
-        asv_sizes.suite_settings()
+        asv_sizes.suite_size()
 
 
 def test_attnbench_profile_still_works_with_one_deprecation_line(monkeypatch, capsys):
     monkeypatch.delenv("ATTNBENCH_SUITE", raising=False)
     monkeypatch.setenv("ATTNBENCH_PROFILE", "smoke")
     monkeypatch.setattr(asv_sizes, "_warned_deprecated", False)
-    assert asv_sizes.suite_settings() is asv_sizes.SUITES["smoke"]
+    assert asv_sizes.suite_size() is asv_sizes.SIZES["smoke"]
     assert asv_sizes.suite_name() == "smoke"
     err = capsys.readouterr().err
     assert err == "attnbench: ATTNBENCH_PROFILE is deprecated, use ATTNBENCH_SUITE=smoke\n"

@@ -20,8 +20,10 @@ import pytest
 from attnbench.asv import sidecar
 from attnbench.asv import sizes as asv_sizes
 from attnbench.asv import suite as asv_suite
-from attnbench.core import presets
+from attnbench.core import presets, records
 from attnbench.hardware import Attached, Device, accelerator_present, load_hardware_profiles
+from attnbench.run import plan
+from attnbench.run.worker import Failure
 from tests.conftest import FRAMEWORKS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -272,7 +274,7 @@ from attnbench.asv import suite as asv_suite
 F = asv_sizes.FORWARD
 cases = [("jax-cudnn", F, "static"), ("torch-xla-sdpa", F, "static"), ("jax-pallas-tpu-flash", F, "static"),
          ("reference-float64", F.replace(seq_q=128, seq_k=128), "static")]  # the one case measured
-out = asv_suite.sweep_cases(cases, suite="Forward")
+out = asv_suite.measure_suite(cases, suite="Forward")
 print(json.dumps({"status": {k.split("|")[0]: v["status"] for k, v in out.items()},
                   "reason": {k.split("|")[0]: v["reason"] for k, v in out.items()},
                   "machine": asv_suite.machine_name(), "dtypes": list(asv_sizes.suite_dtypes()),
@@ -301,24 +303,42 @@ def test_the_asv_process_imports_no_framework_while_planning_and_measuring():
 
 @MAIN_ENV
 def test_planning_sends_only_this_environments_cases_to_the_check(monkeypatch):
-    asked = []
+    asked, real_ask = [], plan.ask_in_worker
 
-    def check(cases, settings):
-        asked.extend(name for name, _, _ in cases)
+    def ask(task, cases, size):
+        asked.extend(case.impl for case in cases)
         return [{"reason": None}, {"reason": "not here"}]
 
+    monkeypatch.setattr(plan, "ask_in_worker", ask)
+    smoke = asv_sizes.SIZES["smoke"]
     out, to_run = asv_suite.plan_cases([("jax-xla", asv_sizes.FORWARD, "static"),
                                         ("torch-xla-sdpa", asv_sizes.FORWARD, "static"),
-                                        ("jax-cudnn", asv_sizes.FORWARD, "static")], check=check)
+                                        ("jax-cudnn", asv_sizes.FORWARD, "static")], smoke)
     assert asked == ["jax-xla", "jax-cudnn"]
-    assert [name for name, _, _ in to_run] == ["jax-xla"]
+    assert [case.impl for case in to_run] == ["jax-xla"]
+    assert to_run[0].options == smoke.options("static", trace_dir=None, compile_cache="cold")
     assert {k.split("|")[0]: (v["status"], v["reason"]) for k, v in out.items()} == {
         "torch-xla-sdpa": ("unsupported", "torch_xla is measured in the other asv environment"),
         "jax-cudnn": ("unsupported", "not here")}
-    failed, to_run = asv_suite.plan_cases([("jax-xla", asv_sizes.FORWARD, "static")],
-                                          check=lambda cases, settings: TimeoutError("no answer"))
+    monkeypatch.setattr(plan, "ask_in_worker", real_ask)
+    monkeypatch.setattr(plan, "Worker", _SilentWorker)  # a check that gives no answer in time
+    failed, to_run = asv_suite.plan_cases([("jax-xla", asv_sizes.FORWARD, "static")], smoke)
     assert to_run == [] and [r["status"] for r in failed.values()] == ["error"]
-    assert "no answer" in next(iter(failed.values()))["reason"]
+    assert "the support check failed: no answer within 600 s" in next(iter(failed.values()))["reason"]
+
+
+class _SilentWorker:
+    def __init__(self, task, **kwargs):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def call(self, args, timeout_s, preload=(), deadline=None):
+        return None, Failure(records.TIMEOUT, f"no result within {timeout_s:g} s; worker killed")
 
 
 def test_device_files_say_which_accelerator_is_attached(tmp_path):
@@ -344,9 +364,9 @@ def test_device_files_say_which_accelerator_is_attached(tmp_path):
 
 
 def test_the_suite_runs_bfloat16_on_accelerators(monkeypatch):
-    assert asv_sizes.suite_dtypes(asv_sizes.SUITES["default"], "cpu") == ("float32",)
-    assert asv_sizes.suite_dtypes(asv_sizes.SUITES["full"], "cpu") == ("float32", "bfloat16")
-    for size in asv_sizes.SUITES.values():
+    assert asv_sizes.suite_dtypes(asv_sizes.SIZES["default"], "cpu") == ("float32",)
+    assert asv_sizes.suite_dtypes(asv_sizes.SIZES["full"], "cpu") == ("float32", "bfloat16")
+    for size in asv_sizes.SIZES.values():
         assert asv_sizes.suite_dtypes(size, "gpu") == ("bfloat16", "float32")  # the first is Training's
         assert asv_sizes.suite_dtypes(size, "tpu") == ("bfloat16",)
     monkeypatch.delenv("ATTNBENCH_ACCEL", raising=False)
@@ -379,8 +399,8 @@ def test_every_accelerator_profile_has_a_peak_for_each_dtype_the_suite_runs_on_i
     for profile in profiles.values():
         if profile.kind == "cpu":
             continue
-        for size, settings in asv_sizes.SUITES.items():
-            for dtype in asv_sizes.suite_dtypes(settings, profile.kind):
+        for size, suite_size in asv_sizes.SIZES.items():
+            for dtype in asv_sizes.suite_dtypes(suite_size, profile.kind):
                 if profile.peak(dtype) is None:
                     missing.append(f"{profile.name} {dtype} ({size} suite)")
     assert not missing, f"no peak (so no MFU) for: {', '.join(sorted(set(missing)))}"

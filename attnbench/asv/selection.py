@@ -28,7 +28,7 @@ import subprocess
 import sys
 
 import attention_impls
-from attnbench.asv.sizes import accelerator_kind, suite_settings
+from attnbench.asv.sizes import SuiteSize, accelerator_kind, suite_size
 from attnbench.asv.suite import outside_suite
 from attnbench.core.atomic import atomic_write_text
 from attnbench.core.workload import Workload
@@ -41,7 +41,7 @@ XLA_FRAMEWORKS = ("torch_xla",)
 
 
 def can_run(
-    impl_name: str, workload: Workload, regime: str, frameworks: tuple[str, ...], settings: dict, accel: str
+    impl_name: str, workload: Workload, regime: str, frameworks: tuple[str, ...], size: SuiteSize, accel: str
 ) -> bool:
     """False only where the case is certainly n/a in an environment of ``frameworks`` on ``accel``
     (interpreted only counts on a CPU-only host, where the support table says so without a device)."""
@@ -51,7 +51,7 @@ def can_run(
     support = impl.platform_support["cpu"].status if accel == "cpu" else None
     if support == "unsupported":
         return False
-    return outside_suite(impl, workload, regime, settings, interpreted=support == "interpret-only") is None
+    return outside_suite(impl, workload, regime, size, interpreted=support == "interpret-only") is None
 
 
 def _asv_name(benchmark: str, params: tuple) -> str:
@@ -60,7 +60,7 @@ def _asv_name(benchmark: str, params: tuple) -> str:
 
 
 def selection(
-    classes, frameworks: tuple[str, ...], settings: dict, accel: str, module: str = "attention"
+    classes, frameworks: tuple[str, ...], size: SuiteSize, accel: str, module: str = "attention"
 ) -> list[str]:
     """One ``-b`` regex per class: its combinations that ``can_run``. A class with none gets none."""
     regexes = []
@@ -68,7 +68,7 @@ def selection(
         kept = []
         for params in itertools.product(*cls.params):
             case = cls.case_of(*params)
-            if case is not None and can_run(*case, frameworks, settings, accel):
+            if case is not None and can_run(*case, frameworks, size, accel):
                 kept.append(params)
         if kept:
             regexes.append(combinations_regex(cls, kept, module))
@@ -127,7 +127,7 @@ def _measured_classes():
 
 
 def _bench_args(classes, frameworks) -> list[str]:
-    regexes = selection(classes, frameworks, suite_settings(), accelerator_kind())
+    regexes = selection(classes, frameworks, suite_size(), accelerator_kind())
     return [arg for r in regexes for arg in ("-b", r)] or ["-b", r"^$"]
 
 

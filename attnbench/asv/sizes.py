@@ -1,10 +1,11 @@
 """The asv suite's sizes (``ATTNBENCH_SUITE``: default, smoke, full, gpu) and what a size runs
-here: its settings, dtypes, kernels and preset workloads, decided without initialising a device
+here: its fields, dtypes, kernels and preset workloads, decided without initialising a device
 (docs/suite.md). ``asv/suite.py`` plans and measures the cases; ``asv/machine.py`` names the machine.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -14,6 +15,7 @@ from attnbench.core import presets
 from attnbench.core.workload import CUSTOM, PHASES, Workload
 from attnbench.hardware import detection
 from attnbench.hardware.dtypes import MACHINE_DTYPES
+from attnbench.measure.engine import Options
 
 # The default's two presets between them hold every mask and head structure of the catalogue.
 DEFAULT_PRESETS = ("llama-3.1-8b", "gemma-2-9b")
@@ -21,55 +23,107 @@ DEFAULT_PRESETS = ("llama-3.1-8b", "gemma-2-9b")
 GPU_HEADLINE_KERNELS = ("jax-cudnn", "torch-sdpa-cudnn", "torch-sdpa-flash", "torch-sdpa-efficient",
                         "torch-flex-attention", "jax-pallas-gpu-mha", "jax-pallas-mgpu-attention")
 ALL_PRESETS = tuple(presets.PRESETS)
-SUITES = {
+@dataclasses.dataclass(frozen=True)
+class SuiteSize:
+    """One suite size: what it measures and how long each case is timed. Every field a size leaves
+    out has the default below, read from here only."""
+
+    name: str
+    forward_seqs: tuple[int, ...]
+    training_seqs: tuple[int, ...]
+    dtypes: tuple[str, ...]  # on a CPU; an accelerator has its own (ACCELERATOR_DTYPES)
+    regime_steps: int
+    min_seconds: float  # the first timing window, extended by up to max_extra_seconds while noisy
+    max_extra_seconds: float
+    max_interpret_seq: int | None  # an interpreted kernel's longest length; None: no limit
+    regime_seqs: tuple[int, ...] | None  # the Forward lengths a regime stream runs at; None: every one
+    max_reference_seq: int | None = None  # the float64 reference's longest length
+    rounds: int = 1  # timing rounds of a static case, each in a later process (run/sweep.py)
+    round_seconds: float = 0.1
+    timer: str = "wall"
+    fresh_process: bool = True  # False: consecutive static cases share a worker
+    preset_fresh_process: bool | None = None  # a preset's static case; None: as fresh_process
+    static_first: bool = False  # measure static cases first, so they share workers
+    length_first: bool = False  # shorter lengths first, so a run cut by its deadline keeps them whole
+    first: tuple[dict, ...] = ()  # rules (a field: its values) whose cases go ahead of the rest
+    model_presets: tuple[str, ...] = ()
+    preset_size: str = "default"
+    model_phases: tuple[str, ...] = PHASES
+    preset_interpret: bool = True  # presets with interpreted kernels
+    preset_reference: bool = True  # presets with the float64 reference
+    preset_frameworks: tuple[str, ...] | None = None  # None: every framework
+    regime_presets: tuple[str, ...] | None = None  # presets (or preset:phase) with regime streams
+    preset_regimes: tuple[str, ...] | None = None  # None: every regime
+    preset_stream_left_out: tuple[str, ...] = ()  # kernels whose presets run the static stream only
+    regime_dtypes: tuple[str, ...] | None = None  # None: every dtype
+    kernels_for: str | None = None  # a size made for one kind of machine leaves out what cannot run there
+    frameworks: tuple[str, ...] | None = None  # None: every framework
+
+    def options(self, regime: str, *, trace_dir: str | None, compile_cache: str) -> Options:
+        """How a case of this size is measured."""
+        return Options(regime=regime, regime_steps=self.regime_steps, min_seconds=self.min_seconds,
+                       max_extra_seconds=self.max_extra_seconds, trace_dir=trace_dir,
+                       compile_cache=compile_cache, round_seconds=self.round_seconds, timer=self.timer)
+
+    def own_process(self, workload: Workload, regime: str) -> bool:
+        """Whether a case gets a worker of its own. A regime case always does: compile caches live per
+        process (torch_xla's cannot be cleared), so its compile count is honest only there. Static cases
+        may share one safely for timing, as jax and Inductor key their caches by shape."""
+        if regime != "static":
+            return True
+        if workload.name != CUSTOM and self.preset_fresh_process is not None:
+            return self.preset_fresh_process
+        return self.fresh_process
+
+
+SIZES = {size.name: size for size in (
     # max_interpret_seq: an interpreter's speed says nothing about any hardware (the compiled-for
     # tier's). fresh_process False + static_first: static cases share a worker (its start costs more
     # than most cases; shapes still compile cold); a regime case gets its own, so its compile count
     # is cold. max_extra_seconds: how long the first window may run on while its IQR exceeds 5%.
     # rounds: windows per static case, each in its own process; more short rounds beat longer
     # windows because noise between processes dominates (stats.py; results/LOG.md).
-    "default": {"forward_seqs": (256, 1024), "training_seqs": (512,), "dtypes": ("float32",),
-                "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 0.2,
-                "max_interpret_seq": 256, "max_reference_seq": 256, "regime_seqs": (1024,), "rounds": 4,
-                "round_seconds": 0.1, "model_presets": DEFAULT_PRESETS, "preset_size": "default",
-                "preset_interpret": False, "preset_reference": False, "fresh_process": False,
-                "static_first": True, "model_phases": ("prefill", "decode"),
-                "preset_frameworks": ("jax", "torch"),
-                # the presets' length streams (a preset, or preset:phase) and their regimes here:
-                # every preset has its static stream (pad to max), so every row has a production
-                # cost; exact lengths for Llama's prefill and decode and Gemma-2's windowed,
-                # soft-capped decode (buckets: full; the 2-core budget, results/LOG.md)
-                "regime_presets": ("llama-3.1-8b", "gemma-2-9b:decode"),
-                "preset_regimes": ("static", "dynamic"),
-                # FlexAttention compiles each new shape afresh (~7 s here: Forward's dynamic stream
-                # shows it), so exact lengths are its dearest way; its preset rows price pad-to-max
-                "preset_stream_left_out": ("torch-flex-attention",)},
-    "smoke": {"forward_seqs": (128, 256), "training_seqs": (128,), "dtypes": ("float32",),
-              "regime_steps": 3, "min_seconds": 0.05, "max_extra_seconds": 0.5,
-              "max_interpret_seq": 256, "max_reference_seq": None, "regime_seqs": None, "rounds": 2,
-              "round_seconds": 0.05, "model_presets": ("mistral-7b",), "model_phases": ("decode",),
-              "preset_size": "smoke", "preset_interpret": False,
-              "regime_presets": ()},  # the tests' quick run
-    "full": {"forward_seqs": (256, 512, 1024, 2048, 4096, 8192), "training_seqs": (512, 1024, 2048),
-             "dtypes": ("float32", "bfloat16"), "regime_steps": 12, "min_seconds": 0.5,
-             "max_extra_seconds": 3.0, "max_interpret_seq": None, "max_reference_seq": None,
-             "regime_seqs": None, "rounds": 9, "round_seconds": 0.2, "model_presets": ALL_PRESETS,
-             "preset_size": "real", "preset_interpret": True},
+    SuiteSize("default", forward_seqs=(256, 1024), training_seqs=(512,), dtypes=("float32",),
+              regime_steps=6, min_seconds=0.2, max_extra_seconds=0.2,
+              max_interpret_seq=256, max_reference_seq=256, regime_seqs=(1024,), rounds=4,
+              round_seconds=0.1, model_presets=DEFAULT_PRESETS, preset_size="default",
+              preset_interpret=False, preset_reference=False, fresh_process=False,
+              static_first=True, model_phases=("prefill", "decode"),
+              preset_frameworks=("jax", "torch"),
+              # the presets' length streams (a preset, or preset:phase) and their regimes here:
+              # every preset has its static stream (pad to max), so every row has a production
+              # cost; exact lengths for Llama's prefill and decode and Gemma-2's windowed,
+              # soft-capped decode (buckets: full; the 2-core budget, results/LOG.md)
+              regime_presets=("llama-3.1-8b", "gemma-2-9b:decode"),
+              preset_regimes=("static", "dynamic"),
+              # FlexAttention compiles each new shape afresh (~7 s here: Forward's dynamic stream
+              # shows it), so exact lengths are its dearest way; its preset rows price pad-to-max
+              preset_stream_left_out=("torch-flex-attention",)),
+    SuiteSize("smoke", forward_seqs=(128, 256), training_seqs=(128,), dtypes=("float32",),  # the tests'
+              regime_steps=3, min_seconds=0.05, max_extra_seconds=0.5,
+              max_interpret_seq=256, max_reference_seq=None, regime_seqs=None, rounds=2,
+              round_seconds=0.05, model_presets=("mistral-7b",), model_phases=("decode",),
+              preset_size="smoke", preset_interpret=False, regime_presets=()),
+    SuiteSize("full", forward_seqs=(256, 512, 1024, 2048, 4096, 8192), training_seqs=(512, 1024, 2048),
+              dtypes=("float32", "bfloat16"), regime_steps=12, min_seconds=0.5,
+              max_extra_seconds=3.0, max_interpret_seq=None, max_reference_seq=None,
+              regime_seqs=None, rounds=9, round_seconds=0.2, model_presets=ALL_PRESETS,
+              preset_size="real", preset_interpret=True),
     # One short GPU run (tools/device-run.sh): one window per case, as a dedicated GPU does not drift
     # between processes as a shared CPU does. The grid holds only kernels that can give a number on a
     # GPU (kernels_for, frameworks: the H200 image has no torch_xla); `first` puts the headline cases
     # ahead, then shortest lengths first, so a run cut by its deadline still answers the headline.
-    "gpu": {"forward_seqs": (1024, 4096, 16384), "training_seqs": (4096,), "dtypes": ("bfloat16", "float32"),
-            "regime_steps": 6, "min_seconds": 0.2, "max_extra_seconds": 0.3, "max_interpret_seq": 512,
-            "max_reference_seq": 1024, "regime_seqs": (4096,), "regime_dtypes": ("bfloat16",), "rounds": 1,
-            "round_seconds": 0.1, "timer": "device", "fresh_process": False, "length_first": True,
-            "model_presets": DEFAULT_PRESETS, "preset_size": "real", "preset_interpret": False,
-            "regime_presets": ("llama-3.1-8b",), "kernels_for": "gpu",
-            "frameworks": ("numpy", "jax", "torch"),
-            "first": ({"impl": GPU_HEADLINE_KERNELS, "name": (CUSTOM,), "seq_q": (4096, 16384),
-                       "dtype": ("bfloat16",), "mode": ("fwd",), "regime": ("static",)},
-                      {"name": ("llama-3.1-8b",), "phase": ("prefill", "decode")})},
-}
+    SuiteSize("gpu", forward_seqs=(1024, 4096, 16384), training_seqs=(4096,), dtypes=("bfloat16", "float32"),
+              regime_steps=6, min_seconds=0.2, max_extra_seconds=0.3, max_interpret_seq=512,
+              max_reference_seq=1024, regime_seqs=(4096,), regime_dtypes=("bfloat16",), rounds=1,
+              round_seconds=0.1, timer="device", fresh_process=False, length_first=True,
+              model_presets=DEFAULT_PRESETS, preset_size="real", preset_interpret=False,
+              regime_presets=("llama-3.1-8b",), kernels_for="gpu",
+              frameworks=("numpy", "jax", "torch"),
+              first=({"impl": GPU_HEADLINE_KERNELS, "name": (CUSTOM,), "seq_q": (4096, 16384),
+                      "dtype": ("bfloat16",), "mode": ("fwd",), "regime": ("static",)},
+                     {"name": ("llama-3.1-8b",), "phase": ("prefill", "decode")})),
+)}
 FORWARD = Workload(batch=1, q_heads=8, head_dim=64, seq_q=1024, causal=True, mode="fwd")
 TRAINING = FORWARD.replace(mode="fwd_bwd")
 # Whatever the size. GPU: FlashAttention-2 and cuDNN refuse float32, so bfloat16 too. TPU: XLA
@@ -107,12 +161,12 @@ def compile_cache() -> str:
     return os.environ.get("ATTNBENCH_COMPILE_CACHE", "cold")
 
 
-def suite_settings() -> dict:
-    """The chosen suite size's settings (``SUITES[suite_name()]``)."""
+def suite_size() -> SuiteSize:
+    """The chosen suite size (``SIZES[suite_name()]``)."""
     name = suite_name()
-    if name not in SUITES:
-        raise ValueError(f"{SUITE_ENV} must be one of {sorted(SUITES)}, got {name!r}")
-    return SUITES[name]
+    if name not in SIZES:
+        raise ValueError(f"{SUITE_ENV} must be one of {sorted(SIZES)}, got {name!r}")
+    return SIZES[name]
 
 
 def accelerator_kind() -> str:
@@ -130,14 +184,14 @@ def accelerator_kind() -> str:
     return attached.platform if attached else "cpu"
 
 
-def suite_dtypes(settings: dict | None = None, accelerator: str | None = None) -> tuple[str, ...]:
+def suite_dtypes(size: SuiteSize | None = None, accelerator: str | None = None) -> tuple[str, ...]:
     """The dtypes the suite runs here: the size's own on a CPU, ``ACCELERATOR_DTYPES`` on a GPU/TPU."""
-    settings = suite_settings() if settings is None else settings
+    size = suite_size() if size is None else size
     accelerator = accelerator_kind() if accelerator is None else accelerator
-    return tuple(ACCELERATOR_DTYPES.get(accelerator, settings["dtypes"]))
+    return tuple(ACCELERATOR_DTYPES.get(accelerator, size.dtypes))
 
 
-def impl_names(settings: dict | None = None) -> list[str]:
+def impl_names(size: SuiteSize | None = None) -> list[str]:
     """The kernels of the size's grid: every registered name (params must not differ between asv
     environments), or the ``ATTNBENCH_IMPLS`` subset, less ``left_out_kernels``."""
 
@@ -148,17 +202,17 @@ def impl_names(settings: dict | None = None) -> list[str]:
         for name in wanted:
             attention_impls.get(name)  # unknown names fail loudly
         names = [n for n in names if n in wanted]
-    left_out = left_out_kernels(settings)
+    left_out = left_out_kernels(size)
     return [n for n in names if n not in left_out]
 
 
-def left_out_kernels(settings: dict | None = None) -> dict[str, str]:
+def left_out_kernels(size: SuiteSize | None = None) -> dict[str, str]:
     """``{kernel: reason}`` of those a size made for one kind of machine (``kernels_for``) leaves out
     of its grid, from declarations only: a kernel that cannot give a number there (interpreted,
     unsupported) or whose framework the size does not run. asv starts no process for them; the sidecar
     keeps the reasons (``left_out``)."""
-    settings = suite_settings() if settings is None else settings
-    platform, frameworks = settings.get("kernels_for"), settings.get("frameworks")
+    size = suite_size() if size is None else size
+    platform, frameworks = size.kernels_for, size.frameworks
     if not platform:
         return {}
     out = {}
@@ -181,22 +235,22 @@ def this_env_frameworks() -> tuple[str, ...]:
     return ("numpy", "jax", "torch")
 
 
-def preset_impl_names(settings: dict | None = None) -> list[str]:
+def preset_impl_names(size: SuiteSize | None = None) -> list[str]:
     """The Models class's implementations: ``impl_names()`` less those this size leaves out of every
     preset, from declarations only, so both asv environments agree. A kernel that refuses one
     preset's mask stays in, n/a with its reason there."""
 
-    settings = suite_settings() if settings is None else settings
+    size = suite_size() if size is None else size
     platform = accelerator_kind()
-    frameworks = settings.get("preset_frameworks")
+    frameworks = size.preset_frameworks
 
     def kept(name: str) -> bool:
         impl = attention_impls.get(name)
         if frameworks and impl.framework not in frameworks + ("numpy",):
             return False
         if impl.framework == "numpy":
-            return settings.get("preset_reference", True)
-        return settings.get("preset_interpret", True) or impl.platform_support[platform].status == "runs"
+            return size.preset_reference
+        return size.preset_interpret or impl.platform_support[platform].status == "runs"
 
     return [name for name in impl_names() if kept(name)]
 
@@ -206,10 +260,10 @@ def case_length(workload: Workload) -> int | str:
     return workload.seq_q if workload.name == CUSTOM else f"{workload.name}:{workload.phase}"
 
 
-def preset_workloads(settings: dict | None = None, dtype: str = "float32") -> dict[tuple[str, str], Workload]:
+def preset_workloads(size: SuiteSize | None = None,
+                     dtype: str = "float32") -> dict[tuple[str, str], Workload]:
     """``{(preset, phase): Workload}`` the Models class measures at this suite size."""
-    settings = suite_settings() if settings is None else settings
-    size, phases = settings.get("preset_size", "default"), settings.get("model_phases", PHASES)
-    return {(name, phase): presets.workload(name, phase, size=size, dtype=dtype)
-            for name in settings.get("model_presets") or () for phase in presets.get(name).phases
-            if phase in phases}
+    size = suite_size() if size is None else size
+    return {(name, phase): presets.workload(name, phase, size=size.preset_size, dtype=dtype)
+            for name in size.model_presets for phase in presets.get(name).phases
+            if phase in size.model_phases}

@@ -21,56 +21,54 @@ from attnbench.asv import sidecar
 from attnbench.asv.machine import asv_context, machine_name, trace_dir
 from attnbench.asv.sizes import (
     SUITE_ENV,
+    SuiteSize,
     accelerator_kind,
     case_length,
     compile_cache,
     left_out_kernels,
     suite_dtypes,
     suite_name,
-    suite_settings,
+    suite_size,
     this_env_frameworks,
 )
-from attnbench.core import metrics, records, statuses
+from attnbench.core import metrics, records
 from attnbench.core.metrics import METRIC_VERSION, Metric  # noqa: F401  (the suite's names for them)
-from attnbench.core.workload import CUSTOM, PHASES, Workload
+from attnbench.core.workload import CUSTOM, Workload
 from attnbench.hardware.fingerprint import host_fingerprint
-from attnbench.measure.engine import Options
+from attnbench.measure.engine import Case, case_key, new_record
 from attnbench.measure.process_env import pin_threads
-from attnbench.run import case_cache, sweep
+from attnbench.run import case_cache, plan, sweep
 from attnbench.run.case_cache import CaseCache
 from attnbench.run.provenance import library_versions
-from attnbench.run.worker import Worker
 
 DEADLINE_ENV = "ATTNBENCH_DEADLINE"  # time.time() after which no case starts (tools/device-run.sh)
 CASE_TIMEOUT_S = 600.0
-CHECK_TIMEOUT_S = 600.0  # the spawned support check imports every framework and initialises its device
 
 
-def provenance_settings(settings: dict | None = None) -> dict:
+def provenance_settings(size: SuiteSize | None = None) -> dict:
     """The sidecar's settings: everything that changes what a number means. Flat and scalar, so each
     becomes a ``setting_<name>`` column and a change across a regression is named like a version."""
-    settings = suite_settings() if settings is None else settings
+    size = suite_size() if size is None else size
 
     def seqs(values):
         return ",".join(map(str, values))
 
+    def workers(fresh: bool) -> str:
+        return "one per case" if fresh else "shared by static cases"
+
+    preset_fresh = size.fresh_process if size.preset_fresh_process is None else size.preset_fresh_process
     return {"suite": suite_name(), "accelerator": accelerator_kind(), "compile_cache": compile_cache(),
-            "dtypes": seqs(suite_dtypes(settings)), "forward_seqs": seqs(settings["forward_seqs"]),
-            "training_seqs": seqs(settings["training_seqs"]), "regime_steps": settings["regime_steps"],
-            "model_presets": seqs(settings.get("model_presets") or ()) or "none",
-            "preset_size": settings.get("preset_size", "default"),
-            "model_phases": seqs(settings.get("model_phases", PHASES)),
-            "preset_workers": ("one per case" if settings.get("preset_fresh_process",
-                                                               settings.get("fresh_process", True))
-                               else "shared by static cases"),
-            "regime_seqs": seqs(settings["regime_seqs"]) if settings["regime_seqs"] else "every length",
-            "min_seconds": settings["min_seconds"], "max_extra_seconds": settings["max_extra_seconds"],
-            "max_interpret_seq": settings["max_interpret_seq"] or "no limit",
-            "max_reference_seq": settings.get("max_reference_seq") or "no limit",
-            "rounds": settings.get("rounds", 1), "round_seconds": settings.get("round_seconds"),
-            "timer": settings.get("timer", "wall"),
-            "regime_dtypes": seqs(settings.get("regime_dtypes") or ()) or "every dtype",
-            "workers": "one per case" if settings.get("fresh_process", True) else "shared by static cases",
+            "dtypes": seqs(suite_dtypes(size)), "forward_seqs": seqs(size.forward_seqs),
+            "training_seqs": seqs(size.training_seqs), "regime_steps": size.regime_steps,
+            "model_presets": seqs(size.model_presets) or "none", "preset_size": size.preset_size,
+            "model_phases": seqs(size.model_phases), "preset_workers": workers(preset_fresh),
+            "regime_seqs": seqs(size.regime_seqs) if size.regime_seqs else "every length",
+            "min_seconds": size.min_seconds, "max_extra_seconds": size.max_extra_seconds,
+            "max_interpret_seq": size.max_interpret_seq or "no limit",
+            "max_reference_seq": size.max_reference_seq or "no limit",
+            "rounds": size.rounds, "round_seconds": size.round_seconds, "timer": size.timer,
+            "regime_dtypes": seqs(size.regime_dtypes or ()) or "every dtype",
+            "workers": workers(size.fresh_process),
             "case_timeout_s": CASE_TIMEOUT_S, "impls": os.environ.get("ATTNBENCH_IMPLS") or "all",
             "threads": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
             # what the metrics mean (metrics.DEFINITION_CHANGES): absent in older sidecars = "1"
@@ -79,48 +77,59 @@ def provenance_settings(settings: dict | None = None) -> dict:
 
 def measure_suite(cases: list[tuple[str, Workload, str]], suite: str | None = None, *,
                   also: dict[str, list[tuple[str, Workload, str]]] | None = None,
-                  cache: CaseCache | None = None, measure_missing=None) -> dict:
-    """The records of a benchmark class's cases, each measured once; ``{case key: record}``.
+                  cache: CaseCache | None = None) -> dict:
+    """The records of a benchmark class's ``(impl, workload, regime)`` cases, each measured once;
+    ``{case key: record}``.
 
-    ``cache``: records it holds are not measured again. ``also``: ``{class: cases}`` of other
-    classes; with a cache, those it lacks join this sweep and reach their class through the cache
-    (without one nothing could hand them on, so they are left to their class).
+    ``cache``: records it holds are not measured again, and each case is filed there as it ends.
+    ``also``: ``{class: cases}`` of other classes; with a cache, those it lacks join this sweep and
+    reach their class through the cache (without one nothing could hand them on, so they are left to
+    their class). The sidecar names each case under its class.
     """
-    measure_missing = sweep_cases if measure_missing is None else measure_missing
     carried = carried_records()
-    if carried is not None:  # records measured on another machine, filed here: nothing is measured
-        keys = [case_key(*case) for case in cases]
-        return {key: carried[key] for key in keys if key in carried}
-    if cache is None:
-        return measure_missing(cases, suite=suite)
     keys = [case_key(*case) for case in cases]
-    done = cache.load(keys)
-    missing = [case for case, key in zip(cases, keys, strict=True) if key not in done]
-    others = {}
-    for other_suite, other_cases in (also or {}).items():
-        other_keys = [case_key(*case) for case in other_cases]
-        have = cache.load(other_keys)
-        lacking = [case for case, key in zip(other_cases, other_keys, strict=True) if key not in have]
-        if lacking:
-            others[other_suite] = lacking
-    if missing or others:
-        together = "".join(f", with {len(c)} {s} cases" for s, c in others.items())
+    if carried is not None:  # records measured on another machine, filed here: nothing is measured
+        return {key: carried[key] for key in keys if key in carried}
+    cached = cache is not None
+    done = cache.load(keys) if cached else {}
+    groups = {suite: [case for case, key in zip(cases, keys, strict=True) if key not in done]}
+    if cached:
+        groups.update(not_cached(cache, also or {}))
+    every = list({case_key(*case): case for group in groups.values() for case in group}.values())
+    if cached and every:
+        together = "".join(f", with {len(c)} {s} cases" for s, c in groups.items() if s != suite)
         print(f"attnbench: case cache {cache.folder}: {len(done)} of {len(cases)} {suite or ''} cases "
-              f"already measured, measuring {len(missing)}{together}", file=sys.stderr)
-        written = set()
-
-        def persist(key, record):  # as each case ends, before the next one starts
-            cache.put(key, record)
-            written.add(key)
-
-        measured = measure_missing(missing, suite=suite, on_record=persist, also=others)
-        for key, record in measured.items():  # the cases decided without a worker too
-            if key not in written:
+              f"already measured, measuring {len(groups[suite])}{together}", file=sys.stderr)
+    if every:
+        size, threads = suite_size(), len(os.sched_getaffinity(0))
+        pin_threads(threads)
+        measured, planned = plan_cases(every, size)
+        with sweep.run_probe_dir():  # the run's CPU GEMM probe, kept until the sidecar's fingerprint reads it
+            records = sweep.measure_cases(
+                planned, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False, rounds=size.rounds,
+                deadline=deadline(),
+                on_record=(lambda i, record: cache.put(planned[i].key, record)) if cached else None)
+            measured.update((case.key, record) for case, record in zip(planned, records, strict=True))
+            write_sidecar(groups, measured, size)
+        if cached:  # the cases decided without a worker too
+            for key, record in measured.items():
                 cache.put(key, record)
         done.update((key, measured[key]) for key in keys if key in measured)
-    if done and len(missing) < len(cases):  # the sidecar names every case, also those measured earlier
+    if cached and done and len(groups[suite]) < len(cases):  # the sidecar names every case, also earlier ones
         write_sidecar({suite: cases}, done)
     return {key: done[key] for key in keys if key in done}
+
+
+def not_cached(cache: CaseCache, classes: dict[str, list[tuple[str, Workload, str]]]) -> dict:
+    """``{class: cases}`` of ``classes``' cases the cache does not hold yet."""
+    out = {}
+    for name, cases in classes.items():
+        keys = [case_key(*case) for case in cases]
+        have = cache.load(keys)
+        lacking = [case for case, key in zip(cases, keys, strict=True) if key not in have]
+        if lacking:
+            out[name] = lacking
+    return out
 
 
 CARRIED_ENV = "ATTNBENCH_CARRIED"  # a folder of case records measured elsewhere (attnbench/asv/carried.py)
@@ -142,74 +151,29 @@ def run_case_cache() -> CaseCache | None:
     return case_cache.from_env(provenance_settings(), context) if context else None
 
 
-def sweep_cases(cases: list[tuple[str, Workload, str]], suite: str | None = None, on_record=None,
-                also: dict[str, list[tuple[str, Workload, str]]] | None = None) -> dict:
-    """Measure each (impl, workload, regime) in one sweep, with ``also``'s other classes' cases;
-    returns {case key: record}. ``on_record(key, record)``: as each case ends.
-    """
-    groups = {suite: list(cases), **(also or {})}
-    every = list({case_key(*case): case for group in groups.values() for case in group}.values())
-    threads = len(os.sched_getaffinity(0))
-    pin_threads(threads)
-    settings = suite_settings()
-    out, to_run = plan_cases(every, settings)
-    to_run = run_order(to_run, settings)
-    traces = trace_dir()
-
-    def options_for(regime):
-        return Options(regime=regime, regime_steps=settings["regime_steps"],
-                       min_seconds=settings["min_seconds"],
-                       max_extra_seconds=settings["max_extra_seconds"], trace_dir=traces,
-                       compile_cache=compile_cache(), round_seconds=settings.get("round_seconds", 0.1),
-                       timer=settings.get("timer", "wall"), support_checked=True)
-
-    def measured(i, record):
-        on_record(case_key(*to_run[i]), record)
-
-    with sweep.run_probe_dir():  # the run's CPU GEMM probe, kept until the sidecar's fingerprint reads it
-        rows = sweep.run_sweep(to_run, options_for, timeout_s=CASE_TIMEOUT_S, threads=threads,
-                               progress=False, on_record=measured if on_record else None,
-                               rounds=settings.get("rounds", 1), fresh_process=fresh_process_of(settings),
-                               deadline=deadline())
-        for (name, workload, regime), row in zip(to_run, rows, strict=True):
-            out[case_key(name, workload, regime)] = row
-        write_sidecar(groups, out, settings)
-    return out
-
-
-def run_order(cases: list, settings: dict) -> list:
+def run_order(cases: list[Case], size: SuiteSize) -> list[Case]:
     """The order a sweep measures its cases in (stable): the cases ``first``'s rules match, in rule
     order; then ``length_first`` so a run cut by its deadline keeps its shorter lengths whole;
     ``static_first`` so consecutive static cases share one worker."""
-    rules = settings.get("first") or ()
+    rules = size.first
 
-    def rank(case) -> int:
+    def rank(case: Case) -> int:
         return next((i for i, rule in enumerate(rules) if matches(rule, case)), len(rules))
 
-    if settings.get("length_first"):
-        return sorted(cases, key=lambda case: (rank(case), case[1].seq_q, case[1].mode, case[2] != "static"))
-    if settings.get("static_first"):
-        return sorted(cases, key=lambda case: (rank(case), case[2] != "static"))
+    if size.length_first:
+        return sorted(cases, key=lambda case: (rank(case), case.workload.seq_q, case.workload.mode,
+                                               case.regime != "static"))
+    if size.static_first:
+        return sorted(cases, key=lambda case: (rank(case), case.regime != "static"))
     return sorted(cases, key=rank)
 
 
-def matches(rule: dict, case) -> bool:
-    """Whether ``(impl, workload, regime)`` has one of the rule's values in every field it names
-    (``impl``, ``regime``, or a ``Workload`` field)."""
-    impl, workload, regime = case
-    fields = {"impl": impl, "regime": regime}
-    return all((fields[f] if f in fields else getattr(workload, f)) in allowed for f, allowed in rule.items())
-
-
-def fresh_process_of(settings: dict):
-    """Whether a case gets a worker of its own (``fresh_process``; ``preset_fresh_process`` for a
-    preset's case). Sharing is safe for timing: jax and Inductor key their caches by shape, so each
-    case still compiles cold."""
-    fresh = settings.get("fresh_process", True)
-    preset = settings.get("preset_fresh_process", fresh)
-    if preset == fresh:
-        return fresh
-    return lambda case: preset if case[1].name != CUSTOM else fresh
+def matches(rule: dict, case: Case) -> bool:
+    """Whether a case has one of the rule's values in every field it names (``impl``, ``regime``,
+    or a ``Workload`` field)."""
+    fields = {"impl": case.impl, "regime": case.regime}
+    return all((fields[f] if f in fields else getattr(case.workload, f)) in allowed
+               for f, allowed in rule.items())
 
 
 def deadline() -> float | None:
@@ -223,90 +187,55 @@ def deadline() -> float | None:
         raise ValueError(f"{DEADLINE_ENV} must be seconds since the epoch (date +%s), got {raw!r}") from None
 
 
-def plan_cases(cases: list[tuple[str, Workload, str]], settings: dict | None = None,
-               check=None) -> tuple[dict, list]:
-    """``({case key: record} of the cases that need no worker, [cases to measure])``.
+def plan_cases(cases: list[tuple[str, Workload, str]], size: SuiteSize) -> tuple[dict, list[Case]]:
+    """``({case key: record} of the cases not measured here, [the others as ``Case`` values, in
+    run order])``.
 
-    Support is answered by ``check`` (default ``check_in_subprocess``, gone before any measuring
-    worker starts), so this process initialises no device. A failed check makes ``error`` records.
+    Support is asked of one spawned worker (``check_cases``), gone before any measuring worker
+    starts, so this process initialises no device. A failed check makes ``error`` records.
     """
-
-    settings = suite_settings() if settings is None else settings
-    check = check_in_subprocess if check is None else check
+    traces, cache_mode = trace_dir(), compile_cache()
     out, pending = {}, []
     for name, workload, regime in cases:
-        impl = attention_impls.get(name)
-        if impl.framework not in this_env_frameworks():
-            out[case_key(name, workload, regime)] = _record(
-                name, workload, regime, records.UNSUPPORTED,
-                f"{impl.framework} is measured in the other asv environment")
-            continue
-        pending.append((name, workload, regime))
-    answers = check(pending, settings) if pending else []
-    if isinstance(answers, BaseException):
-        answers = [{"error": f"the support check failed: {type(answers).__name__}: {answers}"}] * len(pending)
-    to_run = []
-    for (name, workload, regime), answer in zip(pending, answers, strict=True):
-        key = case_key(name, workload, regime)
-        if answer.get("error"):
-            out[key] = _record(name, workload, regime, records.ERROR, answer["error"])
-        elif answer.get("reason"):
-            out[key] = _record(name, workload, regime, records.UNSUPPORTED, answer["reason"],
-                               platform=answer.get("platform"))
+        case = Case(name, workload, size.options(regime, trace_dir=traces, compile_cache=cache_mode),
+                    own_process=size.own_process(workload, regime))
+        framework = attention_impls.get(name).framework
+        if framework in this_env_frameworks():
+            pending.append(case)
         else:
-            to_run.append((name, workload, regime))
-    return out, to_run
+            out[case.key] = new_record(workload, case.options, impl=name, framework=framework,
+                                       status=records.UNSUPPORTED,
+                                       reason=f"{framework} is measured in the other asv environment")
+    answers = plan.ask_in_worker(check_cases, pending, size) if pending else []
+    admitted = []
+    for case, answer in zip(pending, answers, strict=True):
+        record = plan.refused(case, answer)
+        if record is None:
+            admitted.append(case)
+        else:
+            out[case.key] = record
+    return out, run_order(admitted, size)
 
 
-def _record(name, workload, regime, status, reason, **fields) -> dict:
-    record = records.empty_record()
-    record.update(impl=name, regime=regime, seq_q=workload.seq_q, dtype=workload.dtype, mode=workload.mode,
-                  status=status, reason=reason, **fields)
-    return record
-
-
-def check_cases(cases: list[tuple[str, Workload, str]], settings: dict) -> list[dict]:
-    """Per case: ``reason`` it is not measured here, and the ``platform``, ``label`` and ``execution``
-    it would run with. Initialises devices: run it in its own process (``check_in_subprocess``)."""
-
+def check_cases(cases: list[Case], size: SuiteSize) -> list[dict]:
+    """Per case, ``run.plan.support``'s answer, with the suite's own reasons a case is not measured
+    here (``off_machine``, ``outside_suite``). Initialises devices: ``plan_cases`` runs it in a
+    spawned worker."""
     machine, machine_platform = machine_name(), accelerator_kind()
     answers = []
-    for name, workload, regime in cases:
-        impl = attention_impls.get(name)
-        try:
-            reason = impl.check(workload)
-            answer = {"reason": reason}
-            if not impl.framework_missing():
-                platform = impl.platform()
-                answer.update(platform=platform, label=impl.label(platform),
-                              execution=impl.execution(platform))
-                reason = reason or off_machine(impl, platform, machine, machine_platform)
-                answer["reason"] = reason
-            if not reason:
-                answer["reason"] = outside_suite(impl, workload, regime, settings)
-        except Exception as exc:  # a framework that cannot even say where it runs
-            answer = {"error": f"support check of {name} failed: {type(exc).__name__}: {exc}"[:2000]}
+    for case in cases:
+        answer = plan.support(case)
+        if not answer.get("error") and not answer.get("reason"):
+            impl, platform = attention_impls.get(case.impl), answer.get("platform")
+            try:
+                answer["reason"] = (
+                    (off_machine(impl, platform, machine, machine_platform) if platform else None)
+                    or outside_suite(impl, case.workload, case.regime, size,
+                                     interpreted=answer["execution"] == "interpret" if platform else None))
+            except Exception as exc:  # a framework that cannot say where it runs
+                answer = {"error": f"support check of {case.impl} failed: {type(exc).__name__}: {exc}"[:2000]}
         answers.append(answer)
     return answers
-
-
-def _check_task(cases, settings):
-    try:
-        return check_cases(cases, settings)
-    except Exception as exc:
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
-
-
-def check_in_subprocess(cases, settings, timeout_s: float = CHECK_TIMEOUT_S):
-    """``check_cases`` in one spawned worker, which exits (releasing any device it initialised)
-    before this returns; an exception (returned, not raised) when it gave no answer."""
-    with Worker(_check_task) as worker:
-        answer, failure = worker.call((cases, settings), timeout_s)
-    if failure is None:
-        return answer
-    if failure.status == statuses.TIMEOUT:
-        return TimeoutError(f"no answer within {timeout_s:g} s")
-    return RuntimeError(f"the check process died: {failure.reason}")
 
 
 def off_machine(impl, platform: str, machine: str, machine_platform: str) -> str | None:
@@ -318,53 +247,48 @@ def off_machine(impl, platform: str, machine: str, machine_platform: str) -> str
     return None
 
 
-def outside_suite(impl, workload: Workload, regime: str, settings: dict,
+def outside_suite(impl, workload: Workload, regime: str, size: SuiteSize,
                   interpreted: bool | None = None) -> str | None:
     """Why the suite size leaves out a case the implementation could run (n/a with this reason).
 
     Without ``interpreted`` it asks ``impl``'s platform: then never call it in the asv process.
     """
-    limit, regime_seqs = settings["max_interpret_seq"], settings["regime_seqs"]
+    limit, regime_seqs, preset = size.max_interpret_seq, size.regime_seqs, workload.name != CUSTOM
     if interpreted is None:
         interpreted = impl.execution(impl.platform()) == "interpret"
-    if workload.name != CUSTOM and interpreted and not settings.get("preset_interpret", True):
+    if preset and interpreted and not size.preset_interpret:
         return (f"runs only in an interpreter here; the {suite_name()} suite measures model presets with "
                 f"kernels that run natively ({SUITE_ENV}=full runs it)")
     if limit and workload.seq_q > limit and interpreted:
         return (f"runs only in an interpreter here; the {suite_name()} suite stops interpreted "
                 f"kernels at {limit} tokens ({SUITE_ENV}=full runs it)")
-    if workload.name != CUSTOM and impl.framework == "numpy" and not settings.get("preset_reference", True):
+    if preset and impl.framework == "numpy" and not size.preset_reference:
         return (f"the float64 reference is the yardstick for correctness, not a contender; the "
                 f"{suite_name()} suite times it on the B1 H8 D64 workload only ({SUITE_ENV}=full runs it)")
-    reference_limit = settings.get("max_reference_seq")
+    reference_limit = size.max_reference_seq
     if reference_limit and workload.seq_q > reference_limit and impl.framework == "numpy":
         return (f"the float64 reference is the yardstick for correctness, not a contender; the "
                 f"{suite_name()} suite times it up to {reference_limit} tokens ({SUITE_ENV}=full runs it)")
-    regime_presets, preset_regimes = settings.get("regime_presets"), settings.get("preset_regimes")
-    if regime != "static" and workload.name != CUSTOM and regime_presets is not None \
+    regime_presets, preset_regimes = size.regime_presets, size.preset_regimes
+    if regime != "static" and preset and regime_presets is not None \
             and not {workload.name, f"{workload.name}:{workload.phase}"} & set(regime_presets):
         return (f"the {suite_name()} suite runs the {regime} regime of {', '.join(regime_presets) or 'no'} "
                 f"preset only ({SUITE_ENV}=full runs every one)")
-    if workload.name != CUSTOM and preset_regimes and regime not in preset_regimes:
+    if preset and preset_regimes and regime not in preset_regimes:
         return (f"the {suite_name()} suite runs the presets' {' and '.join(preset_regimes)} regimes only "
                 f"({SUITE_ENV}=full runs every one)")
-    stream_left_out = settings.get("preset_stream_left_out", ())
-    if regime != "static" and workload.name != CUSTOM and impl.name in stream_left_out:
+    if regime != "static" and preset and impl.name in size.preset_stream_left_out:
         return (f"the {suite_name()} suite prices {impl.name}'s preset rows from their static stream: it "
                 f"compiles each new shape afresh, as the Forward class's {regime} stream measures "
                 f"({SUITE_ENV}=full runs it)")
-    if regime != "static" and regime_seqs and workload.name == CUSTOM and workload.seq_q not in regime_seqs:
+    if regime != "static" and regime_seqs and not preset and workload.seq_q not in regime_seqs:
         return (f"the {suite_name()} suite runs the {regime} regime at "
                 f"{', '.join(map(str, regime_seqs))} tokens only ({SUITE_ENV}=full runs every length)")
-    regime_dtypes = settings.get("regime_dtypes")
+    regime_dtypes = size.regime_dtypes
     if regime != "static" and regime_dtypes and workload.dtype not in regime_dtypes:
         return (f"the {suite_name()} suite runs the {regime} regime in {', '.join(regime_dtypes)} only "
                 f"({SUITE_ENV}=full runs every dtype)")
     return None
-
-
-def case_key(name: str, workload: Workload, regime: str) -> str:
-    return f"{name}|{workload.describe()}|{regime}"
 
 
 # -- metrics --------------------------------------------------------------------------------------
@@ -390,7 +314,7 @@ def record_for(cache: dict, key: str) -> dict:
 
 
 def write_sidecar(groups: dict[str | None, list[tuple[str, Workload, str]]], measured: dict,
-                  settings: dict | None = None) -> str | None:
+                  size: SuiteSize | None = None) -> str | None:
     """Write this environment and commit's sidecar, each case of ``groups`` (``{class: cases}``)
     filed under its class; returns its path, ``None`` outside asv."""
 
@@ -406,6 +330,6 @@ def write_sidecar(groups: dict[str | None, list[tuple[str, Workload, str]]], mea
                     sidecar.case_entry(record)
     versions = {k.removeprefix("version_"): v for k, v in library_versions().items() if v}
     return sidecar.write(ctx["results_dir"], ctx["machine"], ctx["commit"], ctx["env"], versions=versions,
-                         settings=provenance_settings(settings), cases=entries,
+                         settings=provenance_settings(size), cases=entries,
                          host=host_fingerprint(os.environ.get(hardware.PROBE_DIR_ENV)),
-                         left_out=left_out_kernels(settings))
+                         left_out=left_out_kernels(size))

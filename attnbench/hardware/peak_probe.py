@@ -43,7 +43,7 @@ class GemmProbe:
 
 
 _PROBE_CACHE: dict[tuple, GemmProbe] = {}
-# Shared by one run's worker processes (``run_sweep`` sets it): one probe, so one peak, per run.
+# Shared by one run's worker processes (``sweep.measure_cases`` sets it): one probe, so one peak, per run.
 PROBE_DIR_ENV = "ATTNBENCH_PROBE_DIR"
 
 

@@ -59,13 +59,44 @@ class Options:
     compile_cache: str = "cold"  # cold | warm: see attnbench/measure/compiler_caches.py
     timer: str = "wall"  # wall | cuda-events (torch on CUDA: events around each call, L2 flushed)
     contention_retries: int = 2  # re-time a window other processes shared, at most this often
-    timing_only: bool = False  # a later timing round of a static case (``pool_rounds``)
+    later_round: bool = False  # a later timing round of a static case: its step timed, nothing else
     # Short and never extended: rounds, not longer windows, average out noise between processes.
     round_seconds: float = 0.1
-    support_checked: bool = False  # the caller already asked ``impl.check`` (the asv suite's plan)
 
     def __post_init__(self):
         check_compile_cache(self.compile_cache)
+
+
+def case_key(impl: str, workload: Workload, regime: str) -> str:
+    """A case's name in caches, sidecars and resumed sweeps."""
+    return f"{impl}|{workload.describe()}|{regime}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One case as it crosses to the worker: the kernel (a registered name, or ``"module:Class"``),
+    the workload, how to measure it (``options``, with its regime) and whether it needs a worker of
+    its own. A case is one only once its kernel accepted the workload here (``run/plan.py``)."""
+
+    impl: str
+    workload: Workload
+    options: Options = Options()
+    own_process: bool = True
+
+    @property
+    def regime(self) -> str:
+        return self.options.regime
+
+    @property
+    def key(self) -> str:
+        return case_key(self.impl, self.workload, self.regime)
+
+    def later_round(self) -> Case:
+        """The same case as a later timing round: the steady step only, in a short window never
+        extended, its compiles warm (jax's persistent cache of the sweep's rounds), no traces."""
+        options = dataclasses.replace(self.options, later_round=True, compile_cache="warm", trace_dir=None,
+                                      min_seconds=self.options.round_seconds, max_extra_seconds=0.0)
+        return dataclasses.replace(self, options=options, own_process=False)
 
 
 def new_record(workload: Workload, options: Options, **fields) -> dict:
@@ -94,24 +125,22 @@ def classify_exception(exc: BaseException) -> str:
     return records.OOM if any(m in text for m in OOM_MARKERS) else records.ERROR
 
 
-def measure_case(impl_spec, workload: Workload, options: Options = Options()) -> dict:
-    """One record for one case; never raises for a failing case."""
+def measure_case(case: Case) -> dict:
+    """The record of one case the plan admitted (its kernel's ``check`` is not asked again);
+    never raises for a failing case."""
+    workload, options = case.workload, case.options
     record = new_record(workload, options)
     try:
-        impl = resolve_impl(impl_spec)
+        impl = resolve_impl(case.impl)
     except Exception as exc:  # unknown name, bad plugin path
-        record.update(impl=str(impl_spec), status=records.ERROR, reason=f"{type(exc).__name__}: {exc}")
+        record.update(impl=str(case.impl), status=records.ERROR, reason=f"{type(exc).__name__}: {exc}")
         return record
     record.update(impl=impl.name, framework=impl.framework, gqa=impl.gqa_mode(workload))
-    reason = None if options.support_checked else impl.check(workload)
-    if reason:
-        record.update(status=records.UNSUPPORTED, reason=reason)
-        return record
-    platform = impl.platform()
-    record.update(platform=platform, label=impl.label(platform), execution=impl.execution(platform))
     try:
+        platform = impl.platform()
+        record.update(platform=platform, label=impl.label(platform), execution=impl.execution(platform))
         with compiler_caches(options.compile_cache):
-            (_timing_round if options.timing_only else _every_metric)(impl, workload, options, record)
+            (_later_round if options.later_round else _every_metric)(impl, workload, options, record)
     except Unsupported as exc:  # e.g. a length of the dynamic stream the kernel cannot take
         record.update(status=records.UNSUPPORTED, reason=exc.reason)
     except Exception as exc:
@@ -171,7 +200,7 @@ def time_static(impl, step, options: Options, record: dict) -> None:
                   **monitor.result.columns())
 
 
-def _timing_round(impl, workload: Workload, options: Options, record: dict) -> None:
+def _later_round(impl, workload: Workload, options: Options, record: dict) -> None:
     """A later timing round of a static case: its step timed, nothing else (see ``pool_rounds``)."""
     step = impl.make_step(workload, seed=options.seed)
     record["execution"] = step.execution

@@ -27,15 +27,22 @@ CASE_TIMEOUT_S = 600.0
 def time_case(impl: str, workload_fields: dict, min_seconds: float) -> dict:
     """In a revision's worker: one static case timed by that revision's engine, no numerics.
 
-    Uses only the engine API every revision has, so older revisions (flat modules) compare too."""
+    Older revisions take the case as ``measure_case(impl, workload, options)`` and check support in
+    the engine (some in flat modules); newer ones take a ``Case`` whose kernel the caller asked."""
     try:
         from attnbench.core.workload import Workload
-        from attnbench.measure.engine import Options, measure_case
+        from attnbench.measure import engine
     except ImportError:
-        from attnbench.engine import Options, measure_case
+        from attnbench import engine
         from attnbench.workload import Workload
-    options = Options(regime="static", min_seconds=min_seconds, numerics=False)
-    record = measure_case(impl, Workload(**workload_fields), options)
+    options = engine.Options(regime="static", min_seconds=min_seconds, numerics=False)
+    workload = Workload(**workload_fields)
+    if hasattr(engine, "Case"):
+        from attnbench.run.plan import measure_here
+
+        record = measure_here(engine.Case(impl, workload, options))
+    else:
+        record = engine.measure_case(impl, workload, options)
     return {**{k: record.get(k) for k in ("status", "reason", "seconds_per_step")}, "pid": os.getpid()}
 
 

@@ -15,6 +15,7 @@ import json
 import os
 
 from attnbench.core.atomic import atomic_write_text
+from attnbench.measure.engine import Case
 from attnbench.run import sweep
 
 # Imported where used: pandas (the torch_xla venv has no report libraries).
@@ -67,14 +68,14 @@ def check_args(out_dir: str, args, resuming: bool = True) -> None:
         atomic_write_text(path, json.dumps(mine, indent=1, sort_keys=True))
 
 
-def plan(path: str, cases: list) -> tuple[list[dict], list]:
+def split(path: str, cases: list[Case]) -> tuple[list[dict], list[Case]]:
     """``(rows already in the table at path, cases missing from it)``; a table with a row for a case
     that is not planned now keeps it too."""
     if not os.path.exists(path):
         return [], list(cases)
     rows = read_done(path)
     done = {row_identity(row) for row in rows}
-    return rows, [c for c in cases if case_identity(*c) not in done]
+    return rows, [c for c in cases if case_identity(c.impl, c.workload, c.regime) not in done]
 
 
 def write_resumed(kept: list[dict], new_rows: list[dict], path: str, metadata: dict) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import dataclasses
 import io
 import os
 import sys
@@ -15,39 +14,50 @@ import attention_impls
 from attnbench import hardware
 from attnbench.core import records
 from attnbench.core.atomic import atomic_write_bytes, atomic_write_text
-from attnbench.measure.engine import Options, measure_case, new_record, pool_rounds
+from attnbench.measure.engine import Case, Options, measure_case, new_record, pool_rounds
 from attnbench.measure.process_env import scoped_environ
+from attnbench.run.plan import plan
 from attnbench.run.worker import Worker
 
 # Imported where used: pandas (the torch_xla venv has no report libraries); tqdm (not in every venv).
 
 
-def run_sweep(cases, options_for, *, isolate: bool = True, timeout_s: float = 300.0,
-              memory_cap_bytes: int | None = None, threads: int | None = None, progress: bool = True,
-              fresh_process: bool = True, on_record=None, rounds: int = 1, deadline: float | None = None):
-    """Measure each (impl, workload, regime) case; one failing case never stops the sweep.
+def measure_cases(cases: list[Case], *, isolate: bool = True, timeout_s: float = 300.0,
+                  memory_cap_bytes: int | None = None, threads: int | None = None, progress: bool = True,
+                  on_record=None, rounds: int = 1, deadline: float | None = None) -> list[dict]:
+    """The record of each case (a ``Case`` the plan admitted), in order; one failing case never
+    stops the sweep.
 
-    ``on_record(i, record)``: as ``cases[i]`` ends, and again with its pooled record.
+    Each case runs in a killable worker (``isolate``); a case with ``own_process`` gets a fresh one,
+    so no earlier case's compiles or caches are in it. ``on_record(i, record)``: as ``cases[i]``
+    ends, and again with its pooled record.
 
-    ``rounds`` > 1: each ``timed_in_rounds`` case is timed again in ``rounds - 1`` short rounds spread
-    over the run (plus up to ``EXTRA_ROUNDS_FOR_CONTENTION`` for contended ones) and its record pooled
-    (``engine.pool_rounds``), so a burst of outside load hits one round, not the figure.
-
-    ``fresh_process`` (or a callable per case): a new worker per case. Compile caches live per process
-    (torch_xla's cannot be cleared), so a regime case always gets its own, for an honest compile count.
+    ``rounds`` > 1: each ``timed_in_rounds`` case is timed again in ``rounds - 1`` short later rounds
+    spread over the run (plus up to ``EXTRA_ROUNDS_FOR_CONTENTION`` for contended ones) and its record
+    pooled (``engine.pool_rounds``), so a burst of outside load hits one round, not the figure.
 
     ``deadline`` (``time.time()`` seconds): no case starts or runs past it; those left are recorded
     ``unsupported`` (asv: n/a), so a run out of time stops cleanly.
     """
+    pass_args = {"isolate": isolate, "timeout_s": timeout_s, "memory_cap_bytes": memory_cap_bytes,
+                 "threads": threads, "progress": progress, "deadline": deadline}
     with run_probe_dir():
-        rows = _run_cases(cases, options_for, isolate=isolate, timeout_s=timeout_s,
-                          memory_cap_bytes=memory_cap_bytes, threads=threads, progress=progress,
-                          fresh_process=fresh_process, on_record=on_record, deadline=deadline)
-        if rounds > 1:
-            rows = _timing_rounds(cases, rows, options_for, rounds, isolate=isolate, timeout_s=timeout_s,
-                                  memory_cap_bytes=memory_cap_bytes, threads=threads, progress=progress,
-                                  on_record=on_record, deadline=deadline)
-        return rows
+        records = _measure_pass(cases, on_record=on_record, **pass_args)
+        timed = [i for i, (case, record) in enumerate(zip(cases, records, strict=True))
+                 if timed_in_rounds(case, record)]
+        if rounds < 2 or not timed:
+            return records
+        later: dict[int, list[dict]] = {i: [] for i in timed}  # pool_rounds uses the rounds that measured ok
+        with round_compile_cache():
+            for order in _round_orders(timed, rounds, records, later):
+                out = _measure_pass([cases[i].later_round() for i in order], on_record=None, **pass_args)
+                for i, record in zip(order, out, strict=True):
+                    later[i].append(record)
+    for i in timed:  # the pooled record replaces the first round's
+        records[i] = pool_rounds(records[i], later[i])
+        if on_record:
+            on_record(i, records[i])
+    return records
 
 
 @contextlib.contextmanager
@@ -64,12 +74,24 @@ def run_probe_dir():
 EXTRA_ROUNDS_FOR_CONTENTION = 2
 
 
-def timed_in_rounds(case, row: dict) -> bool:
+def timed_in_rounds(case: Case, record: dict) -> bool:
     """Whether a case gets later timing rounds: static, ok, and not interpreted (an interpreter's
     speed decides nothing, and rounds would pay its slow trace again)."""
-    _, _, regime = case
-    return (regime == "static" and row.get("status") == records.OK and bool(row.get("timing_samples_s"))
-            and row.get("execution") != "interpret")
+    return (case.regime == "static" and record.get("status") == records.OK
+            and bool(record.get("timing_samples_s")) and record.get("execution") != "interpret")
+
+
+def _round_orders(timed: list[int], rounds: int, first: list[dict], later: dict[int, list[dict]]):
+    """The cases of each later round, in order: every other round backwards, so no case is always
+    timed at the same moment; then up to ``EXTRA_ROUNDS_FOR_CONTENTION`` rounds of the cases
+    contended in every round so far (read from ``later`` as the rounds fill it)."""
+    for r in range(rounds - 1):
+        yield timed if r % 2 else timed[::-1]
+    for _ in range(EXTRA_ROUNDS_FOR_CONTENTION):
+        again = [i for i in timed if all(r.get("contended") for r in [first[i]] + later[i])]
+        if not again:
+            return
+        yield again
 
 
 @contextlib.contextmanager
@@ -82,66 +104,37 @@ def round_compile_cache():
         yield folder
 
 
-def _timing_rounds(cases, rows, options_for, rounds, *, on_record, progress, **sweep_kwargs):
-    """Later timing rounds of the static cases that measured ok; returns the pooled rows."""
-    timed = [i for i, (case, row) in enumerate(zip(cases, rows, strict=True)) if timed_in_rounds(case, row)]
-    later: dict[int, list[dict]] = {i: [] for i in timed}
-
-    def round_options(regime):
-        options = options_for(regime)
-        return dataclasses.replace(options, timing_only=True, compile_cache="warm", trace_dir=None,
-                                   min_seconds=options.round_seconds, max_extra_seconds=0.0)
-
-    def one_round(indices):
-        out = _run_cases([cases[i] for i in indices], round_options, fresh_process=False, on_record=None,
-                         progress=progress, **sweep_kwargs)
-        for i, row in zip(indices, out, strict=True):
-            later[i].append(row)  # pool_rounds uses the rounds that measured ok
-
-    with round_compile_cache():
-        for r in range(rounds - 1):  # every other round backwards: no case always at the same moment
-            one_round(timed if r % 2 else timed[::-1])
-        for _ in range(EXTRA_ROUNDS_FOR_CONTENTION):  # bounded re-measurement of contended cases
-            again = [i for i in timed if all(r.get("contended") for r in [rows[i]] + later[i])]
-            if not again:
-                break
-            one_round(again)
-    rows = list(rows)
-    for i in timed:
-        rows[i] = pool_rounds(rows[i], later[i])
-        if on_record:  # the pooled record replaces the first round's
-            on_record(i, rows[i])
-    return rows
-
-
 OUT_OF_TIME = "not measured: the run's time budget ran out before this case (ATTNBENCH_DEADLINE)"
 
 
-def _run_cases(cases, options_for, *, isolate, timeout_s, memory_cap_bytes, threads, progress,
-               fresh_process, on_record, deadline=None):
+def _measure_pass(cases: list[Case], *, isolate, timeout_s, memory_cap_bytes, threads, progress,
+                  on_record, deadline) -> list[dict]:
+    """One pass over ``cases``, each in the worker (a fresh one for ``own_process``), or in this
+    process without ``isolate``: ``Case`` in, record out."""
     bar = _progress(len(cases), progress)
-    rows = []
+    out = []
     worker = Worker(measure_case, threads=threads, memory_cap_bytes=memory_cap_bytes) if isolate else None
     try:
-        for i, (impl, workload, regime) in enumerate(cases):
-            options = options_for(regime)
+        for i, case in enumerate(cases):
             if bar:
-                bar.set_description(f"{impl} S={workload.seq_q} {regime}")
+                bar.set_description(f"{case.impl} S={case.workload.seq_q} {case.regime}")
             left = None if deadline is None else deadline - time.time()
             if left is not None and left <= 1.0:
-                record = new_record(workload, options, impl=impl if isinstance(impl, str) else impl.name,
+                record = new_record(case.workload, case.options, impl=_name(case.impl),
                                     status=records.UNSUPPORTED, reason=OUT_OF_TIME)
-            elif worker:
-                fresh = fresh_process((impl, workload, regime)) if callable(fresh_process) else fresh_process
-                own_process = fresh or regime != "static"
-                if own_process:
-                    worker.close()  # a fresh process: no earlier case's compiles or caches
-                record = measure_in_worker(worker, impl, workload, options, timeout_s, deadline)
-                if own_process:
-                    worker.close()
+            elif worker is None:
+                record = measure_case(case)
             else:
-                record = measure_case(impl, workload, options)
-            rows.append(record)
+                if case.own_process:
+                    worker.close()  # a fresh process: no earlier case's compiles or caches
+                record, failure = worker.call((case,), timeout_s, preload=_framework(case.impl),
+                                              deadline=deadline)
+                if failure is not None:  # it timed out, ran out of memory or died
+                    record = new_record(case.workload, case.options, impl=_name(case.impl),
+                                        threads=worker.threads, status=failure.status, reason=failure.reason)
+                if case.own_process:
+                    worker.close()
+            out.append(record)
             if on_record:
                 on_record(i, record)
             if bar:
@@ -151,19 +144,11 @@ def _run_cases(cases, options_for, *, isolate, timeout_s, memory_cap_bytes, thre
             worker.close()
         if bar:
             bar.close()
-    return rows
+    return out
 
 
-def measure_in_worker(worker: Worker, impl, workload, options: Options, timeout_s: float,
-                      deadline: float | None = None) -> dict:
-    """``measure_case`` in ``worker``: its record, or a record of how the worker failed. A fresh
-    worker imports the case's framework before ``timeout_s`` starts; neither runs past ``deadline``."""
-    record, failure = worker.call((impl, workload, options), timeout_s, preload=_framework(impl),
-                                  deadline=deadline)
-    if failure is None:
-        return record
-    return new_record(workload, options, impl=impl if isinstance(impl, str) else impl.name,
-                      threads=worker.threads, status=failure.status, reason=failure.reason)
+def _name(impl) -> str:
+    return impl if isinstance(impl, str) else impl.name
 
 
 def _framework(impl) -> tuple[str, ...]:
@@ -176,14 +161,17 @@ def _framework(impl) -> tuple[str, ...]:
 
 
 def max_feasible_lengths(impl_names, template, lengths, options, **sweep_kwargs) -> list[dict]:
-    """Largest sequence length each implementation ran at, walking up ``lengths`` until it fails."""
+    """Largest sequence length each implementation ran at, walking up ``lengths`` until it fails
+    (or its kernel refuses the length here)."""
+    lengths = sorted(lengths)
+    cases = [Case(name, template.at_length(length), options) for name in impl_names for length in lengths]
+    refused, _ = plan(cases, in_process=not sweep_kwargs.get("isolate", True))
     rows = []
-    for name in impl_names:
+    for n, name in enumerate(impl_names):
         best, stopped_by, reason = None, None, None
-        for length in sorted(lengths):
-            workload = template.at_length(length)
-            [record] = run_sweep([(name, workload, "static")], lambda _regime: options,
-                                 progress=False, **sweep_kwargs)
+        for i, length in enumerate(lengths, start=n * len(lengths)):
+            [record] = [refused[i]] if i in refused else measure_cases([cases[i]], progress=False,
+                                                                      **sweep_kwargs)
             if record["status"] == records.OK:
                 best = length
                 continue
@@ -224,4 +212,4 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, file=sys.stderr, unit="case", dynamic_ncols=True)
 
 
-__all__ = ["Options", "max_feasible_lengths", "run_sweep", "write_table"]
+__all__ = ["Case", "Options", "max_feasible_lengths", "measure_cases", "write_table"]

@@ -1,0 +1,94 @@
+"""Which cases are measured: every kernel asked once whether it takes its workload here, before any
+measuring worker starts.
+
+The question initialises devices (a kernel's limits depend on the platform it would run on), and the
+process that starts the measuring workers must not: jax would preallocate 75% of a GPU, and a TPU
+admits one process. So it is asked of one spawned worker, which exits before the sweep begins. A
+refused case becomes its record here; the others are the ``Case`` values the sweep measures.
+"""
+
+from __future__ import annotations
+
+import attention_impls
+from attnbench.core import records, statuses
+from attnbench.measure.engine import Case, measure_case, new_record, resolve_impl
+from attnbench.run.worker import Worker
+
+CHECK_TIMEOUT_S = 600.0  # the check imports every framework of its cases and initialises their devices
+
+
+def support(case: Case) -> dict:
+    """In the checking process: ``reason`` the kernel refuses the case here (``None`` if it takes
+    it), its ``framework`` and ``gqa`` mode, and the ``platform``, ``label`` and ``execution`` it
+    would run with; ``{"error": ...}`` when the kernel cannot even say."""
+    try:
+        impl = resolve_impl(case.impl)
+        answer = {"reason": impl.check(case.workload), "framework": impl.framework,
+                  "gqa": impl.gqa_mode(case.workload)}
+        if not impl.framework_missing():
+            platform = impl.platform()
+            answer.update(platform=platform, label=impl.label(platform), execution=impl.execution(platform))
+        return answer
+    except Exception as exc:  # an unknown name, a framework that cannot say where it runs
+        return {"error": f"support check of {case.impl} failed: {type(exc).__name__}: {exc}"[:2000]}
+
+
+def _support_of_each(cases: list[Case]) -> list[dict]:
+    return [support(case) for case in cases]
+
+
+def ask_in_worker(task, cases: list, *args, timeout_s: float = CHECK_TIMEOUT_S) -> list[dict]:
+    """``task(cases, *args)`` (a module-level function answering one dict per case) in one spawned
+    worker, gone before this returns. A check that gives no answer makes an ``error`` answer for
+    each case, naming why."""
+    with Worker(task) as worker:
+        answers, failure = worker.call((cases, *args), timeout_s, preload=_frameworks(cases))
+    if failure is None:
+        return answers
+    why = (f"no answer within {timeout_s:g} s" if failure.status == statuses.TIMEOUT
+           else f"the check process died: {failure.reason}")
+    return [{"error": f"the support check failed: {why}"}] * len(cases)
+
+
+def refused(case: Case, answer: dict) -> dict | None:
+    """The record of a case its answer refuses (``unsupported``) or could not check (``error``);
+    ``None`` for a case to measure."""
+    if answer.get("error"):
+        return new_record(case.workload, case.options, impl=_name(case.impl), status=records.ERROR,
+                          reason=answer["error"])
+    if answer.get("reason"):
+        known = {k: answer[k] for k in ("framework", "gqa", "platform", "label", "execution") if k in answer}
+        return new_record(case.workload, case.options, impl=_name(case.impl), status=records.UNSUPPORTED,
+                          reason=answer["reason"], **known)
+    return None
+
+
+def plan(cases: list[Case], *, in_process: bool = False) -> tuple[dict[int, dict], list[int]]:
+    """``({index: record} of the cases refused here, [indices of the cases to measure])``.
+
+    ``in_process``: ask here (a sweep without workers, which initialises its devices anyway)."""
+    answers = _support_of_each(cases) if in_process else ask_in_worker(_support_of_each, cases)
+    out, admitted = {}, []
+    for i, (case, answer) in enumerate(zip(cases, answers, strict=True)):
+        record = refused(case, answer)
+        if record is None:
+            admitted.append(i)
+        else:
+            out[i] = record
+    return out, admitted
+
+
+def measure_here(case: Case) -> dict:
+    """One case outside a sweep, in this process: the kernel asked, then the case measured unless
+    refused (``compare``'s workers; tests). Initialises the case's device here."""
+    return refused(case, support(case)) or measure_case(case)
+
+
+def _frameworks(cases: list) -> tuple[str, ...]:
+    # A registry lookup only: a "module:Class" spec is imported by the check itself.
+    names = {case.impl if isinstance(case, Case) else case[0] for case in cases}
+    return tuple(sorted({attention_impls.get(n).framework for n in names if n in attention_impls.names()}))
+
+
+def _name(impl) -> str:
+    return impl if isinstance(impl, str) else impl.name
