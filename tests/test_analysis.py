@@ -304,8 +304,9 @@ def test_two_presets_decode_traces_are_two_files_each_with_its_own_sidecar_entry
     llama-3.1-8b's and gemma-2-9b's streams neither overwrite each other nor borrow a contention flag."""
     from attnbench.asv import sidecar
     from attnbench.core.presets import workload
+    from attnbench.core.records import new_record
     from attnbench.core.regimes import RegimeResult, StepTrace
-    from attnbench.measure.engine import Options, new_record, write_trace
+    from attnbench.measure.engine import write_trace
     from attnbench.results.spikes import load_traces
 
     commit, env = "ab" * 20, "env"
@@ -313,7 +314,7 @@ def test_two_presets_decode_traces_are_two_files_each_with_its_own_sidecar_entry
     cases = {}
     for name, busy in (("llama-3.1-8b", False), ("gemma-2-9b", True)):
         w = workload(name, "decode", size="default")
-        record = new_record(w, Options(regime="dynamic"), impl="jax-xla")
+        record = new_record(w, regime="dynamic", impl="jax-xla")
         step = StepTrace(step=0, length=w.seq_k, padded_length=w.seq_k, compiled=True, seconds=0.1,
                          compile_seconds=0.05)
         result = RegimeResult(impl="jax-xla", regime="dynamic", policy=None, max_len=w.seq_k,

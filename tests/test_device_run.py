@@ -131,7 +131,7 @@ def test_the_device_budget_goes_to_measuring_and_asv_files_only_what_has_a_recor
     cache = CaseCache(str(tmp_path), "h200", "0" * 40, "existing-py3.12-jax0.11.2-torch2.11.0", {})
     forward = benchmarks.Forward.cases()
     for i, case in enumerate(forward[:5]):
-        record = dict(records.empty_record(), status=records.OK if i < 3 else records.UNSUPPORTED)
+        record = records.new_record(status=records.OK if i < 3 else records.UNSUPPORTED)
         cache.put(asv_suite.case_key(*case), record)
     args = carried._bench_args(str(tmp_path))
     assert args[0] == "-b" and len(args) == 2  # one class has records
@@ -147,7 +147,7 @@ def test_a_carried_run_is_filed_without_measuring(monkeypatch, tmp_path):
 
     case = ("jax-xla", asv_sizes.FORWARD, "static")
     key = asv_suite.case_key(*case)
-    CaseCache(str(tmp_path), "h200", "0" * 40, "env", {}).put(key, dict(records.empty_record(), status="ok"))
+    CaseCache(str(tmp_path), "h200", "0" * 40, "env", {}).put(key, records.new_record(status="ok"))
     monkeypatch.setenv(asv_suite.CARRIED_ENV, str(tmp_path))
 
     def no_measuring(*args, **kwargs):
@@ -180,7 +180,7 @@ def test_the_gpu_suite_runs_lengths_shortest_first_and_regimes_in_bfloat16(monke
 
     def fake_sweep(cases, **kwargs):
         seen.update(cases=cases, **kwargs)
-        return [records.empty_record() for _ in cases]
+        return [records.new_record() for _ in cases]
 
     monkeypatch.setattr(sweep, "measure_cases", fake_sweep)
     monkeypatch.setattr(plan, "ask_in_worker", lambda task, cases, *args: [{"reason": None}] * len(cases))

@@ -251,7 +251,7 @@ def test_a_static_record_carries_its_samples_interval_and_machine_state():
 
 
 def test_rounds_pool_their_samples_and_drop_a_contended_round():
-    first = {**records.empty_record(), "status": records.OK, "seconds_per_step": 0.010, "tokens": 1000,
+    first = {**records.new_record(), "status": records.OK, "seconds_per_step": 0.010, "tokens": 1000,
              "flops": 2e9,
              "peak_tflops": 1.0, "threads": 2, "usd_per_hour_on_demand": 3.6, "usd_per_hour_spot": 1.8,
              "price_source": "test", "cost_note": None, "device": "cpu",

@@ -39,43 +39,6 @@ ASV_UNITS = {
 HIGHER = {"tokens_per_s": "seconds_per_million_tokens", "tflops": "seconds_per_pflop",
           "mfu": "mfu_shortfall", "useful_tokens_per_s": "seconds_per_million_useful_tokens",
           "bytes_per_s": "seconds_per_gb"}
-# The record's columns, in the order written tables have them, with their units.
-RECORD_UNITS = {
-    "impl": "", "framework": "", "label": "", "execution": "", "platform": "", "device": "",
-    "kernel_evidence": "", "kernel_verified": "bool", "status": "", "reason": "",
-    "workload": "", "phase": "",
-    "batch": "", "q_heads": "", "kv_heads": "", "gqa": "", "seq_q": "tokens", "seq_k": "tokens",
-    "head_dim": "",
-    "dtype": "", "causal": "bool", "mode": "", "mask": "", "window": "tokens",
-    "window_scaled_from": "tokens", "softcap": "",
-    "documents": "count", "ragged": "bool", "mask_density": "fraction", "flops": "FLOP",
-    "dense_flops": "FLOP", "min_bytes": "bytes", "tokens": "tokens",
-    "regime": "", "bucket_policy": "", "regime_steps": "steps", "compile_cache": "", "compiles": "count",
-    "compile_seconds_total": "s", "compile_cache_hits": "count", "padding_waste": "fraction",
-    "useful_tokens_per_s": "tokens/s", "seconds_per_step_with_compiles": "s", "trace_file": "",
-    "threads": "count", "timer": "", "first_call_s": "s", "first_call_compile_s": "s", "lower_s": "s",
-    "compile_s": "s", "seconds_per_step": "s", "ci_low_s": "s", "ci_high_s": "s", "ci_basis": "",
-    "ci_coverage": "fraction", "iqr_s": "s",
-    "samples": "count", "steps_per_sample": "count", "rounds": "count", "rounds_dropped": "count",
-    "round_medians_s": "s", "timing_samples_s": "s", "contended": "bool", "contention_reason": "",
-    "contention_retries": "count", "other_cpu_share": "cores", "steal_share": "cores",
-    "cpu_pressure_share": "fraction", "load_1min": "",
-    "tokens_per_s": "tokens/s", "tflops": "TFLOP/s", "peak_tflops": "TFLOP/s", "peak_source": "",
-    "mfu": "fraction", "seconds_per_million_tokens": "s",
-    "bytes_per_s": "bytes/s", "peak_bytes_per_s": "bytes/s", "bandwidth_source": "",
-    "bandwidth_utilisation": "fraction",
-    "device_peak_bytes": "bytes", "compiler_temp_bytes": "bytes", "compiler_argument_bytes": "bytes",
-    "compiler_output_bytes": "bytes", "compiler_peak_bytes": "bytes",
-    "host_profiler_peak_bytes": "bytes", "host_rss_growth_bytes": "bytes", "memory_note": "",
-    "max_abs_err": "", "max_rel_err": "", "numerics_ok": "bool", "numerics_workload": "",
-    "usd_per_hour_on_demand": "USD/h", "usd_per_hour_spot": "USD/h",
-    "usd_per_step_on_demand": "USD", "usd_per_step_spot": "USD",
-    "usd_per_million_tokens_on_demand": "USD", "usd_per_million_tokens_spot": "USD",
-    "usd_per_step_with_compiles_on_demand": "USD", "usd_per_step_with_compiles_spot": "USD",
-    "usd_per_million_useful_tokens_with_compiles_on_demand": "USD",
-    "usd_per_million_useful_tokens_with_compiles_spot": "USD",
-    "price_source": "", "cost_note": "",
-}
 COST = ("usd_per_step", "usd_per_step_with_compiles", "usd_per_million_tokens",
         "usd_per_million_useful_tokens_with_compiles")
 COMPANIONS = {"seconds_per_step", "tokens_per_s", "compiles", "compile_seconds", "first_call_seconds",
@@ -119,10 +82,26 @@ def test_committed_asv_history_matches_the_suite():
     assert ours == recorded
 
 
-def test_record_columns_and_units_are_unchanged():
-    assert list(records.UNITS.items()) == list(RECORD_UNITS.items())  # order is the written tables' order
-    assert records.COLUMNS == list(RECORD_UNITS)
-    assert records.empty_record() == dict.fromkeys(RECORD_UNITS)
+def test_every_record_is_built_from_the_one_schema():
+    """The record's columns are ``records.LAYOUT``'s, each metric column with its metric's unit;
+    everything that writes or reads a record names columns of it."""
+    from attnbench.asv import sidecar
+    from attnbench.cli import RUN_COLUMNS
+    from attnbench.core.workload import Workload
+    from attnbench.run import resume
+
+    assert list(records.new_record()) == records.COLUMNS == list(records.UNITS)
+    assert len(set(records.COLUMNS)) == len(records.COLUMNS)
+    assert all(records.UNITS[column] == unit for column, unit in metrics.column_units().items())
+    assert all(isinstance(unit, str) for unit in records.UNITS.values())
+    workload = Workload(batch=1, q_heads=4, kv_heads=2, seq_q=64, head_dim=16, causal=True, window=8)
+    filled = records.new_record(workload, status=records.OK)
+    assert filled["q_heads"] == 4 and filled["window"] == 8 and filled["status"] == "ok"
+    assert filled["flops"] == workload.flops and filled["workload"] == workload.name
+    with pytest.raises(KeyError, match="not a record column: secs_per_step"):
+        records.new_record(secs_per_step=1.0)
+    for readers in (sidecar.CASE_FIELDS, resume.IDENTITY, RUN_COLUMNS):
+        assert set(readers) <= set(records.COLUMNS), set(readers) - set(records.COLUMNS)
 
 
 def test_analysis_and_report_read_their_metric_sets_from_the_table():
@@ -164,8 +143,8 @@ def test_a_new_row_adds_a_record_column_and_an_asv_benchmark(extra_rows):
     from benchmarks.attention import with_metrics
 
     units = records.units()
-    assert list(units)[:len(RECORD_UNITS)] == list(RECORD_UNITS)  # the others keep their place
-    assert list(units)[len(RECORD_UNITS):] == ["scratch_bytes", "usd_per_request_on_demand"]
+    assert list(units)[:len(records.UNITS)] == list(records.UNITS)  # the others keep their place
+    assert list(units)[len(records.UNITS):] == ["scratch_bytes", "usd_per_request_on_demand"]
     assert units["scratch_bytes"] == "bytes" and units["usd_per_request_on_demand"] == "USD"
 
     assert [m.name for m in asv_suite.tracked_metrics()][-2:] == ["scratch_bytes", "usd_per_request"]

@@ -147,15 +147,15 @@ def test_a_length_asked_for_keeps_the_models_window_at_every_length():
 
 
 def test_the_record_names_the_models_window_where_a_size_scaled_it():
-    from attnbench.measure.engine import Options, new_record
+    from attnbench.core.records import new_record
 
-    scaled = new_record(presets.workload("gemma-2-9b", "prefill", size="default"), Options())
+    scaled = new_record(presets.workload("gemma-2-9b", "prefill", size="default"))
     # 512 tokens of the real 8192: the 4096-key window in proportion, 512 * 4096 // 8192 = 256.
     assert (scaled["window"], scaled["window_scaled_from"], scaled["mask"]) == \
         (256, 4096, "causal+window(256)+softcap(50)")
-    real = new_record(presets.workload("gemma-2-9b", "prefill"), Options())
+    real = new_record(presets.workload("gemma-2-9b", "prefill"))
     assert (real["window"], real["window_scaled_from"]) == (4096, None)
-    unwindowed = new_record(presets.workload("llama-3.1-8b", size="default"), Options())
+    unwindowed = new_record(presets.workload("llama-3.1-8b", size="default"))
     assert unwindowed["window_scaled_from"] is None
 
 

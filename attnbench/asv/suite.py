@@ -35,7 +35,7 @@ from attnbench.core import metrics, records
 from attnbench.core.metrics import METRIC_VERSION, Metric  # noqa: F401  (the suite's names for them)
 from attnbench.core.workload import CUSTOM, Workload
 from attnbench.hardware.fingerprint import host_fingerprint
-from attnbench.measure.engine import Case, case_key, new_record
+from attnbench.measure.engine import Case, case_key, case_record
 from attnbench.measure.process_env import pin_threads
 from attnbench.run import case_cache, plan, sweep
 from attnbench.run.case_cache import CaseCache
@@ -203,9 +203,8 @@ def plan_cases(cases: list[tuple[str, Workload, str]], size: SuiteSize) -> tuple
         if framework in this_env_frameworks():
             pending.append(case)
         else:
-            out[case.key] = new_record(workload, case.options, impl=name, framework=framework,
-                                       status=records.UNSUPPORTED,
-                                       reason=f"{framework} is measured in the other asv environment")
+            out[case.key] = case_record(case, framework=framework, status=records.UNSUPPORTED,
+                                        reason=f"{framework} is measured in the other asv environment")
     answers = plan.ask_in_worker(check_cases, pending, size) if pending else []
     admitted = []
     for case, answer in zip(pending, answers, strict=True):

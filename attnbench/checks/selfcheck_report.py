@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import attention_impls
 from attnbench.asv import sidecar
+from attnbench.core import records
 from attnbench.core.metrics import METRIC_VERSION, METRICS
 from attnbench.core.workload import Workload
 from attnbench.results.asv_results import load_results
@@ -141,23 +142,22 @@ def _record(machine, impl_name, framework, mode, seq_len, regime, rng, noise, sp
     tflops = workload.flops / step_s / 1e12
     rss = seq_len * seq_len * 4 * 8 * (1.5 if framework == "numpy" else 0.5)
     rss *= spike_on.rss_factor if spike_on else 1.0
-    record = {
-        "status": "ok", "seconds_per_step": step_s, "tokens_per_s": workload.tokens / step_s,
-        "seconds_per_million_tokens": step_s / workload.tokens * 1e6, "tflops": tflops,
-        "mfu": tflops / peak, "first_call_s": trace[0]["seconds"],
-        "compile_seconds_total": compiles * compile_s,
-        "compiles": compiles, "padding_waste": 1 - real / computed,
-        "useful_tokens_per_s": real / total,
-        "device_peak_bytes": rss * 1.1 if platform != "cpu" else None,
-        "compiler_temp_bytes": seq_len * seq_len * 4 * 8 if framework == "jax" else None,
-        "compiler_peak_bytes": seq_len * seq_len * 4 * 9 if framework == "jax" else None,
-        "host_profiler_peak_bytes": seq_len * seq_len * 4 * 8 if framework == "torch" else None,
-        "host_rss_growth_bytes": rss * math.exp(rng.gauss(0.0, noise / 4)) if platform == "cpu" else None,
-        "usd_per_step_on_demand": price / 3600 * step_s,
-        "usd_per_step_with_compiles_on_demand": price / 3600 * total / len(trace),
-        "usd_per_million_tokens_on_demand": price / 3600 * step_s / workload.tokens * 1e6,
-        "max_abs_err": 2e-7,
-    }
+    record = records.new_record(
+        status=records.OK, seconds_per_step=step_s, tokens_per_s=workload.tokens / step_s,
+        seconds_per_million_tokens=step_s / workload.tokens * 1e6, tflops=tflops,
+        mfu=tflops / peak, first_call_s=trace[0]["seconds"],
+        compile_seconds_total=compiles * compile_s,
+        compiles=compiles, padding_waste=1 - real / computed,
+        useful_tokens_per_s=real / total,
+        device_peak_bytes=rss * 1.1 if platform != "cpu" else None,
+        compiler_temp_bytes=seq_len * seq_len * 4 * 8 if framework == "jax" else None,
+        compiler_peak_bytes=seq_len * seq_len * 4 * 9 if framework == "jax" else None,
+        host_profiler_peak_bytes=seq_len * seq_len * 4 * 8 if framework == "torch" else None,
+        host_rss_growth_bytes=rss * math.exp(rng.gauss(0.0, noise / 4)) if platform == "cpu" else None,
+        usd_per_step_on_demand=price / 3600 * step_s,
+        usd_per_step_with_compiles_on_demand=price / 3600 * total / len(trace),
+        usd_per_million_tokens_on_demand=price / 3600 * step_s / workload.tokens * 1e6,
+        max_abs_err=2e-7)
     return record, trace
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import re
 
-OK = "ok"
-DOES_NOT_FIT = "does-not-fit"
-KERNEL_REFUSED = "kernel-refused"
-UNSUPPORTED = "unsupported"
-TIMEOUT = "timeout"
-ERROR = "error"
-STATUSES = (OK, DOES_NOT_FIT, KERNEL_REFUSED, UNSUPPORTED, TIMEOUT, ERROR)
+from attnbench.core.statuses import (  # noqa: F401  (the tier's names for them: classify.OK, ...)
+    DOES_NOT_FIT,
+    ERROR,
+    KERNEL_REFUSED,
+    OK,
+    TIMEOUT,
+    UNSUPPORTED,
+)
 
 _HBM_AVAILABLE = re.compile(r"available HBM \(([\d.]+)\s*([KMGT])i?B?\)", re.I)
 _HBM_REQUIRED = re.compile(r"(?:total memory required[^(]*|HBM used[^(]*)\(([\d.]+)\s*([KMGT])i?B?\)", re.I)

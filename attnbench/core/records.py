@@ -7,6 +7,8 @@ with its unit or source so that nothing is mixed. A metric column's unit comes f
 
 from __future__ import annotations
 
+import dataclasses
+
 from attnbench.core import metrics
 from attnbench.core.statuses import (  # noqa: F401  (re-exported: callers name them records.OK, ...)
     ERROR,
@@ -18,6 +20,7 @@ from attnbench.core.statuses import (  # noqa: F401  (re-exported: callers name 
     TIMEOUT,
     UNSUPPORTED,
 )
+from attnbench.core.workload import Workload
 
 METRIC = None  # a column a metric reads: its unit is the metric table's
 # column -> unit ("" for labels). Order here is the column order of written tables.
@@ -95,5 +98,23 @@ UNITS = units()
 COLUMNS = list(UNITS)
 
 
-def empty_record() -> dict:
-    return dict.fromkeys(COLUMNS)
+def new_record(workload: Workload | None = None, **fields) -> dict:
+    """A record, the one way to make one: every column, ``None`` unless ``workload`` (its columns)
+    or ``fields`` fill it. A field that is no column is refused: it would be written as a column no
+    reader knows."""
+    unknown = sorted(set(fields) - set(UNITS))
+    if unknown:
+        raise KeyError(f"not a record column: {', '.join(unknown)} (attnbench/core/records.py LAYOUT)")
+    record = dict.fromkeys(COLUMNS)
+    if workload is not None:
+        record.update(workload_columns(workload))
+    record.update(fields)
+    return record
+
+
+def workload_columns(w: Workload) -> dict:
+    """A workload's columns: its fields (its name as ``workload``) and what follows from them."""
+    columns = dataclasses.asdict(w)
+    columns["workload"] = columns.pop("name")
+    return {**columns, "phase": w.phase, "mask": w.mask, "mask_density": w.mask_density, "flops": w.flops,
+            "dense_flops": w.dense_flops, "min_bytes": w.min_bytes, "tokens": w.tokens}

@@ -1,4 +1,5 @@
-"""How a measured case can end: the statuses of a record, and the codes of the ``status`` metric.
+"""How a case can end, in one set of names: a measured case's statuses and the codes of the
+``status`` metric, and a compile's in the compiled-for tier (docs/compiled-for.md).
 
 Its own module so that the record layout (``records.py``) and the metric table (``metrics.py``)
 both read them without importing each other.
@@ -16,3 +17,9 @@ STATUSES = (OK, UNSUPPORTED, OOM, TIMEOUT, NUMERICS_FAILED, ERROR)
 # The ``status`` metric: 0 = ok; the rest in rising order of trouble. Unsupported never reaches a
 # metric (asv shows n/a).
 STATUS_CODES = {OK: 0, NUMERICS_FAILED: 1, OOM: 2, TIMEOUT: 3, ERROR: 4}
+
+# A compile for a target this host does not have (attnbench/compiled_for/classify.py): the
+# program does not fit the target's memory, or a kernel's compiler refused it.
+DOES_NOT_FIT = "does-not-fit"
+KERNEL_REFUSED = "kernel-refused"
+COMPILE_STATUSES = (OK, DOES_NOT_FIT, KERNEL_REFUSED, UNSUPPORTED, TIMEOUT, ERROR)

@@ -99,13 +99,14 @@ class Case:
         return dataclasses.replace(self, options=options, own_process=False)
 
 
-def new_record(workload: Workload, options: Options, **fields) -> dict:
-    """An empty record with the case's workload and regime columns filled (and ``fields``)."""
-    record = records.empty_record()
-    record.update(_workload_columns(workload), regime=options.regime, bucket_policy=options.bucket_policy,
-                  compile_cache=options.compile_cache, threads=thread_count())
-    record.update(fields)
-    return record
+def case_record(case: Case, **fields) -> dict:
+    """The record of ``case`` before it is measured: its kernel's name, workload and options filled
+    (and ``fields``)."""
+    options = case.options
+    return records.new_record(case.workload, **{
+        "impl": case.impl if isinstance(case.impl, str) else case.impl.name, "regime": options.regime,
+        "bucket_policy": options.bucket_policy, "compile_cache": options.compile_cache,
+        "threads": thread_count(), **fields})
 
 
 def resolve_impl(spec):
@@ -129,11 +130,11 @@ def measure_case(case: Case) -> dict:
     """The record of one case the plan admitted (its kernel's ``check`` is not asked again);
     never raises for a failing case."""
     workload, options = case.workload, case.options
-    record = new_record(workload, options)
+    record = case_record(case)
     try:
         impl = resolve_impl(case.impl)
     except Exception as exc:  # unknown name, bad plugin path
-        record.update(impl=str(case.impl), status=records.ERROR, reason=f"{type(exc).__name__}: {exc}")
+        record.update(status=records.ERROR, reason=f"{type(exc).__name__}: {exc}")
         return record
     record.update(impl=impl.name, framework=impl.framework, gqa=impl.gqa_mode(workload))
     try:
@@ -392,13 +393,6 @@ def check_numerics(impl, workload: Workload, step, seed: int) -> dict:
     worst = broken[0] if broken else max(results, key=lambda r: r.max_abs)
     return {"numerics_workload": label, "max_abs_err": worst.max_abs, "max_rel_err": worst.max_rel,
             "numerics_ok": all(r.ok for r in results)}
-
-
-def _workload_columns(w: Workload) -> dict:
-    columns = dataclasses.asdict(w)
-    columns["workload"] = columns.pop("name")
-    return {**columns, "phase": w.phase, "mask": w.mask, "mask_density": w.mask_density, "flops": w.flops,
-            "dense_flops": w.dense_flops, "min_bytes": w.min_bytes, "tokens": w.tokens}
 
 
 def thread_count() -> int | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import attention_impls
 from attnbench.core import records, statuses
-from attnbench.measure.engine import Case, measure_case, new_record, resolve_impl
+from attnbench.measure.engine import Case, case_record, measure_case, resolve_impl
 from attnbench.run.worker import Worker
 
 CHECK_TIMEOUT_S = 600.0  # the check imports every framework of its cases and initialises their devices
@@ -54,12 +54,10 @@ def refused(case: Case, answer: dict) -> dict | None:
     """The record of a case its answer refuses (``unsupported``) or could not check (``error``);
     ``None`` for a case to measure."""
     if answer.get("error"):
-        return new_record(case.workload, case.options, impl=_name(case.impl), status=records.ERROR,
-                          reason=answer["error"])
+        return case_record(case, status=records.ERROR, reason=answer["error"])
     if answer.get("reason"):
         known = {k: answer[k] for k in ("framework", "gqa", "platform", "label", "execution") if k in answer}
-        return new_record(case.workload, case.options, impl=_name(case.impl), status=records.UNSUPPORTED,
-                          reason=answer["reason"], **known)
+        return case_record(case, status=records.UNSUPPORTED, reason=answer["reason"], **known)
     return None
 
 
@@ -89,6 +87,3 @@ def _frameworks(cases: list) -> tuple[str, ...]:
     names = {case.impl if isinstance(case, Case) else case[0] for case in cases}
     return tuple(sorted({attention_impls.get(n).framework for n in names if n in attention_impls.names()}))
 
-
-def _name(impl) -> str:
-    return impl if isinstance(impl, str) else impl.name

@@ -14,7 +14,7 @@ import attention_impls
 from attnbench import hardware
 from attnbench.core import records
 from attnbench.core.atomic import atomic_write_bytes, atomic_write_text
-from attnbench.measure.engine import Case, Options, measure_case, new_record, pool_rounds
+from attnbench.measure.engine import Case, Options, case_record, measure_case, pool_rounds
 from attnbench.measure.process_env import scoped_environ
 from attnbench.run.plan import plan
 from attnbench.run.worker import Worker
@@ -120,8 +120,7 @@ def _measure_pass(cases: list[Case], *, isolate, timeout_s, memory_cap_bytes, th
                 bar.set_description(f"{case.impl} S={case.workload.seq_q} {case.regime}")
             left = None if deadline is None else deadline - time.time()
             if left is not None and left <= 1.0:
-                record = new_record(case.workload, case.options, impl=_name(case.impl),
-                                    status=records.UNSUPPORTED, reason=OUT_OF_TIME)
+                record = case_record(case, status=records.UNSUPPORTED, reason=OUT_OF_TIME)
             elif worker is None:
                 record = measure_case(case)
             else:
@@ -130,8 +129,8 @@ def _measure_pass(cases: list[Case], *, isolate, timeout_s, memory_cap_bytes, th
                 record, failure = worker.call((case,), timeout_s, preload=_framework(case.impl),
                                               deadline=deadline)
                 if failure is not None:  # it timed out, ran out of memory or died
-                    record = new_record(case.workload, case.options, impl=_name(case.impl),
-                                        threads=worker.threads, status=failure.status, reason=failure.reason)
+                    record = case_record(case, threads=worker.threads, status=failure.status,
+                                         reason=failure.reason)
                 if case.own_process:
                     worker.close()
             out.append(record)
@@ -145,10 +144,6 @@ def _measure_pass(cases: list[Case], *, isolate, timeout_s, memory_cap_bytes, th
         if bar:
             bar.close()
     return out
-
-
-def _name(impl) -> str:
-    return impl if isinstance(impl, str) else impl.name
 
 
 def _framework(impl) -> tuple[str, ...]:
