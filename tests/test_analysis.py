@@ -306,7 +306,7 @@ def test_two_presets_decode_traces_are_two_files_each_with_its_own_sidecar_entry
     from attnbench.core.presets import workload
     from attnbench.core.records import new_record
     from attnbench.core.regimes import RegimeResult, StepTrace
-    from attnbench.measure.engine import write_trace
+    from attnbench.measure.traces import write_trace
     from attnbench.results.spikes import load_traces
 
     commit, env = "ab" * 20, "env"

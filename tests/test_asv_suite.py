@@ -157,7 +157,7 @@ def test_asv_run_records_ok_and_skipped_not_failed(asv_run):
     low, high = (dict(zip(names, entry[k], strict=True))["jax-xla"]
                  for k in ("stats_ci_99_a", "stats_ci_99_b"))
     assert low <= by_impl["jax-xla"] <= high and q25 <= by_impl["jax-xla"]
-    # Rounds timed while the machine was busy are dropped while a clean one exists (engine.pool_rounds),
+    # Rounds timed while the machine was busy are dropped while a clean one exists (figures.pool_rounds),
     # so a noisy host can leave one: its interval is then over that round's samples.
     rounds = jax_xla["rounds"]
     assert 1 <= rounds <= 4 and jax_xla["ci_basis"] == ("rounds" if rounds > 1 else "samples")

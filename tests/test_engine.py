@@ -11,7 +11,9 @@ import pytest
 
 from attnbench.core import records
 from attnbench.core.workload import Workload
-from attnbench.measure.engine import Case, Options, numerics_workload, pool_rounds
+from attnbench.measure.engine import Case, Options
+from attnbench.measure.figures import pool_rounds
+from attnbench.measure.reference_check import numerics_workload
 from attnbench.run import sweep
 from attnbench.run.sweep import measure_cases, write_table
 from attnbench.run.worker import Failure

@@ -5,37 +5,28 @@ and hard crashes need ``attnbench.run.worker``, which can kill the process.
 
 Order of work, so that each number has one source: the regime stream first (nothing in the process
 has run its shapes, so its compiles are cold), the timed step, one warm step under the memory probes,
-kernel evidence (profiled after every timing, so it warms nothing timed), throughput and cost, then
-numerics of the timed step's own output.
+kernel evidence (profiled after every timing, so it warms nothing timed), throughput and cost
+(``figures.py``, with the regime's trace: ``traces.py``), then numerics of the timed step's own
+output (``reference_check.py``). This module is the recipe; those are its steps.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import importlib
-import io
 import json
 import os
 import traceback
 
 import attention_impls
-from attention_impls.base import Unsupported, mask_call, static_mask
-from attention_impls.reference_float64 import attention_fwd, attention_grads
+from attention_impls.base import Unsupported
 from attnbench import hardware
 from attnbench.core import records, regimes
-from attnbench.core.atomic import atomic_write_text
-from attnbench.core.inputs import make_inputs
-from attnbench.core.numerics import GRAD_SLACK, compare
-from attnbench.core.workload import CUSTOM, Workload
-from attnbench.measure import cost, stats
+from attnbench.core.workload import Workload
+from attnbench.measure import figures, reference_check, stats, traces
 from attnbench.measure.compiler_caches import check_mode as check_compile_cache
 from attnbench.measure.compiler_caches import compiler_caches
 from attnbench.measure.contention import ContentionMonitor
-
-# The float64 reference materialises B*H*Sq*Sk doubles; above this it runs on a proxy workload.
-REFERENCE_MAX_SCORE_ELEMENTS = 2**25  # 256 MiB of float64 scores
-PROXY_SEQ = 512
 
 OOM_MARKERS = ("out of memory", "resource_exhausted", "cannot allocate memory", "bad_alloc",
                "can't allocate memory", "memoryerror")
@@ -167,12 +158,12 @@ def _every_metric(impl, workload: Workload, options: Options, record: dict) -> N
     evidence = step.evidence()
     record.update(kernel_evidence=evidence, kernel_verified=not evidence.startswith("not verified"))
     seconds = record["seconds_per_step"]
-    pricing = _throughput_and_cost(device, workload, options, record, regime_result) if seconds else None
+    pricing = figures.price_and_derive(device, workload, options, record, regime_result) if seconds else None
     if options.trace_dir:
-        record["trace_file"] = write_trace(regime_result, record, options.trace_dir, pricing)
+        record["trace_file"] = traces.write_trace(regime_result, record, options.trace_dir, pricing)
     record["status"] = records.OK
     if options.numerics:
-        record.update(check_numerics(impl, workload, step, options.seed))
+        record.update(reference_check.check_numerics(impl, workload, step, options.seed))
         if record["numerics_ok"] is False:
             record["status"] = records.NUMERICS_FAILED
             record["reason"] = (f"output differs from the float64 reference: "
@@ -202,7 +193,7 @@ def time_static(impl, step, options: Options, record: dict) -> None:
 
 
 def _later_round(impl, workload: Workload, options: Options, record: dict) -> None:
-    """A later timing round of a static case: its step timed, nothing else (see ``pool_rounds``)."""
+    """A later timing round of a static case: its step timed, nothing else (see ``figures.pool_rounds``)."""
     step = impl.make_step(workload, seed=options.seed)
     record["execution"] = step.execution
     time_static(impl, step, options, record)
@@ -224,175 +215,6 @@ def _run_regime(impl, workload, options, record):
     if options.regime != "static":
         record["seconds_per_step"] = result.steady_seconds_per_step
     return result
-
-
-def write_trace(result, record: dict, trace_dir: str, pricing=None) -> str | None:
-    """The per-step trace of a regime run as CSV, each step's ``usd`` at the on-demand price (None
-    when unpriced); returns the path."""
-
-    rows = regimes.trace_to_rows(result)
-    if not rows:
-        return None
-    for row in rows:
-        usd = cost.cost_per_step(row["seconds"], pricing) if pricing is not None else {}
-        row["usd"] = usd.get("usd_per_step_on_demand")
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    name = "{impl}__{regime}__S{seq_q}__{mode}__{dtype}".format(**record)
-    if record.get("workload") not in (None, CUSTOM):  # a preset's (two presets' decodes share S1)
-        name += f"__{record['workload']}-{record['phase']}"
-    path = os.path.join(trace_dir, f"{name}.csv")
-    atomic_write_text(path, buffer.getvalue())
-    return path
-
-
-def throughput(workload: Workload, regime: str, seconds_per_step: float,
-               regime_result) -> tuple[float | None, float | None]:
-    """(tokens/s, FLOP/s) the timed steps really computed, padding included.
-
-    Regimes use the stream's steady steps at their own lengths: the full length's tokens over the
-    median step would credit steps with tokens they never ran.
-    """
-    if regime == "static":
-        return workload.tokens / seconds_per_step, workload.flops / seconds_per_step
-    return regime_result.steady_tokens_per_s, regime_result.steady_flops_per_s
-
-
-def _throughput_and_cost(device, workload, options, record, regime_result):
-    """Throughput, MFU and cost columns of ``record``; returns the ``Pricing`` used."""
-    profile = (hardware.get_hardware_profile(options.hardware_profile) if options.hardware_profile
-               else hardware.match_hardware_profile(device))
-    peak = hardware.peak_tflops(device, profile, workload.dtype)
-    pricing = cost.pricing_for(device, hardware_profile=options.hardware_profile,
-                               price_per_hour=options.price_per_hour,
-                               spot_price_per_hour=options.spot_price_per_hour, cores=record["threads"])
-    record.update(peak_tflops=peak.tflops, peak_source=peak.source)
-    if profile is not None and profile.hbm_tb_s is not None:  # decode is memory-bound: bytes/s against it
-        record.update(peak_bytes_per_s=profile.hbm_tb_s.value * 1e12,
-                      bandwidth_source=f"{profile.name}: {profile.hbm_tb_s.source}")
-    tokens_per_s, flops_per_s = throughput(workload, options.regime, record["seconds_per_step"],
-                                           regime_result)
-    derive_figures(record, pricing, tokens_per_s, flops_per_s)
-    return pricing
-
-
-def derive_figures(record: dict, pricing, tokens_per_s: float | None, flops_per_s: float | None) -> None:
-    """Every figure that follows from the step time; one formula for the first figure and for pooled
-    rounds."""
-    seconds = record["seconds_per_step"]
-    record.update(tokens_per_s=tokens_per_s, tflops=flops_per_s / 1e12 if flops_per_s else None,
-                  seconds_per_million_tokens=1e6 / tokens_per_s if tokens_per_s else None)
-    if record.get("peak_tflops") and record["tflops"]:
-        record["mfu"] = record["tflops"] / record["peak_tflops"]
-    # Static only: a regime's steps differ in size.
-    if record.get("min_bytes") and seconds and record.get("regime", "static") == "static":
-        record["bytes_per_s"] = record["min_bytes"] / seconds
-        if record.get("peak_bytes_per_s"):
-            record["bandwidth_utilisation"] = record["bytes_per_s"] / record["peak_bytes_per_s"]
-    tokens_per_step = tokens_per_s * seconds if tokens_per_s else None
-    costs = cost.cost_per_step(seconds, pricing, tokens_per_step=tokens_per_step)
-    record.update({k: v for k, v in costs.items() if k in record})
-    # Compile stalls included, per useful (unpadded) token: the figure to compare across regimes.
-    stream = cost.cost_per_step(record["seconds_per_step_with_compiles"], pricing)
-    useful_per_step = (record["useful_tokens_per_s"] or 0) * (record["seconds_per_step_with_compiles"] or 0)
-    useful = cost.cost_per_step(record["seconds_per_step_with_compiles"], pricing,
-                                tokens_per_step=useful_per_step or None)
-    for market in ("on_demand", "spot"):
-        record[f"usd_per_step_with_compiles_{market}"] = stream[f"usd_per_step_{market}"]
-        record[f"usd_per_million_useful_tokens_with_compiles_{market}"] = \
-            useful[f"usd_per_million_tokens_{market}"]
-
-
-def pricing_of(record: dict):
-    """The ``Pricing`` a record was costed at (its hourly prices and their source)."""
-    return cost.Pricing(device_name=record.get("device") or "", hardware_profile=None, units=None, unit=None,
-                        on_demand_usd_per_hour=record.get("usd_per_hour_on_demand"),
-                        spot_usd_per_hour=record.get("usd_per_hour_spot"),
-                        source=record.get("price_source") or "", note=record.get("cost_note"))
-
-
-def pool_rounds(first: dict, later: list[dict]) -> dict:
-    """``first`` (a static case's full record) with its step time estimated over every timing round.
-
-    Contended rounds are dropped while an uncontended one exists; if all were contended, all are
-    kept and flagged. Step-time figures are derived again; compile and memory figures stay the first's.
-    """
-    rounds = [first] + [r for r in later if r.get("status") == records.OK and r.get("timing_samples_s")]
-    clean = [r for r in rounds if not r.get("contended")]
-    used = clean or rounds
-    pooled = stats.estimate([json.loads(r["timing_samples_s"]) for r in used])
-    record = dict(first)
-    record.update(seconds_per_step=pooled.median, ci_low_s=pooled.ci_low, ci_high_s=pooled.ci_high,
-                  ci_basis=pooled.basis, ci_coverage=pooled.coverage,
-                  iqr_s=pooled.q75 - pooled.q25, samples=len(pooled.samples), rounds=pooled.rounds,
-                  rounds_dropped=len(rounds) - len(used),
-                  round_medians_s=json.dumps(list(pooled.round_medians)),
-                  timing_samples_s=json.dumps(list(pooled.samples)), contended=not clean,
-                  contention_reason=_rounds_reason(rounds) if not clean else None)
-    if record.get("tokens") and record.get("flops"):
-        derive_figures(record, pricing_of(record), record["tokens"] / pooled.median,
-                       record["flops"] / pooled.median)
-    return record
-
-
-def _rounds_reason(rounds: list[dict]) -> str:
-    """Why every round was contended, short: how many, and the first round's reason."""
-    reasons = [r["contention_reason"] for r in rounds if r.get("contention_reason")]
-    return f"contended in all {len(rounds)} timing rounds" + (f", e.g. {reasons[0]}" if reasons else "")
-
-
-def numerics_workload(workload: Workload) -> Workload:
-    """The workload itself, or a smaller proxy when the float64 reference would not fit: one
-    sequence of ``PROXY_SEQ`` keys (a decode keeps its queries; a window shrinks with the length)."""
-    fwd = workload.replace(mode="fwd")
-    if fwd.batch * fwd.q_heads * fwd.seq_q * fwd.seq_k <= REFERENCE_MAX_SCORE_ELEMENTS:
-        return fwd
-    seq_q = min(fwd.seq_q, PROXY_SEQ) if fwd.seq_q < fwd.seq_k else PROXY_SEQ
-    window = None if fwd.window is None else max(1, fwd.window * PROXY_SEQ // fwd.seq_k)
-    documents = None if fwd.documents is None else min(fwd.documents, seq_q)
-    return fwd.replace(batch=1 if not fwd.ragged else min(fwd.batch, 2), seq_q=seq_q, seq_k=PROXY_SEQ,
-                       window=window, documents=documents)
-
-
-def reference_mask(workload: Workload, x) -> dict:
-    """The mask keywords of ``workload`` with its inputs' segment ids, for the float64 reference."""
-    return mask_call(static_mask(workload), x.mask_arrays())
-
-
-def check_numerics(impl, workload: Workload, step, seed: int) -> dict:
-    """Errors of the timed step's own output (and gradients) against the float64 reference, from
-    one more run of the same compiled function. Where the reference would not fit, a smaller proxy
-    is checked through the conformance entry point instead, and the record says so.
-    """
-    checked = numerics_workload(workload)
-    if checked.replace(mode=workload.mode) == workload:
-        x = make_inputs(workload, seed)
-        mask = reference_mask(workload, x)
-        actual = impl.backend().host_arrays(step.run())
-        expected = [attention_fwd(x.q, x.k, x.v, causal=workload.causal, **mask)]
-        if workload.mode == "fwd_bwd":
-            expected += attention_grads(x.q, x.k, x.v, x.do, causal=workload.causal, **mask)
-        if len(actual) != len(expected):
-            raise ValueError(f"the timed step returned {len(actual)} arrays; expected {len(expected)} "
-                             f"(output{', dq, dk, dv' if workload.mode == 'fwd_bwd' else ''})")
-        results = [compare(a, e, workload.dtype, slack=1.0 if i == 0 else GRAD_SLACK)
-                   for i, (a, e) in enumerate(zip(actual, expected, strict=True))]
-        label = f"the timed step ({'output and gradients' if len(results) > 1 else 'output'})"
-    else:
-        if impl.check(checked):
-            return {"numerics_workload": f"proxy {checked.describe()}", "numerics_ok": None}
-        x = make_inputs(checked, seed=7)
-        mask = reference_mask(checked, x)
-        results = [compare(impl.run_numpy(x.q, x.k, x.v, causal=checked.causal, **mask),
-                           attention_fwd(x.q, x.k, x.v, causal=checked.causal, **mask), checked.dtype)]
-        label = (f"proxy {checked.describe()} (the reference at {workload.describe()} would exceed "
-                 f"{REFERENCE_MAX_SCORE_ELEMENTS} score elements)")
-    broken = [r for r in results if not r.finite]  # NaN/inf: reported as such, never as a small error
-    worst = broken[0] if broken else max(results, key=lambda r: r.max_abs)
-    return {"numerics_workload": label, "max_abs_err": worst.max_abs, "max_rel_err": worst.max_rel,
-            "numerics_ok": all(r.ok for r in results)}
 
 
 def thread_count() -> int | None:

@@ -17,7 +17,7 @@ import traceback
 import attention_impls
 import attnbench
 from attnbench.measure import stats
-from attnbench.measure.engine import check_numerics
+from attnbench.measure.reference_check import check_numerics
 from attnbench.releases import api, matrix
 from attnbench.run.worker import Worker
 

@@ -14,7 +14,8 @@ import attention_impls
 from attnbench import hardware
 from attnbench.core import records
 from attnbench.core.atomic import atomic_write_bytes, atomic_write_text
-from attnbench.measure.engine import Case, Options, case_record, measure_case, pool_rounds
+from attnbench.measure.engine import Case, Options, case_record, measure_case
+from attnbench.measure.figures import pool_rounds
 from attnbench.measure.process_env import scoped_environ
 from attnbench.run.plan import plan
 from attnbench.run.worker import Worker
@@ -34,7 +35,7 @@ def measure_cases(cases: list[Case], *, isolate: bool = True, timeout_s: float =
 
     ``rounds`` > 1: each ``timed_in_rounds`` case is timed again in ``rounds - 1`` short later rounds
     spread over the run (plus up to ``EXTRA_ROUNDS_FOR_CONTENTION`` for contended ones) and its record
-    pooled (``engine.pool_rounds``), so a burst of outside load hits one round, not the figure.
+    pooled (``figures.pool_rounds``), so a burst of outside load hits one round, not the figure.
 
     ``deadline`` (``time.time()`` seconds): no case starts or runs past it; those left are recorded
     ``unsupported`` (asv: n/a), so a run out of time stops cleanly.

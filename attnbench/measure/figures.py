@@ -1,0 +1,106 @@
+"""Every figure that follows from a case's step time: throughput, MFU, bandwidth and cost, with one
+formula for a first window and for a static case's pooled timing rounds (``pool_rounds``)."""
+
+from __future__ import annotations
+
+import json
+
+from attnbench import hardware
+from attnbench.core import records
+from attnbench.core.workload import Workload
+from attnbench.measure import cost, stats
+
+
+def throughput(workload: Workload, regime: str, seconds_per_step: float,
+               regime_result) -> tuple[float | None, float | None]:
+    """(tokens/s, FLOP/s) the timed steps really computed, padding included.
+
+    Regimes use the stream's steady steps at their own lengths: the full length's tokens over the
+    median step would credit steps with tokens they never ran.
+    """
+    if regime == "static":
+        return workload.tokens / seconds_per_step, workload.flops / seconds_per_step
+    return regime_result.steady_tokens_per_s, regime_result.steady_flops_per_s
+
+
+def price_and_derive(device, workload, options, record, regime_result):
+    """Throughput, MFU and cost columns of a measured ``record``; returns the ``Pricing`` used."""
+    profile = (hardware.get_hardware_profile(options.hardware_profile) if options.hardware_profile
+               else hardware.match_hardware_profile(device))
+    peak = hardware.peak_tflops(device, profile, workload.dtype)
+    pricing = cost.pricing_for(device, hardware_profile=options.hardware_profile,
+                               price_per_hour=options.price_per_hour,
+                               spot_price_per_hour=options.spot_price_per_hour, cores=record["threads"])
+    record.update(peak_tflops=peak.tflops, peak_source=peak.source)
+    if profile is not None and profile.hbm_tb_s is not None:  # decode is memory-bound: bytes/s against it
+        record.update(peak_bytes_per_s=profile.hbm_tb_s.value * 1e12,
+                      bandwidth_source=f"{profile.name}: {profile.hbm_tb_s.source}")
+    tokens_per_s, flops_per_s = throughput(workload, options.regime, record["seconds_per_step"],
+                                           regime_result)
+    derive_figures(record, pricing, tokens_per_s, flops_per_s)
+    return pricing
+
+
+def derive_figures(record: dict, pricing, tokens_per_s: float | None, flops_per_s: float | None) -> None:
+    """Every figure that follows from the step time; one formula for the first figure and for pooled
+    rounds."""
+    seconds = record["seconds_per_step"]
+    record.update(tokens_per_s=tokens_per_s, tflops=flops_per_s / 1e12 if flops_per_s else None,
+                  seconds_per_million_tokens=1e6 / tokens_per_s if tokens_per_s else None)
+    if record.get("peak_tflops") and record["tflops"]:
+        record["mfu"] = record["tflops"] / record["peak_tflops"]
+    # Static only: a regime's steps differ in size.
+    if record.get("min_bytes") and seconds and record.get("regime", "static") == "static":
+        record["bytes_per_s"] = record["min_bytes"] / seconds
+        if record.get("peak_bytes_per_s"):
+            record["bandwidth_utilisation"] = record["bytes_per_s"] / record["peak_bytes_per_s"]
+    tokens_per_step = tokens_per_s * seconds if tokens_per_s else None
+    costs = cost.cost_per_step(seconds, pricing, tokens_per_step=tokens_per_step)
+    record.update({k: v for k, v in costs.items() if k in record})
+    # Compile stalls included, per useful (unpadded) token: the figure to compare across regimes.
+    stream = cost.cost_per_step(record["seconds_per_step_with_compiles"], pricing)
+    useful_per_step = (record["useful_tokens_per_s"] or 0) * (record["seconds_per_step_with_compiles"] or 0)
+    useful = cost.cost_per_step(record["seconds_per_step_with_compiles"], pricing,
+                                tokens_per_step=useful_per_step or None)
+    for market in ("on_demand", "spot"):
+        record[f"usd_per_step_with_compiles_{market}"] = stream[f"usd_per_step_{market}"]
+        record[f"usd_per_million_useful_tokens_with_compiles_{market}"] = \
+            useful[f"usd_per_million_tokens_{market}"]
+
+
+def pricing_of(record: dict):
+    """The ``Pricing`` a record was costed at (its hourly prices and their source)."""
+    return cost.Pricing(device_name=record.get("device") or "", hardware_profile=None, units=None, unit=None,
+                        on_demand_usd_per_hour=record.get("usd_per_hour_on_demand"),
+                        spot_usd_per_hour=record.get("usd_per_hour_spot"),
+                        source=record.get("price_source") or "", note=record.get("cost_note"))
+
+
+def pool_rounds(first: dict, later: list[dict]) -> dict:
+    """``first`` (a static case's full record) with its step time estimated over every timing round.
+
+    Contended rounds are dropped while an uncontended one exists; if all were contended, all are
+    kept and flagged. Step-time figures are derived again; compile and memory figures stay the first's.
+    """
+    rounds = [first] + [r for r in later if r.get("status") == records.OK and r.get("timing_samples_s")]
+    clean = [r for r in rounds if not r.get("contended")]
+    used = clean or rounds
+    pooled = stats.estimate([json.loads(r["timing_samples_s"]) for r in used])
+    record = dict(first)
+    record.update(seconds_per_step=pooled.median, ci_low_s=pooled.ci_low, ci_high_s=pooled.ci_high,
+                  ci_basis=pooled.basis, ci_coverage=pooled.coverage,
+                  iqr_s=pooled.q75 - pooled.q25, samples=len(pooled.samples), rounds=pooled.rounds,
+                  rounds_dropped=len(rounds) - len(used),
+                  round_medians_s=json.dumps(list(pooled.round_medians)),
+                  timing_samples_s=json.dumps(list(pooled.samples)), contended=not clean,
+                  contention_reason=_rounds_reason(rounds) if not clean else None)
+    if record.get("tokens") and record.get("flops"):
+        derive_figures(record, pricing_of(record), record["tokens"] / pooled.median,
+                       record["flops"] / pooled.median)
+    return record
+
+
+def _rounds_reason(rounds: list[dict]) -> str:
+    """Why every round was contended, short: how many, and the first round's reason."""
+    reasons = [r["contention_reason"] for r in rounds if r.get("contention_reason")]
+    return f"contended in all {len(rounds)} timing rounds" + (f", e.g. {reasons[0]}" if reasons else "")
