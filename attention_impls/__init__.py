@@ -1,9 +1,10 @@
 """What is measured: every attention kernel, one file each, discovered automatically.
 
     import attention_impls
+    from attnbench.backends import here           # what a kernel can do on this device
     attention_impls.names()                      # every registered name
     impl = attention_impls.get("jax-xla")        # KeyError lists the known names
-    out = impl.run_numpy(q, k, v, causal=True)   # float64 [B, Sq, Hq, D]; raises Unsupported
+    out = here.run_numpy(impl, q, k, v, causal=True)   # float64 [B, Sq, Hq, D]; raises Unsupported
 
 Every module not starting with ``_`` (except ``base``, ``registry``) is a kernel file; importing
 one imports no framework.

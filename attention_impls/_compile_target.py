@@ -1,8 +1,9 @@
-"""The platform a kernel is traced for when it is compiled for hardware this host does not have.
+"""The platform a kernel is traced for: this host's, or a target's it is compiled for.
 
-Kernels choose interpret mode and shape rules from ``AttentionImpl.platform()``. Inside
-``compiling_for(...)`` that answers the target's platform, so the compiled-for tier
-(docs/compiled-for.md) traces each kernel as on its own hardware. Imports no framework.
+The harness asks ``attnbench.backends.here.platform(impl)``; a jax kernel choosing interpret mode
+inside ``attention`` asks ``jax_platform()``. Inside ``compiling_for(...)`` both answer the
+target's platform, so the compiled-for tier (docs/compiled-for.md) traces each kernel as on its
+own hardware. Imports no framework at import time.
 """
 
 from __future__ import annotations
@@ -45,3 +46,19 @@ def compiling_for(platform: str, *, name: str = "",
         yield target
     finally:
         _TARGET.reset(token)
+
+
+# jax's backend names that are a GPU
+JAX_GPU_BACKENDS = {"cuda": "gpu", "rocm": "gpu"}
+
+
+def jax_platform() -> str:
+    """cpu/gpu/tpu a jax kernel traces for: the target's inside ``compiling_for``, else the platform
+    of jax's default backend."""
+    target = compile_target()
+    if target is not None:
+        return target.platform
+    import jax
+
+    backend = jax.default_backend()
+    return JAX_GPU_BACKENDS.get(backend, backend)

@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import warnings
 
+from attention_impls._compile_target import compile_target
 from attention_impls._torch_ops import attention_ops
 from attention_impls.base import RUNS, AttentionImpl, unsupported
 from attnbench.core.workload import Workload
@@ -159,6 +160,7 @@ class SdpaBackendKernel(AttentionImpl):
     """One SDPA backend forced; the four ``torch_sdpa_*.py`` kernels subclass this."""
 
     framework = "torch"
+    executes = "eager"
     sdpa_backend: str  # name of the torch.nn.attention.SDPBackend member
     evidence_from_ops = staticmethod(sdpa_evidence)
     platform_support = {"cpu": RUNS, "gpu": RUNS, "tpu": NO_TPU}
@@ -189,8 +191,11 @@ class SdpaBackendKernel(AttentionImpl):
     def shape_reason(self, workload: Workload, platform: str) -> str | None:
         sm = cuda_capability() if platform == "gpu" else None
         reason = self.rules(workload, platform, sm)
-        if reason or platform != self.platform():  # the dispatcher can only be asked about this host
+        host = "gpu" if cuda_capability() is not None else "cpu"
+        if reason or platform != host or compile_target() is not None:  # the dispatcher knows this host only
             return reason
-        return dispatch_refusal(self.sdpa_backend, workload, self.backend().device())
+        import torch
+
+        return dispatch_refusal(self.sdpa_backend, workload, torch.device("cuda" if host == "gpu" else "cpu"))
 
 

@@ -1,9 +1,10 @@
-"""What every kernel declares, and the conformance entry point they all share.
+"""What every kernel declares: what it is, never how it is run or measured.
 
 ``attention(q, k, v, causal=, scale=, **mask)`` gets only the mask features the workload uses:
 ``window`` (int), ``softcap`` (float), ``q_segment_ids`` / ``kv_segment_ids`` (int32 ``[B, S]``),
-with ``attnbench.core.masks``' semantics. The backend (``attnbench/backends/``) turns it into
-``run_numpy`` / ``grad_numpy`` and a timed ``make_step`` (docs/adding-a-kernel.md).
+with ``attnbench.core.masks``' semantics. Where a kernel runs, whether it takes a workload here, the
+conformance entry point (``run_numpy`` / ``grad_numpy``) and a timed step are its framework's
+backend's answers, asked through ``attnbench.backends.here`` (docs/adding-a-kernel.md).
 
 Framework imports happen inside methods, so the registry lists every kernel in a venv that lacks
 some frameworks.
@@ -18,8 +19,6 @@ from typing import Literal
 
 import numpy as np
 
-from attention_impls._compile_target import compile_target
-from attnbench import backends
 from attnbench.core.masks import empty_rows
 from attnbench.core.workload import Workload
 
@@ -95,6 +94,8 @@ class AttentionImpl(abc.ABC):
     supports: frozenset[str] = frozenset()
     call_name: str = ""  # the library call a refusal names ("Pallas TPU flash_attention"); the kernel's name
     feature_notes: dict[str, str] = {}
+    # How it runs where it runs natively: "compiled" (jit, torch.compile, XLA) or "eager" (op by op).
+    executes: str = "compiled"
     # "native": each kv head is read once for its query group; "repeated": kv heads are repeated first;
     # "refused": grouped heads are refused (``shape_reason`` says why).
     gqa: str = "repeated"
@@ -128,16 +129,15 @@ class AttentionImpl(abc.ABC):
             return FORCED_FLASH
         return NATIVE
 
+    def execution(self, platform: str) -> str:
+        """How this kernel executes on ``platform``: ``interpret`` where it runs only in an
+        interpreter there, else ``executes``."""
+        return "interpret" if self.platform_support[platform].status == "interpret-only" else self.executes
+
     def designed_for_text(self) -> str:
         return "/".join(sorted(self.designed_for)) if self.designed_for else "portable"
 
-    # -- where it can run (answered by the framework's backend) ---------------------------------
-    def backend(self):
-        return backends.get(self.framework)
-
-    def framework_missing(self) -> str | None:
-        return self.backend().missing()
-
+    # -- its own imports -----------------------------------------------------------------------
     def api_missing(self) -> str | None:
         """Why ``requires_modules`` do not import on this release, or ``None``.
 
@@ -152,78 +152,6 @@ class AttentionImpl(abc.ABC):
                 return (f"{module} does not import in {self.framework} {version}: "
                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300])
         return None
-
-    def platform(self) -> str:
-        """cpu/gpu/tpu of the framework's default device, or the target's inside ``compiling_for``."""
-        target = compile_target()
-        return target.platform if target is not None else self.backend().platform()
-
-    def execution(self, platform: str) -> str:
-        """How this kernel executes on ``platform``: ``compiled``, ``eager`` or ``interpret``."""
-        return self.backend().execution(self, platform)
-
-    def check(self, workload: Workload) -> str | None:
-        """Why this implementation cannot run ``workload`` here, or ``None`` when it can."""
-        return self._refusal(workload, imports=True)
-
-    def refusal_before_import(self, workload: Workload) -> str | None:
-        """``check`` without importing the kernel's own modules (``api_missing``): what this kernel
-        refuses here whatever the release, so that a release's import fault is judged only where the
-        kernel would otherwise run (the release matrix)."""
-        return self._refusal(workload, imports=False)
-
-    def _refusal(self, workload: Workload, *, imports: bool) -> str | None:
-        missing = self.framework_missing()
-        if missing:
-            return missing
-        platform = self.platform()
-        support = self.platform_support[platform]
-        if support.status == "unsupported":
-            return support.note
-        return ((self.api_missing() if imports else None) or self.feature_reason(workload)
-                or self.shape_reason(workload, platform))
-
-    def require(self, workload: Workload) -> str:
-        """Raise ``Unsupported`` unless ``workload`` runs here; return the platform."""
-        reason = self.check(workload)
-        if reason:
-            raise Unsupported(self.name, reason)
-        return self.platform()
-
-    # -- the conformance entry point ------------------------------------------------------------
-    def run_numpy(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool,
-                  scale: float | None = None, window: int | None = None,
-                  q_segment_ids: np.ndarray | None = None, kv_segment_ids: np.ndarray | None = None,
-                  softcap: float | None = None) -> np.ndarray:
-        """Run the real kernel on ``[B, S, H, D]`` numpy inputs in their dtype.
-
-        Returns float64 ``[B, Sq, Hq, D]``; raises ``Unsupported`` or ``ValueError`` (bad inputs).
-        """
-        mask = mask_kwargs(q, k, causal=causal, window=window, q_segment_ids=q_segment_ids,
-                           kv_segment_ids=kv_segment_ids, softcap=softcap)
-        self.require(workload_of(q, k, v, causal=causal, **mask))
-        return self.backend().run_numpy(self, q, k, v, causal=causal,
-                                        scale=default_scale(q.shape[3], scale), **mask)
-
-    def grad_numpy(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, *, causal: bool,
-                   scale: float | None = None, window: int | None = None,
-                   q_segment_ids: np.ndarray | None = None, kv_segment_ids: np.ndarray | None = None,
-                   softcap: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Gradients (dq, dk, dv) of ``sum(out * do)``, as float64 arrays shaped like q, k, v."""
-        mask = mask_kwargs(q, k, causal=causal, window=window, q_segment_ids=q_segment_ids,
-                           kv_segment_ids=kv_segment_ids, softcap=softcap)
-        self.require(workload_of(q, k, v, causal=causal, mode="fwd_bwd", **mask))
-        return self.backend().grad_numpy(self, q, k, v, do, causal=causal,
-                                         scale=default_scale(q.shape[3], scale), **mask)
-
-    # -- measurement (delegated to the backend) ---------------------------------------------------
-    def make_step(self, workload: Workload, seed: int = 0):
-        """Inputs placed on the device and an ``attnbench.backends.Step`` running ``workload.mode``."""
-        return self.backend().make_step(self, workload, seed)
-
-    def make_runner(self, template: Workload, seed: int = 0):
-        """An ``attnbench.backends.Runner``: ``template.mode`` at any length, one compiled function."""
-        return self.backend().make_runner(self, template, seed)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

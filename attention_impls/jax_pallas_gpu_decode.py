@@ -13,6 +13,7 @@ every platform, so off-GPU (``interpret=True``) refuses what the GPU would.
 
 from __future__ import annotations
 
+from attention_impls._compile_target import jax_platform
 from attention_impls.base import RUNS, AttentionImpl, interpret_only
 from attention_impls.registry import register
 
@@ -99,5 +100,5 @@ class JaxPallasGpuDecode(AttentionImpl):
             first = jnp.int32(seq_k - window)  # the window's keys are the last W
             start = jnp.full((k.shape[0],), first) if start is None else jnp.maximum(start, first)
         out = gqa(q[:, 0], k, v, start_idx=start, sm_scale=scale, block_h=BLOCK_H, block_k=BLOCK_K,
-                  k_splits=K_SPLITS, interpret=self.platform() != "gpu")
+                  k_splits=K_SPLITS, interpret=jax_platform() != "gpu")
         return out[:, None]

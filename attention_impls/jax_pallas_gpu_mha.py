@@ -10,6 +10,7 @@ documents but not a ragged decode cache.
 
 from __future__ import annotations
 
+from attention_impls._compile_target import jax_platform
 from attention_impls.base import RUNS, AttentionImpl, interpret_only, top_left_causal_reason
 from attention_impls.registry import register
 
@@ -92,4 +93,4 @@ class JaxPallasGpuMha(AttentionImpl):
         # One array for both sides (module doc): packed documents give q and kv the same ids.
         del q_segment_ids
         return mha(q, k, v, segment_ids=kv_segment_ids, sm_scale=scale, causal=causal,
-                   block_sizes=BlockSizes.get_default(), interpret=self.platform() != "gpu")
+                   block_sizes=BlockSizes.get_default(), interpret=jax_platform() != "gpu")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 
+from attention_impls._compile_target import jax_platform
 from attention_impls.base import RUNS, AttentionImpl, interpret_only
 from attention_impls.jax_pallas_tpu_flash import tile
 from attention_impls.registry import register
@@ -113,7 +114,7 @@ class JaxPallasTpuSplash(AttentionImpl):
         from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
 
         seq_q, q_heads = q.shape[1], q.shape[2]
-        kernel = _kernel(seq_q, k.shape[1], q_heads, causal, window, softcap, self.platform() != "tpu")
+        kernel = _kernel(seq_q, k.shape[1], q_heads, causal, window, softcap, jax_platform() != "tpu")
         # Splash takes [H, S, D] per example and has no scale argument: scale q (in float32).
         qs = (q.astype(jnp.float32) * scale).astype(q.dtype).transpose(0, 2, 1, 3)
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)

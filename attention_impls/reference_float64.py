@@ -72,6 +72,7 @@ def attention_grads(q, k, v, do, *, causal: bool, scale: float | None = None, **
 class Float64Reference(AttentionImpl):
     name = "reference-float64"
     framework = "numpy"
+    executes = "eager"
     summary = "naive materialized softmax in float64 numpy on the host CPU (correctness yardstick)"
     platform_support = {"cpu": RUNS, "gpu": RUNS, "tpu": RUNS}  # always the host CPU
     supports = frozenset(MASK_FEATURES)

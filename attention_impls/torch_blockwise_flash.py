@@ -121,6 +121,7 @@ class TorchBlockwise(AttentionImpl):
     name = "torch-blockwise-flash"
     public_calls = {"torch:where": (), "torch:exp": (), "torch:maximum": ()}
     framework = "torch"
+    executes = "eager"
     designed_for = frozenset({"gpu"})
     is_flash = True
     reimplements = "FlashAttention-2's GPU algorithm at 128x128 tiles"

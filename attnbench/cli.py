@@ -16,6 +16,7 @@ from attnbench import hardware
 from attnbench.asv.machine import detect_machine_name
 from attnbench.asv.rename_env import rename_environment
 from attnbench.asv.suite import METRICS
+from attnbench.backends import here
 from attnbench.checks import noisecheck
 from attnbench.checks.observability import add_parser as add_observability
 from attnbench.compiled_for.cli import add_parser as add_compile_for
@@ -57,17 +58,17 @@ def cmd_list(args) -> int:
     workload = Workload(seq_q=args.seq, causal=True, dtype=args.dtype)
     rows = []
     for impl in _impls(args.impl, args.framework):
-        reason = impl.check(workload)
-        platform = None if impl.framework_missing() else impl.platform()
+        reason = here.check(impl, workload)
+        platform = None if here.framework_missing(impl) else here.platform(impl)
         if reason:
-            here = f"unsupported: {reason}"
+            status = f"unsupported: {reason}"
         elif impl.platform_support[platform].status == "interpret-only":
-            here = f"interpret-only ({impl.platform_support[platform].note})"
+            status = f"interpret-only ({impl.platform_support[platform].note})"
         else:
-            here = "runs"
+            status = "runs"
         rows.append({"implementation": impl.name, "framework": impl.framework,
                      "designed for": impl.designed_for_text(), "platform": platform or "-",
-                     "label": impl.label(platform) if platform else "-", "here": here})
+                     "label": impl.label(platform) if platform else "-", "here": status})
     print(f"# {workload.describe()}")
     print(_render(rows, ["implementation", "framework", "designed for", "platform", "label", "here"], args))
     return 0
@@ -153,7 +154,7 @@ def cmd_run(args) -> int:
     template = workloads[0]
     regimes = args.regime or (["static"] if args.workload or template.phase == "decode"
                               else ["static", "dynamic", "bucketed"])
-    impls = [i.name for i in _impls(args.impl, args.framework) if not i.framework_missing()]
+    impls = [i.name for i in _impls(args.impl, args.framework) if not here.framework_missing(i)]
     if not impls:
         raise ValueError("no implementation of the chosen ones is installed in this environment")
     check_run_inputs(args.hardware_profile, args.dtype)  # before the first case, not after the sweep

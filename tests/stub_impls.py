@@ -1,24 +1,22 @@
 """Misbehaving implementations, used only by tests of the engine's statuses. Never registered.
 
-The engine reaches them as ``"tests.stub_impls:ClassName"``, also inside a spawned worker.
+The engine reaches them as ``"tests.stub_impls:ClassName"``, also inside a spawned worker. Each
+misbehaves in its own ``attention``, as a real kernel would: the harness runs it as any other.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 
 import numpy as np
 
 from attention_impls.reference_float64 import Float64Reference
-from attnbench.core.workload import Workload
 
 
 class _Stub(Float64Reference):
     framework = "numpy"
     summary = "test stub"
-
-    def execution(self, platform: str) -> str:
-        return "eager"
 
 
 class NanKernel(_Stub):
@@ -35,7 +33,7 @@ class SlowKernel(_Stub):
 
     name = "stub-slow"
 
-    def make_step(self, workload: Workload, seed: int = 0):
+    def attention(self, q, k, v, *, causal, scale):
         time.sleep(3600)
 
 
@@ -44,7 +42,7 @@ class HogKernel(_Stub):
 
     name = "stub-hog"
 
-    def make_step(self, workload: Workload, seed: int = 0):
+    def attention(self, q, k, v, *, causal, scale):
         hog = np.ones(64 * 2**30 // 8)  # 64 GiB
         return hog
 
@@ -54,7 +52,7 @@ class BrokenKernel(_Stub):
 
     name = "stub-broken"
 
-    def make_step(self, workload: Workload, seed: int = 0):
+    def attention(self, q, k, v, *, causal, scale):
         raise ZeroDivisionError("stub kernel divided by zero")
 
 
@@ -63,7 +61,7 @@ class CrashingKernel(_Stub):
 
     name = "stub-crash"
 
-    def make_step(self, workload: Workload, seed: int = 0):
+    def attention(self, q, k, v, *, causal, scale):
         import os
 
         os._exit(3)
@@ -87,8 +85,7 @@ class WrongOnTheTimedPath(_Stub):
 
     name = "stub-wrong-timed-path"
 
-    def make_step(self, workload: Workload, seed: int = 0):
-        step = super().make_step(workload, seed)
-        run = step.run
-        step.run = lambda: np.zeros_like(run())
-        return step
+    def attention(self, q, k, v, *, causal, scale):
+        out = super().attention(q, k, v, causal=causal, scale=scale)
+        conformance = any(frame.function == "run_numpy" for frame in inspect.stack(0))
+        return out if conformance else np.zeros_like(out)

@@ -15,7 +15,6 @@ KNOWN_CYCLES: list[set[str]] = []  # none is left; a new one fails the test
 # What the kernels may take from the harness: the workload value type, the masks and the error for an
 # unknown name; base.py asks the framework's backend where a kernel can run.
 KERNEL_IMPORTS = {"attnbench.core.workload", "attnbench.core.masks", "attnbench.core.errors"}
-KERNEL_BASE_IMPORTS = KERNEL_IMPORTS | {"attnbench.backends"}
 
 
 def modules() -> dict[str, Path]:
@@ -109,9 +108,6 @@ def test_the_value_types_import_nothing_else_and_the_readers_never_measure():
     assert layer_violations(import_graph(modules())) == []
 
 
-# The one edge through which the readers still reach the measuring side: the kernels' base class
-# forwards to its framework's backend (issue 33, item 4, open). Any other path fails the test.
-KNOWN_EDGES = {("attention_impls.base", "attnbench.backends")}
 
 
 def transitive_layer_violations(graph: dict[str, set[str]], allowed=frozenset()) -> list[str]:
@@ -144,9 +140,7 @@ def transitive_layer_violations(graph: dict[str, set[str]], allowed=frozenset())
 
 
 def test_the_layer_rule_holds_transitively():
-    graph = import_graph(modules())
-    assert transitive_layer_violations(graph, KNOWN_EDGES) == []
-    assert all(b in graph[a] for a, b in KNOWN_EDGES)  # the exception is still real
+    assert transitive_layer_violations(import_graph(modules())) == []
 
 
 def test_the_transitive_rule_names_the_path():
@@ -176,6 +170,5 @@ def test_the_kernels_take_only_the_value_types_from_the_harness():
     for name in found:
         if not name.startswith("attention_impls"):
             continue
-        allowed = KERNEL_BASE_IMPORTS if name == "attention_impls.base" else KERNEL_IMPORTS
         harness = {t for t in graph[name] if t.startswith("attnbench")}
-        assert harness <= allowed, f"{name} imports {sorted(harness - allowed)} from the harness"
+        assert harness <= KERNEL_IMPORTS, f"{name} imports {sorted(harness - KERNEL_IMPORTS)} of the harness"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from attnbench.backends import here
 from attnbench.compiled_for import classify, hlo
 from attnbench.compiled_for.roofline import roofline, roofline_bytes
 from attnbench.compiled_for.run import (
@@ -411,10 +412,10 @@ def test_kernels_see_the_target_platform_while_compiling_for_it():
     cudnn = attention_impls.get("jax-cudnn")
     assert compile_target() is None
     with compiling_for("tpu", name="tpu-v5e"):
-        assert splash.platform() == "tpu"  # so splash builds its kernel with interpret=False
-        assert cudnn.check(Workload(dtype="bfloat16")) == cudnn.platform_support["tpu"].note
+        assert here.platform(splash) == "tpu"  # so splash builds its kernel with interpret=False
+        assert here.check(cudnn, Workload(dtype="bfloat16")) == cudnn.platform_support["tpu"].note
         with compiling_for("gpu", name="h200", compute_capability=(9, 0)):
-            assert cudnn.platform() == "gpu" and gpu_compute_capability() == (9, 0)
+            assert here.platform(cudnn) == "gpu" and gpu_compute_capability() == (9, 0)
             assert head_dim_limit(gpu_compute_capability()) == 256
         assert compile_target().name == "tpu-v5e"
     assert compile_target() is None

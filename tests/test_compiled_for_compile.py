@@ -13,6 +13,7 @@ import os
 
 import pytest
 
+from attnbench.backends import here
 from attnbench.compiled_for import classify
 from attnbench.compiled_for.targets import Target, environment_problem
 from attnbench.core.workload import Workload
@@ -79,7 +80,7 @@ def test_cudnn_compiles_to_its_fmha_call_for_h200_and_the_gpu_compiler_accepts_w
     import attention_impls
 
     impl = attention_impls.get("jax-cudnn")
-    via_backend = impl.backend().compile_for(impl, W1K, "h200")  # the backend protocol's entry point
+    via_backend = here.backend_of(impl).compile_for(impl, W1K, "h200")  # the backend protocol's entry point
     assert via_backend["kernel_evidence"] == cudnn["kernel_evidence"]
     assert via_backend["peak_bytes"] == cudnn["peak_bytes"]
     big = compile_case("h200", "jax-xla", W1K.replace(seq_q=65536, seq_k=65536))

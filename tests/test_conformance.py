@@ -10,6 +10,7 @@ import pytest
 
 import attention_impls
 from attention_impls.base import PLATFORMS, Unsupported
+from attnbench.backends import here
 from attnbench.core.inputs import make_inputs
 from attnbench.core.workload import Workload
 from tests.conftest import impls_under_test
@@ -82,14 +83,14 @@ def test_run_numpy_returns_float64_or_raises_unsupported(name):
     impl = attention_impls.get(name)
     w = Workload(batch=1, q_heads=2, seq_q=128, head_dim=64, causal=True)
     x = make_inputs(w, seed=0)
-    reason = impl.check(w)
+    reason = here.check(impl, w)
     if reason:
         with pytest.raises(Unsupported) as info:
-            impl.run_numpy(x.q, x.k, x.v, causal=True)
+            here.run_numpy(impl, x.q, x.k, x.v, causal=True)
         assert info.value.reason == reason and info.value.impl == name
         assert isinstance(info.value, NotImplementedError)
     else:
-        out = impl.run_numpy(x.q, x.k, x.v, causal=True)
+        out = here.run_numpy(impl, x.q, x.k, x.v, causal=True)
         assert out.dtype == np.float64 and out.shape == (1, 128, 2, 64)
         assert np.isfinite(out).all()
 
@@ -99,9 +100,9 @@ def test_framework_missing_is_unsupported_with_the_reason():
     w = Workload(batch=1, q_heads=2, seq_q=128)
     for name in attention_impls.names():
         impl = attention_impls.get(name)
-        missing = impl.framework_missing()
+        missing = here.framework_missing(impl)
         if missing:
-            assert impl.check(w) == missing
+            assert here.check(impl, w) == missing
             assert "not installed in this environment" in missing
 
 
@@ -110,10 +111,10 @@ def test_bad_input_names_what_is_wrong(name):
     impl = attention_impls.get(name)
     q = np.zeros((1, 8, 2, 16), np.float32)
     with pytest.raises(ValueError, match="q, k, v must be"):
-        impl.run_numpy(q[0], q, q, causal=False)
+        here.run_numpy(impl, q[0], q, q, causal=False)
     with pytest.raises(ValueError, match="kv_heads must divide q_heads"):
-        impl.run_numpy(np.zeros((1, 8, 3, 16), np.float32), q, q, causal=False)
+        here.run_numpy(impl, np.zeros((1, 8, 3, 16), np.float32), q, q, causal=False)
     with pytest.raises(ValueError, match="share a dtype"):
-        impl.run_numpy(q, q.astype(np.float16), q, causal=False)
+        here.run_numpy(impl, q, q.astype(np.float16), q, causal=False)
     with pytest.raises(ValueError, match="dtype must be one of"):
-        impl.run_numpy(q.astype(np.float64), q.astype(np.float64), q.astype(np.float64), causal=False)
+        here.run_numpy(impl, q.astype(np.float64), q.astype(np.float64), q.astype(np.float64), causal=False)

@@ -11,6 +11,7 @@ import pytest
 
 import attention_impls
 from attention_impls.reference_float64 import attention_fwd, attention_grads
+from attnbench.backends import here
 from attnbench.core.inputs import make_inputs
 from attnbench.core.numerics import GRAD_SLACK, compare
 from attnbench.core.workload import Workload
@@ -29,7 +30,7 @@ CASES = {
 
 
 def _run_or_skip(impl, workload):
-    reason = impl.check(workload)
+    reason = here.check(impl, workload)
     if reason:
         pytest.skip(f"{impl.name} cannot run {workload.describe()} here: {reason}")
 
@@ -46,7 +47,7 @@ def test_forward_matches_reference(name, case):
     impl, workload = attention_impls.get(name), CASES[case]
     _run_or_skip(impl, workload)
     x = make_inputs(workload, seed=1)
-    out = impl.run_numpy(x.q, x.k, x.v, causal=workload.causal)
+    out = here.run_numpy(impl, x.q, x.k, x.v, causal=workload.causal)
     assert out.dtype == np.float64 and out.shape == workload.q_shape
     _assert_close(name, out, attention_fwd(x.q, x.k, x.v, causal=workload.causal), workload.dtype)
 
@@ -58,7 +59,7 @@ def test_gradients_match_reference(name, case):
     impl, workload = attention_impls.get(name), CASES[case].replace(mode="fwd_bwd")
     _run_or_skip(impl, workload)
     x = make_inputs(workload, seed=2)
-    grads = impl.grad_numpy(x.q, x.k, x.v, x.do, causal=workload.causal)
+    grads = here.grad_numpy(impl, x.q, x.k, x.v, x.do, causal=workload.causal)
     expected = attention_grads(x.q, x.k, x.v, x.do, causal=workload.causal)
     for label, got, want, shape in zip("qkv", grads, expected,
                                        (workload.q_shape, workload.kv_shape, workload.kv_shape), strict=True):
@@ -74,7 +75,7 @@ def test_step_runs_each_mode(name):
     for mode in ("fwd", "fwd_bwd"):
         workload = CASES["plain"].replace(mode=mode, batch=1)
         _run_or_skip(impl, workload)
-        step = impl.make_step(workload, seed=0)
+        step = here.make_step(impl, workload, seed=0)
         step.run()
         step.run()
         assert step.execution in ("compiled", "eager", "interpret")

@@ -18,6 +18,7 @@ import pytest
 import attention_impls
 from attention_impls.base import Unsupported
 from attention_impls.reference_float64 import attention_fwd
+from attnbench.backends import here
 from attnbench.core.inputs import make_inputs
 from attnbench.core.numerics import compare
 from attnbench.core.workload import Workload
@@ -64,10 +65,10 @@ def _mask(workload, x) -> dict:
 @pytest.mark.parametrize("case", GPU_CASES)
 def test_gpu_decode_matches_the_reference(case):
     impl, workload = attention_impls.get(GPU_DECODE), GPU_CASES[case]
-    assert impl.check(workload) is None
+    assert here.check(impl, workload) is None
     x = make_inputs(workload, seed=5)
     mask = _mask(workload, x)
-    out = impl.run_numpy(x.q, x.k, x.v, causal=workload.causal, **mask)
+    out = here.run_numpy(impl, x.q, x.k, x.v, causal=workload.causal, **mask)
     result = compare(out, attention_fwd(x.q, x.k, x.v, causal=workload.causal, **mask), workload.dtype)
     assert result.finite and result.ok, f"{case}: {result.describe()}"
 
@@ -79,7 +80,7 @@ def test_gpu_decode_padding_is_the_keys_outside_the_query_segment():
     q_ids = np.full((2, 1), 5, np.int32)
     kv_ids = np.full((2, 256), 5, np.int32)
     kv_ids[0, :40], kv_ids[1, :200] = 7, 7
-    out = impl.run_numpy(x.q, x.k, x.v, causal=True, q_segment_ids=q_ids, kv_segment_ids=kv_ids)
+    out = here.run_numpy(impl, x.q, x.k, x.v, causal=True, q_segment_ids=q_ids, kv_segment_ids=kv_ids)
     want = attention_fwd(x.q, x.k, x.v, causal=True, q_segment_ids=q_ids, kv_segment_ids=kv_ids)
     assert compare(out, want, "float32").ok
 
@@ -101,11 +102,11 @@ def test_gpu_decode_refuses_what_it_cannot_take_by_name():
         "head_dim": Workload(batch=1, seq_q=1, **{**DECODE, "head_dim": 48}),
     }
     for word, workload in reasons.items():
-        reason = impl.check(workload)
+        reason = here.check(impl, workload)
         assert reason and word in reason, (word, reason)
         x = make_inputs(workload)
         with pytest.raises(Unsupported):
-            impl.run_numpy(x.q, x.k, x.v, causal=True, **_mask(workload, x))
+            here.run_numpy(impl, x.q, x.k, x.v, causal=True, **_mask(workload, x))
     assert impl.gqa == "native" and impl.supports == {"window", "segment_ids"}
 
 
@@ -161,12 +162,12 @@ def test_ragged_paged_refusals_name_what():
     odd_heads = Workload(batch=1, seq_q=1, **{**DECODE, "q_heads": 3, "kv_heads": 3})
     assert "cannot be tiled" in impl.shape_reason(odd_heads, "tpu")
     assert impl.gqa == "native" and impl.supports == {"window", "softcap", "segment_ids"}
-    if impl.platform() == "cpu":  # no interpreter runs it: refused, with why
+    if here.platform(impl) == "cpu":  # no interpreter runs it: refused, with why
         workload = PAGED_CASES["few-ragged"]
-        assert impl.check(workload) == CPU_NOTE
+        assert here.check(impl, workload) == CPU_NOTE
         x = make_inputs(workload)
         with pytest.raises(Unsupported, match="no Pallas interpreter runs it"):
-            impl.run_numpy(x.q, x.k, x.v, causal=True, **_mask(workload, x))
+            here.run_numpy(impl, x.q, x.k, x.v, causal=True, **_mask(workload, x))
 
 
 def test_ragged_paged_tiles_follow_the_tuned_table_else_fit_vmem(monkeypatch):
@@ -194,7 +195,7 @@ def test_ragged_paged_timed_path_where_it_runs():
     from tests.cases import measure
 
     workload = PAGED_CASES["few-ragged"]
-    reason = attention_impls.get(RAGGED_PAGED).check(workload)
+    reason = here.check(attention_impls.get(RAGGED_PAGED), workload)
     if reason:
         pytest.skip(f"{RAGGED_PAGED} does not run here: {reason}")
     record = measure(RAGGED_PAGED, workload, Options(min_seconds=0.01, max_extra_seconds=0.0))

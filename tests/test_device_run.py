@@ -17,6 +17,7 @@ import pytest
 
 from attnbench.asv import sizes as asv_sizes
 from attnbench.asv import suite as asv_suite
+from attnbench.backends import here
 from attnbench.core import records
 from attnbench.core.workload import Workload
 from attnbench.measure.engine import Case, Options
@@ -226,7 +227,7 @@ def test_a_kernel_whose_module_this_release_lacks_is_refused_with_the_reason():
         name = "stub-moved"
         requires_modules = ("numpy.no_such_module_in_this_release",)
 
-    reason = Moved().check(SMALL)
+    reason = here.check(Moved(), SMALL)
     assert reason.startswith("numpy.no_such_module_in_this_release does not import in numpy ")
     assert "ModuleNotFoundError" in reason
 
@@ -249,7 +250,7 @@ def test_the_mosaic_gpu_kernel_states_its_shape_rules():
     assert mgpu_shape_reason(bf16.replace(mode="fwd_bwd", causal=False), (9, 0)) is None
     assert mgpu_shape_reason(bf16.replace(q_heads=8, kv_heads=2), (9, 0)) is None  # GQA
     if "jax" in FRAMEWORKS:
-        assert "Hopper GPU only" in impl.check(bf16)  # this host has no GPU
+        assert "Hopper GPU only" in here.check(impl, bf16)  # this host has no GPU
 
 
 @pytest.mark.skipif("jax" not in FRAMEWORKS, reason="jax's backend")

@@ -16,6 +16,7 @@ import pytest
 import attention_impls
 from attention_impls.base import MASK_FEATURES, Unsupported
 from attention_impls.reference_float64 import attention_fwd, attention_grads
+from attnbench.backends import here
 from attnbench.core.inputs import make_inputs
 from attnbench.core.numerics import GRAD_SLACK, compare
 from attnbench.core.workload import Workload
@@ -48,7 +49,7 @@ def _mask(workload, x) -> dict:
 
 
 def _run_or_skip(impl, workload):
-    reason = impl.check(workload)
+    reason = here.check(impl, workload)
     if reason:
         pytest.skip(f"{impl.name} cannot run {workload.describe()} here: {reason}")
 
@@ -59,11 +60,11 @@ def test_masked_forward_matches_reference_or_is_refused(name, case):
     impl, workload = attention_impls.get(name), MASKED[case]
     x = make_inputs(workload, seed=3)
     mask = _mask(workload, x)
-    if impl.check(workload):
+    if here.check(impl, workload):
         with pytest.raises(Unsupported):
-            impl.run_numpy(x.q, x.k, x.v, causal=workload.causal, **mask)
-        pytest.skip(f"{name} refuses {workload.describe()} here: {impl.check(workload)}")
-    out = impl.run_numpy(x.q, x.k, x.v, causal=workload.causal, **mask)
+            here.run_numpy(impl, x.q, x.k, x.v, causal=workload.causal, **mask)
+        pytest.skip(f"{name} refuses {workload.describe()} here: {here.check(impl, workload)}")
+    out = here.run_numpy(impl, x.q, x.k, x.v, causal=workload.causal, **mask)
     assert out.shape == workload.q_shape
     result = compare(out, attention_fwd(x.q, x.k, x.v, causal=workload.causal, **mask), workload.dtype)
     assert result.finite and result.ok, f"{name} {case}: {result.describe()}"
@@ -77,7 +78,7 @@ def test_masked_gradients_match_reference(name, case):
     _run_or_skip(impl, workload)
     x = make_inputs(workload, seed=4)
     mask = _mask(workload, x)
-    grads = impl.grad_numpy(x.q, x.k, x.v, x.do, causal=workload.causal, **mask)
+    grads = here.grad_numpy(impl, x.q, x.k, x.v, x.do, causal=workload.causal, **mask)
     expected = attention_grads(x.q, x.k, x.v, x.do, causal=workload.causal, **mask)
     for label, got, want in zip("qkv", grads, expected, strict=True):
         result = compare(got, want, workload.dtype, slack=GRAD_SLACK)
@@ -123,11 +124,12 @@ def test_a_mask_with_an_empty_row_is_refused_by_name():
     q_ids = np.zeros((1, 8), dtype=np.int32)
     kv_ids = np.ones((1, 8), dtype=np.int32)
     with pytest.raises(ValueError, match="no visible key"):
-        attention_impls.get("reference-float64").run_numpy(x.q, x.k, x.v, causal=True,
+        here.run_numpy(attention_impls.get("reference-float64"), x.q, x.k, x.v, causal=True,
                                                            q_segment_ids=q_ids, kv_segment_ids=kv_ids)
     with pytest.raises(ValueError, match="both or neither"):
-        attention_impls.get("reference-float64").run_numpy(x.q, x.k, x.v, causal=True, q_segment_ids=q_ids)
+        here.run_numpy(attention_impls.get("reference-float64"), x.q, x.k, x.v, causal=True,
+                       q_segment_ids=q_ids)
     with pytest.raises(ValueError, match="window needs causal"):
-        attention_impls.get("reference-float64").run_numpy(x.q, x.k, x.v, causal=False, window=4)
+        here.run_numpy(attention_impls.get("reference-float64"), x.q, x.k, x.v, causal=False, window=4)
     with pytest.raises(ValueError, match="softcap must be a positive"):
-        attention_impls.get("reference-float64").run_numpy(x.q, x.k, x.v, causal=True, softcap=0.0)
+        here.run_numpy(attention_impls.get("reference-float64"), x.q, x.k, x.v, causal=True, softcap=0.0)

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from attention_impls.base import Unsupported
+from attnbench.backends import here
 from attnbench.backends.base import Runner
 from attnbench.core.regimes import (
     REGIMES,
@@ -87,6 +88,16 @@ def test_padded_length_per_regime():
 
 
 # -- the engine on a fake framework: padding and time arithmetic by hand --------------------------
+def run_fake(fake, template, *args, **kwargs):
+    """``run_regime`` of a fake kernel's fresh runner."""
+    return run_regime(fake.name, fake.make_runner(template, 0), template, *args, **kwargs)
+
+
+def run_kernel(kernel, template, *args, **kwargs):
+    """``run_regime`` of a real kernel's fresh runner, as the engine makes it."""
+    return run_regime(kernel.name, here.make_runner(kernel, template), template, *args, **kwargs)
+
+
 class FakeCompiler:
     """An implementation whose runner "compiles" (sleeps ``stall`` s) on each new length."""
 
@@ -94,13 +105,14 @@ class FakeCompiler:
 
     def __init__(self, stall=0.05, step=0.001, reports=True):
         self.stall, self.step_s, self.reports = stall, step, reports
-        self.runners = 0
+        self.runners = self.calls = 0
 
     def make_runner(self, template, seed=0):
         self.runners += 1
         seen = set()
 
         def call(length):
+            self.calls += 1
             if length not in seen:
                 seen.add(length)
                 time.sleep(self.stall)
@@ -115,10 +127,10 @@ TEMPLATE = Workload(batch=2, q_heads=2, seq_q=300, head_dim=32, causal=True)
 
 def test_padding_waste_by_hand():
     lengths = [100, 200, 300, 100]
-    static = run_regime(FakeCompiler(0, 0), TEMPLATE, "static", lengths)
+    static = run_fake(FakeCompiler(0, 0), TEMPLATE, "static", lengths)
     assert [t.padded_length for t in static.trace] == [300] * 4
     assert static.padding_waste == pytest.approx(1 - 700 / 1200)
-    bucketed = run_regime(FakeCompiler(0, 0), TEMPLATE, "bucketed", lengths)
+    bucketed = run_fake(FakeCompiler(0, 0), TEMPLATE, "bucketed", lengths)
     assert [t.padded_length for t in bucketed.trace] == [128, 256, 300, 128]
     assert bucketed.padding_waste == pytest.approx(1 - 700 / (128 + 256 + 300 + 128))
     # attention FLOPs grow with length squared: padding wastes a larger share of them (causal: the
@@ -129,14 +141,14 @@ def test_padding_waste_by_hand():
     flops = sum(pairs(n) for n in (100, 200, 300, 100))
     padded = sum(pairs(n) for n in (128, 256, 300, 128))
     assert bucketed.padding_flops_waste == pytest.approx(1 - flops / padded)
-    dynamic = run_regime(FakeCompiler(0, 0), TEMPLATE, "dynamic", lengths)
+    dynamic = run_fake(FakeCompiler(0, 0), TEMPLATE, "dynamic", lengths)
     assert dynamic.padding_waste == 0 and dynamic.padding_flops_waste == 0
 
 
 def test_compile_flags_steady_time_and_stalls_in_throughput():
     lengths = [100, 200, 100, 100, 200, 300, 100]
     fake = FakeCompiler(stall=0.05, step=0.001)
-    result = run_regime(fake, TEMPLATE, "dynamic", lengths)
+    result = run_fake(fake, TEMPLATE, "dynamic", lengths)
     assert fake.runners == 1  # one runner (one compiled function) for the whole stream
     assert [t.compiled for t in result.trace] == [True, True, False, False, False, True, False]
     assert result.compiles == 3 and result.shapes == (100, 200, 300)
@@ -162,7 +174,7 @@ def test_a_decode_stream_varies_its_cache_and_counts_its_queries_as_useful():
             return runner
 
     lengths = [300, 512, 300]
-    result = run_regime(Caches(0, 0), decode, "bucketed", lengths)
+    result = run_fake(Caches(0, 0), decode, "bucketed", lengths)
     assert seen == [(1, 384), (1, 512)]  # each padded cache placed once, the queries fixed
     assert result.max_len == 512 and result.shapes == (384, 512)
     assert result.padding_waste == pytest.approx(1 - 1112 / (384 + 512 + 384))
@@ -170,7 +182,7 @@ def test_a_decode_stream_varies_its_cache_and_counts_its_queries_as_useful():
 
 
 def test_a_framework_that_does_not_report_compiles_gets_none_flags():
-    result = run_regime(FakeCompiler(0.0, 0.0, reports=False), TEMPLATE, "dynamic", [100, 100, 200])
+    result = run_fake(FakeCompiler(0.0, 0.0, reports=False), TEMPLATE, "dynamic", [100, 100, 200])
     assert [t.compiled for t in result.trace] == [None, None, None]
     assert result.compiles is None
     assert result.steady_seconds_per_step is not None  # from the repeated length
@@ -179,16 +191,16 @@ def test_a_framework_that_does_not_report_compiles_gets_none_flags():
 def test_bad_arguments_fail_before_anything_runs():
     fake = FakeCompiler()
     with pytest.raises(ValueError, match="pow3"):
-        run_regime(fake, TEMPLATE, "static", [100], policy="pow3")
+        run_fake(fake, TEMPLATE, "static", [100], policy="pow3")
     with pytest.raises(ValueError, match="regime"):
-        run_regime(fake, TEMPLATE, "ragged", [100])
+        run_fake(fake, TEMPLATE, "ragged", [100])
     with pytest.raises(ValueError, match="max_len=300"):
-        run_regime(fake, TEMPLATE, "dynamic", [100, 301])
-    assert fake.runners == 0
+        run_fake(fake, TEMPLATE, "dynamic", [100, 301])
+    assert fake.calls == 0  # no step ran
 
 
 def test_trace_rows_leave_cost_to_the_engine():
-    result = run_regime(FakeCompiler(0, 0), TEMPLATE, "bucketed", [100, 290], policy="pow2")
+    result = run_fake(FakeCompiler(0, 0), TEMPLATE, "bucketed", [100, 290], policy="pow2")
     rows = trace_to_rows(result)
     got = [(r["length"], r["padded_length"], r["tokens"]) for r in rows]
     assert got == [(100, 128, 200), (290, 300, 580)]
@@ -218,7 +230,7 @@ def first_occurrences(values):
 
 @pytest.fixture(scope="module")
 def jax_regimes():
-    return {r: run_regime(impl("jax-xla"), SMALL, r, STREAM, policy="multiple-64") for r in REGIMES}
+    return {r: run_kernel(impl("jax-xla"), SMALL, r, STREAM, policy="multiple-64") for r in REGIMES}
 
 
 @needs_jax
@@ -251,7 +263,7 @@ def test_jax_throughput_pays_for_its_compile_stalls(jax_regimes):
 
 @needs_jax
 def test_jax_runner_reuses_one_jit_for_fwd_bwd():
-    runner = impl("jax-xla").make_runner(SMALL.replace(mode="fwd_bwd", causal=False))
+    runner = here.make_runner(impl("jax-xla"), SMALL.replace(mode="fwd_bwd", causal=False))
     counts = []
     for length in (64, 64, 96, 64):
         runner.prepare(length)
@@ -263,7 +275,7 @@ def test_jax_runner_reuses_one_jit_for_fwd_bwd():
 
 @needs_jax
 def test_pallas_interpret_runner_runs_in_its_context_and_refuses_unaligned_lengths():
-    runner = impl("jax-pallas-tpu-flash").make_runner(SMALL.replace(head_dim=64))
+    runner = here.make_runner(impl("jax-pallas-tpu-flash"), SMALL.replace(head_dim=64))
     assert runner.execution == "interpret"
     for length in (128, 256, 128):
         runner.step(length)  # outside force_tpu_interpret_mode this would raise on CPU
@@ -274,7 +286,7 @@ def test_pallas_interpret_runner_runs_in_its_context_and_refuses_unaligned_lengt
 
 @needs_torch
 def test_eager_torch_never_compiles():
-    result = run_regime(impl("torch-sdpa-math"), SMALL, "dynamic", STREAM)
+    result = run_kernel(impl("torch-sdpa-math"), SMALL, "dynamic", STREAM)
     assert result.compiles == 0 and result.compile_seconds_total == 0.0
     assert all(t.compiled is False for t in result.trace)
     assert result.execution == "eager" and result.stall_seconds == 0

@@ -236,7 +236,7 @@ def test_a_cell_says_which_stage_broke_and_through_which_line(monkeypatch):
     def bad_signature(*args, **kwargs):
         raise TypeError("dot_product_attention() got an unexpected keyword argument 'local_window_size'")
 
-    monkeypatch.setattr(type(impl), "make_step", bad_signature)
+    monkeypatch.setattr(type(impl), "attention", bad_signature)  # the library call refuses
     changed = run_cell("jax-xla", "causal-256")
     assert changed["status"] == matrix.API_CHANGED and changed["stage"] == "compile"
     assert changed["line"].startswith("tests/test_releases.py:")

@@ -12,6 +12,7 @@ import pytest
 
 import attention_impls
 from attention_impls.base import FORCED_FLASH, NATIVE, Unsupported
+from attnbench.backends import here
 from attnbench.core.inputs import make_inputs
 from attnbench.core.workload import Workload
 from tests.conftest import FRAMEWORKS
@@ -32,7 +33,7 @@ def impl(name):
 
 # -- what runs here, and how ------------------------------------------------------------------------
 def test_this_machine_is_a_cpu_for_jax():
-    assert all(impl(n).platform() == "cpu" for n in OURS)
+    assert all(here.platform(impl(n)) == "cpu" for n in OURS)
 
 
 @pytest.mark.parametrize("name, status, execution", [
@@ -49,8 +50,8 @@ def test_cpu_support_and_execution(name, status, execution):
 
 @pytest.mark.parametrize("name", [TPU_FLASH, SPLASH, GPU_MHA, BLOCKWISE])
 def test_runnable_kernels_accept_a_plain_workload_here(name):
-    assert impl(name).check(BASE) is None
-    assert impl(name).check(BASE.replace(mode="fwd_bwd", causal=True)) is None
+    assert here.check(impl(name), BASE) is None
+    assert here.check(impl(name), BASE.replace(mode="fwd_bwd", causal=True)) is None
 
 
 def test_interpret_only_notes_say_which_interpreter():
@@ -97,13 +98,13 @@ CUDNN_CPU_REASON = "cuDNN needs an NVIDIA GPU (jax raises 'cuDNN is not detected
 
 def test_cudnn_refuses_cpu_with_its_reason():
     w = BASE.replace(dtype="bfloat16")
-    assert impl(CUDNN).check(w) == CUDNN_CPU_REASON
+    assert here.check(impl(CUDNN), w) == CUDNN_CPU_REASON
     x = make_inputs(w, 0)
     with pytest.raises(Unsupported) as err:
-        impl(CUDNN).run_numpy(x.q, x.k, x.v, causal=False)
+        here.run_numpy(impl(CUDNN), x.q, x.k, x.v, causal=False)
     assert err.value.reason == CUDNN_CPU_REASON and err.value.impl == CUDNN
     with pytest.raises(Unsupported):
-        impl(CUDNN).make_step(w)
+        here.make_step(impl(CUDNN), w)
 
 
 def test_cudnn_reason_matches_what_jax_raises_on_cpu():
@@ -166,7 +167,7 @@ def test_cudnn_takes_gqa():
     (dict(head_dim=192), "multiple of 128"),
 ])
 def test_tpu_flash_refusals(change, fragment):
-    reason = impl(TPU_FLASH).check(BASE.replace(**change))
+    reason = here.check(impl(TPU_FLASH), BASE.replace(**change))
     assert reason is not None and fragment in reason
 
 
@@ -178,7 +179,7 @@ def test_tpu_flash_refusals(change, fragment):
     dict(head_dim=256, causal=True, mode="fwd_bwd"),
 ])
 def test_tpu_flash_accepts(change):
-    assert impl(TPU_FLASH).check(BASE.replace(**change)) is None
+    assert here.check(impl(TPU_FLASH), BASE.replace(**change)) is None
 
 
 def test_tpu_flash_runs_only_inside_the_tpu_interpreter_here():
@@ -216,7 +217,7 @@ def test_tpu_flash_top_left_causal_is_not_ours():
     (dict(seq_q=64, seq_k=64), "query length must be a multiple of the 128 block"),
 ])
 def test_splash_refusals(change, fragment):
-    reason = impl(SPLASH).check(BASE.replace(**change))
+    reason = here.check(impl(SPLASH), BASE.replace(**change))
     assert reason is not None and fragment in reason
 
 
@@ -227,7 +228,7 @@ def test_splash_refusals(change, fragment):
     dict(seq_q=256, seq_k=128),
 ])
 def test_splash_accepts(change):
-    assert impl(SPLASH).check(BASE.replace(**change)) is None
+    assert here.check(impl(SPLASH), BASE.replace(**change)) is None
 
 
 @pytest.mark.parametrize("seq_q, seq_k", [(128, 128), (128, 384), (256, 512)])
@@ -252,7 +253,7 @@ def test_splash_causal_mask_is_bottom_right(seq_q, seq_k):
     (dict(head_dim=8), ">= 16"),
 ])
 def test_gpu_mha_refusals(change, fragment):
-    reason = impl(GPU_MHA).check(BASE.replace(**change))
+    reason = here.check(impl(GPU_MHA), BASE.replace(**change))
     assert reason is not None and fragment in reason
 
 
@@ -262,7 +263,7 @@ def test_gpu_mha_refusals(change, fragment):
     dict(head_dim=96, causal=True, mode="fwd_bwd"),  # head_dim padded to a power of two in-kernel
 ])
 def test_gpu_mha_accepts(change):
-    assert impl(GPU_MHA).check(BASE.replace(**change)) is None
+    assert here.check(impl(GPU_MHA), BASE.replace(**change)) is None
 
 
 def test_gpu_mha_gqa_would_be_silently_wrong():
@@ -298,7 +299,7 @@ def test_gpu_mha_backward_length_rule_is_the_kernels():
     dict(seq_q=1, seq_k=1, dtype="float16"),
 ])
 def test_blockwise_takes_any_shape(change):
-    assert impl(BLOCKWISE).check(BASE.replace(**change)) is None
+    assert here.check(impl(BLOCKWISE), BASE.replace(**change)) is None
 
 
 def test_blockwise_uses_gpu_tiles_and_never_holds_the_score_matrix():
@@ -332,12 +333,12 @@ def _masked_check(name, workload, seed=0, grads=False):
     if workload.segmented:
         mask.update(q_segment_ids=x.q_segment_ids, kv_segment_ids=x.kv_segment_ids)
     kernel = impl(name)
-    assert kernel.check(workload) is None, kernel.check(workload)
-    out = kernel.run_numpy(x.q, x.k, x.v, causal=workload.causal, **mask)
+    assert here.check(kernel, workload) is None, here.check(kernel, workload)
+    out = here.run_numpy(kernel, x.q, x.k, x.v, causal=workload.causal, **mask)
     result = compare(out, attention_fwd(x.q, x.k, x.v, causal=workload.causal, **mask), workload.dtype)
     assert result.finite and result.ok, result.describe()
     if grads:
-        got = kernel.grad_numpy(x.q, x.k, x.v, x.do, causal=workload.causal, **mask)
+        got = here.grad_numpy(kernel, x.q, x.k, x.v, x.do, causal=workload.causal, **mask)
         want = attention_grads(x.q, x.k, x.v, x.do, causal=workload.causal, **mask)
         for label, g, w in zip("qkv", got, want, strict=True):
             result = compare(g, w, workload.dtype, slack=GRAD_SLACK)
@@ -395,7 +396,7 @@ def test_tpu_flash_segment_ids_across_kv_blocks():
 def test_tpu_flash_ragged_cache_runs_without_causal_and_is_refused_with_it():
     ragged = Workload(batch=2, q_heads=2, seq_q=128, seq_k=256, head_dim=64, ragged=True)
     _masked_check(TPU_FLASH, ragged)
-    assert "top-left" in impl(TPU_FLASH).check(ragged.replace(causal=True))
+    assert "top-left" in here.check(impl(TPU_FLASH), ragged.replace(causal=True))
 
 
 @pytest.mark.parametrize("seq_q, seq_k, window", [(128, 128, 1), (128, 384, 100), (256, 256, 300),
@@ -435,7 +436,7 @@ def test_splash_softcap_is_the_kernels_own_option():
 def test_gpu_mha_refuses_a_ragged_cache_naming_segment_ids():
     for w in (Workload(batch=2, q_heads=2, seq_q=128, seq_k=256, head_dim=64, ragged=True),
               Workload(batch=2, q_heads=2, seq_q=1, seq_k=256, head_dim=64, causal=True, ragged=True)):
-        reason = impl(GPU_MHA).check(w)
+        reason = here.check(impl(GPU_MHA), w)
         assert reason is not None and "segment ids" in reason
 
 
@@ -628,9 +629,9 @@ def test_native_gqa_kernels_never_build_kv_with_the_query_heads(name):
 def test_xla_takes_window_and_segment_ids_and_refuses_softcap_by_name():
     xla = impl(XLA)
     assert xla.supports == {"window", "segment_ids"}
-    assert xla.check(BASE.replace(causal=True, window=32, documents=3)) is None
-    assert xla.check(BASE.replace(seq_q=1, seq_k=256, causal=True, window=32, ragged=True)) is None
-    reason = xla.check(BASE.replace(causal=True, softcap=30.0))
+    assert here.check(xla, BASE.replace(causal=True, window=32, documents=3)) is None
+    assert here.check(xla, BASE.replace(seq_q=1, seq_k=256, causal=True, window=32, ragged=True)) is None
+    reason = here.check(xla, BASE.replace(causal=True, softcap=30.0))
     assert "soft-cap" in reason and "dot_product_attention" in reason
 
 
@@ -658,7 +659,7 @@ def test_xla_local_window_size_is_top_left_so_decode_takes_the_mask():
 @pytest.mark.parametrize("name", [CHUNKED, BLOCKWISE])
 def test_tiled_kernels_take_every_feature(name):
     assert impl(name).supports == {"window", "softcap", "segment_ids"}
-    assert impl(name).check(BASE.replace(q_heads=4, kv_heads=2, causal=True, window=32, documents=3,
+    assert here.check(impl(name), BASE.replace(q_heads=4, kv_heads=2, causal=True, window=32, documents=3,
                                          softcap=30.0, mode="fwd_bwd")) is None
 
 
@@ -701,8 +702,8 @@ def test_cudnn_masked_call_is_refused_on_cpu_before_jax_is_called(monkeypatch):
     w = GPU_BF16.replace(causal=True, window=64, documents=2)
     x = make_inputs(w, 0)
     with pytest.raises(Unsupported) as err:
-        cudnn.run_numpy(x.q, x.k, x.v, causal=True, window=64, q_segment_ids=x.q_segment_ids,
+        here.run_numpy(cudnn, x.q, x.k, x.v, causal=True, window=64, q_segment_ids=x.q_segment_ids,
                         kv_segment_ids=x.kv_segment_ids)
     assert err.value.reason == CUDNN_CPU_REASON
     with pytest.raises(Unsupported):
-        cudnn.make_step(w)
+        here.make_step(cudnn, w)

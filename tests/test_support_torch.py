@@ -13,6 +13,7 @@ import pytest
 import attention_impls
 from attention_impls.base import FORCED_FLASH, NATIVE, Unsupported
 from attention_impls.reference_float64 import causal_mask
+from attnbench.backends import here
 from attnbench.core.inputs import make_inputs
 from attnbench.core.workload import Workload
 from tests.conftest import FRAMEWORKS
@@ -47,18 +48,18 @@ def gpu(name, w, sm=None):
 
 # -- what runs here, and how ------------------------------------------------------------------------
 def test_this_machine_is_a_cpu_for_torch():
-    assert all(impl(n).platform() == "cpu" for n in OURS)
+    assert all(here.platform(impl(n)) == "cpu" for n in OURS)
 
 
 @pytest.mark.parametrize("w", VARIANTS, ids=lambda w: w.describe())
 def test_math_flash_and_blockwise_take_every_variant_here(w):
     for name in (MATH, FLASH, BLOCKWISE):
-        assert impl(name).check(w) is None, name
+        assert here.check(impl(name), w) is None, name
 
 
 @pytest.mark.parametrize("w", VARIANTS, ids=lambda w: w.describe())
 def test_flex_takes_forward_only_here(w):
-    reason = impl(FLEX).check(w)
+    reason = here.check(impl(FLEX), w)
     if w.mode == "fwd":
         assert reason is None
     else:
@@ -70,7 +71,7 @@ def test_flex_takes_forward_only_here(w):
 def test_efficient_and_cudnn_refuse_every_workload_with_the_exact_reason(name, w):
     backend = CUDA_ONLY[name]
     note = impl(name).platform_support["cpu"].note
-    assert impl(name).check(w) == note
+    assert here.check(impl(name), w) == note
     assert note.startswith(f"{backend} (") and "is a CUDA-only kernel" in note
     assert f"sdpa_kernel([{backend}]) raises '{TORCH_REFUSAL}'" in note
 
@@ -79,7 +80,7 @@ def test_efficient_and_cudnn_refuse_every_workload_with_the_exact_reason(name, w
 def test_refused_run_raises_unsupported_before_reaching_torch(name):
     x = make_inputs(BASE, seed=0)
     with pytest.raises(Unsupported) as info:
-        impl(name).run_numpy(x.q, x.k, x.v, causal=False)
+        here.run_numpy(impl(name), x.q, x.k, x.v, causal=False)
     assert info.value.reason == impl(name).platform_support["cpu"].note
 
 
@@ -150,7 +151,7 @@ def test_dispatcher_reason_picks_the_forced_backends_lines():
 ])
 def test_step_evidence_names_the_aten_kernel_that_ran(name, mode, ops):
     """Bottom-right causal with seq_q != seq_k goes through a materialized mask: still CPU flash."""
-    step = impl(name).make_step(BASE.replace(seq_k=256, causal=True, mode=mode, q_heads=4, kv_heads=2))
+    step = here.make_step(impl(name), BASE.replace(seq_k=256, causal=True, mode=mode, q_heads=4, kv_heads=2))
     assert step.kernel_evidence == "not verified"  # nothing ran yet: the profiled run comes later
     seen = set(step.evidence().removeprefix("profiler saw ").split(", "))
     assert seen == ops
@@ -158,7 +159,7 @@ def test_step_evidence_names_the_aten_kernel_that_ran(name, mode, ops):
 
 def test_blockwise_evidence_counts_its_tile_matmuls():
     """Causal S256 in 128x128 tiles visits 3 tiles (the one above the diagonal is skipped): 6 bmm."""
-    step = impl(BLOCKWISE).make_step(BASE.replace(seq_q=256, seq_k=256, causal=True))
+    step = here.make_step(impl(BLOCKWISE), BASE.replace(seq_q=256, seq_k=256, causal=True))
     assert step.evidence().startswith("profiler saw 6 tile matmuls (aten::bmm) and no ATen attention op")
 
 
@@ -172,7 +173,7 @@ def test_blockwise_evidence_refuses_a_run_that_reached_an_attention_kernel():
 
 def test_flex_evidence_sees_only_the_compiled_region():
     """The lesson in one record: the op profiler cannot see the fused kernel, only its region."""
-    step = impl(FLEX).make_step(BASE.replace(causal=True))
+    step = here.make_step(impl(FLEX), BASE.replace(causal=True))
     assert step.evidence().startswith("profiler saw one Torch-Compiled Region and no ATen matmul")
 
 
@@ -272,9 +273,9 @@ def test_flex_compiles_once_per_shape_and_reuses_the_block_mask():
     flex = impl(FLEX)
     w = BASE.replace(seq_k=256, causal=True)
     x = make_inputs(w, seed=3)
-    first = flex.run_numpy(x.q, x.k, x.v, causal=True)
+    first = here.run_numpy(flex, x.q, x.k, x.v, causal=True)
     entries = dict(flex._compiled)
-    second = flex.run_numpy(x.q, x.k, x.v, causal=True)
+    second = here.run_numpy(flex, x.q, x.k, x.v, causal=True)
     assert dict(flex._compiled) == entries, "a repeated shape must not build a new function or mask"
     mine = [e for k, e in entries.items() if k[0] == (1, 2, 128, 64) and k[1] == (1, 2, 256, 64) and k[4]]
     assert len(mine) == 1 and mine[0][1] is not None
@@ -337,7 +338,7 @@ def test_cpu_flash_takes_an_explicit_mask_and_the_dispatcher_agrees(w):
 
     from attention_impls._sdpa import dispatch_refusal
 
-    assert impl(FLASH).check(w) is None and impl(MATH).check(w) is None
+    assert here.check(impl(FLASH), w) is None and here.check(impl(MATH), w) is None
     assert dispatch_refusal("FLASH_ATTENTION", w, torch.device("cpu")) is None
 
 
@@ -389,12 +390,12 @@ def test_gqa_mode_is_what_the_profiler_sees(name, repeats):
     """MATH repeat_interleaves the kv heads (pre_process_group_query_attention_input); CPU flash does not."""
     from attnbench.backends.torch_backend import profiled_ops
 
-    step = impl(name).make_step(RAGGED)
+    step = here.make_step(impl(name), RAGGED)
     assert ("aten::repeat_interleave" in profiled_ops(step.run)) == repeats
 
 
 def test_masked_sdpa_step_still_runs_the_forced_kernel():
-    step = impl(FLASH).make_step(DOCS.replace(mode="fwd_bwd"))
+    step = here.make_step(impl(FLASH), DOCS.replace(mode="fwd_bwd"))
     seen = set(step.evidence().removeprefix("profiler saw ").split(", "))
     assert seen == {"aten::_scaled_dot_product_flash_attention_for_cpu",
                     "aten::_scaled_dot_product_flash_attention_for_cpu_backward"}
@@ -462,7 +463,7 @@ def test_flex_masked_step_is_one_fused_region_compiled_once(w):
     from attention_impls.torch_flex_attention import TorchFlexAttention
 
     flex = TorchFlexAttention()
-    step = flex.make_step(w)
+    step = here.make_step(flex, w)
     step.run()
     graphs = counters["stats"]["unique_graphs"]
     assert step.evidence().startswith("profiler saw one Torch-Compiled Region and no ATen matmul")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from attnbench.backends import here
 from attnbench.core.workload import Workload
 from tests.conftest import FRAMEWORKS
 
@@ -38,23 +39,23 @@ def test_this_machine_is_the_xla_cpu_device():
 
     for name in XLA_IMPLS:
         i = impl(name)
-        assert i.framework == "torch_xla" and i.framework_missing() is None
-        assert i.backend().device().type == "xla"
-        assert xm.xla_device_hw(i.backend().device()) == "CPU"
-        assert i.platform() == "cpu"
+        assert i.framework == "torch_xla" and here.framework_missing(i) is None
+        assert here.backend_of(i).device().type == "xla"
+        assert xm.xla_device_hw(here.backend_of(i).device()) == "CPU"
+        assert here.platform(i) == "cpu"
 
 
 @pytest.mark.parametrize("device_type, platform", [("CPU", "cpu"), ("TPU", "tpu"), ("CUDA", "gpu"),
                                                    ("GPU", "gpu")])
 def test_pjrt_device_type_maps_to_platform(on_platform, device_type, platform):
     on_platform(device_type)
-    assert impl(SDPA).platform() == platform
+    assert here.platform(impl(SDPA)) == platform
 
 
 def test_unknown_pjrt_device_is_an_error_not_a_guess(on_platform):
     on_platform("NEURON")
     with pytest.raises(RuntimeError, match="NEURON"):
-        impl(SDPA).platform()
+        here.platform(impl(SDPA))
 
 
 # -- labels ------------------------------------------------------------------------------------
@@ -75,12 +76,12 @@ def test_labels(name, labels):
 ], ids=lambda w: w.describe() if isinstance(w, Workload) else None)
 def test_portable_impls_run_everything_here(name, workload):
     i = impl(name)
-    assert i.check(workload) is None
-    assert i.execution(i.platform()) == "compiled"
+    assert here.check(i, workload) is None
+    assert i.execution(here.platform(i)) == "compiled"
 
 
 def test_pallas_refuses_cpu_with_the_measured_reason():
-    reason = impl(PALLAS).check(SMALL)
+    reason = here.check(impl(PALLAS), SMALL)
     assert reason is not None
     for fact in ("tpu_custom_call", "Only interpret mode is supported on CPU backend",
                  "no interpret mode", "for Host"):
@@ -89,10 +90,10 @@ def test_pallas_refuses_cpu_with_the_measured_reason():
 
 def test_pallas_refuses_gpu_and_runs_tpu(on_platform):
     on_platform("CUDA")
-    assert "tpu_custom_call" in impl(PALLAS).check(SMALL)
+    assert "tpu_custom_call" in here.check(impl(PALLAS), SMALL)
     on_platform("TPU")
-    assert impl(PALLAS).check(SMALL) is None
-    assert impl(PALLAS).check(SMALL.replace(seq_q=1024, seq_k=2048, mode="fwd_bwd")) is None
+    assert here.check(impl(PALLAS), SMALL) is None
+    assert here.check(impl(PALLAS), SMALL.replace(seq_q=1024, seq_k=2048, mode="fwd_bwd")) is None
 
 
 @pytest.mark.parametrize("workload, words", [
@@ -105,15 +106,15 @@ def test_pallas_refuses_gpu_and_runs_tpu(on_platform):
 ], ids=lambda x: x.describe() if isinstance(x, Workload) else None)
 def test_pallas_shape_rules_on_tpu(on_platform, workload, words):
     on_platform("TPU")
-    reason = impl(PALLAS).check(workload)
+    reason = here.check(impl(PALLAS), workload)
     assert reason is not None and words in reason
 
 
 def test_pallas_forward_pads_what_its_backward_cannot(on_platform):
     on_platform("TPU")
     odd = SMALL.replace(seq_k=640, causal=True, seq_q=640)  # causal masks the zero padding
-    assert impl(PALLAS).check(odd) is None
-    assert "backward" in impl(PALLAS).check(odd.replace(mode="fwd_bwd"))
+    assert here.check(impl(PALLAS), odd) is None
+    assert "backward" in here.check(impl(PALLAS), odd.replace(mode="fwd_bwd"))
 
 
 # -- the refusal is real: every CPU route of torch_xla's Pallas kernel fails ---------------------
@@ -173,7 +174,7 @@ def test_step_compiles_once_and_executes_every_run(name, mode):
     import torch_xla.debug.metrics as met
 
     workload = SMALL.replace(seq_q=136, mode=mode)  # a length no other test compiles
-    step = impl(name).make_step(workload)
+    step = here.make_step(impl(name), workload)
     assert step.execution == "compiled"
     assert step.kernel_evidence == "forward HLO has no custom-call: XLA's own ops"
     met.clear_all()
@@ -198,10 +199,10 @@ def test_conformance_path_runs_one_graph_per_call(dtype):
     workload = SMALL.replace(seq_q=144, dtype=dtype)
     x = make_inputs(workload, seed=0)
     met.clear_all()
-    out = impl(SDPA).run_numpy(x.q, x.k, x.v, causal=False)
+    out = here.run_numpy(impl(SDPA), x.q, x.k, x.v, causal=False)
     assert np.isfinite(out).all() and met.metric_data("ExecuteTime")[0] == 1
     met.clear_all()
-    grads = impl(SDPA).grad_numpy(x.q, x.k, x.v, x.do, causal=False)
+    grads = here.grad_numpy(impl(SDPA), x.q, x.k, x.v, x.do, causal=False)
     assert all(np.isfinite(g).all() for g in grads)
     assert met.metric_data("ExecuteTime")[0] == 1
 
@@ -212,7 +213,7 @@ def test_runner_compiles_once_per_distinct_length_and_not_on_repeats():
     so a shape compiled earlier in the session would rightly count as no compile here."""
     import torch_xla.debug.metrics as met
 
-    runner = impl(SDPA).make_runner(Workload(batch=1, q_heads=3, seq_q=96, head_dim=24, causal=True))
+    runner = here.make_runner(impl(SDPA), Workload(batch=1, q_heads=3, seq_q=96, head_dim=24, causal=True))
     assert runner.execution == "compiled"
     lengths = [40, 56, 40, 72, 56, 40, 72]
     counts = []
@@ -237,8 +238,8 @@ def test_sdpa_takes_window_and_segment_ids_and_refuses_softcap_by_name():
     i = impl(SDPA)
     assert i.supports == {"window", "segment_ids"} and i.gqa == "repeated"
     for workload in (WINDOWED, DOCUMENTS, WINDOWED.replace(documents=2, q_heads=4, kv_heads=2)):
-        assert i.check(workload) is None
-    reason = i.check(SOFTCAPPED)
+        assert here.check(i, workload) is None
+    reason = here.check(i, SOFTCAPPED)
     assert "soft-capping" in reason and "scaled_dot_product_attention" in reason
 
 
@@ -253,10 +254,10 @@ def test_sdpa_mask_is_one_traced_graph_with_no_custom_call():
     workload = SMALL.replace(seq_q=152, seq_k=152, causal=True, window=40, documents=3)  # a fresh shape
     x = make_inputs(workload, seed=0)
     met.clear_all()
-    out = impl(SDPA).run_numpy(x.q, x.k, x.v, causal=True, window=40, q_segment_ids=x.q_segment_ids,
+    out = here.run_numpy(impl(SDPA), x.q, x.k, x.v, causal=True, window=40, q_segment_ids=x.q_segment_ids,
                                kv_segment_ids=x.kv_segment_ids)
     assert np.isfinite(out).all() and met.metric_data("ExecuteTime")[0] == 1
-    step = impl(SDPA).make_step(workload)
+    step = here.make_step(impl(SDPA), workload)
     assert step.kernel_evidence == "forward HLO has no custom-call: XLA's own ops"
 
 
@@ -264,10 +265,10 @@ def test_pallas_takes_segment_ids_and_refuses_window_and_softcap_by_name(on_plat
     on_platform("TPU")
     i = impl(PALLAS)
     assert i.supports == {"segment_ids"}
-    assert i.check(DOCUMENTS) is None
-    assert i.check(DOCUMENTS.replace(mode="fwd_bwd")) is None
+    assert here.check(i, DOCUMENTS) is None
+    assert here.check(i, DOCUMENTS.replace(mode="fwd_bwd")) is None
     for workload, word in ((WINDOWED, "sliding window"), (SOFTCAPPED, "soft-capping")):
-        reason = i.check(workload)
+        reason = here.check(i, workload)
         assert word in reason and "flash_attention" in reason
 
 
@@ -278,8 +279,8 @@ def test_pallas_takes_segment_ids_and_refuses_window_and_softcap_by_name(on_plat
 ], ids=lambda w: w.describe())
 def test_pallas_segment_id_shape_rules_on_tpu(on_platform, workload):
     on_platform("TPU")
-    assert impl(PALLAS).check(workload.replace(documents=None)) is None  # fine without segment ids
-    reason = impl(PALLAS).check(workload)
+    assert here.check(impl(PALLAS), workload.replace(documents=None)) is None  # fine without segment ids
+    reason = here.check(impl(PALLAS), workload)
     assert reason is not None and "segment ids" in reason
 
 
@@ -294,6 +295,7 @@ def test_pallas_segment_id_rules_are_what_the_wrapper_does_traced_for_tpu():
     body = '''
 import jax, torch, torch_xla
 from torch_xla.experimental import custom_kernel as ck
+from attnbench.backends import here
 
 def tpu_trace_pallas(kernel, *args, static_argnums=None, static_argnames=None, use_cache=False, **kw):
     shapes = [ck.to_jax_shape_dtype_struct(a) if torch.is_tensor(a) else a for a in args]
@@ -352,7 +354,7 @@ def test_blockwise_takes_every_mask_feature_of_the_shared_loop():
     assert i.supports == TorchBlockwise.supports == {"window", "softcap", "segment_ids"}
     assert i.gqa == TorchBlockwise.gqa
     for workload in (WINDOWED, DOCUMENTS, SOFTCAPPED, WINDOWED.replace(documents=2, softcap=2.0)):
-        assert i.check(workload) is None
+        assert here.check(i, workload) is None
 
 
 def test_blockwise_mask_is_one_traced_graph():
@@ -366,6 +368,6 @@ def test_blockwise_mask_is_one_traced_graph():
     workload = SMALL.replace(seq_q=168, seq_k=168, causal=True, window=40, documents=3, softcap=5.0)
     x = make_inputs(workload, seed=0)
     met.clear_all()
-    out = impl(BLOCKWISE).run_numpy(x.q, x.k, x.v, causal=True, window=40, softcap=5.0,
+    out = here.run_numpy(impl(BLOCKWISE), x.q, x.k, x.v, causal=True, window=40, softcap=5.0,
                                     q_segment_ids=x.q_segment_ids, kv_segment_ids=x.kv_segment_ids)
     assert np.isfinite(out).all() and met.metric_data("ExecuteTime")[0] == 1

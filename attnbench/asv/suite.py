@@ -31,6 +31,7 @@ from attnbench.asv.sizes import (
     suite_size,
     this_env_frameworks,
 )
+from attnbench.backends import here
 from attnbench.core import metrics, records
 from attnbench.core.metrics import METRIC_VERSION, Metric  # noqa: F401  (the suite's names for them)
 from attnbench.core.workload import CUSTOM, Workload
@@ -254,7 +255,7 @@ def outside_suite(impl, workload: Workload, regime: str, size: SuiteSize,
     """
     limit, regime_seqs, preset = size.max_interpret_seq, size.regime_seqs, workload.name != CUSTOM
     if interpreted is None:
-        interpreted = impl.execution(impl.platform()) == "interpret"
+        interpreted = impl.execution(here.platform(impl)) == "interpret"
     if preset and interpreted and not size.preset_interpret:
         return (f"runs only in an interpreter here; the {suite_name()} suite measures model presets with "
                 f"kernels that run natively ({SUITE_ENV}=full runs it)")

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from attention_impls._compile_target import compile_target
+from attention_impls.base import Unsupported
 from attnbench.backends.memory import rss_growth_bytes
 from attnbench.core.workload import Workload
 from attnbench.measure.timing import time_step
@@ -101,9 +103,31 @@ class Backend(abc.ABC):
     def platform(self) -> str:
         """The platform (cpu/gpu/tpu) of this framework's current default device."""
 
-    def execution(self, impl, platform: str) -> str:
-        """How ``impl`` executes on ``platform``: ``compiled``, ``eager`` or ``interpret``."""
-        return "interpret" if impl.platform_support[platform].status == "interpret-only" else "compiled"
+    def platform_for(self) -> str:
+        """The platform a kernel is traced for: the target's inside ``compiling_for``, else this
+        framework's default device's."""
+        target = compile_target()
+        return target.platform if target is not None else self.platform()
+
+    def refusal(self, impl, workload: Workload, *, imports: bool = True) -> str | None:
+        """Why ``impl`` cannot run ``workload`` here, or ``None`` when it can: the framework missing,
+        the platform, the kernel's own imports (``imports``), its mask features and its shapes."""
+        missing = self.missing()
+        if missing:
+            return missing
+        on = self.platform_for()
+        support = impl.platform_support[on]
+        if support.status == "unsupported":
+            return support.note
+        return ((impl.api_missing() if imports else None) or impl.feature_reason(workload)
+                or impl.shape_reason(workload, on))
+
+    def require(self, impl, workload: Workload) -> str:
+        """Raise ``Unsupported`` unless ``impl`` runs ``workload`` here; return the platform."""
+        reason = self.refusal(impl, workload)
+        if reason:
+            raise Unsupported(impl.name, reason)
+        return self.platform_for()
 
     @abc.abstractmethod
     def detect_device(self, host):
@@ -130,8 +154,8 @@ class Backend(abc.ABC):
     def make_runner(self, impl, template: Workload, seed: int = 0) -> Runner:
         """A ``Runner`` that runs ``template.mode`` at any length, reusing its compiled code. This
         default builds a ``make_step`` per length in the untimed ``prepare`` (compiles: 0 or ``None``)."""
-        platform = impl.require(template)
-        execution = self.execution(impl, platform)
+        platform = self.require(impl, template)
+        execution = impl.execution(platform)
         eager = execution == "eager"
         return Runner(template, execution, place=lambda w: self.make_step(impl, w, seed),
                       call=lambda step: step.run(),

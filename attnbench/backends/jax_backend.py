@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from attention_impls._compile_target import JAX_GPU_BACKENDS
 from attention_impls.base import default_scale, static_mask
 from attnbench.backends import jax_steps
 from attnbench.backends.base import Backend, Runner, Step
@@ -48,7 +49,7 @@ class JaxBackend(Backend):
         import jax
 
         backend = jax.default_backend()
-        return {"cuda": "gpu", "rocm": "gpu"}.get(backend, backend)
+        return JAX_GPU_BACKENDS.get(backend, backend)
 
     def to_float64(self, array) -> np.ndarray:
         return to_float64(array)
@@ -106,7 +107,7 @@ class JaxBackend(Backend):
         import jax
 
 
-        platform = impl.require(workload)
+        platform = self.require(impl, workload)
         mark = _device_peak()  # this process's high-water mark before the case (earlier cases' steps)
         x = make_inputs(workload, seed)
         scale, static = default_scale(workload.head_dim, None), static_mask(workload)
@@ -122,7 +123,7 @@ class JaxBackend(Backend):
 
         with _context(impl, platform):
             info = compile_analysis(fn, args)
-        step = Step(run=run, execution=self.execution(impl, platform), compile_info=info,
+        step = Step(run=run, execution=impl.execution(platform), compile_info=info,
                     framework=self.framework, memory_mark=mark)
         calls = info["custom_calls"]
         step.kernel_evidence = (f"compiled HLO custom-calls: {', '.join(calls)}" if calls
@@ -140,7 +141,7 @@ class JaxBackend(Backend):
         import jax
 
 
-        platform = impl.require(template)
+        platform = self.require(impl, template)
         scale = default_scale(template.head_dim, None)
         fwd = template.mode == "fwd"
         fn = (self.forward if fwd else self.forward_backward)(impl, template.causal, scale,
@@ -148,7 +149,7 @@ class JaxBackend(Backend):
         meter = CompileMeter()
 
         def place(workload: Workload):
-            impl.require(workload)
+            self.require(impl, workload)
             x = make_inputs(workload, seed)
             args = ((x.q, x.k, x.v) if fwd else (x.q, x.k, x.v, x.do)) + x.mask_arrays()
             return jax.block_until_ready(tuple(jax.device_put(a) for a in args))
@@ -157,7 +158,7 @@ class JaxBackend(Backend):
             with _context(impl, platform), meter:
                 return jax.block_until_ready(fn(*args))
 
-        return Runner(template, self.execution(impl, platform), place=place, call=call,
+        return Runner(template, impl.execution(platform), place=place, call=call,
                       # a private jit method: a release without it leaves the count unknown (None)
                       count_compiles=getattr(fn, "_cache_size", lambda: None),
                       count_compile_seconds=lambda: meter.seconds,

@@ -22,8 +22,6 @@ class NumpyBackend(Backend):
     def platform(self) -> str:
         return "cpu"
 
-    def execution(self, impl, platform: str) -> str:
-        return "eager"
 
     def detect_device(self, host):
         return cpu_device(host)
@@ -51,7 +49,7 @@ class NumpyBackend(Backend):
                      for g in impl.attention_grads(q, k, v, do, causal=causal, scale=scale, **mask))
 
     def make_step(self, impl, workload: Workload, seed: int = 0) -> Step:
-        impl.require(workload)
+        self.require(impl, workload)
         x = make_inputs(workload, seed)
         q, k, v, do = (a.astype(np.float64) for a in (x.q, x.k, x.v, x.do))
         scale, causal = default_scale(workload.head_dim, None), workload.causal

@@ -126,10 +126,6 @@ class TorchBackend(Backend):
     def to_float64(self, array) -> np.ndarray:
         return to_float64(array)
 
-    def execution(self, impl, platform: str) -> str:
-        if impl.platform_support[platform].status == "interpret-only":
-            return "interpret"
-        return "compiled" if getattr(impl, "compiled_by", None) else "eager"
 
     def detect_device(self, host):
         import torch
@@ -208,14 +204,14 @@ class TorchBackend(Backend):
         return tensors, segments
 
     def make_step(self, impl, workload: Workload, seed: int = 0) -> Step:
-        platform = impl.require(workload)
+        platform = self.require(impl, workload)
         tensors, call = self._place(workload, seed), self._call(impl, workload)
 
         def run():
             return call(tensors)
 
         find = getattr(impl, "evidence_from_ops", None)
-        return Step(run=run, execution=self.execution(impl, platform), framework=self.framework,
+        return Step(run=run, execution=impl.execution(platform), framework=self.framework,
                     find_evidence=(lambda: find(profiled_ops(run))) if find else None)
 
     def compile_meter(self, impl):
@@ -227,19 +223,19 @@ class TorchBackend(Backend):
         so each new (shape, grad mode) is a real compile whatever ran before in this process."""
         if getattr(impl, "compiled_by", None):
             impl = type(impl)()
-        platform = impl.require(template)
+        platform = self.require(impl, template)
         meter = self.compile_meter(impl)
         call = self._call(impl, template)
 
         def place(workload: Workload):
-            impl.require(workload)
+            self.require(impl, workload)
             return self._place(workload, seed)
 
         def metered_call(tensors):
             with meter:
                 return call(tensors)
 
-        return Runner(template, self.execution(impl, platform), place=place, call=metered_call,
+        return Runner(template, impl.execution(platform), place=place, call=metered_call,
                       count_compiles=lambda: meter.compiles, count_compile_seconds=lambda: meter.seconds,
                       count_cache_hits=lambda: meter.cache_hits)
 

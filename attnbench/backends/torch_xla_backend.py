@@ -59,8 +59,6 @@ class TorchXlaBackend(TorchBackend):
         torch_xla.sync()
         xm.wait_device_ops()
 
-    def execution(self, impl, platform: str) -> str:
-        return Backend.execution(self, impl, platform)  # "compiled" by XLA, or "interpret"
 
     def compile_meter(self, impl):
         """A runner step compiles a new graph per new shape; ``XlaCompileMeter`` counts them."""

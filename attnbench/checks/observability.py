@@ -34,7 +34,7 @@ import attention_impls
 from attention_impls.base import Unsupported, default_scale, static_mask
 from attnbench import backends
 from attnbench.asv.machine import machine_name
-from attnbench.backends import jax_steps
+from attnbench.backends import here, jax_steps
 from attnbench.backends.torch_backend import kineto_quiet
 from attnbench.core import atomic
 from attnbench.core.inputs import make_inputs
@@ -271,7 +271,7 @@ def jax_hlo_text(impl, workload: Workload, seed: int = 0) -> str:
                     (x.q, x.k, x.v, x.do))
     args = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args + x.mask_arrays())
     hook = getattr(impl, "trace_context", None)
-    with hook(impl.platform()) if hook else contextlib.nullcontext():
+    with hook(here.platform(impl)) if hook else contextlib.nullcontext():
         return fn.lower(*args).compile().as_text() or ""
 
 
@@ -339,17 +339,17 @@ def observe(impl_spec, workload: Workload | None = None) -> dict:
         row["reason"] = f"error: {type(exc).__name__}: {exc}"
         return row
     row = empty_row(impl.name, impl.framework, workload)
-    reason = impl.check(workload)
+    reason = here.check(impl, workload)
     if reason:
         row["reason"] = f"unsupported: {reason}"
         return row
-    platform = impl.platform()
+    platform = here.platform(impl)
     row.update(platform=platform, label=impl.label(platform), execution=impl.execution(platform))
     profilers = {"torch": lambda step: (torch_op_times(step.run), ""),
                  "jax": lambda step: profile_jax(impl, workload, step),
                  "torch_xla": lambda step: profile_torch_xla(impl, workload, step)}
     try:
-        step = impl.make_step(workload)
+        step = here.make_step(impl, workload)
         row["execution"] = step.execution
         step.run()  # warm: the profiled step compiles nothing
         if impl.framework not in profilers:
@@ -389,7 +389,7 @@ def observe_all(impl_specs: list, workload: Workload | None = None, *, timeout_s
                 row = empty_row(impl.name, impl.framework, workload)
                 row["reason"] = f"{failure[0]}: {failure[1]}"
                 try:  # the worker's platform is this process's (no accelerator is initialised here)
-                    platform = impl.platform()
+                    platform = here.platform(impl)
                     row.update(platform=platform, label=impl.label(platform))
                 except Exception:
                     pass

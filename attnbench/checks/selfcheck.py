@@ -17,6 +17,7 @@ import time
 
 import attention_impls
 from attention_impls.jax_xla import JaxXla
+from attnbench.backends import here
 from attnbench.core.inputs import make_inputs
 from attnbench.core.workload import Workload
 from attnbench.measure.process_env import pin_threads
@@ -28,7 +29,7 @@ WORKLOAD = Workload(batch=1, q_heads=8, seq_q=1024, head_dim=64, dtype="float32"
 
 
 def engine_timing(name: str, min_seconds: float):
-    step = attention_impls.get(name).make_step(WORKLOAD)
+    step = here.make_step(attention_impls.get(name), WORKLOAD)
     step.run()  # compile outside the budget being checked
     start = time.perf_counter()
     timing = time_step(step.run, min_seconds=min_seconds, warmup=1, target_rel_iqr=0.05, max_seconds=2.5)

@@ -133,9 +133,10 @@ class RegimeResult:
         return sum(max(0.0, s - self.steady_seconds_per_step) for s in slow)
 
 
-def run_regime(impl, template: Workload, regime: str, lengths: Sequence[int],
-               policy: str = "multiple-128", *, seed: int = 0) -> RegimeResult:
-    """Run ``lengths`` through one fresh ``impl.make_runner(template, seed)`` under ``regime``.
+def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequence[int],
+               policy: str = "multiple-128") -> RegimeResult:
+    """Run ``lengths`` through ``runner`` (kernel ``name``'s, fresh: ``here.make_runner``) under
+    ``regime``.
 
     ``max_len`` is ``template.stream_length``: the sequence's length, or decode's cache, whose length
     the stream varies (a serving loop's caches grow and differ; the new queries stay fixed).
@@ -148,7 +149,6 @@ def run_regime(impl, template: Workload, regime: str, lengths: Sequence[int],
     max_len = template.stream_length
     padded = [padded_length(int(n), regime, max_len, policy) for n in lengths]
 
-    runner = impl.make_runner(template, seed)
     clock = time.perf_counter
     trace: list[StepTrace] = []
     for i, (length, run_len) in enumerate(zip(lengths, padded, strict=True)):
@@ -170,7 +170,7 @@ def run_regime(impl, template: Workload, regime: str, lengths: Sequence[int],
             start = clock()
             runner.step(run_len)
             replay.append((run_len, clock() - start))
-    return _summarize(impl.name, regime, policy, template, runner, trace, replay)
+    return _summarize(name, regime, policy, template, runner, trace, replay)
 
 
 def _summarize(name: str, regime: str, policy: str, template: Workload, runner,

@@ -21,6 +21,7 @@ import traceback
 import attention_impls
 from attention_impls.base import Unsupported
 from attnbench import hardware
+from attnbench.backends import here
 from attnbench.core import records, regimes
 from attnbench.core.workload import Workload
 from attnbench.measure import figures, reference_check, stats, traces
@@ -129,7 +130,7 @@ def measure_case(case: Case) -> dict:
         return record
     record.update(impl=impl.name, framework=impl.framework, gqa=impl.gqa_mode(workload))
     try:
-        platform = impl.platform()
+        platform = here.platform(impl)
         record.update(platform=platform, label=impl.label(platform), execution=impl.execution(platform))
         with compiler_caches(options.compile_cache):
             (_later_round if options.later_round else _every_metric)(impl, workload, options, record)
@@ -145,7 +146,7 @@ def _every_metric(impl, workload: Workload, options: Options, record: dict) -> N
     device = hardware.detect_accelerator(impl.framework)
     record["device"] = device.name
     regime_result = _run_regime(impl, workload, options, record)
-    step = impl.make_step(workload, seed=options.seed)
+    step = here.make_step(impl, workload, seed=options.seed)
     record["execution"] = step.execution
     for key, value in (step.compile_info or {}).items():
         if key in record:
@@ -154,7 +155,7 @@ def _every_metric(impl, workload: Workload, options: Options, record: dict) -> N
         time_static(impl, step, options, record)
     else:
         step.run()  # warm: the memory probes below measure a steady step, never a compiling one
-    record.update(impl.backend().measure_memory(step))
+    record.update(here.backend_of(impl).measure_memory(step))
     evidence = step.evidence()
     record.update(kernel_evidence=evidence, kernel_verified=not evidence.startswith("not verified"))
     seconds = record["seconds_per_step"]
@@ -176,7 +177,7 @@ def time_static(impl, step, options: Options, record: dict) -> None:
     retries = 0
     while True:
         with ContentionMonitor() as monitor:
-            timing = impl.backend().time(step, timer=options.timer, min_seconds=options.min_seconds,
+            timing = here.backend_of(impl).time(step, timer=options.timer, min_seconds=options.min_seconds,
                                          target_rel_iqr=0.05,
                                          max_seconds=options.min_seconds + options.max_extra_seconds)
         if not monitor.result.contended or retries >= options.contention_retries:
@@ -194,7 +195,7 @@ def time_static(impl, step, options: Options, record: dict) -> None:
 
 def _later_round(impl, workload: Workload, options: Options, record: dict) -> None:
     """A later timing round of a static case: its step timed, nothing else (see ``figures.pool_rounds``)."""
-    step = impl.make_step(workload, seed=options.seed)
+    step = here.make_step(impl, workload, seed=options.seed)
     record["execution"] = step.execution
     time_static(impl, step, options, record)
     record["status"] = records.OK
@@ -204,7 +205,8 @@ def _run_regime(impl, workload, options, record):
     """The regime's stream; its first step is the case's first call (trace + compile + run)."""
     lengths = regimes.length_stream(workload.stream_length, options.regime_steps, options.seed)
     template = workload.replace(seq_k=workload.seq_q) if workload.seq_k == workload.seq_q else workload
-    result = regimes.run_regime(impl, template, options.regime, lengths, options.bucket_policy)
+    result = regimes.run_regime(impl.name, here.make_runner(impl, template, options.seed), template,
+                                options.regime, lengths, options.bucket_policy)
     first = result.trace[0] if result.trace else None
     record.update(regime_steps=len(lengths), compiles=result.compiles,
                   compile_seconds_total=result.compile_seconds_total,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from attention_impls.base import mask_call, static_mask
 from attention_impls.reference_float64 import attention_fwd, attention_grads
+from attnbench.backends import here
 from attnbench.core.inputs import make_inputs
 from attnbench.core.numerics import GRAD_SLACK, compare
 from attnbench.core.workload import Workload
@@ -41,7 +42,7 @@ def check_numerics(impl, workload: Workload, step, seed: int) -> dict:
     if checked.replace(mode=workload.mode) == workload:
         x = make_inputs(workload, seed)
         mask = reference_mask(workload, x)
-        actual = impl.backend().host_arrays(step.run())
+        actual = here.backend_of(impl).host_arrays(step.run())
         expected = [attention_fwd(x.q, x.k, x.v, causal=workload.causal, **mask)]
         if workload.mode == "fwd_bwd":
             expected += attention_grads(x.q, x.k, x.v, x.do, causal=workload.causal, **mask)
@@ -52,11 +53,11 @@ def check_numerics(impl, workload: Workload, step, seed: int) -> dict:
                    for i, (a, e) in enumerate(zip(actual, expected, strict=True))]
         label = f"the timed step ({'output and gradients' if len(results) > 1 else 'output'})"
     else:
-        if impl.check(checked):
+        if here.check(impl, checked):
             return {"numerics_workload": f"proxy {checked.describe()}", "numerics_ok": None}
         x = make_inputs(checked, seed=7)
         mask = reference_mask(checked, x)
-        results = [compare(impl.run_numpy(x.q, x.k, x.v, causal=checked.causal, **mask),
+        results = [compare(here.run_numpy(impl, x.q, x.k, x.v, causal=checked.causal, **mask),
                            attention_fwd(x.q, x.k, x.v, causal=checked.causal, **mask), checked.dtype)]
         label = (f"proxy {checked.describe()} (the reference at {workload.describe()} would exceed "
                  f"{REFERENCE_MAX_SCORE_ELEMENTS} score elements)")

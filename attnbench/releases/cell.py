@@ -16,6 +16,7 @@ import traceback
 
 import attention_impls
 import attnbench
+from attnbench.backends import here
 from attnbench.measure import stats
 from attnbench.measure.reference_check import check_numerics
 from attnbench.releases import api, matrix
@@ -85,16 +86,16 @@ def run_cell(impl_name: str, workload_name: str) -> dict:
     try:
         # The support check first: a kernel refused here in every release (another platform's, a
         # mask it lacks) is unsupported, whatever its modules do on import in this one.
-        reason = impl.refusal_before_import(workload)
+        reason = here.refusal_before_import(impl, workload)
         if reason:
             return {**cell, "status": matrix.UNSUPPORTED, "stage": stage, "reason": reason}
-        # What is left of impl.check(workload): its refusals above and this import
+        # What is left of here.check(impl, workload): its refusals above and this import
         moved = impl.api_missing()
         if moved:  # a module the kernel imports is gone or breaks in this release
             return {**cell, "status": matrix.API_CHANGED, "stage": stage, "reason": moved}
-        cell["label"] = impl.label(impl.platform())
+        cell["label"] = impl.label(here.platform(impl))
         stage = "compile"
-        step = impl.make_step(workload, seed=0)
+        step = here.make_step(impl, workload, seed=0)
         cell["execution"] = step.execution
         compiled_lazily = step.compile_info is None and step.execution == "compiled"
         stage = "compile" if compiled_lazily else "run"
@@ -110,7 +111,7 @@ def run_cell(impl_name: str, workload_name: str) -> dict:
                 "reason": f"output differs from the float64 reference: max abs err {cell['max_abs_err']}",
             }
         stage = "time"
-        timing = impl.backend().time(step, timer="wall", **TIMING)
+        timing = here.backend_of(impl).time(step, timer="wall", **TIMING)
         window = stats.estimate([timing.samples_s])
         cell.update(seconds_per_step=timing.median_s, ci_low_s=window.ci_low, ci_high_s=window.ci_high,
                     kernel_evidence=step.evidence())

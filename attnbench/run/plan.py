@@ -10,6 +10,7 @@ refused case becomes its record here; the others are the ``Case`` values the swe
 from __future__ import annotations
 
 import attention_impls
+from attnbench.backends import here
 from attnbench.core import records, statuses
 from attnbench.measure.engine import Case, case_record, measure_case, resolve_impl
 from attnbench.run.worker import Worker
@@ -23,10 +24,10 @@ def support(case: Case) -> dict:
     would run with; ``{"error": ...}`` when the kernel cannot even say."""
     try:
         impl = resolve_impl(case.impl)
-        answer = {"reason": impl.check(case.workload), "framework": impl.framework,
+        answer = {"reason": here.check(impl, case.workload), "framework": impl.framework,
                   "gqa": impl.gqa_mode(case.workload)}
-        if not impl.framework_missing():
-            platform = impl.platform()
+        if not here.framework_missing(impl):
+            platform = here.platform(impl)
             answer.update(platform=platform, label=impl.label(platform), execution=impl.execution(platform))
         return answer
     except Exception as exc:  # an unknown name, a framework that cannot say where it runs
