@@ -52,7 +52,7 @@ def sweep_of(cls) -> dict:
     """What ``cls``'s ``setup_cache`` hands ``measure_suite``: its cases, and with a case cache the
     other classes' cases, measured in the same sweep and handed over through the cache."""
     others = {other.__name__: other.cases() for other in MEASURED if other is not cls}
-    return {"cases": cls.cases(), "suite": cls.__name__, "also": others, "cache": suite.run_case_cache()}
+    return {"cases": cls.cases(), "benchmark": cls.__name__, "also": others, "cache": suite.run_case_cache()}
 
 
 @with_metrics

@@ -120,7 +120,7 @@ def main(argv: list[str]) -> int:
         benchmarks = [b for b in wanted if b.split(".")[1] == cls]
         if not benchmarks:
             continue
-        measured = asv_suite.measure_suite(cases_of(cls), suite=cls, cache=cache)
+        measured = asv_suite.measure_suite(cases_of(cls), benchmark=cls, cache=cache)
         records = list(measured.values())
         for bench in benchmarks:
             metric = bench.rsplit("track_", 1)[1]

@@ -55,6 +55,18 @@ def test_a_kernel_outside_its_own_file_is_refused():
     assert "jax-somewhere-else" not in attention_impls.names()
 
 
+def test_each_kernel_declares_how_its_framework_runs_it():
+    """``executes`` is the kernel's own word; it must agree with its framework: numpy and torch run
+    op by op unless torch.compile builds the kernel (``compiled_by``), jax and torch_xla compile."""
+    for name in attention_impls.names():
+        impl = attention_impls.get(name)
+        compiled = impl.framework in ("jax", "torch_xla") or getattr(impl, "compiled_by", None) is not None
+        assert impl.executes == ("compiled" if compiled else "eager"), name
+        for platform in PLATFORMS:
+            interpreted = impl.platform_support[platform].status == "interpret-only"
+            assert impl.execution(platform) == ("interpret" if interpreted else impl.executes)
+
+
 def test_unknown_name_lists_the_known_ones():
     with pytest.raises(KeyError, match="unknown implementation 'flash-9000'; known: reference-float64, jax"):
         attention_impls.get("flash-9000")

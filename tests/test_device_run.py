@@ -187,7 +187,7 @@ def test_the_gpu_suite_runs_lengths_shortest_first_and_regimes_in_bfloat16(monke
     monkeypatch.setattr(plan, "ask_in_worker", lambda task, cases, *args: [{"reason": None}] * len(cases))
     cases = [(i, asv_sizes.FORWARD.replace(seq_q=s, seq_k=s, dtype="bfloat16"), r)
              for i in ("jax-xla", "torch-sdpa-math") for s in (16384, 1024) for r in ("dynamic", "static")]
-    asv_suite.measure_suite(cases, suite="Forward")
+    asv_suite.measure_suite(cases, benchmark="Forward")
     assert [(c.workload.seq_q, c.regime) for c in seen["cases"]][:4] == \
         [(1024, "static")] * 2 + [(1024, "dynamic")] * 2
     assert {c.options.timer for c in seen["cases"]} == {"device"} and seen["deadline"] == 1e12

@@ -274,7 +274,7 @@ from attnbench.asv import suite as asv_suite
 F = asv_sizes.FORWARD
 cases = [("jax-cudnn", F, "static"), ("torch-xla-sdpa", F, "static"), ("jax-pallas-tpu-flash", F, "static"),
          ("reference-float64", F.replace(seq_q=128, seq_k=128), "static")]  # the one case measured
-out = asv_suite.measure_suite(cases, suite="Forward")
+out = asv_suite.measure_suite(cases, benchmark="Forward")
 print(json.dumps({"status": {k.split("|")[0]: v["status"] for k, v in out.items()},
                   "reason": {k.split("|")[0]: v["reason"] for k, v in out.items()},
                   "machine": asv_suite.machine_name(), "dtypes": list(asv_sizes.suite_dtypes()),

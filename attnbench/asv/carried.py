@@ -78,7 +78,7 @@ def measure(into: str, machine: str, commit: str, root: str = CHECKOUT) -> int:
         atomic_write_text(os.path.join(into, RUN), json.dumps(run, indent=1) + "\n")
         benchmarks = selection.benchmark_module(root)
         for cls in benchmarks.MEASURED:
-            benchmarks.measure(cls)
+            suite.measure_suite(**benchmarks.sweep_of(cls))
     return len(case_cache.read_folder(cases))
 
 

@@ -76,11 +76,11 @@ def provenance_settings(size: SuiteSize | None = None) -> dict:
             "definitions": metrics.DEFINITIONS}
 
 
-def measure_suite(cases: list[tuple[str, Workload, str]], suite: str | None = None, *,
+def measure_suite(cases: list[tuple[str, Workload, str]], benchmark: str | None = None, *,
                   also: dict[str, list[tuple[str, Workload, str]]] | None = None,
                   cache: CaseCache | None = None) -> dict:
-    """The records of a benchmark class's ``(impl, workload, regime)`` cases, each measured once;
-    ``{case key: record}``.
+    """The records of benchmark class ``benchmark``'s ``(impl, workload, regime)`` cases, each measured
+    once; ``{case key: record}``.
 
     ``cache``: records it holds are not measured again, and each case is filed there as it ends.
     ``also``: ``{class: cases}`` of other classes; with a cache, those it lacks join this sweep and
@@ -93,15 +93,15 @@ def measure_suite(cases: list[tuple[str, Workload, str]], suite: str | None = No
         return {key: carried[key] for key in keys if key in carried}
     cached = cache is not None
     done = cache.load(keys) if cached else {}
-    groups = {suite: [case for case, key in zip(cases, keys, strict=True) if key not in done]}
+    groups = {benchmark: [case for case, key in zip(cases, keys, strict=True) if key not in done]}
     if cached:
         groups.update(not_cached(cache, also or {}))
     every = list({case_key(*case): case for group in groups.values() for case in group}.values())
     if cached and every:
-        together = "".join(f", with {len(c)} {s} cases" for s, c in groups.items() if s != suite)
-        print(f"attnbench: case cache {cache.folder}: {len(done)} of {len(cases)} {suite or ''} cases "
-              f"already measured, measuring {len(groups[suite])}{together}", file=sys.stderr)
-    if every:
+        together = "".join(f", with {len(c)} {s} cases" for s, c in groups.items() if s != benchmark)
+        print(f"attnbench: case cache {cache.folder}: {len(done)} of {len(cases)} {benchmark or ''} cases "
+              f"already measured, measuring {len(groups[benchmark])}{together}", file=sys.stderr)
+    if every or not cached:  # without a cache the sidecar is written even for a class with no case
         size, threads = suite_size(), len(os.sched_getaffinity(0))
         pin_threads(threads)
         measured, planned = plan_cases(every, size)
@@ -112,12 +112,14 @@ def measure_suite(cases: list[tuple[str, Workload, str]], suite: str | None = No
                 on_record=(lambda i, record: cache.put(planned[i].key, record)) if cached else None)
             measured.update((case.key, record) for case, record in zip(planned, records, strict=True))
             write_sidecar(groups, measured, size)
-        if cached:  # the cases decided without a worker too
+        if cached:  # the cases decided without a worker: each measured one was filed as it ended
+            filed = {case.key for case in planned}
             for key, record in measured.items():
-                cache.put(key, record)
+                if key not in filed:
+                    cache.put(key, record)
         done.update((key, measured[key]) for key in keys if key in measured)
-    if cached and done and len(groups[suite]) < len(cases):  # the sidecar names every case, also earlier ones
-        write_sidecar({suite: cases}, done)
+    if cached and done and len(groups[benchmark]) < len(cases):  # the sidecar names the earlier ones too
+        write_sidecar({benchmark: cases}, done)
     return {key: done[key] for key in keys if key in done}
 
 
@@ -221,7 +223,11 @@ def check_cases(cases: list[Case], size: SuiteSize) -> list[dict]:
     """Per case, ``run.plan.support``'s answer, with the suite's own reasons a case is not measured
     here (``off_machine``, ``outside_suite``). Initialises devices: ``plan_cases`` runs it in a
     spawned worker."""
-    machine, machine_platform = machine_name(), accelerator_kind()
+    try:
+        machine, machine_platform = machine_name(), accelerator_kind()
+    except Exception as exc:  # a bad ATTNBENCH_MACHINE or ACCEL: every case says so
+        return [{"error": f"the support check could not name this machine: {type(exc).__name__}: {exc}"}] \
+            * len(cases)
     answers = []
     for case in cases:
         answer = plan.support(case)

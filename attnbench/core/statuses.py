@@ -23,3 +23,10 @@ STATUS_CODES = {OK: 0, NUMERICS_FAILED: 1, OOM: 2, TIMEOUT: 3, ERROR: 4}
 DOES_NOT_FIT = "does-not-fit"
 KERNEL_REFUSED = "kernel-refused"
 COMPILE_STATUSES = (OK, DOES_NOT_FIT, KERNEL_REFUSED, UNSUPPORTED, TIMEOUT, ERROR)
+
+# A cell of the release matrix (attnbench/releases/matrix.py): the first failing stage decides it.
+API_CHANGED = "api-changed"  # an import, an attribute or a call signature of the library failed
+COMPILE_FAILED = "compile-failed"  # tracing, lowering or compiling raised
+RUNTIME_ERROR = "runtime-error"  # compiled, then the run raised (or the worker died or timed out)
+RELEASE_STATUSES = (OK, API_CHANGED, COMPILE_FAILED, NUMERICS_FAILED, RUNTIME_ERROR, UNSUPPORTED,
+                    DOES_NOT_FIT)

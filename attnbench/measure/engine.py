@@ -133,7 +133,18 @@ def measure_case(case: Case) -> dict:
         platform = here.platform(impl)
         record.update(platform=platform, label=impl.label(platform), execution=impl.execution(platform))
         with compiler_caches(options.compile_cache):
-            (_later_round if options.later_round else _every_metric)(impl, workload, options, record)
+            if options.later_round:  # a static case's later timing round: its step timed, nothing else
+                step = here.make_step(impl, workload, seed=options.seed)
+                record.update(execution=step.execution)
+                time_static(impl, step, options, record)
+                record.update(status=records.OK)
+            else:
+                device, regime_result, step = _before_timing(impl, workload, options, record)
+                if options.regime == "static":
+                    time_static(impl, step, options, record)
+                else:
+                    step.run()  # warm: the memory probes measure a steady step, never a compiling one
+                _after_timing(impl, workload, options, record, device, regime_result, step)
     except Unsupported as exc:  # e.g. a length of the dynamic stream the kernel cannot take
         record.update(status=records.UNSUPPORTED, reason=exc.reason)
     except Exception as exc:
@@ -142,7 +153,9 @@ def measure_case(case: Case) -> dict:
     return record
 
 
-def _every_metric(impl, workload: Workload, options: Options, record: dict) -> None:
+def _before_timing(impl, workload: Workload, options: Options, record: dict):
+    """The device, then the regime's stream (cold: nothing in the process has run its shapes), then
+    the step to time; returns ``(device, regime_result, step)``."""
     device = hardware.detect_accelerator(impl.framework)
     record["device"] = device.name
     regime_result = _run_regime(impl, workload, options, record)
@@ -151,10 +164,13 @@ def _every_metric(impl, workload: Workload, options: Options, record: dict) -> N
     for key, value in (step.compile_info or {}).items():
         if key in record:
             record[key] = value
-    if options.regime == "static":
-        time_static(impl, step, options, record)
-    else:
-        step.run()  # warm: the memory probes below measure a steady step, never a compiling one
+    return device, regime_result, step
+
+
+def _after_timing(impl, workload: Workload, options: Options, record: dict, device, regime_result,
+                  step) -> None:
+    """One warm step under the memory probes, kernel evidence, throughput and cost, the regime's
+    trace, then numerics of the timed step's own output."""
     record.update(here.backend_of(impl).measure_memory(step))
     evidence = step.evidence()
     record.update(kernel_evidence=evidence, kernel_verified=not evidence.startswith("not verified"))
@@ -191,14 +207,6 @@ def time_static(impl, step, options: Options, record: dict) -> None:
                   timing_samples_s=json.dumps(list(timing.samples_s)),
                   round_medians_s=json.dumps([timing.median_s]), contention_retries=retries,
                   **monitor.result.columns())
-
-
-def _later_round(impl, workload: Workload, options: Options, record: dict) -> None:
-    """A later timing round of a static case: its step timed, nothing else (see ``figures.pool_rounds``)."""
-    step = here.make_step(impl, workload, seed=options.seed)
-    record["execution"] = step.execution
-    time_static(impl, step, options, record)
-    record["status"] = records.OK
 
 
 def _run_regime(impl, workload, options, record):

@@ -12,6 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnbench.core import presets
+from attnbench.core.statuses import (  # noqa: F401  (the matrix's names for them: matrix.OK, ...)
+    API_CHANGED,
+    COMPILE_FAILED,
+    DOES_NOT_FIT,
+    NUMERICS_FAILED,
+    OK,
+    RELEASE_STATUSES,
+    RUNTIME_ERROR,
+    UNSUPPORTED,
+)
 from attnbench.core.workload import Workload
 
 
@@ -83,15 +93,10 @@ TPU_TARGETS = ("tpu-v5e", "tpu-v6e")
 TPU_IMPLS = ("jax-pallas-tpu-flash", "jax-pallas-tpu-splash", "jax-xla")
 TPU_SEQS = (4096, 32768)
 
-# A cell's status. The first failing stage decides it; its exception's first line is the reason.
-OK = "ok"
-API_CHANGED = "api-changed"  # an import, an attribute or a call signature of the library failed
-COMPILE_FAILED = "compile-failed"  # tracing, lowering or compiling raised
-NUMERICS_FAILED = "numerics-failed"  # ran, but differs from the float64 reference
-RUNTIME_ERROR = "runtime-error"  # compiled, then the run raised (or the worker died or timed out)
-UNSUPPORTED = "unsupported"  # the kernel refuses the cell here (another platform's kernel), with why
-DOES_NOT_FIT = "does-not-fit"  # TPU compiles: the compiler refused for HBM (a size fact, not a breakage)
-STATUSES = (OK, API_CHANGED, COMPILE_FAILED, NUMERICS_FAILED, RUNTIME_ERROR, UNSUPPORTED, DOES_NOT_FIT)
+# A cell's status (core/statuses.py): the first failing stage decides it; its exception's first line
+# is the reason. unsupported: the kernel refuses the cell here (another platform's kernel), with why;
+# does-not-fit: a TPU compile the compiler refused for HBM (a size fact, not a breakage).
+STATUSES = RELEASE_STATUSES
 BROKEN = (API_CHANGED, COMPILE_FAILED, NUMERICS_FAILED, RUNTIME_ERROR)
 STAGES = ("import", "compile", "run", "numerics", "time")
 

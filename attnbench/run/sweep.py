@@ -40,25 +40,67 @@ def measure_cases(cases: list[Case], *, isolate: bool = True, timeout_s: float =
     ``deadline`` (``time.time()`` seconds): no case starts or runs past it; those left are recorded
     ``unsupported`` (asv: n/a), so a run out of time stops cleanly.
     """
-    pass_args = {"isolate": isolate, "timeout_s": timeout_s, "memory_cap_bytes": memory_cap_bytes,
-                 "threads": threads, "progress": progress, "deadline": deadline}
-    with run_probe_dir():
-        records = _measure_pass(cases, on_record=on_record, **pass_args)
-        timed = [i for i, (case, record) in enumerate(zip(cases, records, strict=True))
-                 if timed_in_rounds(case, record)]
-        if rounds < 2 or not timed:
-            return records
-        later: dict[int, list[dict]] = {i: [] for i in timed}  # pool_rounds uses the rounds that measured ok
-        with round_compile_cache():
-            for order in _round_orders(timed, rounds, records, later):
-                out = _measure_pass([cases[i].later_round() for i in order], on_record=None, **pass_args)
-                for i, record in zip(order, out, strict=True):
-                    later[i].append(record)
-    for i in timed:  # the pooled record replaces the first round's
-        records[i] = pool_rounds(records[i], later[i])
+    first: list[dict] = []  # each case's first record, in order
+    later: dict[int, list[dict]] = {}  # the later timing rounds' records of each timed case
+    with run_probe_dir(), contextlib.ExitStack() as rounds_only:
+        for batch in _passes(cases, rounds, first, later, rounds_only):
+            bar = _progress(len(batch), progress)
+            worker = Worker(measure_case, threads=threads, memory_cap_bytes=memory_cap_bytes) \
+                if isolate else None
+            try:
+                for i, case in batch:
+                    if bar:
+                        bar.set_description(f"{case.impl} S={case.workload.seq_q} {case.regime}")
+                    left = None if deadline is None else deadline - time.time()
+                    if left is not None and left <= 1.0:
+                        record = case_record(case, status=records.UNSUPPORTED, reason=OUT_OF_TIME)
+                    elif worker is None:
+                        record = measure_case(case)
+                    else:  # a Case in, a record out; a fresh process for own_process
+                        if case.own_process:
+                            worker.close()  # no earlier case's compiles or caches
+                        record, failure = worker.call((case,), timeout_s, preload=_framework(case.impl),
+                                                      deadline=deadline)
+                        if failure is not None:  # it timed out, ran out of memory or died
+                            record = case_record(case, threads=worker.threads, status=failure.status,
+                                                 reason=failure.reason)
+                        if case.own_process:
+                            worker.close()
+                    if case.options.later_round:
+                        later[i].append(record)  # pool_rounds uses the rounds that measured ok
+                    else:
+                        first.append(record)
+                        if on_record:
+                            on_record(i, record)
+                    if bar:
+                        bar.update(1)
+            finally:
+                if worker:
+                    worker.close()
+                if bar:
+                    bar.close()
+    for i in later:  # the pooled record replaces the first round's
+        first[i] = pool_rounds(first[i], later[i])
         if on_record:
-            on_record(i, records[i])
-    return records
+            on_record(i, first[i])
+    return first
+
+
+def _passes(cases: list[Case], rounds: int, first: list[dict], later: dict[int, list[dict]],
+            rounds_only: contextlib.ExitStack):
+    """The sweep's passes, each a list of ``(index, case)``: every case once; then, with ``rounds``
+    > 1, the later timing rounds of the ``timed_in_rounds`` cases (``_round_orders``), under one jax
+    compile cache that lives for the rounds (entered on ``rounds_only``). Which cases a round times
+    depends on the records before it: it reads ``first`` and ``later`` as the sweep fills them."""
+    yield list(enumerate(cases))
+    timed = [i for i, (case, record) in enumerate(zip(cases, first, strict=True))
+             if timed_in_rounds(case, record)]
+    if rounds < 2 or not timed:
+        return
+    later.update((i, []) for i in timed)
+    rounds_only.enter_context(round_compile_cache())
+    for order in _round_orders(timed, rounds, first, later):
+        yield [(i, cases[i].later_round()) for i in order]
 
 
 @contextlib.contextmanager
@@ -106,45 +148,6 @@ def round_compile_cache():
 
 
 OUT_OF_TIME = "not measured: the run's time budget ran out before this case (ATTNBENCH_DEADLINE)"
-
-
-def _measure_pass(cases: list[Case], *, isolate, timeout_s, memory_cap_bytes, threads, progress,
-                  on_record, deadline) -> list[dict]:
-    """One pass over ``cases``, each in the worker (a fresh one for ``own_process``), or in this
-    process without ``isolate``: ``Case`` in, record out."""
-    bar = _progress(len(cases), progress)
-    out = []
-    worker = Worker(measure_case, threads=threads, memory_cap_bytes=memory_cap_bytes) if isolate else None
-    try:
-        for i, case in enumerate(cases):
-            if bar:
-                bar.set_description(f"{case.impl} S={case.workload.seq_q} {case.regime}")
-            left = None if deadline is None else deadline - time.time()
-            if left is not None and left <= 1.0:
-                record = case_record(case, status=records.UNSUPPORTED, reason=OUT_OF_TIME)
-            elif worker is None:
-                record = measure_case(case)
-            else:
-                if case.own_process:
-                    worker.close()  # a fresh process: no earlier case's compiles or caches
-                record, failure = worker.call((case,), timeout_s, preload=_framework(case.impl),
-                                              deadline=deadline)
-                if failure is not None:  # it timed out, ran out of memory or died
-                    record = case_record(case, threads=worker.threads, status=failure.status,
-                                         reason=failure.reason)
-                if case.own_process:
-                    worker.close()
-            out.append(record)
-            if on_record:
-                on_record(i, record)
-            if bar:
-                bar.update(1)
-    finally:
-        if worker:
-            worker.close()
-        if bar:
-            bar.close()
-    return out
 
 
 def _framework(impl) -> tuple[str, ...]:
