@@ -8,8 +8,10 @@ import os
 
 import pytest
 
+from attnbench.backends import profiles
+from attnbench.backends.profiles import OpTime, XlaEvent
 from attnbench.checks import observability as obs
-from attnbench.checks.observability import OpTime, XlaEvent, decide
+from attnbench.checks.observability import decide
 from attnbench.results.observability import load_observability
 from tests.conftest import FRAMEWORKS
 
@@ -73,7 +75,7 @@ def test_xla_self_times_nest_and_a_named_custom_call_is_visible():
     loop = [XlaEvent("while.3", 0, 100, ""), XlaEvent("fusion.1", 10, 30, ""),
             XlaEvent("custom-call.2 (__cudnn$fmhaSoftmax)", 30, 90, "")]
     other = [XlaEvent("copy.4", 0, 20, "")]
-    ops = obs.xla_op_times([loop, other])
+    ops = profiles.xla_op_times([loop, other])
     seconds = {op.name: op.seconds * 1e9 for op in ops}
     assert seconds == pytest.approx({"while.3": 20, "fusion.1": 20, "custom-call.2 (__cudnn$fmhaSoftmax)": 60,
                                      "copy.4": 20})
@@ -88,11 +90,11 @@ def test_xla_ops_count_under_the_attention_scope_their_hlo_declares_as_torch_ops
     events = [XlaEvent("while.1", 0, 80, "jit(fwd)/jit(mha)/mha_forward/while"),
               XlaEvent("io_callback.3 (xla_ffi_python_cpu_callback)", 80, 100,
                        "jit(fwd)/jit(mha)/io_callback")]
-    d = decide(obs.xla_op_times([events]), "xla")
+    d = decide(profiles.xla_op_times([events]), "xla")
     assert d.visible is True and d.share == pytest.approx(1.0)
     assert d.attributed_to == "mha_forward; jit(mha)"  # the innermost attention-named scope of each
     plain = [XlaEvent("while.1", 0, 80, "jit(fwd)/while"), XlaEvent("dot.2", 80, 100, "jit(fwd)/dot_general")]
-    d = decide(obs.xla_op_times([plain]), "xla")
+    d = decide(profiles.xla_op_times([plain]), "xla")
     assert d.visible is False and "XLA ops named by opcode (while.1 80%" in d.reason
 
 
@@ -100,7 +102,7 @@ def test_hlo_instructions_reads_targets_and_op_names():
     hlo = ("HloModule jit_fwd, is_scheduled=true\n"
            '  %ynn_fusion.3 = f32[8]{0} fusion(%p), kind=kCustom, metadata={op_name="jit(fwd)/dot_general"}\n'
            '  ROOT %custom-call.1 = f32[8]{0} custom-call(%a), custom_call_target="__cudnn$fmhaSoftmax"\n')
-    assert obs.hlo_instructions(hlo) == {
+    assert profiles.hlo_instructions(hlo) == {
         "ynn_fusion.3": {"target": "", "op_name": "jit(fwd)/dot_general"},
         "custom-call.1": {"target": "__cudnn$fmhaSoftmax", "op_name": ""}}
 

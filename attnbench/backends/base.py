@@ -18,6 +18,7 @@ import numpy as np
 from attention_impls._compile_target import compile_target
 from attention_impls.base import Unsupported
 from attnbench.backends.memory import rss_growth_bytes
+from attnbench.backends.profiles import OpTime, ProfileUnreadable
 from attnbench.core.workload import Workload
 from attnbench.measure.timing import time_step
 
@@ -91,6 +92,8 @@ class Backend(abc.ABC):
 
     framework: str  # "numpy" | "jax" | "torch" | "torch_xla"
     module: str  # the importable module the framework needs
+    profiler: str = ""  # the framework profiler ``profile_ops`` reads, in words
+    profile_kind: str = ""  # "torch" (CPU events) or "xla" (XLA op events): how its op names read
 
     def missing(self) -> str | None:
         """Why this framework cannot run in this environment, or ``None``."""
@@ -128,6 +131,11 @@ class Backend(abc.ABC):
         if reason:
             raise Unsupported(impl.name, reason)
         return self.platform_for()
+
+    def profile_ops(self, impl, workload: Workload, step) -> tuple[list[OpTime], str]:
+        """One warm ``step`` run under the framework's profiler: its ops, and a note that explains
+        an invisible kernel (or ""). ``ProfileUnreadable`` where no profiler is read."""
+        raise ProfileUnreadable(f"no framework profiler is read for {self.framework} kernels")
 
     @abc.abstractmethod
     def detect_device(self, host):

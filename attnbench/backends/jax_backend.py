@@ -9,14 +9,16 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import tempfile
 import time
 
 import numpy as np
 
-from attention_impls._compile_target import JAX_GPU_BACKENDS
+from attention_impls._compile_target import JAX_GPU_BACKENDS, jax_platform
 from attention_impls.base import default_scale, static_mask
 from attnbench.backends import jax_steps
 from attnbench.backends.base import Backend, Runner, Step
+from attnbench.backends.profiles import OpTime, hlo_instructions, read_xplane, xla_events, xla_op_times
 from attnbench.compiled_for.compile import compile_case
 from attnbench.core.inputs import make_inputs
 from attnbench.core.workload import Workload
@@ -44,6 +46,11 @@ def _split(mask: dict) -> tuple[dict, tuple]:
 class JaxBackend(Backend):
     framework = "jax"
     module = "jax"
+    profiler = "jax.profiler (XLA op events)"
+    profile_kind = "xla"
+
+    def profile_ops(self, impl, workload: Workload, step) -> tuple[list[OpTime], str]:
+        return profile_jax(impl, workload, step)
 
     def platform(self) -> str:
         import jax
@@ -265,3 +272,39 @@ def xla_cpu_threads() -> int | None:
 
 
 BACKEND = JaxBackend()
+
+
+def jax_hlo_text(impl, workload: Workload, seed: int = 0) -> str:
+    """The compiled HLO of the function ``JaxBackend.make_step`` jits for ``workload``, lowered again
+    (the step keeps only its custom calls; the same function and shapes give the same names)."""
+    import jax
+
+
+    x = make_inputs(workload, seed)
+    scale, static = default_scale(workload.head_dim, None), static_mask(workload)
+    if workload.mode == "fwd":
+        fn, args = jax_steps.forward(impl, workload.causal, scale, static), (x.q, x.k, x.v)
+    else:
+        fn, args = (jax_steps.forward_backward(impl, workload.causal, scale, static),
+                    (x.q, x.k, x.v, x.do))
+    args = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args + x.mask_arrays())
+    hook = getattr(impl, "trace_context", None)
+    with hook(jax_platform()) if hook else contextlib.nullcontext():
+        return fn.lower(*args).compile().as_text() or ""
+
+
+def profile_jax(impl, workload: Workload, step) -> tuple[list[OpTime], str]:
+    """The step's XLA op events under ``jax.profiler``, named with its HLO's custom calls and scopes."""
+    import jax
+
+    hlo = jax_hlo_text(impl, workload)
+    module = re.search(r"^HloModule (\S+?),", hlo, re.MULTILINE)
+    modules = {module.group(1): hlo_instructions(hlo)} if module else {}
+    with tempfile.TemporaryDirectory() as log_dir:
+        jax.profiler.start_trace(log_dir)
+        try:
+            step.run()
+        finally:
+            jax.profiler.stop_trace()
+        lines = xla_events(read_xplane(log_dir), modules)
+    return xla_op_times(lines), ""

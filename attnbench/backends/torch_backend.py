@@ -18,6 +18,7 @@ import numpy as np
 
 from attention_impls.base import default_scale, mask_call, static_mask
 from attnbench.backends.base import Backend, Runner, Step
+from attnbench.backends.profiles import OpTime
 from attnbench.core.inputs import make_inputs
 from attnbench.core.workload import Workload
 from attnbench.hardware import Device, cpu_device
@@ -74,6 +75,26 @@ def profiled_ops(run) -> dict[str, int]:
     return dict(Counter(e.name for e in prof.events()))
 
 
+def torch_op_times(run) -> list[OpTime]:
+    """``run()`` once under ``torch.profiler``: every CPU event with its self time and parents."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+
+    with kineto_quiet(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    ops = []
+    for event in prof.events():
+        if event.device_type != DeviceType.CPU:
+            continue
+        within, parent = [], event.cpu_parent
+        while parent is not None:
+            within.append(parent.name)
+            parent = parent.cpu_parent
+        ops.append(OpTime(event.name, event.self_cpu_time_total / 1e6, tuple(reversed(within))))
+    return ops
+
+
 def torch_profiler_peak_bytes(run) -> int:
     """Peak of live host bytes allocated during ``run()``, from the allocation records' running sum:
     op events' ``cpu_memory_usage`` includes nested ops, counting an allocation once per level."""
@@ -106,6 +127,11 @@ def grads(impl, q, k, v, do, causal, scale, **mask):
 class TorchBackend(Backend):
     framework = "torch"
     module = "torch"
+    profiler = "torch.profiler (CPU events)"
+    profile_kind = "torch"
+
+    def profile_ops(self, impl, workload: Workload, step) -> tuple[list[OpTime], str]:
+        return torch_op_times(step.run), ""
 
     def device(self):
         import torch

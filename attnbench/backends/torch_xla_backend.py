@@ -11,9 +11,11 @@ needs ``PJRT_DEVICE=CUDA``.
 from __future__ import annotations
 
 import re
+import tempfile
 
 from attention_impls.base import default_scale, mask_call, static_mask
 from attnbench.backends.base import Backend, Step
+from attnbench.backends.profiles import OpTime, ProfileUnreadable, read_xplane, xla_events, xla_op_times
 from attnbench.backends.torch_backend import TorchBackend, to_tensor
 from attnbench.core.inputs import make_inputs
 from attnbench.core.workload import Workload
@@ -36,6 +38,11 @@ def custom_calls(tensors) -> list[str]:
 class TorchXlaBackend(TorchBackend):
     framework = "torch_xla"
     module = "torch_xla"
+    profiler = "torch_xla.debug.profiler (XLA op events)"
+    profile_kind = "xla"
+
+    def profile_ops(self, impl, workload: Workload, step) -> tuple[list[OpTime], str]:
+        return profile_torch_xla(impl, workload, step)
 
     def device(self):
         import torch_xla
@@ -161,3 +168,22 @@ class XlaCompileMeter:
 
 
 BACKEND = TorchXlaBackend()
+
+
+def profile_torch_xla(impl, workload: Workload, step) -> tuple[list[OpTime], str]:
+    """The step's XLA op events under torch_xla's profiler (its HLO's scopes are not read)."""
+    import torch_xla.debug.profiler as xp
+
+    with tempfile.TemporaryDirectory() as log_dir:
+        xp.start_trace(log_dir)
+        try:
+            step.run()
+        finally:
+            xp.stop_trace()
+        try:
+            data = read_xplane(log_dir)
+        except ImportError as exc:  # the xplane reader is jax's
+            raise ProfileUnreadable(f"torch_xla's profiler wrote an xplane, but nothing here reads it "
+                                    f"(jax.profiler.ProfileData: {exc})") from None
+        lines = xla_events(data)
+    return xla_op_times(lines), step.evidence()

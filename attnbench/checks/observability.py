@@ -1,8 +1,9 @@
 """Does the framework's own profiler attribute a kernel's time to a named attention op?
 
 ``python -m attnbench observability`` prepares each kernel's step through its backend
-(``impl.make_step``, as the measurements do), runs it once warm and once under the framework's
-profiler, in a killable worker, and writes ``results/observability/<machine>-<framework>.csv``.
+(``here.make_step``, as the measurements do), runs it once warm and once under the framework's
+profiler (the backend's ``profile_ops``; the XLA profile's reading is ``backends/profiles.py``), in a
+killable worker, and writes ``results/observability/<machine>-<framework>.csv``.
 
 The rule (``decide``), the same for every framework: each profiled op's self time goes to the
 innermost op or scope, itself or one it runs inside, whose name matches ``ATTENTION_NAME`` (the
@@ -18,26 +19,22 @@ events; its HLO's scopes are not read here.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import dataclasses
-import glob
 import io
 import os
 import re
 import sys
-import tempfile
 from collections import defaultdict
 from importlib import metadata
 
 import attention_impls
-from attention_impls.base import Unsupported, default_scale, static_mask
+from attention_impls.base import Unsupported
 from attnbench import backends
 from attnbench.asv.machine import machine_name
-from attnbench.backends import here, jax_steps
-from attnbench.backends.torch_backend import kineto_quiet
+from attnbench.backends import here
+from attnbench.backends.profiles import OpTime, ProfileUnreadable
 from attnbench.core import atomic
-from attnbench.core.inputs import make_inputs
 from attnbench.core.workload import Workload
 from attnbench.measure.engine import resolve_impl
 from attnbench.results.observability import COLUMNS, FRAMEWORKS
@@ -52,8 +49,6 @@ ATTENTION_NAME = re.compile(r"attention|attn|flash|sdpa|fmha|(?<![a-z])mha(?![a-
 CARRIER_FLOOR = 0.01
 # A compiled region is opaque (its generated name may match by chance): never attributed to attention.
 OPAQUE_NAME = re.compile(r"Torch-Compiled Region|CompiledFunction|CompiledFxGraph|TorchDynamo")
-PROFILERS = {"torch": "torch.profiler (CPU events)", "jax": "jax.profiler (XLA op events)",
-             "torch_xla": "torch_xla.debug.profiler (XLA op events)"}
 SEQ_LEN = 256
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -64,14 +59,6 @@ def default_workload(seq: int = SEQ_LEN) -> Workload:
 
 
 # -- the decision rule ---------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class OpTime:
-    """One profiled op: its name as the profiler shows it, its self time (children excluded), and
-    the names of the ops it runs inside, outermost first."""
-
-    name: str
-    seconds: float
-    within: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,169 +137,6 @@ def decide(ops: list[OpTime], kind: str = "torch") -> Decision:
     return Decision(False, attributed, share, top, f"{lead}: {why}")
 
 
-# -- torch ----------------------------------------------------------------------------------------
-def torch_op_times(run) -> list[OpTime]:
-    """``run()`` once under ``torch.profiler``: every CPU event with its self time and parents."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-
-    with kineto_quiet(), profile(activities=[ProfilerActivity.CPU]) as prof:
-        run()
-    ops = []
-    for event in prof.events():
-        if event.device_type != DeviceType.CPU:
-            continue
-        within, parent = [], event.cpu_parent
-        while parent is not None:
-            within.append(parent.name)
-            parent = parent.cpu_parent
-        ops.append(OpTime(event.name, event.self_cpu_time_total / 1e6, tuple(reversed(within))))
-    return ops
-
-
-# -- XLA (jax, torch_xla): the profile's XLA op events ----------------------------------------------
-HLO_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = ")
-
-
-def hlo_instructions(hlo_text: str) -> dict[str, dict[str, str]]:
-    """``{instruction: {"target": custom_call_target, "op_name": metadata op_name}}`` of one module."""
-    out = {}
-    for line in hlo_text.splitlines():
-        found = HLO_INSTRUCTION.match(line)
-        if not found:
-            continue
-        target = re.search(r'custom_call_target="([^"]+)"', line)
-        op_name = re.search(r'op_name="([^"]+)"', line)
-        out[found.group(1)] = {"target": target.group(1) if target else "",
-                               "op_name": op_name.group(1) if op_name else ""}
-    return out
-
-
-def read_xplane(log_dir: str):
-    """``jax.profiler.ProfileData`` of the one ``*.xplane.pb`` a trace wrote under ``log_dir``."""
-    from jax.profiler import ProfileData
-
-    found = glob.glob(os.path.join(log_dir, "**", "*.xplane.pb"), recursive=True)
-    if not found:
-        raise RuntimeError(f"the profiler wrote no *.xplane.pb under {log_dir}")
-    return ProfileData.from_file(found[0])
-
-
-@dataclasses.dataclass(frozen=True)
-class XlaEvent:
-    name: str  # hlo_op, with " (custom_call_target)" for a custom call
-    start_ns: int
-    end_ns: int
-    op_name: str  # the instruction's metadata op_name (not in the profile)
-
-
-def xla_events(data, modules: dict[str, dict] | None = None) -> list[list[XlaEvent]]:
-    """Per profiler line, its XLA op events (those with an ``hlo_op`` stat), by start time.
-    ``modules``: ``{hlo_module: hlo_instructions(...)}``, for custom-call targets and op_name."""
-    lines = []
-    for plane in data.planes:
-        for line in plane.lines:
-            events = []
-            for event in line.events:
-                stats = dict(event.stats)
-                hlo_op = stats.get("hlo_op")
-                if not hlo_op:
-                    continue
-                info = (modules or {}).get(stats.get("hlo_module", ""), {}).get(hlo_op, {})
-                name = f"{hlo_op} ({info['target']})" if info.get("target") else str(hlo_op)
-                # Whatever op naming the profile itself carries beside hlo_op counts as its name.
-                shown = [str(stats[k]) for k in ("tf_op", "long_name", "name_scope") if stats.get(k)]
-                if shown:
-                    name += " [" + "; ".join(shown) + "]"
-                events.append(XlaEvent(name, int(event.start_ns), int(event.end_ns), info.get("op_name", "")))
-            if events:
-                lines.append(sorted(events, key=lambda e: (e.start_ns, -e.end_ns)))
-    return lines
-
-
-def xla_op_times(lines: list[list[XlaEvent]], label=lambda e: e.name) -> list[OpTime]:
-    """Self times: an event's duration less that of the XLA events nested in it on its line."""
-    return [op for events in lines for op in _line_op_times(events, label)]
-
-
-def _line_op_times(events: list[XlaEvent], label) -> list[OpTime]:
-    ops: list[OpTime] = []
-    stack: list[tuple[XlaEvent, list[float]]] = []  # open events, each with its nested events' time
-
-    def close(until: int) -> None:
-        while stack and stack[-1][0].end_ns <= until:
-            event, nested = stack.pop()
-            scopes = tuple(p for p in event.op_name.split("/") if p)  # the HLO's, outermost first
-            ops.append(OpTime(label(event), max(0.0, (event.end_ns - event.start_ns - nested[0]) / 1e9),
-                              tuple(label(e) for e, _ in stack) + scopes))
-
-    for event in events:
-        close(event.start_ns)
-        if stack:
-            stack[-1][1][0] += event.end_ns - event.start_ns
-        stack.append((event, [0.0]))
-    close(2**63)
-    return ops
-
-
-def jax_hlo_text(impl, workload: Workload, seed: int = 0) -> str:
-    """The compiled HLO of the function ``JaxBackend.make_step`` jits for ``workload``, lowered again
-    (the step keeps only its custom calls; the same function and shapes give the same names)."""
-    import jax
-
-
-    x = make_inputs(workload, seed)
-    scale, static = default_scale(workload.head_dim, None), static_mask(workload)
-    if workload.mode == "fwd":
-        fn, args = jax_steps.forward(impl, workload.causal, scale, static), (x.q, x.k, x.v)
-    else:
-        fn, args = (jax_steps.forward_backward(impl, workload.causal, scale, static),
-                    (x.q, x.k, x.v, x.do))
-    args = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args + x.mask_arrays())
-    hook = getattr(impl, "trace_context", None)
-    with hook(here.platform(impl)) if hook else contextlib.nullcontext():
-        return fn.lower(*args).compile().as_text() or ""
-
-
-def profile_jax(impl, workload: Workload, step) -> tuple[list[OpTime], str]:
-    import jax
-
-    hlo = jax_hlo_text(impl, workload)
-    module = re.search(r"^HloModule (\S+?),", hlo, re.MULTILINE)
-    modules = {module.group(1): hlo_instructions(hlo)} if module else {}
-    with tempfile.TemporaryDirectory() as log_dir:
-        jax.profiler.start_trace(log_dir)
-        try:
-            step.run()
-        finally:
-            jax.profiler.stop_trace()
-        lines = xla_events(read_xplane(log_dir), modules)
-    return xla_op_times(lines), ""
-
-
-def profile_torch_xla(impl, workload: Workload, step) -> tuple[list[OpTime], str]:
-    import torch_xla.debug.profiler as xp
-
-    with tempfile.TemporaryDirectory() as log_dir:
-        xp.start_trace(log_dir)
-        try:
-            step.run()
-        finally:
-            xp.stop_trace()
-        try:
-            data = read_xplane(log_dir)
-        except ImportError as exc:  # the xplane reader is jax's
-            raise ProfileUnreadable(f"torch_xla's profiler wrote an xplane, but nothing here reads it "
-                                    f"(jax.profiler.ProfileData: {exc})") from None
-        lines = xla_events(data)
-    return xla_op_times(lines), step.evidence()
-
-
-class ProfileUnreadable(RuntimeError):
-    """The framework's profiler ran, but its output cannot be read here: no verdict, this reason."""
-
-
 # -- one kernel (the worker's task) ----------------------------------------------------------------
 def framework_version(framework: str) -> str:
     try:
@@ -323,7 +147,7 @@ def framework_version(framework: str) -> str:
 
 def empty_row(impl: str, framework: str, workload: Workload) -> dict:
     row = dict.fromkeys(COLUMNS, "")
-    row.update(framework=framework, impl=impl, profiler=PROFILERS.get(framework, ""),
+    row.update(framework=framework, impl=impl, profiler=backends.get(framework).profiler if framework else "",
                framework_version=framework_version(framework) if framework else "",
                seq_len=workload.seq_q, dtype=workload.dtype)
     return row
@@ -345,17 +169,12 @@ def observe(impl_spec, workload: Workload | None = None) -> dict:
         return row
     platform = here.platform(impl)
     row.update(platform=platform, label=impl.label(platform), execution=impl.execution(platform))
-    profilers = {"torch": lambda step: (torch_op_times(step.run), ""),
-                 "jax": lambda step: profile_jax(impl, workload, step),
-                 "torch_xla": lambda step: profile_torch_xla(impl, workload, step)}
+    backend = here.backend_of(impl)
     try:
         step = here.make_step(impl, workload)
         row["execution"] = step.execution
         step.run()  # warm: the profiled step compiles nothing
-        if impl.framework not in profilers:
-            row["reason"] = f"no framework profiler is read for {impl.framework} kernels"
-            return row
-        ops, note = profilers[impl.framework](step)
+        ops, note = backend.profile_ops(impl, workload, step)
     except Unsupported as exc:
         row["reason"] = f"unsupported: {exc.reason}"
         return row
@@ -365,7 +184,7 @@ def observe(impl_spec, workload: Workload | None = None) -> dict:
     except Exception as exc:
         row["reason"] = f"error: {type(exc).__name__}: {exc}"[:500]
         return row
-    decision = decide(ops, "torch" if impl.framework == "torch" else "xla")
+    decision = decide(ops, backend.profile_kind)
     row.update(profiler_visible=decision.visible, attributed_to=decision.attributed_to,
                attributed_share=None if decision.share is None else round(decision.share, 4),
                top_ops=decision.top_ops, reason=decision.reason)
