@@ -41,7 +41,7 @@ from attnbench.report.verdict import (
     verdict_table,
 )
 from attnbench.results.asv_results import load_results, ordering_note
-from attnbench.results.table import render
+from attnbench.results.table import cell, render
 from attnbench.run import provenance, resume, sweep
 from attnbench.run.case_cache import read_folder
 from attnbench.run.compare import compare
@@ -137,14 +137,6 @@ RUN_COLUMNS = ["impl", "workload", "phase", "mask", "seq_q", "seq_k", "gqa", "re
                "padding_waste", "usd_per_step_on_demand", "usd_per_step_with_compiles_on_demand"]
 
 
-def _fmt(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
 def cmd_run(args) -> int:
     """A sweep outside asv: every case in a killable worker, written as a tidy table."""
 
@@ -198,13 +190,13 @@ def cmd_run(args) -> int:
     sweep.measure_cases([cases[i] for i in admitted], progress=not args.quiet, rounds=args.rounds,
                         on_record=write, **kwargs)
     rows = [done[i] for i in sorted(done)]
-    print(_render([{c: _fmt(r.get(c)) for c in RUN_COLUMNS} for r in rows], RUN_COLUMNS, args))
+    print(_render([{c: cell(r.get(c), 4) for c in RUN_COLUMNS} for r in rows], RUN_COLUMNS, args))
     if args.max_seq and args.resume and os.path.exists(os.path.join(out_dir, f"max_seq.{args.format}")):
         print("resume: max_seq table already there; not walking the lengths again", file=sys.stderr)
     elif args.max_seq:
         feasible = sweep.max_feasible_lengths(impls, template, args.max_seq, options, **kwargs)
         sweep.write_table(feasible, os.path.join(out_dir, f"max_seq.{args.format}"), meta)
-        print(_render([{k: _fmt(v) for k, v in r.items()} for r in feasible],
+        print(_render([{k: cell(v, 4) for k, v in r.items()} for r in feasible],
                       ["impl", "max_feasible_seq", "tried_up_to", "stopped_by"], args))
     print(f"wrote {path}")
     return 0
@@ -305,8 +297,8 @@ def cmd_cases(args) -> int:
             continue
         seconds = r.get("seconds_per_step")
         text = r.get("kernel_evidence") if r.get("status") == "ok" else r.get("reason")
-        rows.append({**{c: _fmt(r.get(c)) for c in CASE_COLUMNS},
-                     "ms_per_step": _fmt(seconds * 1e3 if isinstance(seconds, (int, float)) else None),
+        rows.append({**{c: cell(r.get(c), 4) for c in CASE_COLUMNS},
+                     "ms_per_step": cell(seconds * 1e3 if isinstance(seconds, (int, float)) else None, 4),
                      "evidence_or_reason": (str(text or "-")[:args.width])})
     hidden = "" if args.all else " (n/a cases left out: --all)"
     print(f"# {len(rows)} case record(s) in {args.folder}{hidden}")
@@ -332,7 +324,7 @@ def _verdict_rows(table, width: int | None) -> list[dict]:
         for row in rows:
             text = str(row["reasons"])
             row["reasons"] = text if len(text) <= width else text[: width - 3] + "..."
-    return [{c: _fmt(row[c]) for c in DISPLAY_COLUMNS} for row in rows]
+    return [{c: cell(row[c], 4) for c in DISPLAY_COLUMNS} for row in rows]
 
 
 def cmd_verdict(args) -> int:
@@ -389,7 +381,7 @@ def cmd_summary(args) -> int:
     table = table.rename(columns=names)
     columns = [c for c in ["machine", "seq", "dtype", "native", "native ms", "forced", "forced ms",
                            "forced/native USD"] if c in table]
-    rows = _unique([{c: _fmt(v) for c, v in row.items()} for row in table[columns].to_dict("records")])
+    rows = _unique([{c: cell(v, 4) for c, v in row.items()} for row in table[columns].to_dict("records")])
     print(_wrap("# best native vs best forced-flash, causal fwd B1 H8 D64, static shapes, each machine's "
                 "newest commit (interpreted kernels are their own category, in neither column)", width))
     print(_render(rows, columns, args))

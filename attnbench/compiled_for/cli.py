@@ -27,7 +27,7 @@ from attnbench.compiled_for.worker import ENVIRONMENT
 from attnbench.core import presets
 from attnbench.core.workload import Workload
 from attnbench.measure.process_env import scoped_environ
-from attnbench.results.table import render
+from attnbench.results.table import cell, render
 
 DEFAULT_OUT = os.path.join("results", "compiled-for", "runs")
 
@@ -109,9 +109,7 @@ def _fmt(column: str, value) -> str:
         return _fmt("_bytes", value)
     if column in ("reason", "stopped_by", "skipped") and isinstance(value, str) and value:
         return value if len(value) <= 90 else value[:87] + "..."
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+    return cell(value, 4)
 
 
 def _grids(args) -> list[tuple[Workload, list[int], list[str]]]:

@@ -20,6 +20,7 @@ from attnbench.core import metrics
 from attnbench.report.select import series_name, short_env
 from attnbench.results.noise import SCATTER_Z, is_contended
 from attnbench.results.steps import DEFAULT_THRESHOLD, REGRESSION, UNCONFIRMED, WITHIN_NOISE
+from attnbench.results.table import cell
 
 # Imported where used: jinja2, markupsafe, pandas (the torch_xla venv has no report libraries).
 
@@ -28,15 +29,6 @@ if TYPE_CHECKING:
 
 MAX_TABLE_ROWS = 40  # longer tables are cut in report.md/html; the CSVs hold every row
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
-
-
-def fmt(value, digits: int = 3) -> str:
-    """A table cell: floats to ``digits`` significant digits, missing values as ``-``."""
-    if value is None or (isinstance(value, float) and value != value):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}"
-    return str(value)
 
 
 @dataclass
@@ -57,7 +49,7 @@ class Table:
         if columns is not None and not frame.empty:
             frame = frame[columns]
         cut = frame.head(MAX_TABLE_ROWS)
-        cells = cut.astype(object).map(fmt) if not cut.empty else cut
+        cells = cut.astype(object).map(cell) if not cut.empty else cut
         return cls(cells=cells, total=len(frame) if total is None else total)
 
     @property
@@ -105,7 +97,7 @@ def regression_rows(table, *, attribution: bool, verdict: bool = False) -> list[
         row = {"machine": r["machine"], "env": short_env(r["env_name"]),
                "benchmark": r["benchmark"].removeprefix("attention."), "case": series_name(r),
                "commits": f"{str(r['commit_before'])[:8]} -> {str(r['commit_after'])[:8]}",
-               "before": fmt(r["value_before"]), "after": fmt(r["value_after"]),
+               "before": cell(r["value_before"]), "after": cell(r["value_after"]),
                "change": f"{r['relative_change']:+.1%}"}
         if "noise_relative" in r:
             row["noise"] = _noise_cell(r)
@@ -125,7 +117,7 @@ def _noise_cell(step) -> str:
         return "unknown"
     if step["noise_relative"] == step["noise_relative"]:
         return "±" + percent(step["noise_relative"])
-    return "±" + fmt(step["uncertainty"])
+    return "±" + cell(step["uncertainty"])
 
 
 def noise_rows(noise) -> list[dict]:
@@ -207,7 +199,7 @@ def spike_sentences(spikes) -> list[str]:
         versions = s["versions_changed"] or "no library version changed"
         out.append(f"`{s['metric']}` of {series_name(s)} ({s['benchmark'].removeprefix('attention.')}) "
                    f"on {s['machine']} / {short_env(s['env_name'])} rose {s['relative_change']:+.1%} "
-                   f"({fmt(s['value_before'])} -> {fmt(s['value_after'])} {s['unit'] or ''}) between "
+                   f"({cell(s['value_before'])} -> {cell(s['value_after'])} {s['unit'] or ''}) between "
                    f"{str(s['commit_before'])[:8]} and {str(s['commit_after'])[:8]}: moved with "
                    f"{s['attribution']}; {versions}.")
     return out

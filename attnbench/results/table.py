@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 
+def cell(value, digits: int = 3) -> str:
+    """A table cell: floats to ``digits`` significant digits, missing values (None, NaN) as ``-``."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
 def render(rows: list[dict], columns: list[str], *, markdown: bool = False) -> str:
     cells = [[str(row.get(c, "")) for c in columns] for row in rows]
     if markdown:
