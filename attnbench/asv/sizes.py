@@ -65,15 +65,18 @@ class SuiteSize:
                        max_extra_seconds=self.max_extra_seconds, trace_dir=trace_dir,
                        compile_cache=compile_cache, round_seconds=self.round_seconds, timer=self.timer)
 
+    @property
+    def preset_fresh(self) -> bool:
+        """Whether a preset's static case gets a worker of its own."""
+        return self.fresh_process if self.preset_fresh_process is None else self.preset_fresh_process
+
     def own_process(self, workload: Workload, regime: str) -> bool:
         """Whether a case gets a worker of its own. A regime case always does: compile caches live per
         process (torch_xla's cannot be cleared), so its compile count is honest only there. Static cases
         may share one safely for timing, as jax and Inductor key their caches by shape."""
         if regime != "static":
             return True
-        if workload.name != CUSTOM and self.preset_fresh_process is not None:
-            return self.preset_fresh_process
-        return self.fresh_process
+        return self.preset_fresh if workload.name != CUSTOM else self.fresh_process
 
 
 SIZES = {size.name: size for size in (

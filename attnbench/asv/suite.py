@@ -57,12 +57,11 @@ def provenance_settings(size: SuiteSize | None = None) -> dict:
     def workers(fresh: bool) -> str:
         return "one per case" if fresh else "shared by static cases"
 
-    preset_fresh = size.fresh_process if size.preset_fresh_process is None else size.preset_fresh_process
     return {"suite": suite_name(), "accelerator": accelerator_kind(), "compile_cache": compile_cache(),
             "dtypes": seqs(suite_dtypes(size)), "forward_seqs": seqs(size.forward_seqs),
             "training_seqs": seqs(size.training_seqs), "regime_steps": size.regime_steps,
             "model_presets": seqs(size.model_presets) or "none", "preset_size": size.preset_size,
-            "model_phases": seqs(size.model_phases), "preset_workers": workers(preset_fresh),
+            "model_phases": seqs(size.model_phases), "preset_workers": workers(size.preset_fresh),
             "regime_seqs": seqs(size.regime_seqs) if size.regime_seqs else "every length",
             "min_seconds": size.min_seconds, "max_extra_seconds": size.max_extra_seconds,
             "max_interpret_seq": size.max_interpret_seq or "no limit",

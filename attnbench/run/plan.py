@@ -43,7 +43,8 @@ def ask_in_worker(task, cases: list, *args, timeout_s: float = CHECK_TIMEOUT_S) 
     worker, gone before this returns. A check that gives no answer makes an ``error`` answer for
     each case, naming why."""
     with Worker(task) as worker:
-        answers, failure = worker.call((cases, *args), timeout_s, preload=_frameworks(cases))
+        frameworks = sorted({f for case in cases for f in preload(case.impl)})
+        answers, failure = worker.call((cases, *args), timeout_s, preload=tuple(frameworks))
     if failure is None:
         return answers
     why = (f"no answer within {timeout_s:g} s" if failure.status == statuses.TIMEOUT
@@ -83,8 +84,12 @@ def measure_here(case: Case) -> dict:
     return refused(case, support(case)) or measure_case(case)
 
 
-def _frameworks(cases: list) -> tuple[str, ...]:
-    # A registry lookup only: a "module:Class" spec is imported by the check itself.
-    names = {case.impl if isinstance(case, Case) else case[0] for case in cases}
-    return tuple(sorted({attention_impls.get(n).framework for n in names if n in attention_impls.names()}))
+def preload(impl) -> tuple[str, ...]:
+    """The framework a fresh worker imports for ``impl`` before its clock starts. A registry lookup
+    only: a ``"module:Class"`` spec is not imported here, in the parent, but by the worker's task; an
+    unknown name gets no preload, and its record says what is wrong."""
+    try:
+        return (attention_impls.get(impl).framework if isinstance(impl, str) else impl.framework,)
+    except KeyError:
+        return ()
 

@@ -10,14 +10,13 @@ import sys
 import tempfile
 import time
 
-import attention_impls
 from attnbench import hardware
 from attnbench.core import records
 from attnbench.core.atomic import atomic_write_bytes, atomic_write_text
 from attnbench.measure.engine import Case, Options, case_record, measure_case
 from attnbench.measure.figures import pool_rounds
 from attnbench.measure.process_env import scoped_environ
-from attnbench.run.plan import plan
+from attnbench.run.plan import plan, preload
 from attnbench.run.worker import Worker
 
 # Imported where used: pandas (the torch_xla venv has no report libraries); tqdm (not in every venv).
@@ -59,7 +58,7 @@ def measure_cases(cases: list[Case], *, isolate: bool = True, timeout_s: float =
                     else:  # a Case in, a record out; a fresh process for own_process
                         if case.own_process:
                             worker.close()  # no earlier case's compiles or caches
-                        record, failure = worker.call((case,), timeout_s, preload=_framework(case.impl),
+                        record, failure = worker.call((case,), timeout_s, preload=preload(case.impl),
                                                       deadline=deadline)
                         if failure is not None:  # it timed out, ran out of memory or died
                             record = case_record(case, threads=worker.threads, status=failure.status,
@@ -148,15 +147,6 @@ def round_compile_cache():
 
 
 OUT_OF_TIME = "not measured: the run's time budget ran out before this case (ATTNBENCH_DEADLINE)"
-
-
-def _framework(impl) -> tuple[str, ...]:
-    # A registry lookup only: a "module:Class" spec is not imported here, in the parent, but by the
-    # worker's case; an unknown name gets no preload, and its record says what is wrong.
-    try:
-        return (attention_impls.get(impl).framework if isinstance(impl, str) else impl.framework,)
-    except KeyError:
-        return ()
 
 
 def max_feasible_lengths(impl_names, template, lengths, options, **sweep_kwargs) -> list[dict]:
