@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from attnbench.measure.timing import time_step
+from attnbench.measure.timing import DeviceClock, time_calls, time_step
 
 
 class FakeStep:
@@ -34,3 +34,13 @@ def test_slow_step_is_one_call_per_block_and_bounded_by_max_seconds():
     assert t.samples >= 3
     assert time.perf_counter() - start < 2.0
     assert 0.04 < t.median_s < 0.5
+
+
+def test_a_device_clock_times_one_call_per_sample_by_its_own_seconds():
+    # The device's seconds, not the wall's: a clock that reports 1 ms while the call takes none.
+    calls = []
+    clock = DeviceClock("cuda-events", lambda: calls.append(1) or (0.010 if len(calls) == 1 else 0.001))
+    t = time_calls(clock, min_seconds=0.01, min_samples=5, max_samples=50)
+    assert t.timer == "cuda-events" and t.steps_per_sample == 1
+    assert t.first_call_s == 0.010 and t.median_s == 0.001
+    assert t.samples == len(t.samples_s) >= 5 and len(calls) == 1 + 1 + t.samples

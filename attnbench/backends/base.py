@@ -20,7 +20,7 @@ from attention_impls.base import Unsupported
 from attnbench.backends.memory import rss_growth_bytes
 from attnbench.backends.profiles import OpTime, ProfileUnreadable
 from attnbench.core.workload import Workload
-from attnbench.measure.timing import time_step
+from attnbench.measure.timing import DeviceClock
 
 
 @dataclass
@@ -185,13 +185,14 @@ class Backend(abc.ABC):
         """Peak memory of one more ``step.run()`` by source (column -> bytes; always host RSS growth)."""
         return {"host_rss_growth_bytes": rss_growth_bytes(step.run)}
 
-    def time(self, step: Step, *, timer: str = "wall", **budget):
-        """``attnbench.measure.timing.Timing`` of ``step`` by ``timer``; ``budget``: ``time_step``'s
-        stopping arguments. "device" is the backend's device timer where it has one, else "wall"."""
+    def device_clock(self, step: Step, timer: str = "wall") -> DeviceClock | None:
+        """The device's own timer of one call of ``step`` where ``timer`` asks for one and the backend
+        has it (a value: ``measure.timing.time_calls`` times with it); None where the wall clock times
+        the step (``time_step``). "device" is the device's timer where there is one, else the wall."""
         if timer not in ("wall", "device"):
             raise ValueError(f"timer {timer!r} is not available for {self.framework} here (only 'wall'; "
                              "'cuda-events' needs torch on a CUDA device)")
-        return time_step(step.run, **budget)
+        return None
 
     def compile_for(self, impl, workload: Workload, target: str):
         """Compile ``impl`` for a hardware ``target`` this host does not have (ahead of time)."""

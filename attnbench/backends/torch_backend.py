@@ -22,7 +22,7 @@ from attnbench.backends.profiles import OpTime
 from attnbench.core.inputs import make_inputs
 from attnbench.core.workload import Workload
 from attnbench.hardware import Device, cpu_device
-from attnbench.measure.timing import time_calls
+from attnbench.measure.timing import DeviceClock
 
 # Imported where used: torch (each venv holds only some frameworks, and the asv process none).
 
@@ -265,15 +265,15 @@ class TorchBackend(Backend):
                       count_compiles=lambda: meter.compiles, count_compile_seconds=lambda: meter.seconds,
                       count_cache_hits=lambda: meter.cache_hits)
 
-    def time(self, step: Step, *, timer: str = "wall", **budget):
-        """``"cuda-events"`` (or ``"device"``) on a CUDA device: one call per sample between CUDA events,
-        L2 flushed before each (``triton.testing.do_bench``'s method). Elsewhere ``"cuda-events"`` is
-        refused and ``"device"`` falls back to the wall clock."""
+    def device_clock(self, step: Step, timer: str = "wall") -> DeviceClock | None:
+        """``"cuda-events"`` (or ``"device"``) on a CUDA device: events around one call, L2 flushed
+        before it (``triton.testing.do_bench``'s method). Elsewhere ``"cuda-events"`` is refused and
+        ``"device"`` falls back to the wall clock."""
         import torch
 
         events = timer in ("cuda-events", "device") and self.framework == "torch"
         if not events or not torch.cuda.is_available():
-            return super().time(step, timer=timer, **budget)
+            return super().device_clock(step, timer)
 
         l2_flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
 
@@ -286,8 +286,7 @@ class TorchBackend(Backend):
             end.synchronize()
             return start.elapsed_time(end) / 1e3
 
-        budget = {k: v for k, v in budget.items() if k != "block_seconds"}
-        return time_calls(timed_call, timer="cuda-events", **budget)
+        return DeviceClock("cuda-events", timed_call)
 
     def measure_memory(self, step: Step) -> dict:
         import torch

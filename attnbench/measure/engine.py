@@ -28,6 +28,7 @@ from attnbench.measure import figures, reference_check, stats, traces
 from attnbench.measure.compiler_caches import check_mode as check_compile_cache
 from attnbench.measure.compiler_caches import compiler_caches
 from attnbench.measure.contention import ContentionMonitor
+from attnbench.measure.timing import time_calls, time_step
 
 OOM_MARKERS = ("out of memory", "resource_exhausted", "cannot allocate memory", "bad_alloc",
                "can't allocate memory", "memoryerror")
@@ -190,12 +191,13 @@ def _after_timing(impl, workload: Workload, options: Options, record: dict, devi
 def time_static(impl, step, options: Options, record: dict) -> None:
     """Time the static step in one window, re-timed (at most ``options.contention_retries`` times)
     while another process shared it; the last window is recorded, flagged if still contended."""
+    clock = here.backend_of(impl).device_clock(step, options.timer)  # None: the wall clock
+    budget = dict(min_seconds=options.min_seconds, target_rel_iqr=0.05,
+                  max_seconds=options.min_seconds + options.max_extra_seconds)
     retries = 0
     while True:
         with ContentionMonitor() as monitor:
-            timing = here.backend_of(impl).time(step, timer=options.timer, min_seconds=options.min_seconds,
-                                         target_rel_iqr=0.05,
-                                         max_seconds=options.min_seconds + options.max_extra_seconds)
+            timing = time_calls(clock, **budget) if clock else time_step(step.run, **budget)
         if not monitor.result.contended or retries >= options.contention_retries:
             break
         retries += 1

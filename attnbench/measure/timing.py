@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -83,20 +84,26 @@ def _timing(first_call: float, samples: list[float], number: int, timer: str) ->
                   samples_s=tuple(samples), timer=timer)
 
 
-def time_calls(timed_call, *, timer: str, warmup: int = 1, min_seconds: float = 0.3, min_samples: int = 5,
+@dataclass(frozen=True)
+class DeviceClock:
+    """A device's own timer of one call, as a backend hands it out (``Backend.device_clock``):
+    ``timed_call()`` runs the step once and returns its seconds (CUDA events: L2 flushed first, as
+    ``triton.testing.do_bench``)."""
+
+    name: str  # the record's ``timer``: "cuda-events"
+    timed_call: Callable[[], float]
+
+
+def time_calls(clock: DeviceClock, *, warmup: int = 1, min_seconds: float = 0.3, min_samples: int = 5,
                max_samples: int = 1000, max_seconds: float = 30.0,
                target_rel_iqr: float | None = None) -> Timing:
-    """Time one call per sample with a timer that measures the call itself (device events).
-
-    ``timed_call()`` runs the step once and returns its seconds (CUDA events: L2 flushed first, as
-    ``triton.testing.do_bench``).
-    """
-    first_call = timed_call()
+    """Time one call per sample with a timer that measures the call itself (device events)."""
+    first_call = clock.timed_call()
     for _ in range(warmup):
-        timed_call()
-    samples = _sample(timed_call, [], min_seconds=min_seconds, min_samples=min_samples,
+        clock.timed_call()
+    samples = _sample(clock.timed_call, [], min_seconds=min_seconds, min_samples=min_samples,
                       max_samples=max_samples, max_seconds=max_seconds, target_rel_iqr=target_rel_iqr)
-    return _timing(first_call, samples, 1, timer)
+    return _timing(first_call, samples, 1, clock.name)
 
 
 def _quartiles(samples: list[float]) -> list[float]:
