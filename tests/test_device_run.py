@@ -167,7 +167,7 @@ def test_the_device_checks_only_what_measuring_needs():
     from attnbench.run import environment
 
     assert {environment._dist_name(r) for r in environment.requirements("measure")} == \
-        {"numpy", "psutil", "threadpoolctl", "absl-py"}
+        {"numpy", "psutil", "asv_runner", "threadpoolctl", "absl-py"}
     assert "asv" in {environment._dist_name(r) for r in environment.requirements("bench")}
     wheels = (ROOT / "tools" / "device-wheels.sh").read_text()
     assert "absl-py==" in wheels and "threadpoolctl==" in wheels

@@ -128,7 +128,8 @@ def test_requirements_come_from_pyproject_and_never_name_a_framework():
     assert {"numpy", "psutil", "asv", "asv_runner", "pandas"} <= names
     assert not names & {"pytest", "ruff", "jax", "torch"}
     assert any(r.startswith("pytest") for r in test) and not any(r.startswith("ruff") for r in test)
-    assert environment.requirements("run") == ["numpy>=2.0", "psutil>=5.9"]
+    assert environment.requirements("run") == ["numpy>=2.0", "psutil>=5.9", "asv_runner==0.3.2"]
+    assert "asv_runner==0.3.2" in environment.requirements("measure")  # the median's interval
     with pytest.raises(ValueError, match="purpose must be one of"):
         environment.requirements("deploy")
 
@@ -150,11 +151,11 @@ def test_the_check_names_what_is_missing_with_the_command_and_installs_only_when
                         subprocess.CompletedProcess(cmd, 1))
     assert environment.check("bench") == 1
     out = capsys.readouterr().out
-    assert "missing for bench: asv==0.6.6, asv_runner==0.3.2" in out
-    assert f"add them with: {sys.executable} -m pip install 'asv==0.6.6' 'asv_runner==0.3.2'" in out
+    assert "missing for bench: asv_runner==0.3.2, asv==0.6.6" in out
+    assert f"add them with: {sys.executable} -m pip install 'asv_runner==0.3.2' 'asv==0.6.6'" in out
     assert calls == []  # nothing installed without the user's word
     assert environment.check("bench", install=True) == 1  # the (fake) pip failed: still an error
-    assert calls == [[sys.executable, "-m", "pip", "install", "asv==0.6.6", "asv_runner==0.3.2"]]
+    assert calls == [[sys.executable, "-m", "pip", "install", "asv_runner==0.3.2", "asv==0.6.6"]]
     frameworks = ("jax", "torch", "torch-xla")
     monkeypatch.setattr(environment, "_version", lambda d: None if d in frameworks else real(d))
     assert environment.check("bench") == 1

@@ -6,8 +6,8 @@
 # It measures and nothing else: asv's bookkeeping (a process per benchmark and parameter combination,
 # minutes for the gpu grid) runs back here, where `python -m attnbench.asv.carried file` files the
 # carried records with asv (make device-file). Needs, where the Python lacks what measuring needs
-# (absl-py, threadpoolctl), the wheels of tools/device-wheels.sh in .whl/ (carried there; installed
-# with pip, or unpacked when the Python has no pip), and the history (.git, or .whl/head.bundle,
+# (absl-py, threadpoolctl, asv_runner), the wheels of tools/device-wheels.sh in .whl/ (carried there;
+# installed with pip, or unpacked when the Python has no pip), and the history (.git, or .whl/head.bundle,
 # whose commit the copied code must be: else it stops, unless DEVICE_ALLOW_DIRTY=1). Writes under
 # $OUT (a new temporary folder when unset): measured-<machine>.tar.gz (every case's record, the
 # sidecar, the traces, the machine's facts) and device-run.log. Ends within DEVICE_BUDGET_S seconds

@@ -4,8 +4,9 @@
 # psutil, pytest, pyyaml, tabulate, but no absl-py, no threadpoolctl, no asv, maybe no pip):
 #   .whl/*.whl        what measuring needs and the image lacks (`environment check --need measure`):
 #                     absl-py (jax's Mosaic GPU attention imports it through jax._src.test_util, else
-#                     the Hopper kernel is refused) and threadpoolctl (the reference's BLAS threads),
-#                     pure Python; asv is not needed there: the records are filed with asv back here
+#                     the Hopper kernel is refused), threadpoolctl (the reference's BLAS threads) and
+#                     asv_runner (the median's interval, measure/stats.py), pure Python; asv is not
+#                     needed there: the records are filed with asv back here
 #   .whl/head.bundle  this checkout's history up to HEAD (git bundle): the results are filed under a
 #                     commit, and the copied tree may travel without .git
 #   .whl/COMMIT       HEAD and its date, for the log
@@ -28,7 +29,7 @@ rm -rf "$out" && mkdir -p "$out"
 "${pip[@]}" download --quiet --no-deps --only-binary=:all: --python-version "$py_version" --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform any -d "$out" \
-  absl-py==2.5.1 threadpoolctl==3.6.0
+  absl-py==2.5.1 threadpoolctl==3.6.0 asv_runner==0.3.2
 git bundle create --quiet "$out/head.bundle" HEAD
 printf '%s %s\n' "$(git rev-parse HEAD)" "$(git log -1 --format=%cI HEAD)" > "$out/COMMIT"
 travels=$(( $(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -n 1 | cut -f1) + $(du -sb "$out" | cut -f1) ))

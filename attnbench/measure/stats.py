@@ -1,8 +1,8 @@
 """Uncertainty of a timing: the median with a distribution-free confidence interval, and rounds.
 
 For ``n`` values the interval between the ``j``-th and ``k``-th smallest holds the median with
-probability ``P(j <= Bin(n, 1/2) < k)``, whatever the distribution (the sign test's interval, as
-asv's ``quantile_ci``).
+probability ``P(j <= Bin(n, 1/2) < k)``, whatever the distribution (the sign test's interval): asv's
+own ``asv_runner.statistics.quantile_ci``, which this module only bounds by the values' range.
 
 One window's samples are not independent: its process and moment move them together, and windows
 in different processes differ far more than one window's interval (results/LOG.md). So with several
@@ -17,30 +17,20 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-
-def _rank(n: int, confidence: float) -> int:
-    """The largest ``j`` with ``P(Bin(n, 1/2) <= j - 1) <= (1 - confidence) / 2``: the interval
-    ``[x_(j), x_(n + 1 - j)]`` (symmetric in rank) then covers the median with at least
-    ``confidence``; 0 when even the full range cannot."""
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    tail, j, cumulative = (1.0 - confidence) / 2.0, 0, 0.0
-    for i in range(n + 1):
-        cumulative += math.comb(n, i) / 2.0**n
-        if cumulative > tail:
-            break
-        j = i + 1
-    return j
+from asv_runner.statistics import binom_pmf, quantile_ci
 
 
 def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
-    """The order-statistics interval ``(x_(j), x_(k))`` (1-based ranks, sorted samples) around the
-    median with coverage at least ``confidence``; with too few samples for that, the full range."""
+    """The order-statistics interval around the median with coverage at least ``confidence``
+    (asv's ``quantile_ci``); with too few samples for that, where asv's ends are infinite, the
+    full range."""
     if not samples:
         raise ValueError("median_ci needs at least one sample")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     xs = sorted(samples)
-    j = max(_rank(len(xs), confidence), 1)
-    return xs[j - 1], xs[len(xs) - j]
+    _, (low, high) = quantile_ci(xs, 0.5, alpha_min=1.0 - confidence)
+    return (xs[0] if low == -math.inf else low), (xs[-1] if high == math.inf else high)
 
 
 def interval_coverage(n: int, confidence: float = 0.95) -> float:
@@ -48,8 +38,8 @@ def interval_coverage(n: int, confidence: float = 0.95) -> float:
     few values (fewer than 6 at 95%), where its full range covers ``1 - 2 ** (1 - n)``."""
     if n < 1:
         raise ValueError("interval_coverage needs at least one value")
-    j = max(_rank(n, confidence), 1)
-    return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(j)) / 2.0**n
+    low, _ = median_ci(range(n), confidence)  # the interval of the ranks: it starts at rank ``low``
+    return 1.0 - 2.0 * sum(binom_pmf(n, i, 0.5) for i in range(low + 1))
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ NAMED = ("jax", "torch", "torch-xla", "libtpu")
 FRAMEWORKS = ("jax", "torch", "torch_xla")  # importable names; at least one is needed
 NEVER_INSTALLED = {"jax", "jaxlib", "torch", "torch-xla", "libtpu"}  # the user's stack: never touched
 # Which of pyproject's `tools` extra each purpose needs: ONLY_FOR's, else all but NOT_FOR's. `measure`
-# is what measuring alone needs, with no asv or report (tools/device-run.sh on a lent accelerator).
+# is what measuring alone needs, with no asv or report (tools/device-run.sh on a lent accelerator);
+# every purpose needs the project's own dependencies (asv_runner among them: the median's interval).
 NOT_FOR = {"bench": {"pytest", "ruff", "nbclient", "nbformat", "ipykernel"}, "test": {"ruff"}}
 ONLY_FOR = {"run": set(), "measure": {"threadpoolctl", "absl-py"}}
 PURPOSES = ("run", "measure", "bench", "test")
