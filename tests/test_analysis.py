@@ -9,6 +9,7 @@ hand from the data, not by calling the code under test.
 from __future__ import annotations
 
 import math
+import statistics
 import subprocess
 
 import numpy as np
@@ -37,6 +38,7 @@ COMMITS = [f"{i:040x}" for i in range(1, 13)]
 Z99 = 2.576  # two-sided 99% of a normal distribution: asv's intervals
 Z_ALERT = 3.291  # two-sided 99.9%: the band a noise step must leave (steps.ALERT_Z)
 WIDEN = Z_ALERT / Z99  # an asv 99% half-width as the alert's band
+MAD_NORMAL = 1 / statistics.NormalDist().inv_cdf(0.75)  # 1.4826: a normal's SD over its MAD
 
 
 def level(n: int) -> float:
@@ -166,9 +168,9 @@ def hand_scatter_uncertainty(values, at):
     3.291 x the larger x level, combined in quadrature."""
     before, after = np.array(values[:at]), np.array(values[at:])
     residuals = np.concatenate([before / np.median(before) - 1, after / np.median(after) - 1])
-    sigma = 1.4826 * np.median(np.abs(residuals))
+    sigma = MAD_NORMAL * np.median(np.abs(residuals))
     moves = [abs(b / a - 1) for a, b in zip(values, values[1:], strict=False)]
-    floor = 1.4826 * np.median(moves) / math.sqrt(2)
+    floor = MAD_NORMAL * np.median(moves) / math.sqrt(2)
     sigma = max(sigma, floor)
     return math.hypot(Z_ALERT * sigma * np.median(before) * level(len(before)),
                       Z_ALERT * sigma * np.median(after) * level(len(after)))
@@ -463,7 +465,7 @@ def test_the_noise_floor_and_smallest_detectable_step():
     frame["ci_low"], frame["ci_high"] = frame["value"] * 0.97, frame["value"] * 1.03  # ±3%
     frame.loc[5, "contended"] = True  # left out: the series is the first five
     diffs = [abs(b / a - 1) for a, b in zip(values[:5], values[1:5], strict=False)]
-    sigma = 1.4826 * float(np.median(diffs)) / math.sqrt(2)
+    sigma = MAD_NORMAL * float(np.median(diffs)) / math.sqrt(2)
     [row] = noise_floor(frame).to_dict("records")
     assert row["contended"] == 1 and row["figures"] == 5 and row["with_intervals"] == 5
     assert row["interval_half_width"] == pytest.approx(0.03)

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from attnbench.core.host_identity import IDENTITY, identity
-from attnbench.results.noise import MAD_SIGMA, SCATTER_Z, order_column
+from attnbench.results.noise import SCATTER_Z, order_column, robust_sd
 
 # Imported where used: pandas (the torch_xla venv has no report libraries).
 
@@ -101,8 +101,8 @@ def host_changes(frame, hosts=None):
         probe = runs["probe"].to_numpy(dtype=float)
         with np.errstate(divide="ignore", invalid="ignore"):
             moves = probe[1:] / probe[:-1] - 1.0
-        known = np.abs(moves[np.isfinite(moves)])
-        scatter_band = (SCATTER_Z * MAD_SIGMA * float(np.median(known))) if len(known) >= 3 else float("nan")
+        known = moves[np.isfinite(moves)]
+        scatter_band = SCATTER_Z * robust_sd(known) if len(known) >= 3 else float("nan")
         records = runs.to_dict("records")
         for a, b, move in zip(records, records[1:], moves, strict=False):
             spreads = (x if x == x else 0.0 for x in (a["probe_spread"], b["probe_spread"]))

@@ -17,11 +17,10 @@ import numpy as np
 
 from attnbench.core import metrics
 
-# Imported where used: pandas (the torch_xla venv has no report libraries).
+# Imported where used: pandas and scipy (the torch_xla venv has no report libraries).
 
 # A figure without an interval: SCATTER_Z robust SDs of its series' scatter, a 99% band (as asv's).
 SCATTER_Z = 2.576
-MAD_SIGMA = 1.4826  # MAD -> standard deviation of a normal distribution
 MEDIAN_SE = 1.2533  # standard error of a median over n normal draws: 1.2533 sigma / sqrt(n)
 IQR_SIGMA = 1.349  # interquartile range -> standard deviation of a normal distribution
 MIN_RUN_SERIES = 3  # series a run shift needs; fewer and the run keeps the factor before it
@@ -101,10 +100,23 @@ def intervals(frame):
 
 
 # -- a series' scatter and the machine's floor ---------------------------------------------------
+def robust_sd(deviations) -> float:
+    """The standard deviation of a normal distribution that gives ``deviations`` their median
+    absolute size (scipy's MAD, ``scale="normal"``, 1.4826 x): about zero, not about their median,
+    since each is already a figure's distance from where it should be (NaN for none)."""
+    from scipy.stats import median_abs_deviation
+
+    return float(median_abs_deviation(np.asarray(deviations, dtype=float), center=_zero, scale="normal"))
+
+
+def _zero(values, axis):
+    return 0.0
+
+
 def series_scatter(frame):
     """Per series of ``frame`` (ok rows in commit order): the robust relative standard deviation of
-    one figure from successive figures, ``1.4826 * median(|v[i] / v[i-1] - 1|) / sqrt(2)`` (steps
-    barely move it), and the number of figures. Columns: the series keys, ``metric``, ``scatter``,
+    one figure from successive figures, ``robust_sd(v[i] / v[i-1] - 1) / sqrt(2)`` (steps barely
+    move it), and the number of figures. Columns: the series keys, ``metric``, ``scatter``,
     ``figures``; ``scatter`` is NaN under three figures."""
     import pandas as pd
 
@@ -116,10 +128,10 @@ def series_scatter(frame):
     codes = ok.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
     value = pd.to_numeric(ok["value"], errors="coerce").to_numpy(dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        diff = np.abs(value[1:] / value[:-1] - 1.0)
-    same = (codes[1:] == codes[:-1]) & np.isfinite(diff) & (value[:-1] != 0)
-    diffs = pd.DataFrame({"code": codes[1:][same], "d": diff[same]})
-    spread = diffs.groupby("code")["d"].median() * MAD_SIGMA / math.sqrt(2.0)
+        move = value[1:] / value[:-1] - 1.0
+    same = (codes[1:] == codes[:-1]) & np.isfinite(move) & (value[:-1] != 0)
+    moves = pd.DataFrame({"code": codes[1:][same], "move": move[same]})
+    spread = moves.groupby("code")["move"].agg(robust_sd) / math.sqrt(2.0)
     first = ok.groupby(codes, sort=True).first()
     table = first[keys + ["metric"]].copy()
     table["figures"] = pd.Series(codes).value_counts().sort_index().to_numpy()

@@ -221,9 +221,9 @@ def _scatter(values) -> float | None:
     if len(values) < 3:
         return None
     with np.errstate(divide="ignore", invalid="ignore"):
-        diffs = np.abs(values[1:] / values[:-1] - 1.0)
-    diffs = diffs[np.isfinite(diffs)]
-    return float(np.median(diffs)) * noise.MAD_SIGMA / math.sqrt(2.0) if len(diffs) >= 2 else None
+        moves = values[1:] / values[:-1] - 1.0
+    moves = moves[np.isfinite(moves)]
+    return noise.robust_sd(moves) / math.sqrt(2.0) if len(moves) >= 2 else None
 
 
 def floors_of(series: list[Series]) -> dict[tuple, float]:
@@ -419,7 +419,7 @@ def _step_scatter(values, segments):
             residuals.extend(side / middle - 1.0)
     if sum(sizes) < 3 or max(sizes, default=0) < 2:
         return None
-    return noise.MAD_SIGMA * float(np.median(np.abs(residuals)))
+    return noise.robust_sd(residuals)
 
 
 def reading_scatter(values, before: int, after: int):
