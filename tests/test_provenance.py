@@ -50,7 +50,7 @@ def write_tree(results: Path, machine: str, commit: str, rows: dict[str, float],
     folder.mkdir(exist_ok=True)
     (folder / "machine.json").write_text(json.dumps({"machine": machine, "version": 1}))
     payload = {"commit_hash": commit, "env_name": ENV, "date": date_ms, "params": {"machine": machine},
-               "requirements": {}, "result_columns": COLUMNS, "version": 2,
+               "python": "3.11", "requirements": {}, "result_columns": COLUMNS, "version": 2,
                "results": {name: [[rows[i] for i in impls], params, "1", date_ms, 1.0]}}
     (folder / f"{commit[:8]}-{ENV}.json").write_text(json.dumps(payload))
 
@@ -206,8 +206,8 @@ def test_the_sidecar_records_contention_and_the_timing_interval_per_case(tmp_pat
     (results / "cpu-2core").mkdir()
     (results / "cpu-2core" / "machine.json").write_text(json.dumps({"machine": "cpu-2core", "version": 1}))
     for commit, date in ((old, 1_000), (new, 2_000)):
-        payload = {"commit_hash": commit, "env_name": ENV, "date": date, "params": {}, "requirements": {},
-                   "result_columns": columns, "version": 2, "results": {
+        payload = {"commit_hash": commit, "env_name": ENV, "date": date, "params": {"machine": "cpu-2core"},
+                   "python": "3.11", "requirements": {}, "result_columns": columns, "version": 2, "results": {
                        "attention.Forward.track_seconds_per_step":
                            [[0.002], params, "1", date, 1.0, [0.0018], [0.0024], [0.0019], [0.0022],
                             [1], [30], None, None],
@@ -547,7 +547,7 @@ def test_a_models_row_finds_its_sidecar_entry_and_the_report_tables_it_per_workl
     # impl-major, then preset, then phase: jax-xla prefill, decode; blockwise prefill, decode
     values = [0.010, 0.002, 0.030, 0.001]
     payload = {"commit_hash": commit, "env_name": ENV, "date": 1_000, "params": {"machine": "cpu-2core"},
-               "requirements": {}, "result_columns": COLUMNS, "version": 2,
+               "python": "3.11", "requirements": {}, "result_columns": COLUMNS, "version": 2,
                "results": {name: [values, params, "1", 1_000, 1.0]}}
     (results / "cpu-2core" / f"{commit[:8]}-{ENV}.json").write_text(json.dumps(payload))
     sidecar.write(str(results), "cpu-2core", commit, ENV, versions={}, settings={"suite": "default"},

@@ -5,7 +5,9 @@ One row per machine x environment x commit x benchmark x parameter combination: 
 execution, platform, device) comes from the suite's sidecar (``labels_source`` "recorded"); results
 without one get today's answer for the machine's platform ("recomputed"). ``commit_order`` is the git
 position when git knows every commit, else the rank of asv's commit dates (NaN with neither: such a
-figure cannot be placed in a series). Damaged files and stale benchmarks are skipped with a warning.
+figure cannot be placed in a series). Result files are read by asv's own reader (``Results.load``);
+files it refuses (bad JSON, another api_version, a missing key) and stale benchmarks are skipped with
+a warning.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import csv
 import functools
 import glob
 import itertools
-import json
 import os
 import subprocess
 import warnings
@@ -25,7 +26,7 @@ import attention_impls
 from attnbench.asv import sidecar
 from attnbench.core import metrics
 
-# Imported where used: pandas (the torch_xla venv has no report libraries).
+# Imported where used: pandas and asv (the torch_xla venv has no report libraries, .venv-targets no asv).
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,8 +40,6 @@ SCHEMA = ["machine", "machine_platform", "platform", "env_name", "commit_hash", 
 GIT, DATE, NONE = "git", "date", "none"  # commit_order_source
 RECORDED, RECOMPUTED = "recorded", "recomputed"
 INTERPRETED = "interpreted"
-COLUMNS = ("result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
-           "stats_q_25", "stats_q_75", "stats_number", "stats_repeat", "samples", "profile")
 
 
 class ResultsError(ValueError):
@@ -115,9 +114,17 @@ def _literal_text(text: str):
     return _literal(text)
 
 
-def _read_json(path: str):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)  # accepts bare NaN, as asv writes it
+def _benchmarks(path: str) -> dict:
+    """``benchmarks.json`` by benchmark name, read as ``asv.benchmarks.Benchmarks.load`` reads it (asv's
+    reader and api_version check). Not through ``Benchmarks`` itself: that needs asv's Config and
+    expands every parameter combination for a selection the loader never makes."""
+    from asv.benchmarks import Benchmarks
+    from asv.util import UserError, load_json
+
+    try:
+        return load_json(path, api_version=Benchmarks.api_version)
+    except UserError as exc:
+        raise ResultsError(f"{path}: asv cannot read it ({exc})") from exc
 
 
 def _setting(value):
@@ -139,12 +146,14 @@ def _sidecar(results_dir, machine, commit, env) -> tuple[dict, dict]:
 
 def load_results(results_dir: str = "results", repo: str = ".") -> pd.DataFrame:
     import pandas as pd
+    from asv.results import Results
+    from asv.util import UserError
 
     bench_path = os.path.join(results_dir, "benchmarks.json")
     if not os.path.exists(bench_path):
         raise ResultsError(f"no asv results under {results_dir!r} (no benchmarks.json): run `make bench` "
                            "or `asv run` first")
-    benchmarks = _read_json(bench_path)
+    benchmarks = _benchmarks(bench_path)
     positions, directions, labels, timed = history_positions(repo), _directions(), _labels(), _timed()
     rows = []
     files = sorted(glob.glob(os.path.join(results_dir, "*", "*.json")))
@@ -152,29 +161,31 @@ def load_results(results_dir: str = "results", repo: str = ".") -> pd.DataFrame:
         if os.path.basename(path) in ("machine.json", "benchmarks.json"):
             continue
         try:
-            data = _read_json(path)
-            columns = data.get("result_columns", list(COLUMNS))
-            results = data["results"]
-            commit, env = data["commit_hash"], data["env_name"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            # No machine_name check: the machine is the file's folder, whatever its params name
+            result = Results.load(path)
+        except (UserError, OSError, ValueError, TypeError, AttributeError, IndexError) as exc:
+            # UserError: asv refuses it (bad JSON, another api_version, a missing key); the others: bytes
+            # that are not UTF-8, or JSON that is not shaped like a result file
             warnings.warn(f"{path}: unreadable asv result file ({type(exc).__name__}: {exc}); skipped",
                           stacklevel=2)
             continue
+        commit, env = result.commit_hash, result.env_name
         machine = os.path.basename(os.path.dirname(path))
-        versions = {f"version_{k.removeprefix('pip+')}": v for k, v in data.get("requirements", {}).items()}
+        # asv 0.6.6 has no public accessor for a result's requirements (params mixes in machine.json's
+        # fields): the attribute Results.save writes them from
+        versions = {f"version_{k.removeprefix('pip+')}": v for k, v in result._requirements.items()}
         recorded, cases = _sidecar(results_dir, machine, commit, env)
         versions.update(recorded)
         base = {"machine": machine, "machine_platform": platform_of_machine(machine), "env_name": env,
                 "commit_hash": commit, "commit_position": positions.get(commit, float("nan")),
-                "commit_date": pd.to_datetime(data.get("date"), unit="ms", utc=True),
+                "commit_date": pd.to_datetime(result.date, unit="ms", utc=True),
                 "file": path, **versions}
-        for name, entry in results.items():
-            spec = benchmarks.get(name)
-            fields = dict(zip(columns, entry, strict=False))
-            if spec is None or str(fields.get("version")) != str(spec.get("version")):
+        current = result.get_result_keys(benchmarks)  # asv's check: in benchmarks.json, same version
+        for name in result.get_all_result_keys():  # the file's order
+            if name not in current:
                 warnings.warn(f"{path}: {name} is from another suite version; skipped", stacklevel=2)
                 continue
-            rows.extend(_expand(base, name, spec, fields, directions, labels, cases, timed))
+            rows.extend(_expand(base, name, benchmarks[name], result, directions, labels, cases, timed))
     if not rows:
         raise ResultsError(f"no loadable benchmark results under {results_dir!r}")
     frame = pd.DataFrame(rows)
@@ -283,38 +294,31 @@ def ordering_note(frame) -> tuple[str, str | None]:
     return GIT, None
 
 
-def _expand(base, name, spec, fields, directions, labels, cases=({}, {}), timed=frozenset()):
+def _expand(base, name, spec, result, directions, labels, cases=({}, {}), timed=frozenset()):
+    """The rows of benchmark ``name`` in ``result`` (an ``asv.results.Results``)."""
     suite, _, bench = name.rpartition(".")
     suite = suite.rpartition(".")[2]
     metric = bench.removeprefix("track_")
-    params = fields.get("params") or []
+    # The run's own parameters, not benchmarks.json's: the suite's size sets them, under one version.
+    params = result.get_result_params(name)
     # Parameter values are parsed once per benchmark, not once per row (literal_eval is the cost).
     literal_params = [[_literal_text(p) if isinstance(p, str) else _literal(p) for p in values]
                       for values in params]
-    combos = list(itertools.product(*literal_params)) if params else [()]
-    values = fields.get("result")
-    values = values if params else [values]
-    ci_a = fields.get("stats_ci_99_a") or [None] * len(combos)
-    ci_b = fields.get("stats_ci_99_b") or [None] * len(combos)
-    q_25 = fields.get("stats_q_25") or [None] * len(combos)
-    q_75 = fields.get("stats_q_75") or [None] * len(combos)
-    if not params:  # a benchmark without parameters holds scalars, as ``result`` does
-        ci_a, ci_b, q_25, q_75 = ([x] if not isinstance(x, list) else x for x in (ci_a, ci_b, q_25, q_75))
+    combos = list(itertools.product(*literal_params))
+    # One entry per combination, None where the run has none (both lists are as long as combos)
+    values = result.get_result_value(name, params)
+    stats = [s or {} for s in result.get_result_stats(name, params)]  # asv's 99% interval, quartiles
     is_timed = metric in timed
-    started = fields.get("started_at")
+    started = result.started_at[name]
     param_names = spec.get("param_names", [])
     common = {**base, "suite": suite, "metric": metric, "benchmark": name,
               "unit": spec.get("unit"), "direction": directions.get(metric, "lower")}
     machine_platform = base["machine_platform"]
     full, partial = cases
-    n_values = len(values) if values is not None else 0
-    for i, combo in enumerate(combos):
-        value = values[i] if i < n_values else None
+    for combo, value, stat in zip(combos, values, stats, strict=True):
         status = "failed" if value is None else "skipped" if value != value else "ok"
-        row = {**common, "value": value,
-               "ci_low": ci_a[i] if i < len(ci_a) else None, "ci_high": ci_b[i] if i < len(ci_b) else None,
-               "q_25": q_25[i] if i < len(q_25) else None, "q_75": q_75[i] if i < len(q_75) else None,
-               "status": status, "started_at": started}
+        row = {**common, "value": value, "ci_low": stat.get("ci_99_a"), "ci_high": stat.get("ci_99_b"),
+               "q_25": stat.get("q_25"), "q_75": stat.get("q_75"), "status": status, "started_at": started}
         for pname, pvalue in zip(param_names, combo, strict=False):
             row[pname] = pvalue
         impl = row.get("implementation")
