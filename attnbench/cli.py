@@ -589,10 +589,10 @@ def _add_check_commands(sub) -> None:
     p = sub.add_parser("selfcheck-report", help="benchmark the results loader and analysis on 100k rows")
     p.set_defaults(func=lambda args: importlib.import_module("attnbench.checks.selfcheck_report").main())
 
-    # Its own options (attnbench/checks/noisecheck.py): main() hands it the rest of the command line.
-    sub.add_parser("noisecheck", add_help=False,
-                   help="benchmark: can this machine tell a real regression from noise (A/A, 15%% "
-                        "slowdown, contention), in a throw-away clone")
+    p = sub.add_parser("noisecheck", help="benchmark: can this machine tell a real regression from noise "
+                       "(A/A, 15%% slowdown, contention), in a throw-away clone")
+    noisecheck.add_arguments(p)
+    p.set_defaults(func=noisecheck.command)
 
     p = sub.add_parser("selfcheck", help="benchmark the engine: speed and agreement with bare loops")
     p.set_defaults(func=lambda args: importlib.import_module("attnbench.checks.selfcheck").main())
@@ -666,8 +666,6 @@ def main(argv: list[str] | None = None) -> int:
     # Before torch loads: kineto prints a start/stop line per profiler session otherwise.
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["noisecheck"]:
-        return noisecheck.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -159,3 +159,21 @@ def test_feature_matrix_says_refused_and_names_the_segment_id_kind(capsys):
                 if kind not in impl.segment_kinds:
                     reason = impl.shape_reason(workload, platform)
                     assert reason and "segment ids" in reason, f"{name} on {kind}: {reason!r}"
+
+
+def test_commands_with_their_own_module_parse_on_the_one_parser():
+    # noisecheck (attnbench) and run (attnbench.fleet) add their options to the subparser: no argv
+    # is handed around the parser, so a typo is argparse's usage error like any other command's.
+    from attnbench.checks import noisecheck
+    from attnbench.cli import build_parser
+    from attnbench.fleet import __main__ as fleet_main
+    from attnbench.fleet import runner
+
+    args = build_parser().parse_args(["noisecheck", "--rounds", "3", "--slowdown", "0.2"])
+    assert (args.func, args.rounds, args.slowdown) == (noisecheck.command, 3, 0.2)
+    args = fleet_main.build_parser().parse_args(["run", "--machine", "m", "--commit", "c", "--checkout", "x",
+                                                  "--", "--quick"])
+    assert (args.func, args.machine, args.asv_args) == (runner.command, "m", ["--quick"])
+    with pytest.raises(SystemExit) as exit_:
+        main(["noisecheck", "--round", "3x"])
+    assert exit_.value.code == 2

@@ -247,17 +247,25 @@ def render(s: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="attnbench noisecheck", description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Its options, on ``attnbench noisecheck``'s parser and on this module's own."""
     parser.add_argument("--impls", default="torch-sdpa-flash,jax-xla,torch-blockwise-flash")
     parser.add_argument("--slow-impl", default="torch-sdpa-flash")
     parser.add_argument("--slowdown", type=float, default=0.15)
     parser.add_argument("--rounds", type=int, default=10, help="attnbench compare rounds")
     parser.add_argument("--out", default=str(ROOT / "results" / "noisecheck"))
-    args = parser.parse_args(argv)
+
+
+def command(args: argparse.Namespace) -> int:
     summary = run(args.impls.split(","), args.slow_impl, args.slowdown, Path(args.out), args.rounds)
     print(render(summary))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="attnbench noisecheck", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return command(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -172,15 +172,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_collect)
 
     p = sub.add_parser("run", help="the job's resumable loop (on the fleet VM; see runner.py)",
-                       add_help=False)
-    p.set_defaults(func=None)
+                       description=runner.__doc__.split("\n")[0])
+    runner.add_arguments(p)
+    p.set_defaults(func=runner.command)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["run"]:
-        return runner.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -354,8 +354,8 @@ def catalog_price(task_file: Path, market: str, out: Path) -> tuple[Path | None,
     return out, None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnbench.fleet run", description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Its options, on ``python -m attnbench.fleet run``'s parser and on this module's own."""
     parser.add_argument("--machine", required=True, help="the asv machine name (fixed per kind)")
     parser.add_argument("--commit", required=True, help="the commit measured (full sha)")
     parser.add_argument("--checkout", required=True, type=Path, help="the repository at that commit")
@@ -373,8 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check-machine", action="store_true",
                         help="ask the frameworks which accelerator this is before measuring; stop if none")
     parser.add_argument("asv_args", nargs="*", help="more asv run arguments (after --)")
-    args = parser.parse_args(argv)
 
+
+def command(args: argparse.Namespace) -> int:
     checkout = args.checkout.resolve()
     envs = args.envs or [f"existing:{checkout / '.venv' / 'bin' / 'python'}",
                          f"existing:{checkout / '.venv-xla' / 'bin' / 'python'}"]
@@ -401,6 +402,12 @@ def main(argv: list[str] | None = None) -> int:
         if why:
             log(why)
     return runner.run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnbench.fleet run", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    return command(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
