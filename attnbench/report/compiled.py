@@ -14,7 +14,7 @@ import os
 from typing import TYPE_CHECKING
 
 from attnbench.core.atomic import atomic_write_bytes
-from attnbench.report.plots import _colors, _figure, _png
+from attnbench.report.plots import colors_by_name, new_figure, png_bytes
 from attnbench.report.render import Table
 
 # Imported where used: pandas (the torch_xla venv has no report libraries).
@@ -230,9 +230,9 @@ def plot_target(part: pd.DataFrame, target: str, hbm_bytes: float | None) -> byt
     part = part[part["status"].isin(["ok", "does-not-fit"])]
     if part.empty:
         return None
-    fig, axes = _figure(1, 2, width=5.6, height=3.8)
+    fig, axes = new_figure(1, 2, width=5.6, height=3.8)
     mem, model = axes[0][0], axes[0][1]
-    colors = _colors(part["impl"])
+    colors = colors_by_name(part["impl"])
     for (impl, mode), rows in part.sort_values("seq_q").groupby(["impl", "mode"]):
         style = "-" if mode == "fwd" else "--"
         ok = rows[rows["status"] == "ok"]
@@ -261,7 +261,7 @@ def plot_target(part: pd.DataFrame, target: str, hbm_bytes: float | None) -> byt
     handles, labels = mem.get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right center", fontsize=7,
                title="solid fwd, dashed fwd_bwd; x: refused, at what the compiler needed", title_fontsize=7)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def summary_sentence(part: pd.DataFrame, target: str) -> str:

@@ -13,13 +13,14 @@ from attnbench.report.select import REGIMES, newest_commit, newest_traces, not_i
 # Imported where used: matplotlib (the torch_xla venv has no report libraries).
 
 
-def _png(fig) -> bytes:
+# The figure helpers every picture of the report draws with (plots, verdict, compiled).
+def png_bytes(fig) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
     return buffer.getvalue()
 
 
-def _figure(rows: int, cols: int, width: float = 6.0, height: float = 3.6):
+def new_figure(rows: int, cols: int, width: float = 6.0, height: float = 3.6):
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
@@ -27,14 +28,16 @@ def _figure(rows: int, cols: int, width: float = 6.0, height: float = 3.6):
     return fig, axes
 
 
-def _colors(names):
+def colors_by_name(names):
+    """One colour per name, the same name the same colour in every panel."""
     from matplotlib import colormaps
 
     cmap = colormaps["tab20"]
     return {name: cmap(i % 20) for i, name in enumerate(sorted(set(names)))}
 
 
-def _style(category) -> str:
+def line_style(category) -> str:
+    """Native solid, forced-flash dashed, interpreted dotted."""
     return {"forced-flash": "--", "interpreted": ":"}.get(category, "-")
 
 
@@ -58,7 +61,7 @@ def _lines_by_length(ax, part, colors, ylabel: str, title: str, scale: float = 1
     """One line per kernel of ``part`` against length (log-log), styled by its category."""
     for (impl, kind), series in part.groupby(["implementation", _kind(part)], sort=True):
         series = series.sort_values("seq_len")
-        ax.plot(series["seq_len"], series["value"] * scale, _style(kind), marker="o", color=colors[impl],
+        ax.plot(series["seq_len"], series["value"] * scale, line_style(kind), marker="o", color=colors[impl],
                 label=impl)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -75,8 +78,8 @@ def plot_throughput(frame) -> bytes | None:
     if latest.empty:
         return None
     machines = sorted(latest["machine"].unique())
-    colors = _colors(latest["implementation"])
-    fig, axes = _figure(len(machines), 2)
+    colors = colors_by_name(latest["implementation"])
+    fig, axes = new_figure(len(machines), 2)
     for i, machine in enumerate(machines):
         for j, (metric, ylabel) in enumerate((("tokens_per_s", "tokens/s"), ("mfu", "MFU"))):
             ax = axes[i][j]
@@ -93,7 +96,7 @@ def plot_throughput(frame) -> bytes | None:
                         ax.errorbar(band["seq_len"], band["value"], color=colors[impl], linestyle="none",
                                     yerr=[band["value"] - band["ci_low"], band["ci_high"] - band["value"]])
     _impl_legend(fig, axes)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def plot_memory(frame) -> bytes | None:
@@ -106,8 +109,8 @@ def plot_memory(frame) -> bytes | None:
         return None
     machines = sorted(latest["machine"].unique())
     shown = [m for m in memory if m in set(latest["metric"])]
-    colors = _colors(latest["implementation"])
-    fig, axes = _figure(len(machines), len(shown), width=5.0)
+    colors = colors_by_name(latest["implementation"])
+    fig, axes = new_figure(len(machines), len(shown), width=5.0)
     for i, machine in enumerate(machines):
         for j, metric in enumerate(shown):
             ax = axes[i][j]
@@ -115,14 +118,14 @@ def plot_memory(frame) -> bytes | None:
             _lines_by_length(ax, part, colors, "MiB", f"{machine}: {metric}" + ("" if not part.empty
                                                                                  else " (none)"), 2**-20)
     _impl_legend(fig, axes)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def plot_regime_cost(costs) -> bytes | None:
     if costs.empty:
         return None
     panels = list(costs.groupby(["machine", "seq_len"], sort=True))
-    fig, axes = _figure(len(panels), 1, width=max(6.0, 0.7 * costs["implementation"].nunique() + 2))
+    fig, axes = new_figure(len(panels), 1, width=max(6.0, 0.7 * costs["implementation"].nunique() + 2))
     width = 0.27
     regime_colors = {"static": "#4c72b0", "dynamic": "#dd8452", "bucketed": "#55a868"}
     for ax, ((machine, seq), part) in zip(axes.flat, panels, strict=True):
@@ -139,7 +142,7 @@ def plot_regime_cost(costs) -> bytes | None:
                      fontsize=10)
         ax.legend(fontsize=8)
         ax.grid(True, axis="y", which="both", alpha=0.3)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def plot_cost_by_length(frame) -> bytes | None:
@@ -152,8 +155,8 @@ def plot_cost_by_length(frame) -> bytes | None:
     if latest.empty:
         return None
     machines = sorted(latest["machine"].unique())
-    colors = _colors(latest["implementation"])
-    fig, axes = _figure(len(machines), len(REGIMES), width=4.4)
+    colors = colors_by_name(latest["implementation"])
+    fig, axes = new_figure(len(machines), len(REGIMES), width=4.4)
     for i, machine in enumerate(machines):
         for j, regime in enumerate(REGIMES):
             ax = axes[i][j]
@@ -162,7 +165,7 @@ def plot_cost_by_length(frame) -> bytes | None:
                              f"{machine}: {regime} (the stream's longest length)"
                              + ("" if not part.empty else " (not measured)"))
     _impl_legend(fig, axes)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def _commit_axis(frame):
@@ -186,7 +189,7 @@ def plot_cost_over_commits(frame, spikes, metric: str = "usd_per_step", highligh
         return None
     xs = _commit_axis(frame)
     machines = sorted(ok["machine"].unique())
-    fig, axes = _figure(len(machines), 1, width=9.0, height=4.0)
+    fig, axes = new_figure(len(machines), 1, width=9.0, height=4.0)
     keys = ["env_name", "benchmark", "implementation", "seq_len", "regime", "dtype"]
     mine = spikes[spikes["metric"] == metric] if not spikes.empty else spikes
     rank = {}
@@ -229,7 +232,7 @@ def plot_cost_over_commits(frame, spikes, metric: str = "usd_per_step", highligh
                      "relative to its median; detected spikes in colour", fontsize=10)
         ax.grid(True, alpha=0.3)
     _impl_legend(fig, axes, title=f"largest {metric} spikes")
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def plot_trace(traces, frame, factor: float = 2.0) -> bytes | None:
@@ -237,8 +240,8 @@ def plot_trace(traces, frame, factor: float = 2.0) -> bytes | None:
     if dynamic.empty:
         return None
     panels = list(dynamic.groupby(["machine", "seq_len"], sort=True))
-    colors = _colors(dynamic["impl"])
-    fig, axes = _figure(len(panels), 1, width=8.0)
+    colors = colors_by_name(dynamic["impl"])
+    fig, axes = new_figure(len(panels), 1, width=8.0)
     for ax, ((machine, seq), part) in zip(axes.flat, panels, strict=True):
         labelled = set()
         for (impl, _), run in part.groupby(["impl", "file"], sort=True):
@@ -262,4 +265,4 @@ def plot_trace(traces, frame, factor: float = 2.0) -> bytes | None:
         ax.set_title(f"{machine}, max S{seq}, commit {commit}: per-step time, dynamic shapes", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
     _impl_legend(fig, axes, title="dynamic-shape traces")
-    return _png(fig)
+    return png_bytes(fig)

@@ -21,7 +21,7 @@ from attnbench.releases.table import breaks_to_cite, broken, load_table
 from attnbench.report import streams
 from attnbench.report.compiled import grid as grid_lengths
 from attnbench.report.compiled import load_compiled_records, load_max_batch
-from attnbench.report.plots import _colors, _figure, _png, _style
+from attnbench.report.plots import colors_by_name, line_style, new_figure, png_bytes
 from attnbench.report.render import Table
 from attnbench.report.select import newest_commit
 from attnbench.results.asv_results import load_results
@@ -698,8 +698,8 @@ def plot_stream_cost(frame, *, steps: int = streams.STREAM_STEPS) -> bytes | Non
     for (machine, framework), part in cases.groupby(["machine", "framework"], sort=True):
         seq = part["seq_len"].max()
         panels.append((machine, framework, int(seq), part[part["seq_len"] == seq]))
-    fig, axes = _figure(1, len(panels), width=4.6, height=3.6)
-    colors = _colors(cases["implementation"])
+    fig, axes = new_figure(1, len(panels), width=4.6, height=3.6)
+    colors = colors_by_name(cases["implementation"])
     grid = sorted({int(round(10 ** (k / 8))) for k in range(0, 41)} | {measured_steps, steps})
     for ax, (machine, framework, seq, part) in zip(axes[0], panels, strict=True):
         for case in part.to_dict("records"):
@@ -708,9 +708,9 @@ def plot_stream_cost(frame, *, steps: int = streams.STREAM_STEPS) -> bytes | Non
             width = math.exp(SCATTER_Z * sd)
             color = colors[case["implementation"]]
             cut = grid.index(measured_steps) + 1  # measured up to here; the model beyond it
-            ax.plot(grid[:cut], costs[:cut], _style(case["label"]), color=color, linewidth=1.8,
+            ax.plot(grid[:cut], costs[:cut], line_style(case["label"]), color=color, linewidth=1.8,
                     label=case["implementation"])
-            ax.plot(grid[cut - 1:], costs[cut - 1:], _style(case["label"]), color=color, linewidth=1.0,
+            ax.plot(grid[cut - 1:], costs[cut - 1:], line_style(case["label"]), color=color, linewidth=1.0,
                     alpha=0.5)
             ax.fill_between(
                 grid,
@@ -732,7 +732,7 @@ def plot_stream_cost(frame, *, steps: int = streams.STREAM_STEPS) -> bytes | Non
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, title="solid native, dashed forced;\nbold measured, faint modelled",
                   title_fontsize=7)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def verdict_part(table) -> dict | None:
