@@ -590,7 +590,8 @@ def _add_check_commands(sub) -> None:
     p.set_defaults(func=lambda args: importlib.import_module("attnbench.checks.selfcheck_report").main())
 
     p = sub.add_parser("noisecheck", help="benchmark: can this machine tell a real regression from noise "
-                       "(A/A, 15%% slowdown, contention), in a throw-away clone")
+                       "(A/A, 15%% slowdown, contention), in a throw-away clone",
+                       description=noisecheck.__doc__.split("\n\n")[0])
     noisecheck.add_arguments(p)
     p.set_defaults(func=noisecheck.command)
 

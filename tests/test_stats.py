@@ -73,3 +73,10 @@ def test_monitor_sees_another_process_burning_a_core():
         burner.kill()
         burner.wait()
     assert monitor.result.other_cpu_share > 0.5 and monitor.result.contended
+
+
+def test_a_confidence_below_one_half_is_refused_not_read_as_its_complement():
+    # asv's quantile_ci reads 0.3 as 0.7; this project says what is wrong instead
+    with pytest.raises(ValueError, match=r"confidence must be in \[0.5, 1\), got 0.3"):
+        median_ci([1.0, 2.0, 3.0], 0.3)
+    assert median_ci(list(range(20)), 0.7) == (7, 12)

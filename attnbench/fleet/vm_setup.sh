@@ -6,7 +6,8 @@
 #   2. The commit under measurement in its own clean checkout ($ATTNBENCH_CHECKOUT, a git worktree):
 #      uncommitted edits in the launcher's checkout are never measured under that commit's name.
 #   3. `make setup ACCEL=$ACCEL` there: the two measured venvs (.venv, .venv-xla) with the
-#      accelerator builds; asv_runner in .venv-xla (asv runs benchmarks in it as an existing env).
+#      accelerator builds (asv_runner in both, a dependency of the project: asv runs benchmarks in
+#      .venv-xla as an existing env).
 #   4. A venv of its own for the fleet's tools (SkyPilot, for the catalog price), apart from the
 #      measured venvs, so that nothing measured changes with it.
 set -euo pipefail
@@ -31,7 +32,6 @@ fi
 git -C "$checkout" checkout --quiet --detach "$COMMIT"
 
 make -C "$checkout" setup ACCEL="$ACCEL" PYTHON="$py"
-"$checkout/.venv-xla/bin/python" -m pip install --quiet asv_runner==0.3.2
 
 "$py" -m venv "$HOME/attnbench-fleet-venv"
 "$HOME/attnbench-fleet-venv/bin/python" -m pip install --quiet -e "$workdir[fleet]"

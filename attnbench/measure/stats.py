@@ -26,8 +26,8 @@ def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float
     full range."""
     if not samples:
         raise ValueError("median_ci needs at least one sample")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    if not 0.5 <= confidence < 1:  # asv reads a lower one as its complement
+        raise ValueError(f"confidence must be in [0.5, 1), got {confidence!r}")
     xs = sorted(samples)
     _, (low, high) = quantile_ci(xs, 0.5, alpha_min=1.0 - confidence)
     return (xs[0] if low == -math.inf else low), (xs[-1] if high == math.inf else high)
