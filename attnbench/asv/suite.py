@@ -238,7 +238,7 @@ def check_cases(cases: list[Case], size: SuiteSize) -> list[dict]:
                     or outside_suite(impl, case.workload, case.regime, size,
                                      interpreted=answer["execution"] == "interpret" if platform else None))
             except Exception as exc:  # a framework that cannot say where it runs
-                answer = {"error": f"support check of {case.impl} failed: {type(exc).__name__}: {exc}"[:2000]}
+                answer = plan.check_failed(case, exc)
         answers.append(answer)
     return answers
 

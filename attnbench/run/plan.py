@@ -31,7 +31,12 @@ def support(case: Case) -> dict:
             answer.update(platform=platform, label=impl.label(platform), execution=impl.execution(platform))
         return answer
     except Exception as exc:  # an unknown name, a framework that cannot say where it runs
-        return {"error": f"support check of {case.impl} failed: {type(exc).__name__}: {exc}"[:2000]}
+        return check_failed(case, exc)
+
+
+def check_failed(case: Case, exc: Exception) -> dict:
+    """The answer for a case whose kernel could not say whether it takes the workload here."""
+    return {"error": f"support check of {case.impl} failed: {type(exc).__name__}: {exc}"[:2000]}
 
 
 def _support_of_each(cases: list[Case]) -> list[dict]:
