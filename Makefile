@@ -6,8 +6,8 @@
 #   cuda   NVIDIA host: jax[cuda12], PyPI's CUDA torch; torch_xla stays on PJRT CPU (no PyPI GPU build)
 #   tpu    Cloud TPU VM: jax[tpu], torch_xla[tpu] on PJRT TPU
 # The measured environments (ENV):
-#   (unset)   on a CPU host asv's own virtualenvs (asv.conf.json); on cuda/tpu the venvs built here,
-#             run by asv as existing environments
+#   (unset)   the venvs built here, run by asv as existing environments (on a CPU host named as
+#             asv.conf.json's virtualenvs, whose pins they hold)
 #   existing  the interpreter PYTHON as it is (a container's, a conda env's): `make bench ENV=existing
 #             PYTHON=/path/to/python`; what it lacks is named, and installed only with ALLOW_INSTALL=1
 #             (never jax or torch)
@@ -99,13 +99,15 @@ else
 HARNESS := $(VENV)/bin/python
 ASV := $(VENV)/bin/asv
 BENCH_SETUP := setup
-# On an accelerator asv's virtualenvs (asv.conf.json: CPU wheels) would run jax on the CPU, so the
-# venvs built for it are measured instead; torch_xla only on a TPU (on a GPU host it runs on PJRT CPU,
-# and CPU figures are never filed under an accelerator's name).
-EXISTING_PYTHONS := $(if $(filter cpu,$(ACCEL)),,$(CURDIR)/$(VENV)/bin/python \
-                      $(if $(filter tpu,$(ACCEL)),$(CURDIR)/$(XLA_VENV)/bin/python))
+# The venvs make builds are the measured environments, run by asv as existing ones: on a CPU host
+# they hold exactly asv.conf.json's pins and carry its environments' names (asv/plugin.py), so asv
+# builds no second copy of them (~3.3 min and ~10 GB here); on an accelerator asv's virtualenvs would
+# run jax on the CPU anyway. torch_xla on a CPU or TPU host (on a GPU host it runs on PJRT CPU, and
+# CPU figures are never filed under an accelerator's name).
+EXISTING_PYTHONS := $(CURDIR)/$(VENV)/bin/python $(if $(filter cuda,$(ACCEL)),,$(CURDIR)/$(XLA_VENV)/bin/python)
 endif
 bench: $(BENCH_SETUP) html-deps
+	@$(ASV_ENV) $(HARNESS) -m attnbench.asv.selection check $(if $(EXISTING_PYTHONS),--existing $(EXISTING_PYTHONS))
 	@machine=$$($(HARNESS) -m attnbench machine-name) && \
 	$(ASV) machine --yes --machine $$machine >/dev/null && \
 	echo "asv run: machine $$machine, suite $${ATTNBENCH_SUITE:-$${ATTNBENCH_PROFILE:-default}}, environments: \

@@ -86,7 +86,7 @@ def test_every_record_is_built_from_the_one_schema():
     """The record's columns are ``records.LAYOUT``'s, each metric column with its metric's unit;
     everything that writes or reads a record names columns of it."""
     from attnbench.asv import sidecar
-    from attnbench.cli import RUN_COLUMNS
+    from attnbench.cli_run import RUN_COLUMNS
     from attnbench.core.workload import Workload
     from attnbench.run import resume
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.cli import build_parser, main, run_workloads
+from attnbench.cli import build_parser, main
+from attnbench.cli_run import run_workloads
 from attnbench.core import presets
 
 # The published values the issue names (and the config each preset cites): any edit is a test edit.

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from attnbench.measure.contention import Contention, ContentionMonitor
-from attnbench.measure.stats import estimate, interval_coverage, median_ci
+from attnbench.core.stats import estimate, interval_coverage, median_ci
 
 
 @pytest.mark.parametrize("n,ranks", [(10, (2, 9)), (20, (6, 15)), (30, (10, 21)), (5, (1, 5))])

@@ -28,7 +28,7 @@ import subprocess
 import sys
 
 import attention_impls
-from attnbench.asv.sizes import SuiteSize, accelerator_kind, suite_size
+from attnbench.asv.sizes import SuiteSize, accelerator_kind, suite_size, user_round_settings
 from attnbench.asv.suite import outside_suite
 from attnbench.core.atomic import atomic_write_text
 from attnbench.core.workload import Workload
@@ -151,6 +151,32 @@ def run(machine: str, existing: list[str], commit: str | None, asv_args: list[st
     return 0
 
 
+MEASURED_CODE = ("attention_impls", "attnbench", "benchmarks")
+
+
+def uncommitted_code(repo: str = ".") -> list[str]:
+    """The measured code's files that differ from HEAD: an existing environment imports the working
+    tree, and its results are filed under HEAD's hash, so they must be HEAD's code."""
+    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *MEASURED_CODE],
+                         cwd=repo, capture_output=True, text=True)
+    return [line[3:] for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+
+
+def check_inputs(existing: list[str]) -> str | None:
+    """Why ``make bench`` must not start, in one line, or None: a bad budget or margin, or measured code
+    that differs from the commit its results would be filed under."""
+    try:
+        user_round_settings()
+    except ValueError as exc:
+        return str(exc)
+    changed = uncommitted_code() if existing else []
+    if changed:
+        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        return (f"the measured code differs from HEAD ({shown}): make bench measures the working tree and "
+                "files it under HEAD's hash; commit (or stash) first")
+    return None
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -161,8 +187,19 @@ def main(argv=None) -> int:
     )
     r.add_argument("--commit", help="--set-commit-hash for existing environments (default HEAD)")
     r.add_argument("asv_args", nargs=argparse.REMAINDER, help="-- then arguments for every asv run")
+    c = sub.add_parser("check", help="make bench's inputs: the budget, the margin, the measured code")
+    c.add_argument("--existing", nargs="*", default=[])
     args = p.parse_args(argv)
+    if args.command == "check":
+        problem = check_inputs(args.existing)
+        if problem:
+            print(f"make bench: {problem}", file=sys.stderr)
+        return 2 if problem else 0
     extra = args.asv_args[1:] if args.asv_args[:1] == ["--"] else args.asv_args
+    problem = check_inputs(args.existing)
+    if problem:
+        print(f"make bench: {problem}", file=sys.stderr)
+        return 2
     commit = args.commit or subprocess.check_output(["git", "rev-parse", "HEAD"], text=True).strip()
     return run(args.machine, args.existing, commit, extra)
 

@@ -23,7 +23,12 @@ SUFFIX = ".sidecar"
 LEGACY_FOLDER = "versions"
 CASE_FIELDS = ("label", "execution", "platform", "device", "status", "reason", "contended",
                "contention_reason", "ci_low_s", "ci_high_s", "ci_basis", "ci_coverage", "rounds",
-               "mask", "gqa", "flops")  # what a preset's case computed (Models)
+               "mask", "gqa", "flops",  # what a preset's case computed (Models)
+               # the interval's confidence and making; each kept round's median and id, by which the
+               # verdict pairs two kernels of one round; an A/A control's second windows
+               "ci_confidence", "ci_method", "round_medians_s", "round_ids", "control_round_medians_s",
+               "control_round_ids", "rounds_stopped")
+ROUND_FIELDS = ("round_medians_s", "round_ids", "control_round_medians_s", "control_round_ids")
 TEXT_FIELDS = ("reason", "contention_reason")  # cut to MAX_REASON characters
 MAX_REASON = 500
 
@@ -78,7 +83,10 @@ def case_entry(record: dict) -> dict:
     for key in TEXT_FIELDS:
         if isinstance(entry[key], str) and len(entry[key]) > MAX_REASON:
             entry[key] = entry[key][:MAX_REASON] + "..."
-    for key in ("ci_low_s", "ci_high_s", "ci_coverage"):  # JSON has no NaN; a missing interval is null
+    for key in ROUND_FIELDS:  # lists, not the record's JSON text
+        value = entry[key]
+        entry[key] = json.loads(value) if isinstance(value, str) else value
+    for key in ("ci_low_s", "ci_high_s", "ci_coverage", "ci_confidence"):  # JSON has no NaN: null
         value = entry[key]
         entry[key] = float(value) if isinstance(value, (int, float)) and value == value else None
     contended = entry["contended"]
@@ -91,17 +99,21 @@ def case_entry(record: dict) -> dict:
 
 
 def write(results_dir: str, machine: str, commit: str, env: str, *, versions: dict, settings: dict,
-          cases: dict[str, dict], host: dict | None = None, left_out: dict[str, str] | None = None) -> str:
+          cases: dict[str, dict], host: dict | None = None, left_out: dict[str, str] | None = None,
+          time_spent: dict | None = None) -> str:
     """Write the sidecar atomically, merging ``cases`` into those recorded (asv runs each class in its
     own process and keeps skipped benchmarks' results); ``host`` fields this process could not read
-    keep what was recorded. ``left_out``: ``{kernel: reason}`` the suite size kept out of its grid."""
+    keep what was recorded. ``left_out``: ``{kernel: reason}`` the suite size kept out of its grid.
+    ``time_spent``: ``{class: {phase: seconds}}`` of the sweeps that measured them (merged)."""
     file = path(results_dir, machine, commit, env)
     old = _load(file) or {}
     merged = dict(old.get("cases") or {})
     merged.update(cases)
     fingerprint = dict(old.get("host") or {})
     fingerprint.update({k: v for k, v in (host or {}).items() if v is not None or k not in fingerprint})
+    spent = {**(old.get("time_spent") or {}), **(time_spent or {})}
     payload = {"commit_hash": commit, "env_name": env, "machine": machine, "versions": versions,
-               "settings": settings, "host": fingerprint, "cases": merged, "left_out": left_out or {}}
+               "settings": settings, "host": fingerprint, "cases": merged, "left_out": left_out or {},
+               "time_spent": {k: {p: round(v, 1) for p, v in d.items()} for k, d in spent.items()}}
     atomic_write_text(file, json.dumps(payload, indent=1, sort_keys=True) + "\n")
     return file

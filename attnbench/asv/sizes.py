@@ -16,6 +16,7 @@ from attnbench.core.workload import CUSTOM, PHASES, Workload
 from attnbench.hardware import detection
 from attnbench.hardware.dtypes import MACHINE_DTYPES
 from attnbench.measure.engine import Options
+from attnbench.run.adaptive import RoundPlan
 
 # The default's two presets between them hold every mask and head structure of the catalogue.
 DEFAULT_PRESETS = ("llama-3.1-8b", "gemma-2-9b")
@@ -38,8 +39,15 @@ class SuiteSize:
     max_interpret_seq: int | None  # an interpreted kernel's longest length; None: no limit
     regime_seqs: tuple[int, ...] | None  # the Forward lengths a regime stream runs at; None: every one
     max_reference_seq: int | None = None  # the float64 reference's longest length
-    rounds: int = 1  # timing rounds of a static case, each in a later process (run/sweep.py)
+    # Timing rounds of a static case (run/adaptive.py): at least ``rounds`` (its first window
+    # included), paired by comparison group, then more for a group whose forced/native pairs are
+    # neither decided nor equal within ``margin``, up to ``max_rounds`` or until ``round_budget_s``
+    # (per environment's sweep) is spent. Each later round: one window of ``round_seconds`` per case.
+    rounds: int = 1
+    max_rounds: int | None = None  # None: rounds
     round_seconds: float = 0.1
+    round_budget_s: float | None = None
+    margin: float = 0.10
     timer: str = "wall"
     fresh_process: bool = True  # False: consecutive static cases share a worker
     preset_fresh_process: bool | None = None  # a preset's static case; None: as fresh_process
@@ -56,6 +64,8 @@ class SuiteSize:
     preset_regimes: tuple[str, ...] | None = None  # None: every regime
     preset_stream_left_out: tuple[str, ...] = ()  # kernels whose presets run the static stream only
     regime_dtypes: tuple[str, ...] | None = None  # None: every dtype
+    # kernels whose Forward case at the longest length is timed twice a round: an A/A control pair
+    controls: tuple[str, ...] = ()
     kernels_for: str | None = None  # a size made for one kind of machine leaves out what cannot run there
     frameworks: tuple[str, ...] | None = None  # None: every framework
 
@@ -63,7 +73,19 @@ class SuiteSize:
         """How a case of this size is measured."""
         return Options(regime=regime, regime_steps=self.regime_steps, min_seconds=self.min_seconds,
                        max_extra_seconds=self.max_extra_seconds, trace_dir=trace_dir,
-                       compile_cache=compile_cache, round_seconds=self.round_seconds, timer=self.timer)
+                       compile_cache=compile_cache, timer=self.timer)
+
+    def round_plan(self, *, budget_s: float | None = None, margin: float | None = None,
+                   controls: tuple[str, ...] = ()) -> RoundPlan | None:
+        """The later rounds of this size's sweeps (None: one window per case), with the user's budget
+        and margin where given (``ATTNBENCH_BUDGET_S``, ``ATTNBENCH_MARGIN``)."""
+        later = self.rounds - 1
+        if later < 1:
+            return None
+        return RoundPlan(min_rounds=later, max_rounds=(self.max_rounds or self.rounds) - 1,
+                         budget_s=self.round_budget_s if budget_s is None else budget_s,
+                         margin=self.margin if margin is None else margin, window_s=self.round_seconds,
+                         controls=controls)
 
     @property
     def preset_fresh(self) -> bool:
@@ -88,8 +110,9 @@ SIZES = {size.name: size for size in (
     # windows because noise between processes dominates (stats.py; results/LOG.md).
     SuiteSize("default", forward_seqs=(256, 1024), training_seqs=(512,), dtypes=("float32",),
               regime_steps=6, min_seconds=0.2, max_extra_seconds=0.2,
-              max_interpret_seq=256, max_reference_seq=256, regime_seqs=(1024,), rounds=4,
-              round_seconds=0.1, model_presets=DEFAULT_PRESETS, preset_size="default",
+              max_interpret_seq=256, max_reference_seq=256, regime_seqs=(1024,), rounds=13,
+              max_rounds=33, round_seconds=0.1, controls=("jax-xla", "torch-sdpa-flash", "torch-xla-sdpa"),
+              model_presets=DEFAULT_PRESETS, preset_size="default",
               preset_interpret=False, preset_reference=False, fresh_process=False,
               static_first=True, model_phases=("prefill", "decode"),
               preset_frameworks=("jax", "torch"),
@@ -138,6 +161,30 @@ _ACCEL_PLATFORM = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu", "tpu": "tpu"}
 
 
 SUITE_ENV = "ATTNBENCH_SUITE"
+BUDGET_ENV = "ATTNBENCH_BUDGET_S"  # seconds the later rounds of one environment's sweep may take
+MARGIN_ENV = "ATTNBENCH_MARGIN"  # "equal within +-margin" (0.1: 10%)
+
+
+def user_round_settings() -> dict:
+    """``{"budget_s": ..., "margin": ...}`` the user set (``ATTNBENCH_BUDGET_S``, ``ATTNBENCH_MARGIN``),
+    each None when unset; ``ValueError`` naming the variable for a budget of 0 or less or a margin
+    outside (0, 1)."""
+    out = {}
+    for key, var in (("budget_s", BUDGET_ENV), ("margin", MARGIN_ENV)):
+        raw = os.environ.get(var, "").strip()
+        if not raw:
+            out[key] = None
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError(f"{var} must be a number, got {raw!r}") from None
+        if key == "budget_s" and not value > 0:
+            raise ValueError(f"{var} must be more than 0 seconds, got {raw}")
+        if key == "margin" and not 0 < value < 1:
+            raise ValueError(f"{var} must be a fraction between 0 and 1 (0.1 for +-10%), got {raw}")
+        out[key] = value
+    return out
 DEPRECATED_SUITE_ENV = "ATTNBENCH_PROFILE"  # its old name; still read, with a note on stderr
 _warned_deprecated = False
 

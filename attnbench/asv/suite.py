@@ -30,6 +30,7 @@ from attnbench.asv.sizes import (
     suite_name,
     suite_size,
     this_env_frameworks,
+    user_round_settings,
 )
 from attnbench.backends import here
 from attnbench.core import metrics, records
@@ -66,13 +67,37 @@ def provenance_settings(size: SuiteSize | None = None) -> dict:
             "min_seconds": size.min_seconds, "max_extra_seconds": size.max_extra_seconds,
             "max_interpret_seq": size.max_interpret_seq or "no limit",
             "max_reference_seq": size.max_reference_seq or "no limit",
-            "rounds": size.rounds, "round_seconds": size.round_seconds, "timer": size.timer,
+            "rounds": size.rounds, "max_rounds": size.max_rounds or size.rounds,
+            "round_seconds": size.round_seconds, "timer": size.timer,
+            "round_budget_s": _budget_text(size), "margin": _margin(size),
+            "controls": seqs(size.controls) or "none",
             "regime_dtypes": seqs(size.regime_dtypes or ()) or "every dtype",
             "workers": workers(size.fresh_process),
             "case_timeout_s": CASE_TIMEOUT_S, "impls": os.environ.get("ATTNBENCH_IMPLS") or "all",
             "threads": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
             # what the metrics mean (metrics.DEFINITION_CHANGES): absent in older sidecars = "1"
             "definitions": metrics.DEFINITIONS}
+
+
+def _budget_text(size: SuiteSize):
+    budget = user_round_settings()["budget_s"] or size.round_budget_s
+    return budget if budget is not None else "none"
+
+
+def _margin(size: SuiteSize) -> float:
+    return user_round_settings()["margin"] or size.margin
+
+
+def round_plan(size: SuiteSize, planned: list[Case]):
+    """The size's later rounds with the user's budget and margin, and the A/A controls among
+    ``planned``: each control kernel's Forward case at the size's longest length."""
+    longest = max(size.forward_seqs)
+    controls = tuple(case.key for case in planned
+                     if case.impl in size.controls and case.regime == "static" and case.workload.name == CUSTOM
+                     and case.workload.mode == "fwd" and case.workload.seq_q == longest
+                     and case.workload.batch == 1)
+    user = user_round_settings()
+    return size.round_plan(budget_s=user["budget_s"], margin=user["margin"], controls=controls)
 
 
 def measure_suite(cases: list[tuple[str, Workload, str]], benchmark: str | None = None, *,
@@ -92,10 +117,14 @@ def measure_suite(cases: list[tuple[str, Workload, str]], benchmark: str | None 
         return {key: carried[key] for key in keys if key in carried}
     cached = cache is not None
     done = cache.load(keys) if cached else {}
+    # a case whose rounds an interrupted run had not finished goes on from them (run/adaptive.py)
+    done = {key: record for key, record in done.items() if not unfinished_rounds(record)}
     groups = {benchmark: [case for case, key in zip(cases, keys, strict=True) if key not in done]}
     if cached:
         groups.update(not_cached(cache, also or {}))
     every = list({case_key(*case): case for group in groups.values() for case in group}.values())
+    unfinished = {key: record for key, record in (cache.load([case_key(*c) for c in every]) if cached else {}).items()
+                  if unfinished_rounds(record)}
     if cached and every:
         together = "".join(f", with {len(c)} {s} cases" for s, c in groups.items() if s != benchmark)
         print(f"attnbench: case cache {cache.folder}: {len(done)} of {len(cases)} {benchmark or ''} cases "
@@ -105,12 +134,16 @@ def measure_suite(cases: list[tuple[str, Workload, str]], benchmark: str | None 
         pin_threads(threads)
         measured, planned = plan_cases(every, size)
         with sweep.run_probe_dir():  # the run's CPU GEMM probe, kept until the sidecar's fingerprint reads it
+            prior = {i: unfinished[case.key] for i, case in enumerate(planned) if case.key in unfinished}
+            spent: dict[str, float] = {}
             records = sweep.measure_cases(
-                planned, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False, rounds=size.rounds,
-                deadline=deadline(),
+                planned, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False,
+                rounds=round_plan(size, planned), deadline=deadline(), prior=prior, spent=spent,
                 on_record=(lambda i, record: cache.put(planned[i].key, record)) if cached else None)
             measured.update((case.key, record) for case, record in zip(planned, records, strict=True))
-            write_sidecar(groups, measured, size)
+            print(f"attnbench: {benchmark} sweep of {len(planned)} cases: {sweep.time_spent(spent)}",
+                  file=sys.stderr)
+            write_sidecar(groups, measured, size, time_spent={benchmark or "": spent})
         if cached:  # the cases decided without a worker: each measured one was filed as it ended
             filed = {case.key for case in planned}
             for key, record in measured.items():
@@ -122,13 +155,20 @@ def measure_suite(cases: list[tuple[str, Workload, str]], benchmark: str | None 
     return {key: done[key] for key in keys if key in done}
 
 
+def unfinished_rounds(record: dict) -> bool:
+    """Whether a cached record's later rounds were cut short (an interrupted run): its case rejoins
+    the sweep and its rounds go on from the ones it kept."""
+    return record.get("rounds_complete") is False
+
+
 def not_cached(cache: CaseCache, classes: dict[str, list[tuple[str, Workload, str]]]) -> dict:
     """``{class: cases}`` of ``classes``' cases the cache does not hold yet."""
     out = {}
     for name, cases in classes.items():
         keys = [case_key(*case) for case in cases]
         have = cache.load(keys)
-        lacking = [case for case, key in zip(cases, keys, strict=True) if key not in have]
+        lacking = [case for case, key in zip(cases, keys, strict=True)
+                   if key not in have or unfinished_rounds(have[key])]
         if lacking:
             out[name] = lacking
     return out
@@ -319,7 +359,7 @@ def record_for(cache: dict, key: str) -> dict:
 
 
 def write_sidecar(groups: dict[str | None, list[tuple[str, Workload, str]]], measured: dict,
-                  size: SuiteSize | None = None) -> str | None:
+                  size: SuiteSize | None = None, time_spent: dict | None = None) -> str | None:
     """Write this environment and commit's sidecar, each case of ``groups`` (``{class: cases}``)
     filed under its class; returns its path, ``None`` outside asv."""
 
@@ -337,4 +377,4 @@ def write_sidecar(groups: dict[str | None, list[tuple[str, Workload, str]]], mea
     return sidecar.write(ctx["results_dir"], ctx["machine"], ctx["commit"], ctx["env"], versions=versions,
                          settings=provenance_settings(size), cases=entries,
                          host=host_fingerprint(os.environ.get(hardware.PROBE_DIR_ENV)),
-                         left_out=left_out_kernels(size))
+                         left_out=left_out_kernels(size), time_spent=time_spent)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from attnbench.core.errors import UnknownName
+from attnbench.core.stats import CONFIDENCE, min_values
 from attnbench.core.statuses import STATUS_CODES
 
 # Bump only when a metric's meaning changes: asv drops the older history of every benchmark then.
@@ -85,18 +86,20 @@ class Metric:
         return _num(record.get(self.column))
 
     def asv_value(self, record: dict):
-        """What the asv ``track_`` benchmark returns: the value, or, for a timed-step metric with
-        samples, ``{"samples": [...], "number": 1}`` so asv computes the median and 99% interval itself
-        (``asv_runner.statistics``). Samples are the independent ones (each round's median when there
-        were several rounds), scaled by ``time_exponent`` so that asv's median is the record's figure."""
+        """What the asv ``track_`` benchmark returns: the value, or, for a timed-step metric measured
+        in enough rounds to carry asv's 99% interval (``stats.min_values``), ``{"samples": [...],
+        "number": 1}`` so asv computes the median and that interval itself (``asv_runner.statistics``).
+        Samples are the rounds' medians, scaled by ``time_exponent`` so that asv's median is the
+        record's figure. With fewer rounds (or one window's samples, which are not independent) asv
+        gets the value alone: its fallback for a few samples, a Laplace posterior, reaches below zero."""
         value = self.value(record)
         raw = record.get("round_medians_s") if (record.get("rounds") or 1) > 1 else None
-        raw = raw or record.get("timing_samples_s")
-        if (not self.time_exponent or not raw or not math.isfinite(value)
-                or not record.get("seconds_per_step")):
+        if not self.time_exponent or not raw or not math.isfinite(value) or not record.get("seconds_per_step"):
+            return value
+        samples = json.loads(raw) if isinstance(raw, str) else list(raw)
+        if len(samples) < min_values(CONFIDENCE):
             return value
         median = record["seconds_per_step"]
-        samples = json.loads(raw) if isinstance(raw, str) else list(raw)
         return {"samples": [value * (s / median) ** self.time_exponent for s in samples if s > 0],
                 "number": 1}
 

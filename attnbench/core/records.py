@@ -47,8 +47,18 @@ LAYOUT = {
     "threads": "count", "timer": "", "first_call_s": METRIC, "first_call_compile_s": METRIC, "lower_s": "s",
     "compile_s": "s",
     "seconds_per_step": METRIC, "ci_low_s": "s", "ci_high_s": "s", "ci_basis": "", "ci_coverage": "fraction",
+    # the interval's confidence and how it was made (core/stats.py)
+    "ci_confidence": "fraction", "ci_method": "",
     "iqr_s": "s", "samples": "count",
     "steps_per_sample": "count", "rounds": "count", "rounds_dropped": "count", "round_medians_s": "s",
+    # each kept round's id in its sweep (0: the first window): kernels of one round pair by it
+    "round_ids": "",
+    # an A/A control's second window of each round, and its rounds (run/adaptive.py)
+    "control_round_medians_s": "s", "control_round_ids": "",
+    # why the case's later rounds stopped, and whether the sweep may add more (resume)
+    "rounds_stopped": "", "rounds_complete": "bool",
+    # seconds the engine spent per step of its recipe (regime stream, build, timing, after timing)
+    "phase_seconds": "s",
     "timing_samples_s": "s",
     # what the rest of the machine did while the step was timed (attnbench/measure/contention.py)
     "contended": "bool", "contention_reason": "", "contention_retries": "count", "other_cpu_share": "cores",

@@ -12,19 +12,21 @@ output (``reference_check.py``). This module is the recipe; those are its steps.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import json
 import os
+import time
 import traceback
 
 import attention_impls
 from attention_impls.base import Unsupported
 from attnbench import hardware
 from attnbench.backends import here
-from attnbench.core import records, regimes
+from attnbench.core import records, regimes, stats
 from attnbench.core.workload import Workload
-from attnbench.measure import figures, reference_check, stats, traces
+from attnbench.measure import figures, reference_check, traces
 from attnbench.measure.compiler_caches import check_mode as check_compile_cache
 from attnbench.measure.compiler_caches import compiler_caches
 from attnbench.measure.contention import ContentionMonitor
@@ -52,9 +54,6 @@ class Options:
     compile_cache: str = "cold"  # cold | warm: see attnbench/measure/compiler_caches.py
     timer: str = "wall"  # wall | cuda-events (torch on CUDA: events around each call, L2 flushed)
     contention_retries: int = 2  # re-time a window other processes shared, at most this often
-    later_round: bool = False  # a later timing round of a static case: its step timed, nothing else
-    # Short and never extended: rounds, not longer windows, average out noise between processes.
-    round_seconds: float = 0.1
 
     def __post_init__(self):
         check_compile_cache(self.compile_cache)
@@ -83,13 +82,6 @@ class Case:
     @property
     def key(self) -> str:
         return case_key(self.impl, self.workload, self.regime)
-
-    def later_round(self) -> Case:
-        """The same case as a later timing round: the steady step only, in a short window never
-        extended, its compiles warm (jax's persistent cache of the sweep's rounds), no traces."""
-        options = dataclasses.replace(self.options, later_round=True, compile_cache="warm", trace_dir=None,
-                                      min_seconds=self.options.round_seconds, max_extra_seconds=0.0)
-        return dataclasses.replace(self, options=options, own_process=False)
 
 
 def case_record(case: Case, **fields) -> dict:
@@ -123,7 +115,7 @@ def measure_case(case: Case) -> dict:
     """The record of one case the plan admitted (its kernel's ``check`` is not asked again);
     never raises for a failing case."""
     workload, options = case.workload, case.options
-    record = case_record(case)
+    record, spent = case_record(case), Phases()
     try:
         impl = resolve_impl(case.impl)
     except Exception as exc:  # unknown name, bad plugin path
@@ -134,33 +126,48 @@ def measure_case(case: Case) -> dict:
         platform = here.platform(impl)
         record.update(platform=platform, label=impl.label(platform), execution=impl.execution(platform))
         with compiler_caches(options.compile_cache):
-            if options.later_round:  # a static case's later timing round: its step timed, nothing else
-                step = here.make_step(impl, workload, seed=options.seed)
-                record.update(execution=step.execution)
-                time_static(impl, step, options, record)
-                record.update(status=records.OK)
-            else:
-                device, regime_result, step = _before_timing(impl, workload, options, record)
+            device, regime_result, step = _before_timing(impl, workload, options, record, spent)
+            with spent("timing"):
                 if options.regime == "static":
                     time_static(impl, step, options, record)
                 else:
                     step.run()  # warm: the memory probes measure a steady step, never a compiling one
+            with spent("after timing"):
                 _after_timing(impl, workload, options, record, device, regime_result, step)
     except Unsupported as exc:  # e.g. a length of the dynamic stream the kernel cannot take
         record.update(status=records.UNSUPPORTED, reason=exc.reason)
     except Exception as exc:
         record.update(status=classify_exception(exc),
                       reason=f"{type(exc).__name__}: {exc}"[:2000] or traceback.format_exc(limit=3))
+    record["phase_seconds"] = json.dumps({k: round(v, 3) for k, v in spent.seconds.items()})
     return record
 
 
-def _before_timing(impl, workload: Workload, options: Options, record: dict):
+class Phases:
+    """Seconds the recipe spent in each of its steps (the record's ``phase_seconds``): where a run's
+    minutes go (results/LOG.md)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+
+def _before_timing(impl, workload: Workload, options: Options, record: dict, spent: Phases):
     """The device, then the regime's stream (cold: nothing in the process has run its shapes), then
-    the step to time; returns ``(device, regime_result, step)``."""
-    device = hardware.detect_accelerator(impl.framework)
-    record["device"] = device.name
-    regime_result = _run_regime(impl, workload, options, record)
-    step = here.make_step(impl, workload, seed=options.seed)
+    the step to time (placed and compiled); returns ``(device, regime_result, step)``."""
+    with spent("regime stream"):
+        device = hardware.detect_accelerator(impl.framework)
+        record["device"] = device.name
+        regime_result = _run_regime(impl, workload, options, record)
+    with spent("build"):
+        step = here.make_step(impl, workload, seed=options.seed)
     record["execution"] = step.execution
     for key, value in (step.compile_info or {}).items():
         if key in record:
@@ -205,9 +212,10 @@ def time_static(impl, step, options: Options, record: dict) -> None:
     record.update(seconds_per_step=timing.median_s, iqr_s=timing.iqr_s, samples=timing.samples,
                   steps_per_sample=timing.steps_per_sample, timer=timing.timer,
                   ci_low_s=window.ci_low, ci_high_s=window.ci_high, ci_basis=window.basis,
-                  ci_coverage=window.coverage, rounds=1, rounds_dropped=0,
-                  timing_samples_s=json.dumps(list(timing.samples_s)),
-                  round_medians_s=json.dumps([timing.median_s]), contention_retries=retries,
+                  ci_coverage=window.coverage, ci_confidence=window.confidence, ci_method=window.method,
+                  rounds=1, rounds_dropped=0, timing_samples_s=json.dumps(list(timing.samples_s)),
+                  round_medians_s=json.dumps([timing.median_s]), round_ids=json.dumps([0]),
+                  contention_retries=retries,
                   **monitor.result.columns())
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from attnbench import hardware
-from attnbench.core import records
+from attnbench.core import stats
 from attnbench.core.workload import Workload
-from attnbench.measure import cost, stats
+from attnbench.measure import cost
 
 
 def throughput(workload: Workload, regime: str, seconds_per_step: float,
@@ -76,31 +76,37 @@ def pricing_of(record: dict):
                         source=record.get("price_source") or "", note=record.get("cost_note"))
 
 
-def pool_rounds(first: dict, later: list[dict]) -> dict:
-    """``first`` (a static case's full record) with its step time estimated over every timing round.
+def pool_rounds(record: dict, rounds: list, *, stopped: str | None = None, complete: bool = True) -> dict:
+    """``record`` (a static case's full record) with its step time estimated over its timing rounds
+    (``run.adaptive.RoundValue``s, round 0 its own first window): the median of the rounds'
+    medians, with the interval over them, at ``stats.CONFIDENCE``.
 
     Contended rounds are dropped while an uncontended one exists; if all were contended, all are
-    kept and flagged. Step-time figures are derived again; compile and memory figures stay the first's.
-    """
-    rounds = [first] + [r for r in later if r.get("status") == records.OK and r.get("timing_samples_s")]
-    clean = [r for r in rounds if not r.get("contended")]
-    used = clean or rounds
-    pooled = stats.estimate([json.loads(r["timing_samples_s"]) for r in used])
-    record = dict(first)
-    record.update(seconds_per_step=pooled.median, ci_low_s=pooled.ci_low, ci_high_s=pooled.ci_high,
-                  ci_basis=pooled.basis, ci_coverage=pooled.coverage,
-                  iqr_s=pooled.q75 - pooled.q25, samples=len(pooled.samples), rounds=pooled.rounds,
-                  rounds_dropped=len(rounds) - len(used),
-                  round_medians_s=json.dumps(list(pooled.round_medians)),
-                  timing_samples_s=json.dumps(list(pooled.samples)), contended=not clean,
-                  contention_reason=_rounds_reason(rounds) if not clean else None)
-    if record.get("tokens") and record.get("flops"):
-        derive_figures(record, pricing_of(record), record["tokens"] / pooled.median,
-                       record["flops"] / pooled.median)
-    return record
+    kept and flagged. Step-time figures are derived again; compile and memory figures stay the
+    record's. ``stopped``: why its rounds ended; ``complete``: False while the sweep may add more
+    (a resumed sweep goes on from them)."""
+    clean = [r for r in rounds if not r.contended]
+    used = sorted(clean or rounds, key=lambda r: r.round)
+    pooled = stats.estimate([list(r.samples) or [r.median_s] for r in used])
+    controls = [(r.round, r.control_median_s) for r in used if r.control_median_s]
+    out = dict(record)
+    out.update(seconds_per_step=pooled.median, ci_low_s=pooled.ci_low, ci_high_s=pooled.ci_high,
+               ci_basis=pooled.basis, ci_coverage=pooled.coverage, ci_confidence=pooled.confidence,
+               ci_method=pooled.method, iqr_s=pooled.q75 - pooled.q25, samples=len(pooled.samples),
+               rounds=pooled.rounds, rounds_dropped=(record.get("rounds_dropped") or 0) + len(rounds) - len(used),
+               round_medians_s=json.dumps([r.median_s for r in used]),
+               round_ids=json.dumps([r.round for r in used]),
+               control_round_medians_s=json.dumps([m for _, m in controls]) if controls else None,
+               control_round_ids=json.dumps([i for i, _ in controls]) if controls else None,
+               timing_samples_s=json.dumps(list(pooled.samples)), contended=not clean,
+               contention_reason=_rounds_reason(rounds) if not clean else None,
+               rounds_stopped=stopped, rounds_complete=complete)
+    if out.get("tokens") and out.get("flops"):
+        derive_figures(out, pricing_of(out), out["tokens"] / pooled.median, out["flops"] / pooled.median)
+    return out
 
 
-def _rounds_reason(rounds: list[dict]) -> str:
+def _rounds_reason(rounds: list) -> str:
     """Why every round was contended, short: how many, and the first round's reason."""
-    reasons = [r["contention_reason"] for r in rounds if r.get("contention_reason")]
+    reasons = [r.contention_reason for r in rounds if r.contention_reason]
     return f"contended in all {len(rounds)} timing rounds" + (f", e.g. {reasons[0]}" if reasons else "")

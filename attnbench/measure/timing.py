@@ -7,6 +7,7 @@ a block's wall time is device time plus launch overhead.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -82,6 +83,45 @@ def _timing(first_call: float, samples: list[float], number: int, timer: str) ->
     return Timing(first_call_s=first_call, median_s=statistics.median(samples),
                   iqr_s=quartiles[2] - quartiles[0], samples=len(samples), steps_per_sample=number,
                   samples_s=tuple(samples), timer=timer)
+
+
+def time_window(run, *, number: int, min_seconds: float, min_samples: int = 3) -> Timing:
+    """One short window of a step already warm in this process (a later timing round): one warm-up
+    call, then blocks of ``number`` calls (the block size the case's first window grew to) until
+    ``min_seconds`` and ``min_samples`` are both met. No first call and no block
+    growth: rounds are many and short, so what each one pays besides timing is kept to one call."""
+    clock = time.perf_counter
+    run()
+
+    def block() -> float:
+        start = clock()
+        for _ in range(number):
+            run()
+        return (clock() - start) / number
+
+    samples = _sample(block, [], min_seconds=min_seconds, min_samples=min_samples,
+                      max_samples=1 << 16, max_seconds=math.inf, target_rel_iqr=None)
+    return _timing(float("nan"), samples, number, "wall")
+
+
+def time_interleaved(runs: list, *, numbers: list[int], min_seconds: float, min_samples: int = 3) -> list[Timing]:
+    """Several steps already warm in this process, timed together: one warm-up call each, then one
+    block of each in turn (``numbers[i]`` calls of ``runs[i]``), round and round, until every step has
+    ``min_samples`` blocks and ``min_seconds`` per step have passed. Interleaved blocks tens of
+    milliseconds apart see the same machine, so a ratio of two steps' medians cancels what drifted
+    over the window (measured here: results/LOG.md, "Paired rounds")."""
+    clock = time.perf_counter
+    for run in runs:
+        run()
+    samples: list[list[float]] = [[] for _ in runs]
+    begin = clock()
+    while min(len(s) for s in samples) < min_samples or clock() - begin < min_seconds * len(runs):
+        for run, number, mine in zip(runs, numbers, samples, strict=True):
+            start = clock()
+            for _ in range(number):
+                run()
+            mine.append((clock() - start) / number)
+    return [_timing(float("nan"), mine, number, "wall") for mine, number in zip(samples, numbers, strict=True)]
 
 
 @dataclass(frozen=True)

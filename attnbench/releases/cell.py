@@ -17,7 +17,7 @@ import traceback
 import attention_impls
 import attnbench
 from attnbench.backends import here
-from attnbench.measure import stats
+from attnbench.core import stats
 from attnbench.measure.reference_check import check_numerics
 from attnbench.measure.timing import time_step
 from attnbench.releases import api, matrix

@@ -48,7 +48,8 @@ from attnbench.report.select import (
     trace_seq,
     workload_tables,
 )
-from attnbench.report.verdict import plot_stream_cost, verdict_part, verdict_table
+from attnbench.report.verdict import controls, profiler_visibility, verdict_table
+from attnbench.report.verdict_display import plot_stream_cost, verdict_part
 from attnbench.results.asv_results import load_results, ordering_note
 from attnbench.results.hosts import host_changes, hosts_table, run_hosts
 from attnbench.results.noise import correction_shifts, run_factors
@@ -127,6 +128,7 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     best = best_native_vs_forced(frame)
     costs = regime_costs(frame)
     verdict = verdict_table(results_dir, frame)
+    control = controls(frame)
 
     os.makedirs(out_dir, exist_ok=True)
     paths = {name: os.path.join(out_dir, name) for name in ("report.md", "report.html", "tidy.csv",
@@ -151,7 +153,8 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     frame.to_parquet(buffer, index=False)
     atomic_write_bytes(paths["tidy.parquet"], buffer.getvalue())
     tables = {}
-    for name, table in (("verdict.csv", verdict), ("regressions.csv", regressions), ("steps.csv", steps),
+    for name, table in (("verdict.csv", verdict), ("controls.csv", control), ("regressions.csv", regressions),
+                        ("steps.csv", steps),
                         ("noise_floor.csv", noise),
                         ("run_shifts.csv", shifts), ("host_changes.csv", changes),
                         ("cost_spikes.csv", spikes),
@@ -164,7 +167,8 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
                   hosts=host_table, changes=changes)
     # "Compiled for, not measured" (report/compiled.py): the compile-for records, when there are any.
 
-    ctx["verdict"] = verdict_part(verdict)
+    ctx["verdict"] = verdict_part(verdict, visibility=profiler_visibility(results_dir), frame=frame,
+                                  controls=control)
 
     seen = load_observability(results_dir)
     ctx["observability"] = Table.of(seen[OBSERVABILITY_COLUMNS]) if not seen.empty else None

@@ -83,13 +83,14 @@ def price_stream(
 
 def cheapest_way(case: dict, steps: int, scatter: dict, floors: dict, max_len: int,
                 measured_steps: int) -> dict | None:
-    """The kernel's cheapest way through the stream (strategy, USD per million useful tokens, its
-    relative SD, compiles, stall share, padding waste); None where no regime was measured. Each
-    regime's SD is its series' run-to-run scatter, never below the machine's floor for that regime's
-    figures (the static regime's: the static step's own interval); the stalls extrapolated from the
-    measured stream add the stall's own scatter over the compiles it was measured from."""
-    best = None
-    # Too few runs for a scatter: the static step's own interval (asv's, 99%) stands in.
+    """The kernel's cheapest way through the stream (strategy, USD per million useful tokens,
+    compiles, stall share, padding waste) and the uncertainty of what one run measures once, which
+    the later rounds do not measure again (``sd_once``, relative): the compile stalls (their series'
+    run-to-run scatter, never below the machine's floor for that kind of figure, plus their
+    extrapolation from the compiles measured to the stream's), and, for a dynamic or bucketed way, its
+    steady steps against the same run's static step (the scatter of that ratio over the runs, never
+    below its kind's median). ``sd_steady``: the steady step's run-to-run scatter (a break-even's
+    uncertainty where no paired rounds exist). None where no regime was measured."""
     fallback = math.log(case["step_hi"] / case["step_lo"]) / (2 * SCATTER_Z) if case["step_lo"] > 0 else 0.0
     options = []
     for regime in regimes.REGIMES:
@@ -98,32 +99,37 @@ def cheapest_way(case: dict, steps: int, scatter: dict, floors: dict, max_len: i
             continue
         priced = price_stream(**figures, steps=steps)
         key = (case["machine"], case["suite"], case["implementation"], case["seq_len"], case["dtype"], regime)
-        kind = (case["machine"], "usd_per_step", regime, False)
         machine_floor = floors.get((case["machine"], "usd_per_step"), 0.0)
-        # The static step is the paper's own figure: never held tighter than the paper holds it
-        # (asv's interval over this run's rounds), whatever its history's scatter says.
-        floor = fallback if regime == "static" else floors.get(kind, machine_floor)
-        sd_steady = max(scatter.get((*key, "usd_per_step"), fallback), floor)
+        floor = floors.get((case["machine"], "usd_per_step", regime, False), machine_floor)
+        sd_steady = max(scatter.get((*key, "usd_per_step"), fallback), fallback if regime == "static" else floor)
         sd_stalled = max(scatter.get((*key, "usd_per_step_with_compiles"), fallback), floor)
         share = priced["stall_share"]
         measured = figures["compiles"]
         # the stall per compile, known from the measured compiles only (at least one: a first call)
         extrapolated = share * sd_stalled / math.sqrt(max(1.0, measured if measured == measured else 1.0))
+        regime_sd = 0.0 if regime == "static" else max(
+            scatter.get((*key, "regime/static"), 0.0), regime_floor(scatter, case["machine"], regime))
         options.append({
             "regime": regime,
             "usd": priced["usd_per_mtok"],
-            "sd": math.hypot((1 - share) * sd_steady, share * sd_stalled, extrapolated),
+            "sd_once": math.hypot(share * sd_stalled, extrapolated, (1 - share) * regime_sd),
             "sd_steady": sd_steady,
             "compiles": priced["compiles"],
             "stall_share": share,
             "padding": case.get(f"{regime}:padding_waste"),
         })
-    for option in options:
-        if best is None or option["usd"] < best["usd"]:
-            best = option
-    if best is not None:
-        best["strategies"] = len(options)
+    if not options:
+        return None
+    best = min(options, key=lambda option: option["usd"])
+    best["strategies"] = len(options)
     return best
+
+
+def regime_floor(scatter: dict, machine: str, regime: str) -> float:
+    """The median scatter of a regime's steady step against its run's static step over the machine's
+    series (0 where none has three runs)."""
+    found = sorted(v for k, v in scatter.items() if k[0] == machine and k[5] == regime and k[6] == "regime/static")
+    return found[len(found) // 2] if found else 0.0
 
 
 def stream_figures(case: dict, regime: str, max_len: int, measured_steps: int) -> dict | None:

@@ -1,28 +1,47 @@
-"""The verdict: per machine x framework x workload x length, the paper winner and the production winner.
+"""The verdict: per machine x framework x workload x length, the best forced-flash kernel against the
+best native one, on paper and in production, each comparison paired round by round.
 
-``paper_winner``: the fastest steady step at static shapes. ``production_winner``: the lowest USD per
-million useful tokens over a ``streams.STREAM_STEPS`` stream from the suite's length distribution, each kernel
-its cheapest way (static, dynamic or bucketed), compile stalls and padding included, priced from the
-measured regimes (``report/streams.py``). Compile targets show what only the compiler says; the roofline
-is a bound and never ranks kernels. Interpreted kernels and contended figures never win; overlapping
-intervals tie, and a tie is no flip (docs/reports.md).
+``paper``: the static steady step. The two kernels were timed in the same later rounds, seconds apart
+(``run/adaptive.py``), so their ratio is taken within each round and its 99% interval is over those
+per-round ratios (``core.stats.paired_ratio``): what moved the machine in a round moved both.
+
+``answer`` (production): the USD per million useful tokens over a ``streams.STREAM_STEPS`` stream from
+the suite's length distribution, each kernel its cheapest way (static, dynamic or bucketed), compile
+stalls and padding included (``report/streams.py``). Per round, each kernel's stream is priced with
+its steady steps scaled by its step in that round, and the ratio's interval is over those per-round
+ratios, widened by what the rounds do not measure again: the compile stalls and a regime stream's
+steady steps, measured once per run (their history's scatter, ``streams.cheapest_way``).
+
+Four states (``core.stats.compare_to_one``): ``forced`` or ``native`` when the interval lies wholly on
+one side of 1, ``equal`` when it lies within ``1 +- margin`` (an equivalence test), else ``can't
+tell``. Interpreted kernels and contended figures never win (docs/reports.md). The compile targets'
+rows are ``report/compiled_verdict.py``'s; how the table is shown, ``report/verdict_display.py``'s.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import TYPE_CHECKING
 
-import attention_impls
 from attnbench.core import presets, regimes
-from attnbench.core.workload import CUSTOM
+from attnbench.core.stats import (
+    ABOVE,
+    BELOW,
+    Ratio,
+    compare_to_one,
+    min_values,
+    pair_rounds,
+    paired_ratio,
+)
+from attnbench.core.stats import (
+    EQUAL as SAME,
+)
 from attnbench.releases.table import breaks_to_cite, broken, load_table
 from attnbench.report import streams
-from attnbench.report.compiled import grid as grid_lengths
 from attnbench.report.compiled import load_compiled_records, load_max_batch
-from attnbench.report.plots import colors_by_name, line_style, new_figure, png_bytes
-from attnbench.report.render import Table
+from attnbench.report.compiled_verdict import COLUMNS, FORWARD, compiled_verdicts, same_workload
 from attnbench.report.select import newest_commit
 from attnbench.results.asv_results import load_results
 from attnbench.results.noise import SCATTER_Z, is_contended, series_scatter
@@ -36,17 +55,11 @@ if TYPE_CHECKING:
 
 UNRECORDED_REGIME_STEPS = 6  # the default suite's stream, for runs that recorded no settings
 STRATEGY = {"static": "pad to max", "dynamic": "exact lengths", "bucketed": "buckets"}
-FORWARD = "causal B1 H8 D64"  # the Forward and Training classes' workload
 MEMORY = ("device_peak_bytes", "host_profiler_peak_bytes", "compiler_peak_bytes")
-FORCED, NATIVE, CANT_TELL = "forced", "native", "can't tell"  # an answer's three states
+FORCED, NATIVE, EQUAL, CANT_TELL = "forced", "native", "equal", "can't tell"  # an answer's four states
 FORCED_LABEL, NATIVE_LABEL = "forced-flash", "native"  # the kernels' labels (attention_impls/base.py)
-COLUMNS = [
-    "machine", "basis", "framework", "workload", "seq_len", "dtype",
-    "answer", "forced", "native", "ratio", "ratio_low", "ratio_high", "ratio_of",
-    "paper", "paper_ratio", "paper_low", "paper_high", "flip",
-    "break_even", "break_even_low", "break_even_high", "break_even_of",
-    "production_strategy", "headroom_winner", "sentence", "reasons",
-]
+DEFAULT_MARGIN = 0.10  # "equal within +-10%", where the run recorded no margin
+STATE = {BELOW: FORCED, ABOVE: NATIVE, SAME: EQUAL}
 
 
 # -- what the measured rows say -------------------------------------------------------------------
@@ -73,15 +86,24 @@ def _rankable(cases) -> pd.Series:
 def _interval(row, low="ci_low", high="ci_high") -> tuple[float, float]:
     lo, hi = row.get(low), row.get(high)
     value = row["value"]
-    if lo == lo and hi == hi and lo is not None and hi is not None and lo <= value <= hi:
-        # asv's interval over a few rounds can reach below zero; a step takes no less than no time
-        return max(float(lo), 0.0), float(hi)
+    if lo == lo and hi == hi and lo is not None and hi is not None and 0 < lo <= value <= hi:
+        return float(lo), float(hi)
     return float(value), float(value)
+
+
+def _rounds(row, medians: str = "round_medians_s", ids: str = "round_ids") -> dict[int, float]:
+    """``{round id: median}`` of a case's later rounds (round 0, its first window, pairs with nothing:
+    the kernels' first windows were minutes apart)."""
+    values, keys = (row.get(c) for c in (medians, ids))
+    if not isinstance(values, str) or not isinstance(keys, str):
+        return {}
+    return {int(i): float(m) for i, m in zip(json.loads(keys), json.loads(values), strict=False) if int(i) > 0}
 
 
 def _case_table(frame) -> pd.DataFrame:
     """One row per kernel case of each machine's newest commit (Forward, Training, Models): static
-    step time and interval, memory peak, and per regime the figures ``streams.price_stream`` takes."""
+    step time, interval and later rounds, memory peak, and per regime the figures
+    ``streams.price_stream`` takes."""
     import pandas as pd
 
     latest = newest_commit(frame)
@@ -103,16 +125,11 @@ def _case_table(frame) -> pd.DataFrame:
         first = static.iloc[0]
         lo, hi = _interval(first)
         row = dict(zip(keys, key, strict=True))
-        row.update(
-            suite=first["suite"],
-            stream_len=_stream_len(first),
-            label=first["label"],
-            execution=first.get("execution"),
-            busy=bool(part["busy"].any()),
-            step_s=float(first["value"]),
-            step_lo=lo,
-            step_hi=hi,
-        )
+        row.update(suite=first["suite"], stream_len=_stream_len(first), label=first["label"],
+                   execution=first.get("execution"), busy=bool(part["busy"].any()), step_s=float(first["value"]),
+                   step_lo=lo, step_hi=hi, rounds=_rounds(first),
+                   control=_rounds(first, "control_round_medians_s", "control_round_ids"),
+                   margin=_float(first.get("setting_margin")))
         for metric in MEMORY:
             found = part[(part["metric"] == metric) & (part["regime"] == "static")]["value"]
             if len(found) and found.iloc[0] == found.iloc[0] and found.iloc[0] > 0:
@@ -121,16 +138,19 @@ def _case_table(frame) -> pd.DataFrame:
         for regime in regimes.REGIMES:
             got = part[part["regime"] == regime].set_index("metric")["value"]
             got = got[~got.index.duplicated()]
-            for metric in (
-                "usd_per_step",
-                "usd_per_step_with_compiles",
-                "usd_per_million_useful_tokens_with_compiles",
-                "compiles",
-                "padding_waste",
-            ):
+            for metric in ("usd_per_step", "usd_per_step_with_compiles",
+                           "usd_per_million_useful_tokens_with_compiles", "compiles", "padding_waste"):
                 row[f"{regime}:{metric}"] = float(got[metric]) if metric in got else float("nan")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _float(value) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if value == value else None
 
 
 def _stream_len(row) -> int:
@@ -147,29 +167,46 @@ def _stream_len(row) -> int:
         return 0
 
 
+def _series_key(r: dict) -> tuple:
+    suite = str(r["benchmark"]).split(".")[1] if "." in str(r["benchmark"]) else r["benchmark"]
+    return r["machine"], suite, r["implementation"], r["seq_len"], r["dtype"], r["regime"]
+
+
 def _stream_scatter(frame) -> dict:
     """Run-to-run relative spread of each series' steady and stalled step cost:
-    ``{(machine, suite, impl, seq_len, dtype, regime, metric): sd}``, Forward's regimes and Training's
-    and Models' static series alike."""
+    ``{(machine, suite, impl, seq_len, dtype, regime, metric): sd}``, and of each regime's steady
+    step against the same run's static one: ``{(..., regime, "regime/static"): sd}``."""
+    import numpy as np
+    import pandas as pd
+
     part = frame[frame["suite"].isin(["Forward", "Training", "Models"])
                  & frame["metric"].isin(["usd_per_step", "usd_per_step_with_compiles"])]
     if part.empty:
         return {}
     part = part.assign(seq_len=part["seq_len"].fillna(-1), dtype=part["dtype"].fillna("-"),
                        regime=part["regime"].fillna("static"))
-    table = series_scatter(part)
     out = {}
-    for r in table.to_dict("records"):
+    for r in series_scatter(part).to_dict("records"):
         if r["scatter"] == r["scatter"]:
-            suite = str(r["benchmark"]).split(".")[1] if "." in str(r["benchmark"]) else r["benchmark"]
-            series = (r["machine"], suite, r["implementation"], r["seq_len"], r["dtype"], r["regime"])
-            out[(*series, r["metric"])] = float(r["scatter"])
+            out[(*_series_key(r), r["metric"])] = float(r["scatter"])
+    steady = part[part["metric"] == "usd_per_step"]
+    keys = ["machine", "env_name", "benchmark", "implementation", "seq_len", "dtype", "commit_hash"]
+    static = steady[steady["regime"] == "static"].set_index(keys)["value"]
+    static = static[~static.index.duplicated()]
+    moving = steady[steady["regime"] != "static"].copy()
+    moving["static"] = static.reindex(pd.MultiIndex.from_frame(moving[keys])).to_numpy()
+    moving = moving[moving["static"] > 0]
+    if len(moving):  # the regime's steady step over its run's static one: the run's drift cancels
+        moving = moving.assign(value=np.asarray(moving["value"], dtype=float) / moving["static"],
+                               metric="regime/static")
+        for r in series_scatter(moving).to_dict("records"):
+            if r["scatter"] == r["scatter"]:
+                out[(*_series_key(r), "regime/static")] = float(r["scatter"])
     return out
 
 
 def _floors(frame) -> dict:
-    """The machine's noise floor of each kind of cost figure (``results.steps.noise_floors``): what a
-    regime's steady step, the median of a few stream steps, is held to."""
+    """The machine's noise floor of each kind of cost figure (``results.steps.noise_floors``)."""
     costs = frame[frame["metric"].isin(["usd_per_step", "usd_per_step_with_compiles"])]
     return noise_floors(costs) if len(costs) else {}
 
@@ -186,26 +223,10 @@ def _name(case) -> str:
     return f"{case['implementation']} ({case['label']})"
 
 
-def _mb(value) -> str:
-    return f"{value / 1e6:.3g} MB" if value < 1e9 else f"{value / 1e9:.3g} GB"
-
-
-def three_states(low: float, high: float) -> str:
-    """``forced`` where the forced kernel's ratio to the native one is below 1 beyond its interval,
-    ``native`` where above, else ``can't tell``."""
-    if high < 1.0:
-        return FORCED
-    if low > 1.0:
-        return NATIVE
-    return CANT_TELL
-
-
-def _reimplementation(impl: str) -> str:
-    """What the kernel re-implements in its framework's own ops ("" for a vendor or library kernel)."""
-    try:
-        return getattr(attention_impls.get(impl), "reimplements", "") or ""
-    except KeyError:
-        return ""
+def answer_of(low: float, high: float, margin: float) -> str:
+    """The state of a forced / native ratio's interval: ``forced`` (wholly below 1), ``native``
+    (wholly above), ``equal`` (within ``1 +- margin``), else ``can't tell``."""
+    return STATE.get(compare_to_one(low, high, margin), CANT_TELL)
 
 
 def _best(cases: list[dict], priced: dict, label: str):
@@ -219,16 +240,14 @@ def _best(cases: list[dict], priced: dict, label: str):
     return min(mine, key=lambda c: c["step_s"])
 
 
-def measured_verdicts(
-    frame, *, steps: int = streams.STREAM_STEPS, fragility: list | dict | None = None,
-    visibility: dict | None = None
-) -> pd.DataFrame:
+def measured_verdicts(frame, *, steps: int = streams.STREAM_STEPS, fragility: list | dict | None = None,
+                      margin: float | None = None) -> pd.DataFrame:
     """The verdict rows of the measured machines (the tidy table's newest commit per machine): per
     machine x framework x workload x length, the best forced-flash kernel against the best native
-    one, on paper and over a ``steps``-step stream, each comparison in three states (docs/reports.md)."""
+    one, on paper and over a ``steps``-step stream, each comparison paired by round and read in four
+    states at ``margin`` (default: the run's recorded margin, else ``DEFAULT_MARGIN``)."""
     import pandas as pd
 
-    visibility = visibility or {}
     breaks = fragility if isinstance(fragility, list) else []
     cases = _case_table(frame)
     if cases.empty:
@@ -253,30 +272,23 @@ def measured_verdicts(
                   for c in eligible if stream_len > 0}
         priced = {k: v for k, v in priced.items() if v is not None}
         forced, native = _best(eligible, priced, FORCED_LABEL), _best(eligible, priced, NATIVE_LABEL)
+        row_margin = margin or next((c["margin"] for c in group if c.get("margin")), None) or DEFAULT_MARGIN
         reasons = []
-        row.update(_compare(forced, native, priced, steps, stream_len, measured_steps, reasons))
-        row["sentence"] = _sentence(row, forced, native, framework, steps)
-        compared = [c["implementation"] for c in (forced, native) if c is not None]
-        reasons.extend(_row_notes(eligible, group, machine, framework, workload, breaks, visibility,
-                                  compared))
+        row.update(_compare(forced, native, priced, steps, stream_len, measured_steps, row_margin, reasons))
+        row["sentence"] = _sentence(row, forced, native, steps, row_margin)
+        reasons.extend(_row_notes(group, machine, framework, workload, breaks))
         row["reasons"] = "; ".join(reasons)
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _ratio_interval(ratio: float, forced: dict, native: dict) -> tuple[float, float]:
-    """The 99% interval of ``forced / native`` steps from each step's own 99% interval (asv's), the two
-    independent: their log half-widths add in quadrature, as the production comparison's SDs do. An
-    interval reaching zero (asv's, over a few rounds) bounds the ratio by its ends alone."""
-    if min(forced["step_lo"], native["step_lo"]) <= 0:
-        return (forced["step_lo"] / native["step_hi"],
-                forced["step_hi"] / native["step_lo"] if native["step_lo"] > 0 else math.inf)
-    half = math.hypot(math.log(forced["step_hi"] / forced["step_lo"]),
-                      math.log(native["step_hi"] / native["step_lo"])) / 2
-    return ratio * math.exp(-half), ratio * math.exp(half)
+def paired(a: dict, b: dict) -> Ratio | None:
+    """``a / b`` over the later rounds both kernels were timed in; None with none in common."""
+    x, y = pair_rounds(a["rounds"], b["rounds"])
+    return paired_ratio(x, y) if x else None
 
 
-def _compare(forced, native, priced: dict, steps: int, stream_len: int, measured_steps: int,
+def _compare(forced, native, priced: dict, steps: int, stream_len: int, measured_steps: int, margin: float,
              reasons: list) -> dict:
     """The paper and production comparisons of the two kernels, the flip and the break-even."""
     out = {"forced": _name(forced) if forced else None, "native": _name(native) if native else None,
@@ -286,42 +298,75 @@ def _compare(forced, native, priced: dict, steps: int, stream_len: int, measured
         reasons.append(f"no {missing} kernel ranks here: nothing to compare")
         return out
     f_name, n_name = forced["implementation"], native["implementation"]
-    ratio = forced["step_s"] / native["step_s"]
-    low, high = _ratio_interval(ratio, forced, native)
-    out.update(paper=three_states(low, high), paper_ratio=ratio, paper_low=low, paper_high=high)
-    reasons.append(f"on paper {f_name} takes {ratio:.2f}x [{_bound(low)}-{_bound(high)}] of {n_name}'s step "
-                   f"({forced['step_s'] * 1e3:.3g} vs {native['step_s'] * 1e3:.3g} ms)")
+    paper = paired(forced, native)
+    if paper is None or not paper.carried:
+        had = paper.rounds if paper else 0
+        out.update(paper=CANT_TELL, paper_ratio=forced["step_s"] / native["step_s"], paper_rounds=had)
+        reasons.append(f"timed together in {had} later rounds: too few for a 99% interval (it needs "
+                       f"{min_values()})")
+    else:
+        out.update(paper=answer_of(paper.low, paper.high, margin), paper_ratio=paper.ratio, paper_low=paper.low,
+                   paper_high=paper.high, paper_rounds=paper.rounds)
     if f_name not in priced or n_name not in priced:
         reasons.append("no length stream measured here: paper only")
         return out
     f_cost, n_cost = priced[f_name], priced[n_name]
-    ratio = f_cost["usd"] / n_cost["usd"]
-    spread = SCATTER_Z * math.hypot(f_cost["sd"], n_cost["sd"])
-    out.update(ratio=ratio, ratio_low=ratio * math.exp(-spread), ratio_high=ratio * math.exp(spread),
-               ratio_of=f"{f_name} / {n_name}, USD per useful token",
+    out.update(ratio_of=f"{f_name} / {n_name}, USD per useful token",
                production_strategy=f"{f_name}: {_stream_words(f_cost)}; {n_name}: {_stream_words(n_cost)}")
-    out["answer"] = three_states(out["ratio_low"], out["ratio_high"])
-    decided = {FORCED, NATIVE}
-    if out["paper"] in decided and out["answer"] in decided:
-        out["flip"] = "yes" if out["paper"] != out["answer"] else "no"
+    production = _production(forced, native, steps, stream_len, measured_steps)
+    if production is None or not production.carried:
+        out.update(answer=CANT_TELL, ratio=f_cost["usd"] / n_cost["usd"])
+    else:
+        once = math.hypot(f_cost["sd_once"], n_cost["sd_once"])  # what the rounds do not measure again
+        low, high = production.low * math.exp(-SCATTER_Z * once), production.high * math.exp(SCATTER_Z * once)
+        out.update(ratio=production.ratio, ratio_low=low, ratio_high=high, answer=answer_of(low, high, margin))
+        if once > 0.005:
+            reasons.append(f"the interval holds ±{SCATTER_Z * once:.0%} for what one run measures once "
+                           "(compile stalls, a regime's steady steps)")
+    settled = {FORCED, NATIVE, EQUAL}
+    if out["paper"] in settled and out["answer"] in settled:
+        opposite = {out["paper"], out["answer"]} == {FORCED, NATIVE}
+        out["flip"] = "yes" if opposite else "no"
     else:
         out["flip"] = CANT_TELL
     if min(f_cost["strategies"], n_cost["strategies"]) == 1:
         reasons.append(f"only {STRATEGY['static']} measured at this length")
-    # Where the cheaper kernel over the measured stream is not the one over the long stream, when the
-    # other pays back its compile stalls, with the steady steps' uncertainty.
-    pair = ((f_name, forced), (n_name, native))
+    out.update(_break_even(forced, native, priced, paper, steps, stream_len, measured_steps, reasons))
+    return out
+
+
+def _production(forced: dict, native: dict, steps: int, stream_len: int, measured_steps: int) -> Ratio | None:
+    """The forced / native stream cost of each round both were timed in: each kernel priced with its
+    steady steps scaled by its step in that round (``streams.scaled_steady``)."""
+    common = sorted(set(forced["rounds"]) & set(native["rounds"]))
+    if not common:
+        return None
+
+    def cost(case: dict, r: int) -> float:
+        moved = streams.scaled_steady(case, case["rounds"][r] / case["step_s"])
+        return streams.cheapest_at(moved, steps, stream_len, measured_steps)
+
+    return paired_ratio([cost(forced, r) for r in common], [cost(native, r) for r in common])
+
+
+def _break_even(forced, native, priced, paper: Ratio | None, steps, stream_len, measured_steps,
+                reasons: list) -> dict:
+    """Where the kernel cheaper over the measured stream is not the one cheaper over ``steps``, when the
+    other pays back its compile stalls, with the steady steps moved by their paired uncertainty."""
+    pair = ((forced["implementation"], forced), (native["implementation"], native))
     at_steps = {k: streams.cheapest_at(c, steps, stream_len, measured_steps) for k, c in pair}
     short = {k: streams.cheapest_at(c, measured_steps, stream_len, measured_steps) for k, c in pair}
     long_win, short_win = min(at_steps, key=at_steps.get), min(short, key=short.get)
-    if long_win != short_win:
-        slow, fast = (forced, native) if long_win == f_name else (native, forced)
-        point, early, late = streams.break_even_interval(slow, fast, priced[long_win]["sd_steady"],
-                                                 priced[short_win]["sd_steady"], stream_len, measured_steps)
-        out.update(break_even=point, break_even_low=early, break_even_high=late, break_even_of=long_win)
-        reasons.append(f"over the measured {measured_steps}-step stream {short_win} is cheaper: {long_win} "
-                       f"pays back its compile stalls after {_steps_words(point, early, late)}")
-    return out
+    if long_win == short_win:
+        return {}
+    slow, fast = (forced, native) if long_win == forced["implementation"] else (native, forced)
+    # each step's share of the paired ratio's uncertainty (its 99% interval's log half-width over z)
+    sd = (math.log(paper.high / paper.low) / (2 * SCATTER_Z * math.sqrt(2.0)) if paper and paper.carried
+          else priced[long_win]["sd_steady"])
+    point, early, late = streams.break_even_interval(slow, fast, sd, sd, stream_len, measured_steps)
+    reasons.append(f"over the measured {measured_steps}-step stream {short_win} is cheaper: {long_win} "
+                   f"pays back its compile stalls after {_steps_words(point, early, late)}")
+    return {"break_even": point, "break_even_low": early, "break_even_high": late, "break_even_of": long_win}
 
 
 def _steps_words(point, early, late) -> str:
@@ -333,69 +378,62 @@ def _steps_words(point, early, late) -> str:
     return f"{point:,} steps [{low}-{high}]"
 
 
-def _sentence(row: dict, forced, native, framework: str, steps: int) -> str:
-    """The one sentence a team can act on, for one row."""
+def ratio_text(ratio, low, high) -> str:
+    """``1.19x [1.05-1.35]``, with a third decimal where two would read as 1 and hide the side."""
+    def bound(value: float) -> str:
+        return f"{value:.3f}" if 0.995 <= value <= 1.005 and value != 1.0 else f"{value:.2f}"
+
+    if ratio is None or ratio != ratio:
+        return "-"
+    if low is None or low != low or high is None or high != high:
+        return f"{ratio:.2f}x"
+    return f"{ratio:.2f}x [{bound(low)}-{bound(high)}]"
+
+
+def _sentence(row: dict, forced, native, steps: int, margin: float) -> str:
+    """The one sentence a team can act on, for one row (the caveats every row shares are said once,
+    ``verdict_display.notes``)."""
     if forced is None or native is None:
         only = native or forced
         return (f"Only {_name(only)} ranks here: no "
                 f"{'forced-flash' if forced is None else 'native'} kernel to weigh it against.")
     f_name, n_name = forced["implementation"], native["implementation"]
-    what = _reimplementation(f_name)
-    tiled = f"; {n_name} is a tiled online softmax too" if _is_tiled(n_name) else ""
-    caveat = (f" ({f_name} is this project's {framework} re-implementation of {what}, not the GPU "
-              f"kernel{tiled})" if what else "")
     if row["answer"] == "-":
+        paper = ratio_text(row.get("paper_ratio"), row.get("paper_low"), row.get("paper_high"))
         verb = {FORCED: f"On paper {f_name} is faster", NATIVE: f"On paper {n_name} is faster",
+                EQUAL: f"On paper {f_name} and {n_name} are equal within ±{margin:.0%}",
                 CANT_TELL: f"On paper {f_name} and {n_name} cannot be told apart"}.get(row["paper"], "")
-        return (f"{verb} ({_ratio(row, 'paper_ratio')}); no length stream measured: no production "
-                f"answer.{caveat}")
-    ratio = _ratio(row)
+        return f"{verb} ({paper}); no length stream measured: no production answer."
+    ratio = ratio_text(row.get("ratio"), row.get("ratio_low"), row.get("ratio_high"))
     if row["answer"] == NATIVE:
-        text = (f"Use native {n_name}: forced {f_name} costs {ratio} as much per useful token over "
-                f"{steps:,} steps.")
-    elif row["answer"] == FORCED:
-        text = f"Force {f_name}: it costs {ratio} of native {n_name}'s per useful token over {steps:,} steps."
-    else:
-        text = (f"Can't tell: forced {f_name} costs {ratio} of native {n_name}'s over {steps:,} steps, from "
-                f"{max(0.0, 1 - row['ratio_low']):.0%} less to {max(0.0, row['ratio_high'] - 1):.0%} more; "
-                "decide on memory, fragility or a longer measurement.")
-    return text + caveat
+        return f"Use native {n_name}: forced {f_name} costs {ratio} as much per useful token over {steps:,} steps."
+    if row["answer"] == FORCED:
+        return f"Force {f_name}: it costs {ratio} of native {n_name}'s per useful token over {steps:,} steps."
+    if row["answer"] == EQUAL:
+        return (f"Either: forced {f_name} and native {n_name} cost the same within ±{margin:.0%} ({ratio}) over "
+                f"{steps:,} steps; decide on memory, fragility or what a profiler must see.")
+    if row.get("ratio_low") != row.get("ratio_low") or row.get("ratio_low") is None:
+        return f"Can't tell: forced {f_name} and native {n_name} were not timed in enough rounds together."
+    return (f"Can't tell: forced {f_name} costs {ratio} of native {n_name}'s over {steps:,} steps, from "
+            f"{max(0.0, 1 - row['ratio_low']):.0%} less to {max(0.0, row['ratio_high'] - 1):.0%} more: "
+            f"too wide to call it either way or equal within ±{margin:.0%}.")
 
 
-def _is_tiled(impl: str) -> bool:
-    try:
-        return bool(attention_impls.get(impl).is_flash)
-    except KeyError:
-        return False
-
-
-def _row_notes(eligible, group, machine, framework, workload, breaks, visibility,
-               compared) -> list[str]:
-    """The reasons that are true of this row's kernels: release breaks seen on this row's framework,
-    target and workload, by cause (``breaks_to_cite``: never the project's adapter); the compared
-    kernels' profiler visibility, said once when both share it; what was not ranked."""
+def _row_notes(group, machine, framework, workload, breaks) -> list[str]:
+    """What is true of this row alone: release breaks seen on its framework, target and workload, by
+    cause (``breaks_to_cite``: never the project's adapter); its contended kernels. What many rows
+    share (re-implementations, profiler visibility, interpreted kernels) is said once
+    (``verdict_display.notes``)."""
     notes = []
-    names = [c["implementation"] for c in eligible]
     target = _release_target(machine)
-    for impl in names:
+    for impl in [c["implementation"] for c in group if c["rankable"]]:
         seen = [b for b in breaks if b["impl"] == impl and b["framework"] == framework
-                and b["target"] == target and _same_workload(b["workload"], workload)]
+                and b["target"] == target and same_workload(b["workload"], workload)]
         for cause in dict.fromkeys(b["cause"] for b in seen):
             releases = ", ".join(dict.fromkeys(f"{b['framework']} {b['release']}" for b in seen
                                                if b["cause"] == cause))
             notes.append(f"{impl} broke in {releases} ({cause})")
-    known = {n: visibility[n] for n in compared if n in visibility}
-    if len(known) == len(compared) == 2 and len(set(known.values())) == 1:
-        seen_by = "visible" if next(iter(known.values())) else "invisible"
-        notes.append(f"both are {seen_by} to their framework's profiler (results/observability): "
-                     "it does not tell them apart")
-    else:
-        notes.extend(f"{n} is {'visible' if v else 'invisible'} to its framework's profiler"
-                     for n, v in known.items())
-    interpreted = [c["implementation"] for c in group if c.get("execution") == "interpret"]
     busy = [c["implementation"] for c in group if c["busy"]]
-    if interpreted:
-        notes.append("not ranked (interpreted): " + ", ".join(interpreted))
     if busy:
         notes.append("not ranked (contended): " + ", ".join(busy))
     return notes
@@ -407,16 +445,6 @@ def _release_target(machine: str) -> str | None:
     if machine.startswith("cpu"):
         return "cpu"
     return machine if machine.startswith("tpu") else None
-
-
-def _same_workload(cell_workload: str, row_workload: str) -> bool:
-    """Whether a release cell's workload (``causal-256``, ``mistral-7b-prefill-128``) is this row's kind:
-    the B1 H8 D64 causal shape, or the same preset and phase."""
-    cell = str(cell_workload)
-    if row_workload.startswith(FORWARD):  # the matrix times the forward step only
-        return row_workload == FORWARD and cell.startswith("causal")
-    preset = row_workload.replace(" ", "-")
-    return cell.startswith(preset)
 
 
 def _stream_words(option: dict) -> str:
@@ -431,146 +459,29 @@ def _stream_words(option: dict) -> str:
     return ", ".join(words)
 
 
-# -- what the compilers say -----------------------------------------------------------------------
-def compiled_verdicts(records, max_batch=None, *, fragility: list | None = None) -> pd.DataFrame:
-    """Per compile target x mode x length with a max-batch search (else every grid length): which
-    kernels compile and fit, the largest batch each fits, layout copies, and the roofline bound."""
+def controls(frame, margin: float | None = None) -> pd.DataFrame:
+    """The A/A controls of each machine's newest run: a kernel timed twice in each of its rounds
+    (``SuiteSize.controls``), compared with itself as a verdict row compares two kernels. Each must
+    come out ``equal``; ``forced`` or ``native`` would be a measurement that invents differences."""
     import pandas as pd
 
-    breaks = fragility if isinstance(fragility, list) else []
-    if records is None or records.empty:
-        return pd.DataFrame(columns=COLUMNS)
-
-    cases = _compiled_cases(records)
-    batches = max_batch if max_batch is not None and not max_batch.empty else None
-    if batches is not None:
-        batches = batches.assign(  # older tables: the B1 H8 D64 shape's
-            workload=batches["workload"].fillna(CUSTOM) if "workload" in batches else CUSTOM,
-            phase=batches["phase"].fillna("prefill") if "phase" in batches else "prefill")
-        wanted = set(zip(batches["target"], batches["workload"], batches["phase"], batches["mode"],
-                         batches["seq_len"], strict=True))
-        cases = cases[[k in wanted for k in zip(cases["target"], cases["workload"], cases["phase"],
-                                                 cases["mode"], cases["length"], strict=True)]]
     rows = []
-    keys = ["target", "workload", "phase", "mode", "length", "dtype"]
-    for (target, name, phase, mode, seq, dtype), part in cases.groupby(keys, sort=True):
-        real = part[(part["execution"] != "interpret") & (part["status"].isin(["ok", "does-not-fit"]))]
-        if real.empty:
+    cases = _case_table(frame)
+    for case in cases.to_dict("records") if not cases.empty else []:
+        if not case["control"]:
             continue
-        reasons = []
-        bound = real["model_roofline_seconds"].dropna()
-        if len(bound):
-            reasons.append(f"roofline bound {bound.min() * 1e3:.3g} ms at 100% of peak (a bound, not a rank)")
-        refused = real[(real["status"] == "does-not-fit") | (real["fits"].astype(str) != "True")]
-        for batch, impls in refused.groupby("batch", sort=True)["impl"]:  # a preset's own batch, else 1
-            reasons.append(f"does not fit at batch {int(batch)}: " + ", ".join(impls))
-        here = (
-            batches[
-                (batches["target"] == target)
-                & (batches["workload"] == name)
-                & (batches["phase"] == phase)
-                & (batches["mode"] == mode)
-                & (batches["seq_len"] == seq)
-                & batches["impl"].isin(real["impl"])
-                & batches["max_batch"].notna()
-            ]
-            if batches is not None
-            else None
-        )
-        headroom = None
-        if here is None or here.empty:  # no batch search: the copies at batch 1
-            for r in real[real["inserted_copy_bytes"].fillna(0) > 0].itertuples(index=False):
-                reasons.append(f"{r.label} {r.impl}: layout copies +{_mb(r.inserted_copy_bytes)} at batch 1")
-        else:
-            here = here.sort_values("max_batch", ascending=False)
-            best = here["max_batch"].max()
-            headroom = ", ".join(here[here["max_batch"] == best]["impl"])
-            reasons.append("largest batch: " + ", ".join(_batch_words(r) for r in here.to_dict("records")))
-            winner = here.iloc[0]["impl"]
-            for r in here.to_dict("records"):
-                # Copy bytes are what the inserted copies write per step, not memory live at once.
-                copies = r.get("inserted_copy_bytes_at_max") or 0
-                if r["max_batch"] < best and copies > 0:
-                    reasons.append(
-                        f"{r['impl']} fits {r['max_batch'] / best:.2f}x the tokens per chip of {winner}, "
-                        f"and its layout copies write {_mb(copies)} per step there"
-                    )
-        reasons.extend(_compiled_visibility(real))
-        workload = (f"{name} {phase}" if name != CUSTOM else
-                    FORWARD + (" fwd+bwd" if mode == "fwd_bwd" else ""))
-        for impl in real["impl"]:
-            seen = [b for b in breaks
-                    if b["impl"] == impl and b["target"] == target
-                    and _same_workload(b["workload"], workload)]
-            for cause in dict.fromkeys(b["cause"] for b in seen):
-                releases = ", ".join(dict.fromkeys(f"{b['framework']} {b['release']}" for b in seen
-                                                   if b["cause"] == cause))
-                reasons.append(f"{impl} broke in {releases} ({cause}, compiled for {target})")
-        rows.append(
-            {
-                "machine": target,
-                "basis": "compiler only",
-                "framework": "jax",
-                "workload": workload,
-                "seq_len": int(seq),
-                "dtype": dtype,
-                "answer": "-",
-                "paper": "-",
-                "flip": "-",
-                "headroom_winner": headroom,
-                "sentence": (f"On {target} the compiler fits the most tokens per chip with {headroom}; "
-                             "nothing ran there, so which is cheaper also depends on speed, which only the "
-                             "hardware measures." if headroom else
-                             f"On {target} the compiler's word only: what compiles and fits, at batch 1."),
-                "reasons": "; ".join(reasons),
-            }
-        )
-    return pd.DataFrame(rows, columns=COLUMNS)
-
-
-def _compiled_cases(records) -> pd.DataFrame:
-    """The compiled records a verdict row reads, with ``length`` (a decode's cache, else the
-    sequence): the B1 H8 D64 grid's lengths (not a bisection's), and each preset's cases at its own
-    batch. Older tables have no ``workload``: the B1 H8 D64 shape's."""
-    import pandas as pd
-
-    named = records["workload"].fillna(CUSTOM) if "workload" in records else CUSTOM
-    records = records.assign(workload=named)
-    phase = records["phase"] if "phase" in records else None
-    records = records.assign(phase=phase.fillna("prefill") if phase is not None else "prefill")
-    custom = records[(records["workload"] == CUSTOM) & (records["batch"] == 1)
-                     & (records["seq_q"] == records["seq_k"])]
-    custom = grid_lengths(custom)
-    preset = records[records["workload"] != CUSTOM]
-    both = pd.concat([custom, preset], ignore_index=True) if len(preset) else custom
-    decode = both["phase"] == "decode"
-    return both.assign(length=both["seq_k"].where(decode, both["seq_q"]).astype(int))
-
-
-def _compiled_visibility(real) -> list[str]:
-    """What a profiler on the target could name, read from the compiled program: a named custom call
-    (the kernel as one op) or fused XLA ops (named by opcode); said once where every kernel agrees."""
-    if "custom_calls" not in real:
-        return []
-    named, fused = [], []
-    for r in real.to_dict("records"):
-        calls = str(r.get("custom_calls") or "")
-        if calls and calls not in ("none", "nan"):
-            named.append(f"{r['impl']} ({calls})")
-        elif calls == "none":
-            fused.append(r["impl"])
-    if not named and not fused:
-        return []
-    if not named or not fused:
-        return ["from the compiled program, every kernel here is "
-                + ("a named custom call" if named else "fused XLA ops a profiler names by opcode")]
-    return [f"from the compiled program: named custom calls {', '.join(named)}; fused XLA ops, named by "
-            f"opcode, {', '.join(fused)}"]
-
-
-def _batch_words(row: dict) -> str:
-    capped = str(row.get("capped")) == "True"  # the search's upper end fits: at least that
-    return f"{row['impl']} {'>=' if capped else ''}{int(row['max_batch'])}"
+        own = {r: m for r, m in case["rounds"].items() if r in case["control"]}
+        x, y = pair_rounds(case["control"], own)
+        ratio = paired_ratio(x, y)
+        used = margin or case.get("margin") or DEFAULT_MARGIN
+        state = answer_of(ratio.low, ratio.high, used) if ratio.carried else CANT_TELL
+        rows.append({"machine": case["machine"], "framework": case["framework"], "workload": case["workload_name"],
+                     "seq_len": int(case["seq_len"]), "kernel": case["implementation"], "ratio": ratio.ratio,
+                     "ratio_low": ratio.low, "ratio_high": ratio.high, "rounds": ratio.rounds,
+                     "answer": {FORCED: "first window faster", NATIVE: "second window faster"}.get(state, state),
+                     "margin": used})
+    return pd.DataFrame(rows, columns=["machine", "framework", "workload", "seq_len", "kernel", "ratio",
+                                       "ratio_low", "ratio_high", "rounds", "answer", "margin"])
 
 
 # -- the inputs outside the tidy table ------------------------------------------------------------
@@ -590,18 +501,17 @@ def profiler_visibility(results_dir: str) -> dict[str, bool]:
     return {r.impl: str(r.profiler_visible) == "True" for r in known.itertuples(index=False)}
 
 
-def verdict_table(results_dir: str = "results", frame=None, *,
-                  steps: int = streams.STREAM_STEPS) -> pd.DataFrame:
+def verdict_table(results_dir: str = "results", frame=None, *, steps: int = streams.STREAM_STEPS,
+                  margin: float | None = None) -> pd.DataFrame:
     """Every verdict row: the measured machines' first, then the compile targets'."""
     import pandas as pd
 
     if frame is None:
         frame = load_results(results_dir)
-    fragility, visibility = release_breaks(results_dir), profiler_visibility(results_dir)
-    measured = measured_verdicts(frame, steps=steps, fragility=fragility, visibility=visibility)
-    compiled = compiled_verdicts(
-        load_compiled_records(results_dir), load_max_batch(results_dir), fragility=fragility
-    )
+    fragility = release_breaks(results_dir)
+    measured = measured_verdicts(frame, steps=steps, fragility=fragility, margin=margin)
+    compiled = compiled_verdicts(load_compiled_records(results_dir), load_max_batch(results_dir),
+                                 fragility=fragility)
     parts = [p for p in (measured, compiled) if not p.empty]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
 
@@ -628,133 +538,6 @@ def other_lengths(table) -> pd.DataFrame:
     """The compile targets' searched rows at their shorter lengths."""
     searched = (table["basis"] == "compiler only") & table["headroom_winner"].notna()
     return table[searched & ~_longest_compiled(table)].reset_index(drop=True)
-
-
-def _cell(value) -> str:
-    if value is None or (isinstance(value, float) and value != value) or value == "":
-        return "-"
-    return str(int(value)) if isinstance(value, float) else str(value)
-
-
-DISPLAY_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "forced",
-                   "native", "on paper", "flip", "break-even", "most headroom", "sentence", "reasons"]
-
-
-def _bound(value: float) -> str:
-    """An interval's end, with a third decimal where two would read as 1 and hide which side it is."""
-    return f"{value:.3f}" if 0.995 <= value <= 1.005 and value != 1.0 else f"{value:.2f}"
-
-
-def _ratio(r: dict, key: str = "ratio") -> str:
-    """``1.19x [1.05-1.35]`` of ``r[key]`` and its interval (``ratio_low``/``_high``; the paper's
-    ``paper_low``/``_high``)."""
-    value = r.get(key)
-    if value is None or value != value:
-        return "-"
-    side = key.removesuffix("_ratio")
-    return f"{value:.2f}x [{_bound(r[f'{side}_low'])}-{_bound(r[f'{side}_high'])}]"
-
-
-def display(table) -> pd.DataFrame:
-    """The verdict as people read it: each ratio as ``1.19x [1.05-1.35]`` (the forced kernel's over
-    the native one's), empty cells as ``-``."""
-    import pandas as pd
-
-    rows = []
-    for r in table.to_dict("records"):
-        paper = r.get("paper") or "-"
-        if r.get("paper_ratio") == r.get("paper_ratio") and r.get("paper_ratio") is not None:
-            paper = f"{paper}, {_ratio(r, 'paper_ratio')}"
-        even = "-"
-        if r.get("break_even_of") and r.get("break_even_of") == r.get("break_even_of"):
-            low, high = (_cell(r.get(k)) for k in ("break_even_low", "break_even_high"))
-            even = (f"{r['break_even_of']} after {_cell(r.get('break_even'))} "
-                    f"[{low if low != '-' else 'never'}-{high if high != '-' else 'never'}] steps")
-        rows.append({
-            "machine": r["machine"], "framework": r["framework"], "workload": r["workload"],
-            "seq": _cell(r["seq_len"]), "answer": _cell(r.get("answer")), "forced / native cost": _ratio(r),
-            "forced": _cell(r.get("forced")), "native": _cell(r.get("native")), "on paper": paper,
-            "flip": _cell(r.get("flip")), "break-even": even,
-            "most headroom": _cell(r.get("headroom_winner")),
-            "sentence": _cell(r.get("sentence")), "reasons": _cell(r["reasons"]),
-        })
-    return pd.DataFrame(rows, columns=DISPLAY_COLUMNS)
-
-
-# -- the picture ----------------------------------------------------------------------------------
-def plot_stream_cost(frame, *, steps: int = streams.STREAM_STEPS) -> bytes | None:
-    """USD per million useful tokens against the stream's length, per framework, at each measured
-    machine's longest length stream: each kernel its cheapest way, with its uncertainty band and the
-    verdict's stream length marked. Where two lines cross, the cheaper kernel changes."""
-    cases = _case_table(frame)
-    if cases.empty:
-        return None
-    cases = cases[cases["dynamic:usd_per_million_useful_tokens_with_compiles"].notna() & _rankable(cases)]
-    if cases.empty:
-        return None
-    measured_steps = _measured_steps(frame)
-    scatter, floors = _stream_scatter(frame), _floors(frame)
-    panels = []
-    for (machine, framework), part in cases.groupby(["machine", "framework"], sort=True):
-        seq = part["seq_len"].max()
-        panels.append((machine, framework, int(seq), part[part["seq_len"] == seq]))
-    fig, axes = new_figure(1, len(panels), width=4.6, height=3.6)
-    colors = colors_by_name(cases["implementation"])
-    grid = sorted({int(round(10 ** (k / 8))) for k in range(0, 41)} | {measured_steps, steps})
-    for ax, (machine, framework, seq, part) in zip(axes[0], panels, strict=True):
-        for case in part.to_dict("records"):
-            costs = [streams.cheapest_at(case, m, seq, measured_steps) for m in grid]
-            sd = streams.cheapest_way(case, steps, scatter, floors, seq, measured_steps)["sd"]
-            width = math.exp(SCATTER_Z * sd)
-            color = colors[case["implementation"]]
-            cut = grid.index(measured_steps) + 1  # measured up to here; the model beyond it
-            ax.plot(grid[:cut], costs[:cut], line_style(case["label"]), color=color, linewidth=1.8,
-                    label=case["implementation"])
-            ax.plot(grid[cut - 1:], costs[cut - 1:], line_style(case["label"]), color=color, linewidth=1.0,
-                    alpha=0.5)
-            ax.fill_between(
-                grid,
-                [c / width for c in costs],
-                [c * width for c in costs],
-                color=color,
-                alpha=0.12,
-                linewidth=0,
-            )
-        ax.axvline(measured_steps, color="grey", linewidth=0.8, linestyle=":")
-        ax.axvline(steps, color="black", linewidth=0.8, linestyle=":")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel(
-            f"stream length, steps (dotted: measured {measured_steps}, verdict {steps:,})", fontsize=8
-        )
-        ax.set_ylabel("USD per million useful tokens")
-        ax.set_title(f"{machine} {framework}, lengths up to {seq}", fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, title="solid native, dashed forced;\nbold measured, faint modelled",
-                  title_fontsize=7)
-    return png_bytes(fig)
-
-
-def verdict_part(table) -> dict | None:
-    """The report's section ``## Verdict``: the headline rows (short columns), each row's reasons
-    as a sentence, and the paper-only rows for later."""
-    if table is None or table.empty:
-        return None
-    top = display(headline(table))
-    rest = display(paper_only(table))
-    shorter = display(other_lengths(table))
-    short = [c for c in top.columns if c not in ("reasons", "sentence")]
-    sentences = [
-        f"**{r['machine']} {r['framework']} {r['workload']} {r['seq']}**: {r['sentence']} {r['reasons']}."
-        for r in top.to_dict("records")
-    ]
-    return {
-        "table": Table.of(top[short]),
-        "sentences": sentences,
-        "steps": f"{streams.STREAM_STEPS:,}",
-        "paper_only": Table.of(rest) if not rest.empty else None,
-        "other_lengths": Table.of(shorter) if not shorter.empty else None,
-    }
 
 
 def paper_only(table):

@@ -17,6 +17,7 @@ import csv
 import functools
 import glob
 import itertools
+import json
 import os
 import subprocess
 import warnings
@@ -36,7 +37,8 @@ SCHEMA = ["machine", "machine_platform", "platform", "env_name", "commit_hash", 
           "unit", "direction", "implementation", "label", "execution", "category", "device", "labels_source",
           "seq_len", "workload", "phase", "regime", "dtype", "value", "ci_low", "ci_high", "q_25", "q_75",
           "status", "contended",
-          "contention_reason", "case_ci_low_s", "case_ci_high_s", "case_ci_basis", "rounds", "file"]
+          "contention_reason", "case_ci_low_s", "case_ci_high_s", "case_ci_basis", "case_ci_method", "rounds",
+          "round_medians_s", "round_ids", "control_round_medians_s", "control_round_ids", "file"]
 GIT, DATE, NONE = "git", "date", "none"  # commit_order_source
 RECORDED, RECOMPUTED = "recorded", "recomputed"
 INTERPRETED = "interpreted"
@@ -99,6 +101,11 @@ def _case_index(cases) -> tuple[dict, dict]:
         head, _, dtype = cid.rpartition("|")
         partial[head] = None if head in partial else (entry, dtype)
     return full, partial
+
+
+def _json_list(value) -> str | None:
+    """A sidecar's list as the tidy table keeps it: JSON text (one cell), None where absent."""
+    return json.dumps(value) if isinstance(value, list) else None
 
 
 def _literal(text):
@@ -343,7 +350,10 @@ def _expand(base, name, spec, result, directions, labels, cases=({}, {}), timed=
             if is_timed:  # how far the case's timing can be trusted
                 row.update(contended=entry.get("contended"), contention_reason=entry.get("contention_reason"),
                            case_ci_low_s=entry.get("ci_low_s"), case_ci_high_s=entry.get("ci_high_s"),
-                           case_ci_basis=entry.get("ci_basis"), rounds=entry.get("rounds"))
+                           case_ci_basis=entry.get("ci_basis"), case_ci_method=entry.get("ci_method"),
+                           rounds=entry.get("rounds"))
+            if metric == "seconds_per_step":  # the rounds, by id: the verdict pairs kernels with them
+                row.update({k: _json_list(entry.get(k)) for k in sidecar.ROUND_FIELDS})
         else:
             label, execution = labels.get((impl, machine_platform), (None, None))
             row.update(label=label, execution=execution, platform=machine_platform, labels_source=RECOMPUTED)

@@ -3,7 +3,7 @@
 ``asv continuous`` measures one revision, then the other, so outside load lands on one side only.
 Here each revision runs in its own worktree and worker, alternating A B, B A, ... so drift falls on
 both sides; workers are replaced every ``restart_every`` rounds because one process can sit apart
-from another for its whole life (``attnbench/measure/stats.py``). The figure is the median per-round
+from another for its whole life (``attnbench/core/stats.py``). The figure is the median per-round
 B/A ratio with its 95% interval (``judge``); the command exits 1 when any case is ``slower``.
 """
 
@@ -17,8 +17,8 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
+from attnbench.core import stats
 from attnbench.core.workload import Workload
-from attnbench.measure import stats
 from attnbench.run.worker import Worker
 
 CASE_TIMEOUT_S = 600.0

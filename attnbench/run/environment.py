@@ -30,6 +30,9 @@ CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 # The distributions an environment is named by (and whose versions asv records as its requirements):
 # the frameworks and the TPU compiler, whose releases change what a kernel does.
 NAMED = ("jax", "torch", "torch-xla", "libtpu")
+# What asv.conf.json pins its environments by: an interpreter holding exactly one entry's pins is
+# that environment, and is named as asv names it (``conf_environment``).
+PINNED = ("jax", "jaxlib", "torch", "torch-xla", "numpy", "libtpu")
 FRAMEWORKS = ("jax", "torch", "torch_xla")  # importable names; at least one is needed
 NEVER_INSTALLED = {"jax", "jaxlib", "torch", "torch-xla", "libtpu"}  # the user's stack: never touched
 # Which of pyproject's `tools` extra each purpose needs: ONLY_FOR's, else all but NOT_FOR's. `measure`
@@ -60,6 +63,28 @@ def versions() -> dict[str, str]:
     return found
 
 
+def pinned_versions() -> dict[str, str]:
+    """``{distribution: version}`` of the ``PINNED`` ones installed here, local part dropped."""
+    return {dist: version.split("+", 1)[0] for dist in PINNED if (version := _version(dist))}
+
+
+def conf_environment(include: list[dict], python: str, pins: dict[str, str]) -> dict | None:
+    """The ``asv.conf.json`` ``include`` entry an interpreter is (its Python, every pin of the entry
+    installed at the pinned version, a blank pin at any, and no other ``NAMED`` framework), or None.
+    ``make bench`` measures in the venvs ``make setup`` built with those pins, so their results carry
+    the name asv gives the entry (``virtualenv-py3.11-jax0.10.2-...``), continuing its history."""
+    for entry in include:
+        req = {_canonical(k): v for k, v in (entry.get("req") or {}).items()}
+        if str(entry.get("python", "")) != python or not req:
+            continue
+        if any(k not in pins or (v and pins[k] != v) for k, v in req.items()):
+            continue
+        if any(dist in pins and dist not in req for dist in NAMED):
+            continue
+        return entry
+    return None
+
+
 def environment_name(python: str | None = None, named: dict[str, str] | None = None) -> str:
     """``existing-py<major.minor>-<dist><version>...``, distributions sorted, as asv's
     ``environment.get_env_name`` builds a virtualenv's name from its requirements."""
@@ -70,11 +95,12 @@ def environment_name(python: str | None = None, named: dict[str, str] | None = N
 
 # What the asv process asks another interpreter (``probe``): its Python and NAMED versions.
 PROBE = ("import json, sys; from attnbench.run import environment as e; "
-         "print(json.dumps({'python': '%d.%d' % sys.version_info[:2], 'versions': e.versions()}))")
+         "print(json.dumps({'python': '%d.%d' % sys.version_info[:2], 'versions': e.versions(), "
+         "'pins': e.pinned_versions()}))")
 
 
 def probe(executable: str) -> dict:
-    """``{"python": "3.12", "versions": {...}}`` of the interpreter ``executable``."""
+    """``{"python": "3.12", "versions": {...}, "pins": {...}}`` of the interpreter ``executable``."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (CHECKOUT, env.get("PYTHONPATH")) if p)
     out = subprocess.run([executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=120)

@@ -2,7 +2,8 @@
 
 The records table is rewritten atomically after every case; resuming measures only the cases
 missing from it (``IDENTITY``) and keeps the rows there first and unchanged (a CSV byte for byte).
-Any row counts as done: an ``error`` or ``timeout`` is a measurement, and resuming is not retrying.
+Any row counts as done: an ``error`` or ``timeout`` is a measurement, and resuming is not retrying;
+but a case whose later timing rounds were cut short rejoins the sweep with the rounds it kept.
 Options that change a measurement but not the case are kept in ``run-args.json``; resuming with
 different ones is refused.
 """
@@ -26,7 +27,7 @@ IDENTITY = ("impl", "batch", "q_heads", "kv_heads", "seq_q", "seq_k", "head_dim"
 # cmd_run's options that change what a case's record means without changing which case it is
 MEASUREMENT_OPTIONS = ("steps", "min_seconds", "bucket_policy", "no_numerics", "compile_cache", "timer",
                        "threads", "timeout", "memory_cap", "no_isolate", "hardware_profile", "price_per_hour",
-                       "spot_price_per_hour")
+                       "spot_price_per_hour", "rounds", "max_rounds", "margin", "round_seconds")
 
 
 def case_identity(impl: str, workload, regime: str) -> tuple[str, ...]:
@@ -68,14 +69,47 @@ def check_args(out_dir: str, args, resuming: bool = True) -> None:
         atomic_write_text(path, json.dumps(mine, indent=1, sort_keys=True))
 
 
-def split(path: str, cases: list[Case]) -> tuple[list[dict], list[Case]]:
-    """``(rows already in the table at path, cases missing from it)``; a table with a row for a case
-    that is not planned now keeps it too."""
+def split(path: str, cases: list[Case]) -> tuple[list[dict], list[Case], dict[int, dict]]:
+    """``(rows done in the table at path, cases to measure, {index in those cases: the record its
+    row holds})``: a case missing from the table is measured; a case whose later timing rounds the
+    interruption cut short (``rounds_complete`` false) goes on from the rounds its row kept. A table
+    with a row for a case that is not planned now keeps it too."""
     if not os.path.exists(path):
-        return [], list(cases)
+        return [], list(cases), {}
     rows = read_done(path)
-    done = {row_identity(row) for row in rows}
-    return rows, [c for c in cases if case_identity(c.impl, c.workload, c.regime) not in done]
+    unfinished = {row_identity(row): record_of(row) for row in rows
+                  if str(row.get("rounds_complete")) == "False"}
+    done = {row_identity(row) for row in rows} - set(unfinished)
+    todo = [c for c in cases if case_identity(c.impl, c.workload, c.regime) not in done]
+    prior = {i: unfinished[key] for i, c in enumerate(todo)
+             if (key := case_identity(c.impl, c.workload, c.regime)) in unfinished}
+    kept = [row for row in rows if row_identity(row) in done]
+    return kept, todo, prior
+
+
+def record_of(row: dict) -> dict:
+    """A written row as a record again: CSV's strings read back as None, booleans and numbers (a
+    list stays its JSON text, as the record keeps it)."""
+    out = {}
+    for key, value in row.items():
+        if not isinstance(value, str):
+            out[key] = value
+        elif value == "":
+            out[key] = None
+        elif value in ("True", "False"):
+            out[key] = value == "True"
+        else:
+            out[key] = _number(value)
+    return out
+
+
+def _number(text: str):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def write_resumed(kept: list[dict], new_rows: list[dict], path: str, metadata: dict) -> str:

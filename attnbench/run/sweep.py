@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import json
 import os
 import sys
 import tempfile
@@ -16,6 +17,8 @@ from attnbench.core.atomic import atomic_write_bytes, atomic_write_text
 from attnbench.measure.engine import Case, Options, case_record, measure_case
 from attnbench.measure.figures import pool_rounds
 from attnbench.measure.process_env import scoped_environ
+from attnbench.run import adaptive
+from attnbench.run.adaptive import RoundPlan
 from attnbench.run.plan import plan, preload
 from attnbench.run.worker import Worker
 
@@ -24,82 +27,114 @@ from attnbench.run.worker import Worker
 
 def measure_cases(cases: list[Case], *, isolate: bool = True, timeout_s: float = 300.0,
                   memory_cap_bytes: int | None = None, threads: int | None = None, progress: bool = True,
-                  on_record=None, rounds: int = 1, deadline: float | None = None) -> list[dict]:
+                  on_record=None, rounds: RoundPlan | None = None, deadline: float | None = None,
+                  prior: dict[int, dict] | None = None, spent: dict[str, float] | None = None) -> list[dict]:
     """The record of each case (a ``Case`` the plan admitted), in order; one failing case never
     stops the sweep.
 
     Each case runs in a killable worker (``isolate``); a case with ``own_process`` gets a fresh one,
     so no earlier case's compiles or caches are in it. ``on_record(i, record)``: as ``cases[i]``
-    ends, and again with its pooled record.
+    ends, again as its later rounds are pooled (after every look at them), and once they end.
 
-    ``rounds`` > 1: each ``timed_in_rounds`` case is timed again in ``rounds - 1`` short later rounds
-    spread over the run (plus up to ``EXTRA_ROUNDS_FOR_CONTENTION`` for contended ones) and its record
-    pooled (``figures.pool_rounds``), so a burst of outside load hits one round, not the figure.
+    ``rounds``: the later timing rounds of every ``timed_in_rounds`` case, paired and adaptive
+    (``run/adaptive.py``), pooled into its record (``figures.pool_rounds``). ``prior``: records an
+    earlier, interrupted sweep made (``{index: record}``): those cases are not measured again, and
+    rounds it had not finished go on from the ones it kept.
 
     ``deadline`` (``time.time()`` seconds): no case starts or runs past it; those left are recorded
-    ``unsupported`` (asv: n/a), so a run out of time stops cleanly.
+    ``unsupported`` (asv: n/a), so a run out of time stops cleanly. ``spent``: filled with where the
+    sweep's seconds went (``time_spent``).
     """
-    first: list[dict] = []  # each case's first record, in order
-    later: dict[int, list[dict]] = {}  # the later timing rounds' records of each timed case
-    with run_probe_dir(), contextlib.ExitStack() as rounds_only:
-        for batch in _passes(cases, rounds, first, later, rounds_only):
-            bar = _progress(len(batch), progress)
-            worker = Worker(measure_case, threads=threads, memory_cap_bytes=memory_cap_bytes) \
-                if isolate else None
-            try:
-                for i, case in batch:
-                    if bar:
-                        bar.set_description(f"{case.impl} S={case.workload.seq_q} {case.regime}")
-                    left = None if deadline is None else deadline - time.time()
-                    if left is not None and left <= 1.0:
-                        record = case_record(case, status=records.UNSUPPORTED, reason=OUT_OF_TIME)
-                    elif worker is None:
-                        record = measure_case(case)
-                    else:  # a Case in, a record out; a fresh process for own_process
-                        if case.own_process:
-                            worker.close()  # no earlier case's compiles or caches
-                        record, failure = worker.call((case,), timeout_s, preload=preload(case.impl),
-                                                      deadline=deadline)
-                        if failure is not None:  # it timed out, ran out of memory or died
-                            record = case_record(case, threads=worker.threads, status=failure.status,
-                                                 reason=failure.reason)
-                        if case.own_process:
-                            worker.close()
-                    if case.options.later_round:
-                        later[i].append(record)  # pool_rounds uses the rounds that measured ok
-                    else:
-                        first.append(record)
-                        if on_record:
-                            on_record(i, record)
-                    if bar:
-                        bar.update(1)
-            finally:
-                if worker:
-                    worker.close()
-                if bar:
-                    bar.close()
-    for i in later:  # the pooled record replaces the first round's
-        first[i] = pool_rounds(first[i], later[i])
-        if on_record:
-            on_record(i, first[i])
+    prior = prior or {}
+    first: list[dict | None] = [prior.get(i) for i in range(len(cases))]
+    spent = {} if spent is None else spent
+    began = time.time()
+    with run_probe_dir():
+        todo = [i for i, record in enumerate(first) if record is None]
+        spent["first pass worker starts"] = _first_pass(cases, first, todo, isolate, timeout_s, memory_cap_bytes,
+                                                        threads, progress, on_record, deadline)
+        spent["first pass"] = time.time() - began
+        for i in todo:
+            for phase, seconds in json.loads(first[i].get("phase_seconds") or "{}").items():
+                spent[f"first pass: {phase}"] = spent.get(f"first pass: {phase}", 0.0) + seconds
+        if rounds is not None and rounds.max_rounds > 0:
+            _later_rounds(cases, first, rounds, isolate, threads, on_record, deadline, spent)
     return first
 
 
-def _passes(cases: list[Case], rounds: int, first: list[dict], later: dict[int, list[dict]],
-            rounds_only: contextlib.ExitStack):
-    """The sweep's passes, each a list of ``(index, case)``: every case once; then, with ``rounds``
-    > 1, the later timing rounds of the ``timed_in_rounds`` cases (``_round_orders``), under one jax
-    compile cache that lives for the rounds (entered on ``rounds_only``). Which cases a round times
-    depends on the records before it: it reads ``first`` and ``later`` as the sweep fills them."""
-    yield list(enumerate(cases))
+def time_spent(spent: dict[str, float]) -> str:
+    """Where a sweep's seconds went, on one line (stderr, results/LOG.md)."""
+    return ", ".join(f"{name} {seconds:.0f} s" if name != "rounds" else f"{seconds:.0f} rounds"
+                     for name, seconds in spent.items())
+
+
+def _first_pass(cases, first, todo, isolate, timeout_s, memory_cap_bytes, threads, progress, on_record,
+                deadline) -> float:
+    """Every case of ``todo`` once: its whole record (regime stream, first window, memory, evidence,
+    numerics); returns the seconds its workers took to start."""
+    bar = _progress(len(todo), progress)
+    worker = Worker(measure_case, threads=threads, memory_cap_bytes=memory_cap_bytes) if isolate else None
+    try:
+        for i in todo:
+            case = cases[i]
+            if bar:
+                bar.set_description(f"{case.impl} S={case.workload.seq_q} {case.regime}")
+            left = None if deadline is None else deadline - time.time()
+            if left is not None and left <= 1.0:
+                record = case_record(case, status=records.UNSUPPORTED, reason=OUT_OF_TIME)
+            elif worker is None:
+                record = measure_case(case)
+            else:  # a Case in, a record out; a fresh process for own_process
+                if case.own_process:
+                    worker.close()  # no earlier case's compiles or caches
+                record, failure = worker.call((case,), timeout_s, preload=preload(case.impl), deadline=deadline)
+                if failure is not None:  # it timed out, ran out of memory or died
+                    record = case_record(case, threads=worker.threads, status=failure.status,
+                                         reason=failure.reason)
+                if case.own_process:
+                    worker.close()
+            first[i] = record
+            if on_record:
+                on_record(i, record)
+            if bar:
+                bar.update(1)
+    finally:
+        if worker:
+            worker.close()
+        if bar:
+            bar.close()
+    return worker.start_seconds if worker else 0.0
+
+
+def _later_rounds(cases, first, plan: RoundPlan, isolate, threads, on_record, deadline, spent) -> None:
+    """The timed cases' later rounds (``adaptive.run_rounds``), each case's record pooled over them."""
     timed = [i for i, (case, record) in enumerate(zip(cases, first, strict=True))
-             if timed_in_rounds(case, record)]
-    if rounds < 2 or not timed:
+             if timed_in_rounds(case, record) and record.get("rounds_complete") is not True]
+    if not timed:
         return
-    later.update((i, []) for i in timed)
-    rounds_only.enter_context(round_compile_cache())
-    for order in _round_orders(timed, rounds, first, later):
-        yield [(i, cases[i].later_round()) for i in order]
+    values = {i: adaptive.round_values(first[i]) for i in timed}
+    done = min(sum(1 for v in values[i] if v.round > 0) for i in timed)
+    next_round = 1 + max(v.round for i in timed for v in values[i])
+
+    def keep(stopped: dict[int, str], complete: bool = False) -> None:
+        for i in timed:
+            first[i] = pool_rounds(first[i], values[i], stopped=stopped.get(i), complete=complete)
+            if on_record:
+                on_record(i, first[i])
+
+    frameworks = tuple(sorted({f for i in timed for f in preload(cases[i].impl)}))
+    with round_compile_caches():
+        stopped = adaptive.run_rounds(adaptive.groups_of(cases, first, timed), values, plan, threads=threads,
+                                      preload=frameworks, deadline=deadline, first_round=next_round,
+                                      done_rounds=done, on_look=keep, in_process=not isolate, spent=spent)
+    keep(stopped, complete=True)
+
+
+def timed_in_rounds(case: Case, record: dict | None) -> bool:
+    """Whether a case gets later timing rounds: static, ok, and not interpreted (an interpreter's
+    speed decides nothing, and rounds would pay its slow trace again)."""
+    return (record is not None and case.regime == "static" and record.get("status") == records.OK
+            and bool(record.get("timing_samples_s")) and record.get("execution") != "interpret")
 
 
 @contextlib.contextmanager
@@ -113,36 +148,16 @@ def run_probe_dir():
         yield os.environ[hardware.PROBE_DIR_ENV]
 
 
-EXTRA_ROUNDS_FOR_CONTENTION = 2
-
-
-def timed_in_rounds(case: Case, record: dict) -> bool:
-    """Whether a case gets later timing rounds: static, ok, and not interpreted (an interpreter's
-    speed decides nothing, and rounds would pay its slow trace again)."""
-    return (case.regime == "static" and record.get("status") == records.OK
-            and bool(record.get("timing_samples_s")) and record.get("execution") != "interpret")
-
-
-def _round_orders(timed: list[int], rounds: int, first: list[dict], later: dict[int, list[dict]]):
-    """The cases of each later round, in order: every other round backwards, so no case is always
-    timed at the same moment; then up to ``EXTRA_ROUNDS_FOR_CONTENTION`` rounds of the cases
-    contended in every round so far (read from ``later`` as the rounds fill it)."""
-    for r in range(rounds - 1):
-        yield timed if r % 2 else timed[::-1]
-    for _ in range(EXTRA_ROUNDS_FOR_CONTENTION):
-        again = [i for i in timed if all(r.get("contended") for r in [first[i]] + later[i])]
-        if not again:
-            return
-        yield again
-
-
 @contextlib.contextmanager
-def round_compile_cache():
-    """A jax persistent compilation cache for one sweep's timing rounds (passed to spawned workers by
-    environment). Rounds time only the steady step, so it changes no figure; the first pass stays
-    cold."""
-    with tempfile.TemporaryDirectory(prefix="attnbench-round-jax-cache-") as folder, \
-            scoped_environ(JAX_COMPILATION_CACHE_DIR=folder, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0"):
+def round_compile_caches():
+    """The compiler caches of one sweep's later rounds: a jax persistent compilation cache and an
+    Inductor cache directory that live for the rounds (handed to the round workers through the
+    environment), so a replaced worker loads its steps' compiled code instead of compiling it again.
+    Rounds time only the steady step, so this changes no figure; the first pass stays cold."""
+    with tempfile.TemporaryDirectory(prefix="attnbench-round-caches-") as folder, \
+            scoped_environ(JAX_COMPILATION_CACHE_DIR=os.path.join(folder, "jax"),
+                           JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                           TORCHINDUCTOR_CACHE_DIR=os.path.join(folder, "inductor")):
         yield folder
 
 
@@ -201,4 +216,4 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, file=sys.stderr, unit="case", dynamic_ncols=True)
 
 
-__all__ = ["Case", "Options", "max_feasible_lengths", "measure_cases", "write_table"]
+__all__ = ["Case", "Options", "RoundPlan", "max_feasible_lengths", "measure_cases", "write_table"]

@@ -81,6 +81,7 @@ class Worker:
         self.environ, self.log_path, self.checkout = dict(environ or {}), log_path, checkout
         self.startup_timeout_s = startup_timeout_s
         self._process = self._conn = None
+        self.starts, self.start_seconds = 0, 0.0  # processes started, and the seconds they took to be ready
 
     @property
     def pid(self) -> int | None:
@@ -91,6 +92,14 @@ class Worker:
         ``preload``; a ``Failure`` (and no process) when it dies or is not ready in time: within
         ``startup_timeout_s``, and before ``deadline`` (``time.time()`` seconds) when one is given."""
         self.close()
+        began = time.perf_counter()
+        try:
+            return self._start(preload, deadline)
+        finally:
+            self.starts += 1
+            self.start_seconds += time.perf_counter() - began
+
+    def _start(self, preload: tuple[str, ...], deadline: float | None) -> Failure | None:
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
         process = ctx.Process(target=_serve, daemon=True, args=(

@@ -1,0 +1,270 @@
+"""``attnbench run``: the measurement sweep outside asv, its flags, and what they may not be."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import os
+import sys
+
+import attention_impls
+from attnbench import hardware
+from attnbench.backends import here
+from attnbench.core import presets
+from attnbench.core.workload import PHASE_MODES, Workload
+from attnbench.hardware import get_hardware_profile, load_hardware_profiles
+from attnbench.hardware.dtypes import machine_dtype_problem
+from attnbench.measure.engine import Case, Options
+from attnbench.measure.process_env import pin_threads
+from attnbench.results.table import cell, render
+from attnbench.run import provenance, resume, sweep
+from attnbench.run.adaptive import RoundPlan
+from attnbench.run.plan import plan
+
+
+def _impls(names: list[str] | None, frameworks: list[str] | None = None):
+    impls = [attention_impls.get(n) for n in (names or attention_impls.names())]
+    return [i for i in impls if not frameworks or i.framework in frameworks]
+
+
+def _render(rows, columns, args) -> str:
+    return render(rows, columns, markdown=getattr(args, "markdown", False))
+
+
+def parse_bytes(text: str) -> int:
+    """'8G', '512M', '1.5G' or a plain byte count."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    text = text.strip().upper().removesuffix("B")
+    try:
+        if text and text[-1] in units:
+            return int(float(text[:-1]) * units[text[-1]])
+        return int(text)
+    except ValueError:
+        raise ValueError(f"--memory-cap must look like 8G, 512M or a byte count, got {text!r}") from None
+
+
+RUN_COLUMNS = ["impl", "workload", "phase", "mask", "seq_q", "seq_k", "gqa", "regime", "label", "execution",
+               "status", "seconds_per_step", "tflops",
+               "mfu", "compiler_temp_bytes", "host_rss_growth_bytes", "compiles", "compile_seconds_total",
+               "padding_waste", "usd_per_step_on_demand", "usd_per_step_with_compiles_on_demand"]
+
+
+def cmd_run(args) -> int:
+    """A sweep outside asv: every case in a killable worker, written as a tidy table."""
+
+    threads = args.threads or len(os.sched_getaffinity(0))
+    memory_cap = parse_bytes(args.memory_cap) if args.memory_cap else None
+    workloads = run_workloads(args)
+    template = workloads[0]
+    regimes = args.regime or (["static"] if args.workload or template.phase == "decode"
+                              else ["static", "dynamic", "bucketed"])
+    impls = [i.name for i in _impls(args.impl, args.framework) if not here.framework_missing(i)]
+    if not impls:
+        raise ValueError("no implementation of the chosen ones is installed in this environment")
+    check_run_inputs(args.hardware_profile, args.dtype)  # before the first case, not after the sweep
+    pin_threads(threads)  # this process too, for the no-isolation path
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = args.out or os.path.join("results", "runs", f"{stamp}-{os.uname().nodename}")
+    trace_dir = os.path.join(out_dir, "traces")
+
+    round_plan = run_round_plan(args)  # a bad budget or margin is refused before anything runs
+    options = Options(bucket_policy=args.bucket_policy, regime_steps=args.steps,
+                      min_seconds=args.min_seconds, numerics=not args.no_numerics,
+                      hardware_profile=args.hardware_profile,
+                      price_per_hour=args.price_per_hour, spot_price_per_hour=args.spot_price_per_hour,
+                      trace_dir=trace_dir, compile_cache=args.compile_cache, timer=args.timer)
+    # Every case in a worker of its own: compile caches live per process.
+    cases = [Case(name, workload, dataclasses.replace(options, regime=regime))
+             for name in impls for workload in workloads for regime in regimes]
+    kwargs = {"isolate": not args.no_isolate, "timeout_s": args.timeout, "memory_cap_bytes": memory_cap,
+              "threads": threads}
+    meta = provenance.run_metadata()
+    path = os.path.join(out_dir, f"records.{args.format}")
+    # --resume: attnbench/run/resume.py.
+
+    if args.resume and not args.out:
+        raise ValueError("--resume needs --out DIR: the folder of the sweep to finish")
+    resume.check_args(out_dir, args, resuming=args.resume)
+    kept, prior = [], {}
+    if args.resume:
+        kept, cases, prior = resume.split(path, cases)
+        print(f"resume: {len(kept)} cases already in {path}; measuring the {len(cases) - len(prior)} missing"
+              + (f", and going on with the later rounds of {len(prior)}" if prior else ""), file=sys.stderr)
+    refused, admitted = plan(cases, in_process=args.no_isolate)
+    # Rewritten (atomically) after every case: an interrupted sweep keeps what it measured.
+    done: dict[int, dict] = dict(refused)  # by case index: a pooled record replaces its first round's
+
+    def write(i, record):
+        done[admitted[i]] = record
+        resume.write_resumed(kept, [done[j] for j in sorted(done)], path, meta)
+
+    if refused:
+        resume.write_resumed(kept, [done[j] for j in sorted(done)], path, meta)
+    spent: dict[str, float] = {}
+    sweep.measure_cases([cases[i] for i in admitted], progress=not args.quiet, rounds=round_plan,
+                        prior={n: prior[i] for n, i in enumerate(admitted) if i in prior}, spent=spent,
+                        on_record=write, **kwargs)
+    if not args.quiet:
+        print(f"time spent: {sweep.time_spent(spent)}", file=sys.stderr)
+    rows = [done[i] for i in sorted(done)]
+    print(_render([{c: cell(r.get(c), 4) for c in RUN_COLUMNS} for r in rows], RUN_COLUMNS, args))
+    if args.max_seq and args.resume and os.path.exists(os.path.join(out_dir, f"max_seq.{args.format}")):
+        print("resume: max_seq table already there; not walking the lengths again", file=sys.stderr)
+    elif args.max_seq:
+        feasible = sweep.max_feasible_lengths(impls, template, args.max_seq, options, **kwargs)
+        sweep.write_table(feasible, os.path.join(out_dir, f"max_seq.{args.format}"), meta)
+        print(_render([{k: cell(v, 4) for k, v in r.items()} for r in feasible],
+                      ["impl", "max_feasible_seq", "tried_up_to", "stopped_by"], args))
+    print(f"wrote {path}")
+    return 0
+
+
+def run_round_plan(args):
+    """The later timing rounds ``--rounds``, ``--max-rounds``, ``--budget``, ``--margin`` and
+    ``--round-seconds`` ask for (None: one window per case); ``ValueError`` naming a bad one."""
+    if args.rounds < 1:
+        raise ValueError(f"--rounds must be at least 1 (the first window), got {args.rounds}")
+    if args.budget is not None and not args.budget > 0:
+        raise ValueError(f"--budget must be more than 0 seconds, got {args.budget:g}")
+    if not 0 < args.margin < 1:
+        raise ValueError(f"--margin must be a fraction between 0 and 1 (0.1 for +-10%), got {args.margin:g}")
+    most = args.max_rounds or args.rounds
+    if most < args.rounds:
+        raise ValueError(f"--max-rounds ({most}) must be at least --rounds ({args.rounds})")
+    if most < 2:
+        return None
+    return RoundPlan(min_rounds=args.rounds - 1, max_rounds=most - 1, budget_s=args.budget, margin=args.margin,
+                     window_s=args.round_seconds)
+
+
+def run_workloads(args) -> list[Workload]:
+    """The workloads ``run`` measures: a preset's or the custom template's, one per ``--seq`` (or
+    ``--kv-len``); bad combinations raise ``ValueError`` naming the valid choices."""
+    if args.softcap is not None and args.softcap <= 0:
+        raise ValueError(f"--softcap must be a positive number, got {args.softcap}")
+    if args.window is not None and not args.causal:
+        raise ValueError("--window needs a causal mask (drop --no-causal): a sliding window is the last W "
+                         "keys up to the query's own position")
+    if args.workload:
+        phase = args.phase or "prefill"
+        preset = presets.get(args.workload)
+        if args.mode != "fwd" or any(x is not None for x in (args.heads, args.kv_heads, args.head_dim)):
+            raise ValueError(f"--workload {args.workload} fixes the heads and the mode (use --phase); drop "
+                             "--heads/--kv-heads/--head-dim/--mode")
+        if args.window is not None and not preset.causal:
+            raise ValueError(f"--window needs a causal mask; {args.workload} is bidirectional")
+        common = {"batch": args.batch, "window": args.window, "softcap": args.softcap,
+                  "documents": args.documents, "layer": args.layer, "dtype": args.dtype, "size": args.size}
+        if phase == "decode":
+            return [presets.workload(args.workload, phase, seq=(args.seq or [None])[0], kv_len=kv, **common)
+                    for kv in (args.kv_len or [None])]
+        if args.kv_len:
+            raise ValueError(f"--kv-len is decode's cache length; --phase {phase} runs seq x seq (use --seq)")
+        return [presets.workload(args.workload, phase, seq=seq, **common) for seq in (args.seq or [None])]
+    if args.layer is not None or args.size != "real":
+        raise ValueError("--layer and --size pick a preset's layer and lengths: they need --workload NAME")
+    phase = args.phase or ("training" if args.mode == "fwd_bwd" else "prefill")
+    mode = PHASE_MODES[phase]
+    base = dict(batch=args.batch or 1, q_heads=args.heads or 8, kv_heads=args.kv_heads,
+                head_dim=args.head_dim or 64, dtype=args.dtype, causal=args.causal, mode=mode,
+                window=args.window, softcap=args.softcap, documents=args.documents)
+    if phase == "decode":
+        if not args.kv_len:
+            raise ValueError("--phase decode needs --kv-len N (the KV cache's length)")
+        queries = (args.seq or [1])[0]
+        bad = [kv for kv in args.kv_len if queries > kv]
+        if bad:
+            raise ValueError(f"decode runs seq={queries} new tokens against kv_len={bad[0]}: seq must not "
+                             "exceed kv_len")
+        return [Workload(seq_q=queries, seq_k=kv, ragged=base["batch"] > 1, **base) for kv in args.kv_len]
+    if args.kv_len:
+        raise ValueError(f"--kv-len is decode's cache length; --phase {phase} runs seq x seq (use --seq)")
+    return [Workload(seq_q=seq, seq_k=seq, **base) for seq in (args.seq or [256, 512, 1024])]
+
+
+def check_run_inputs(hardware_profile: str | None, dtype: str) -> None:
+    """Refuse, naming the valid choices, a hardware profile that does not exist or a dtype this
+    machine's accelerator cannot run (``hardware.dtypes.machine_dtype_problem``)."""
+    if hardware_profile:
+        try:
+            get_hardware_profile(hardware_profile)
+        except KeyError:
+            raise ValueError(f"--hardware-profile {hardware_profile!r} is not a hardware profile; choose one "
+                             f"of {', '.join(load_hardware_profiles())}") from None
+    attached = hardware.accelerator_present()
+    problem = machine_dtype_problem(attached.platform if attached else "cpu", dtype)
+    if problem:
+        raise ValueError(f"--dtype {dtype}: {problem}")
+
+
+
+def add_run_command(sub) -> None:
+    """The measurement sweep outside asv."""
+    p = sub.add_parser("run", help="measurement sweep (timing, memory, regimes, numerics, cost) to a table")
+    p.add_argument("--impl", nargs="*", help="only these implementations")
+    p.add_argument("--framework", nargs="*", help="only these frameworks (numpy, jax, torch, torch_xla)")
+    p.add_argument("--workload", help="a model preset (python -m attnbench workloads): its heads, head dim "
+                   "and mask; the options below override it")
+    p.add_argument("--phase", choices=("prefill", "training", "decode"),
+                   help="prefill (forward), training (forward + backward), decode (queries vs a KV cache)")
+    p.add_argument("--seq", type=int, nargs="+", help="max length per case (decode: new query tokens, "
+                   "default 1); default 256 512 1024, or the preset's")
+    p.add_argument("--kv-len", type=int, nargs="+", help="decode: the KV cache's length per case")
+    p.add_argument("--window", type=int, help="sliding window of W keys (causal only)")
+    p.add_argument("--softcap", type=float, help="logit soft cap C: C * tanh(score / C) before the mask")
+    p.add_argument("--documents", type=int,
+                   help="documents packed per sequence (segment ids; seeded lengths)")
+    p.add_argument("--layer", choices=presets.LAYERS,
+                   help="a preset that alternates local (windowed) and global layers (gemma-2-9b): which "
+                   "one (default local)")
+    p.add_argument("--size", choices=("real", "default"), default="real",
+                   help="a preset's lengths: the model's own (real) or the 2-core CPU suite's (default)")
+    p.add_argument("--regime", nargs="+", choices=["static", "dynamic", "bucketed"],
+                   help="shape regimes (default all three; static only for a preset or decode; "
+                        "decode's streams vary its cache length)")
+    p.add_argument("--bucket-policy", default="multiple-128", help="multiple-N or pow2")
+    p.add_argument("--steps", type=int, default=8, help="steps in each regime's length stream")
+    p.add_argument("--batch", type=int, help="sequences per step (default 1; a preset's decode: its own)")
+    p.add_argument("--heads", type=int, help="query heads (default 8)")
+    p.add_argument("--kv-heads", type=int, default=None)
+    p.add_argument("--head-dim", type=int, help="default 64")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--mode", default="fwd", choices=["fwd", "fwd_bwd"])
+    p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--min-seconds", type=float, default=0.3, help="steady-state timing budget per case")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="timing rounds of every static case, its first window included; the later ones "
+                        "paired by comparison group in warm workers and pooled (default 1)")
+    p.add_argument("--max-rounds", type=int, help="more rounds, up to this many, for a group whose forced / "
+                   "native pairs are neither decided nor equal within --margin (default: --rounds)")
+    p.add_argument("--budget", type=float, help="seconds the later rounds may take in all (default: none)")
+    p.add_argument("--margin", type=float, default=0.10,
+                   help="two kernels equal within +-margin settle a pair (default 0.10)")
+    p.add_argument("--round-seconds", type=float, default=0.1, help="each case's window per later round")
+    p.add_argument("--timer", choices=("wall", "cuda-events", "device"), default="wall",
+                   help="static timing: wall clock around blocking calls (every backend), or CUDA events "
+                        "around each call with L2 flushed first (torch on a CUDA GPU, as do_bench); "
+                        "device: CUDA events where the backend has them here, else wall")
+    p.add_argument("--compile-cache", choices=("cold", "warm"), default="cold",
+                   help="cold (default): each case compiles with empty on-disk compiler caches; "
+                        "warm: with whatever torch Inductor's / jax's caches already hold")
+    p.add_argument("--threads", type=int, help="CPU threads to pin (default: the cores this process may use)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per case before it is killed")
+    p.add_argument("--memory-cap", help="address-space cap per worker, e.g. 8G (hits become status oom)")
+    p.add_argument("--max-seq", type=int, nargs="*", help="also find the largest feasible length among these")
+    p.add_argument("--hardware-profile", help="hardware profile name "
+                   "(see attnbench/hardware/hardware_profiles.toml)")
+    p.add_argument("--profile", dest="hardware_profile", help=argparse.SUPPRESS)  # deprecated alias
+    p.add_argument("--price-per-hour", type=float, help="USD per hour for the device, overriding the profile")
+    p.add_argument("--spot-price-per-hour", type=float)
+    p.add_argument("--no-numerics", action="store_true", help="skip the float64 reference check")
+    p.add_argument("--no-isolate", action="store_true", help="measure in this process (no timeout/cap)")
+    p.add_argument("--out", help="output folder (default results/runs/<UTC stamp>-<host>)")
+    p.add_argument("--resume", action="store_true",
+                   help="finish the sweep in --out: measure only the cases missing from its records, "
+                        "keeping the rows there unchanged (attnbench/run/resume.py)")
+    p.add_argument("--format", choices=["csv", "parquet"], default="csv")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--markdown", action="store_true")
+    p.set_defaults(func=cmd_run)

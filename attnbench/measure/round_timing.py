@@ -1,0 +1,87 @@
+"""A later timing round in this process: the steps of one comparison group, built once per process
+and kept warm, timed together, their blocks interleaved.
+
+The sweep (``run/adaptive.py``) hands one comparison group per call: the kernels a verdict row weighs
+against each other. Their blocks alternate, tens of milliseconds apart, in the same process and the
+same state of the machine, so the per-round ratio of two kernels cancels what moved the machine in
+that round. A worker process serves many rounds; the sweep replaces it every few rounds, so that no
+figure rests on one process (docs/metrics.md, "Rounds").
+
+Steps are kept for the process' life: building one (placing inputs, compiling) costs far more than a
+window, and a window only times the steady step, which the cases before it in the process do not
+change (a warm-up call comes first; results/LOG.md shows the check).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from attnbench.backends import here
+from attnbench.core import records
+from attnbench.measure.contention import ContentionMonitor
+from attnbench.measure.engine import Case, classify_exception, resolve_impl
+from attnbench.measure.timing import time_interleaved
+
+_steps: dict[str, object] = {}  # this process' built steps, by case key
+
+
+def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int = 3,
+               controls: tuple[str, ...] = ()) -> list[dict]:
+    """One round of a group: ``(case, calls per block)`` each, interleaved; per case ``{"key",
+    "status", "median_s", "samples", "contended", "contention_reason", "reason", "build_s",
+    "window_s"}``. A case in ``controls`` (keys) is timed as two members of the cycle
+    (``control_median_s``: the second): an A/A pair whose ratio must come out equal. A case whose step
+    cannot be built answers its status and reason; the others are timed without it."""
+    out, timed = [], []
+    for case, number in jobs:
+        answer = {"key": case.key, "status": records.OK, "reason": None, "build_s": 0.0, "window_s": 0.0}
+        began = time.perf_counter()
+        try:
+            step = _step(case)
+            timed.append((answer, step, max(1, int(number)), case.key in controls))
+        except Exception as exc:  # noqa: BLE001 - one case failing never stops the round
+            _steps.pop(case.key, None)
+            answer.update(status=classify_exception(exc), reason=f"{type(exc).__name__}: {exc}"[:500])
+        answer["build_s"] = time.perf_counter() - began
+        out.append(answer)
+    if not timed:
+        return out
+    runs, numbers, owners = [], [], []
+    for answer, step, number, control in timed:
+        for second in (False, True) if control else (False,):
+            runs.append(step.run)
+            numbers.append(number)
+            owners.append((answer, second))
+    began = time.perf_counter()
+    try:
+        with ContentionMonitor() as monitor:
+            timings = time_interleaved(runs, numbers=numbers, min_seconds=window_s, min_samples=min_samples)
+    except Exception as exc:  # noqa: BLE001 - a step that fails mid-window fails the group's round
+        for answer, *_ in timed:
+            answer.update(status=classify_exception(exc), reason=f"{type(exc).__name__}: {exc}"[:500])
+        return out
+    contention = monitor.result.columns()
+    spent = (time.perf_counter() - began) / len(timed)
+    for (answer, second), timing in zip(owners, timings, strict=True):
+        if second:
+            answer["control_median_s"] = timing.median_s
+            continue
+        answer.update(median_s=timing.median_s, samples=json.dumps(list(timing.samples_s)), window_s=spent,
+                      contended=bool(contention.get("contended")),
+                      contention_reason=contention.get("contention_reason"))
+    return out
+
+
+def _step(case: Case):
+    if case.key not in _steps:
+        impl = resolve_impl(case.impl)
+        step = here.make_step(impl, case.workload, seed=case.options.seed)
+        step.run()  # compiles (from the round's caches) and runs once, outside any window
+        _steps[case.key] = step
+    return _steps[case.key]
+
+
+def forget() -> None:
+    """Drop this process' built steps (tests)."""
+    _steps.clear()

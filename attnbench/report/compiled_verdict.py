@@ -1,0 +1,180 @@
+"""The verdict's compile-target rows (``h200``, ``tpu-v5e``, ``tpu-v6e``): nothing ran there, so the
+compiler's word only: what compiles and fits, the largest batch each kernel fits (``compile-for
+--max-batch``), the layout copies, and the roofline as a bound that never ranks kernels.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from attnbench.core.workload import CUSTOM
+from attnbench.report.compiled import grid as grid_lengths
+
+# Imported where used: pandas (the torch_xla venv has no report libraries).
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FORWARD = "causal B1 H8 D64"  # the Forward and Training classes' workload
+COLUMNS = [
+    "machine", "basis", "framework", "workload", "seq_len", "dtype",
+    "answer", "forced", "native", "ratio", "ratio_low", "ratio_high", "ratio_of",
+    "paper", "paper_ratio", "paper_low", "paper_high", "paper_rounds", "flip",
+    "break_even", "break_even_low", "break_even_high", "break_even_of",
+    "production_strategy", "headroom_winner", "sentence", "reasons",
+]
+
+
+def same_workload(cell_workload: str, row_workload: str) -> bool:
+    """Whether a release cell's workload (``causal-256``, ``mistral-7b-prefill-128``) is this row's kind:
+    the B1 H8 D64 causal shape, or the same preset and phase."""
+    cell = str(cell_workload)
+    if row_workload.startswith(FORWARD):  # the matrix times the forward step only
+        return row_workload == FORWARD and cell.startswith("causal")
+    preset = row_workload.replace(" ", "-")
+    return cell.startswith(preset)
+
+
+def mb(value) -> str:
+    return f"{value / 1e6:.3g} MB" if value < 1e9 else f"{value / 1e9:.3g} GB"
+
+
+def compiled_verdicts(records, max_batch=None, *, fragility: list | None = None) -> pd.DataFrame:
+    """Per compile target x mode x length with a max-batch search (else every grid length): which
+    kernels compile and fit, the largest batch each fits, layout copies, and the roofline bound."""
+    import pandas as pd
+
+    breaks = fragility if isinstance(fragility, list) else []
+    if records is None or records.empty:
+        return pd.DataFrame(columns=COLUMNS)
+
+    cases = _compiled_cases(records)
+    batches = max_batch if max_batch is not None and not max_batch.empty else None
+    if batches is not None:
+        batches = batches.assign(  # older tables: the B1 H8 D64 shape's
+            workload=batches["workload"].fillna(CUSTOM) if "workload" in batches else CUSTOM,
+            phase=batches["phase"].fillna("prefill") if "phase" in batches else "prefill")
+        wanted = set(zip(batches["target"], batches["workload"], batches["phase"], batches["mode"],
+                         batches["seq_len"], strict=True))
+        cases = cases[[k in wanted for k in zip(cases["target"], cases["workload"], cases["phase"],
+                                                 cases["mode"], cases["length"], strict=True)]]
+    rows = []
+    keys = ["target", "workload", "phase", "mode", "length", "dtype"]
+    for (target, name, phase, mode, seq, dtype), part in cases.groupby(keys, sort=True):
+        real = part[(part["execution"] != "interpret") & (part["status"].isin(["ok", "does-not-fit"]))]
+        if real.empty:
+            continue
+        reasons = []
+        bound = real["model_roofline_seconds"].dropna()
+        if len(bound):
+            reasons.append(f"roofline bound {bound.min() * 1e3:.3g} ms at 100% of peak (a bound, not a rank)")
+        refused = real[(real["status"] == "does-not-fit") | (real["fits"].astype(str) != "True")]
+        for batch, impls in refused.groupby("batch", sort=True)["impl"]:  # a preset's own batch, else 1
+            reasons.append(f"does not fit at batch {int(batch)}: " + ", ".join(impls))
+        here = (
+            batches[
+                (batches["target"] == target)
+                & (batches["workload"] == name)
+                & (batches["phase"] == phase)
+                & (batches["mode"] == mode)
+                & (batches["seq_len"] == seq)
+                & batches["impl"].isin(real["impl"])
+                & batches["max_batch"].notna()
+            ]
+            if batches is not None
+            else None
+        )
+        headroom = None
+        if here is None or here.empty:  # no batch search: the copies at batch 1
+            for r in real[real["inserted_copy_bytes"].fillna(0) > 0].itertuples(index=False):
+                reasons.append(f"{r.label} {r.impl}: layout copies +{mb(r.inserted_copy_bytes)} at batch 1")
+        else:
+            here = here.sort_values("max_batch", ascending=False)
+            best = here["max_batch"].max()
+            headroom = ", ".join(here[here["max_batch"] == best]["impl"])
+            reasons.append("largest batch: " + ", ".join(_batch_words(r) for r in here.to_dict("records")))
+            winner = here.iloc[0]["impl"]
+            for r in here.to_dict("records"):
+                # Copy bytes are what the inserted copies write per step, not memory live at once.
+                copies = r.get("inserted_copy_bytes_at_max") or 0
+                if r["max_batch"] < best and copies > 0:
+                    reasons.append(
+                        f"{r['impl']} fits {r['max_batch'] / best:.2f}x the tokens per chip of {winner}, "
+                        f"and its layout copies write {mb(copies)} per step there"
+                    )
+        reasons.extend(_compiled_visibility(real))
+        workload = (f"{name} {phase}" if name != CUSTOM else
+                    FORWARD + (" fwd+bwd" if mode == "fwd_bwd" else ""))
+        for impl in real["impl"]:
+            seen = [b for b in breaks
+                    if b["impl"] == impl and b["target"] == target
+                    and same_workload(b["workload"], workload)]
+            for cause in dict.fromkeys(b["cause"] for b in seen):
+                releases = ", ".join(dict.fromkeys(f"{b['framework']} {b['release']}" for b in seen
+                                                   if b["cause"] == cause))
+                reasons.append(f"{impl} broke in {releases} ({cause}, compiled for {target})")
+        rows.append(
+            {
+                "machine": target,
+                "basis": "compiler only",
+                "framework": "jax",
+                "workload": workload,
+                "seq_len": int(seq),
+                "dtype": dtype,
+                "answer": "-",
+                "paper": "-",
+                "flip": "-",
+                "headroom_winner": headroom,
+                "sentence": (f"On {target} the compiler fits the most tokens per chip with {headroom}; "
+                             "nothing ran there, so which is cheaper also depends on speed, which only the "
+                             "hardware measures." if headroom else
+                             f"On {target} the compiler's word only: what compiles and fits, at batch 1."),
+                "reasons": "; ".join(reasons),
+            }
+        )
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _compiled_cases(records) -> pd.DataFrame:
+    """The compiled records a verdict row reads, with ``length`` (a decode's cache, else the
+    sequence): the B1 H8 D64 grid's lengths (not a bisection's), and each preset's cases at its own
+    batch. Older tables have no ``workload``: the B1 H8 D64 shape's."""
+    import pandas as pd
+
+    named = records["workload"].fillna(CUSTOM) if "workload" in records else CUSTOM
+    records = records.assign(workload=named)
+    phase = records["phase"] if "phase" in records else None
+    records = records.assign(phase=phase.fillna("prefill") if phase is not None else "prefill")
+    custom = records[(records["workload"] == CUSTOM) & (records["batch"] == 1)
+                     & (records["seq_q"] == records["seq_k"])]
+    custom = grid_lengths(custom)
+    preset = records[records["workload"] != CUSTOM]
+    both = pd.concat([custom, preset], ignore_index=True) if len(preset) else custom
+    decode = both["phase"] == "decode"
+    return both.assign(length=both["seq_k"].where(decode, both["seq_q"]).astype(int))
+
+
+def _compiled_visibility(real) -> list[str]:
+    """What a profiler on the target could name, read from the compiled program: a named custom call
+    (the kernel as one op) or fused XLA ops (named by opcode); said once where every kernel agrees."""
+    if "custom_calls" not in real:
+        return []
+    named, fused = [], []
+    for r in real.to_dict("records"):
+        calls = str(r.get("custom_calls") or "")
+        if calls and calls not in ("none", "nan"):
+            named.append(f"{r['impl']} ({calls})")
+        elif calls == "none":
+            fused.append(r["impl"])
+    if not named and not fused:
+        return []
+    if not named or not fused:
+        return ["from the compiled program, every kernel here is "
+                + ("a named custom call" if named else "fused XLA ops a profiler names by opcode")]
+    return [f"from the compiled program: named custom calls {', '.join(named)}; fused XLA ops, named by "
+            f"opcode, {', '.join(fused)}"]
+
+
+def _batch_words(row: dict) -> str:
+    capped = str(row.get("capped")) == "True"  # the search's upper end fits: at least that
+    return f"{row['impl']} {'>=' if capped else ''}{int(row['max_batch'])}"

@@ -1,0 +1,256 @@
+"""How the verdict is shown: the short table (one row per comparison: the answer, the ratio with its
+interval, the two kernels), the full one (paper, flip, break-even, sentence, reasons), the notes every
+row shares said once, the A/A controls, and the picture of cost against the stream's length.
+
+The README's and ``attnbench summary``'s verdict is the short table and the notes; the report adds
+the full table and each row's sentence (``verdict_part``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import attention_impls
+from attnbench.report import streams
+from attnbench.report.plots import colors_by_name, line_style, new_figure, png_bytes
+from attnbench.report.render import Table
+from attnbench.report.verdict import (
+    CANT_TELL,
+    EQUAL,
+    FORCED,
+    NATIVE,
+    _case_table,
+    _floors,
+    _measured_steps,
+    _rankable,
+    _stream_scatter,
+    headline,
+    other_lengths,
+    paper_only,
+    ratio_text,
+)
+from attnbench.results.noise import SCATTER_Z
+
+# Imported where used: pandas (the torch_xla venv has no report libraries).
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SHORT_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "forced", "native"]
+TARGET_COLUMNS = ["target", "workload", "seq", "most headroom"]
+DISPLAY_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "forced",
+                   "native", "on paper", "flip", "break-even", "most headroom", "sentence", "reasons"]
+
+
+def cell(value) -> str:
+    if value is None or (isinstance(value, float) and value != value) or value == "":
+        return "-"
+    return str(int(value)) if isinstance(value, float) else str(value)
+
+
+def answer_text(r: dict) -> str:
+    """``equal (±10%)`` for an equal answer, the state itself otherwise."""
+    answer = cell(r.get("answer"))
+    return f"{answer} (±{_margin(r):.0%})" if answer == EQUAL else answer
+
+
+def _margin(r: dict) -> float:
+    sentence = str(r.get("sentence") or "")
+    for token in sentence.split("±")[1:2]:  # the row's own margin, as its sentence states it
+        try:
+            return float(token.split("%")[0]) / 100
+        except ValueError:
+            pass
+    return 0.10
+
+
+def _kernel(name) -> str:
+    """A kernel's name without its label (the column says which side it is)."""
+    return cell(name).split(" (")[0]
+
+
+def display(table) -> pd.DataFrame:
+    """The verdict as people read it, every column: ratios as ``1.19x [1.05-1.35]`` (the forced
+    kernel's over the native one's), empty cells as ``-``."""
+    import pandas as pd
+
+    rows = []
+    for r in table.to_dict("records"):
+        paper = cell(r.get("paper"))
+        if r.get("paper_ratio") == r.get("paper_ratio") and r.get("paper_ratio") is not None:
+            paper = f"{paper}, {ratio_text(r['paper_ratio'], r.get('paper_low'), r.get('paper_high'))}"
+        even = "-"
+        if r.get("break_even_of") and r.get("break_even_of") == r.get("break_even_of"):
+            low, high = (cell(r.get(k)) for k in ("break_even_low", "break_even_high"))
+            even = (f"{r['break_even_of']} after {cell(r.get('break_even'))} "
+                    f"[{low if low != '-' else 'never'}-{high if high != '-' else 'never'}] steps")
+        rows.append({
+            "machine": r["machine"], "framework": r["framework"], "workload": r["workload"],
+            "seq": cell(r["seq_len"]), "answer": answer_text(r),
+            "forced / native cost": ratio_text(r.get("ratio"), r.get("ratio_low"), r.get("ratio_high")),
+            "forced": cell(r.get("forced")), "native": cell(r.get("native")), "on paper": paper,
+            "flip": cell(r.get("flip")), "break-even": even, "most headroom": cell(r.get("headroom_winner")),
+            "sentence": cell(r.get("sentence")), "reasons": cell(r["reasons"]),
+        })
+    return pd.DataFrame(rows, columns=DISPLAY_COLUMNS)
+
+
+def short(table) -> pd.DataFrame:
+    """One short row per measured comparison: the answer, the ratio with its interval, the two kernels."""
+    import pandas as pd
+
+    measured = table[table["basis"] == "measured"] if not table.empty else table
+    full = display(measured)
+    full = full.assign(forced=full["forced"].map(_kernel), native=full["native"].map(_kernel))
+    return pd.DataFrame(full[SHORT_COLUMNS]) if not full.empty else pd.DataFrame(columns=SHORT_COLUMNS)
+
+
+def targets(table) -> pd.DataFrame:
+    """One short row per compile target and workload: the kernel that fits the most tokens per chip."""
+    import pandas as pd
+
+    rows = [{"target": r["machine"], "workload": r["workload"], "seq": cell(r["seq_len"]),
+             "most headroom": cell(r.get("headroom_winner"))}
+            for r in table.to_dict("records") if r["basis"] == "compiler only"]
+    return pd.DataFrame(rows, columns=TARGET_COLUMNS)
+
+
+def counts(table) -> str:
+    """``14 of 17 measured rows decided, 2 equal within ±10%, 1 can't tell``."""
+    measured = table[(table["basis"] == "measured") & table["ratio"].notna()] if not table.empty else table
+    if measured.empty:
+        return "no measured row with a production answer"
+    states = {k: int(v) for k, v in measured["answer"].value_counts().items()}
+    forced, native = states.get(FORCED, 0), states.get(NATIVE, 0)
+    return (f"{len(measured)} measured rows: {forced + native} decided ({forced} forced, {native} native), "
+            f"{states.get(EQUAL, 0)} equal within the margin, {states.get(CANT_TELL, 0)} can't tell")
+
+
+def notes(table, visibility: dict | None = None, frame=None) -> list[str]:
+    """What the rows share, said once: which forced kernels are this project's re-implementations,
+    which native ones are tiled online softmaxes too, what a profiler sees, what was not ranked."""
+    shown = table[table["basis"] == "measured"] if not table.empty else table
+    forced = sorted({_kernel(k) for k in shown.get("forced", []) if isinstance(k, str)})
+    native = sorted({_kernel(k) for k in shown.get("native", []) if isinstance(k, str)})
+    out = []
+    redone = [(k, _declared(k, "reimplements"), _declared(k, "framework")) for k in forced]
+    redone = [(k, what, framework) for k, what, framework in redone if what]
+    if redone:
+        out.append("Re-implementations, not the GPU kernels: " + "; ".join(
+            f"{k} is this project's {framework} re-implementation of {what}" for k, what, framework in redone)
+            + ".")
+    tiled = [k for k in native if _declared(k, "is_flash")]
+    if tiled:
+        out.append(f"Tiled online softmaxes among the native kernels: {', '.join(tiled)}: where one wins, a "
+                   "tiled kernel native to the backend beat a forced one.")
+    if visibility:
+        compared = forced + native
+        unseen = [k for k in compared if visibility.get(k) is False]
+        seen = [k for k in compared if visibility.get(k) is True]
+        if unseen or seen:
+            out.append("Profiler visibility (results/observability): "
+                       + "; ".join(p for p in (f"invisible to their framework's profiler: {', '.join(unseen)}"
+                                               if unseen else "",
+                                               f"visible: {', '.join(seen)}" if seen else "") if p) + ".")
+    if frame is not None:
+        cases = _case_table(frame)
+        if not cases.empty:
+            interpreted = sorted(set(cases[cases["execution"] == "interpret"]["implementation"]))
+            if interpreted:
+                out.append(f"Not ranked anywhere, as they run in an interpreter here: {', '.join(interpreted)}.")
+    return out
+
+
+def _declared(impl: str, name: str):
+    try:
+        return getattr(attention_impls.get(impl), name, None)
+    except KeyError:
+        return None
+
+
+def control_lines(table) -> list[str]:
+    """Each A/A control on one line: the kernel against itself, the ratio, the answer."""
+    return [f"A/A control, {r['machine']} {r['kernel']} at {r['seq_len']}: "
+            f"{ratio_text(r['ratio'], r['ratio_low'], r['ratio_high'])} over {r['rounds']} rounds, "
+            + (f"equal within ±{r['margin']:.0%}" if r["answer"] == EQUAL else r["answer"])
+            for r in table.to_dict("records")]
+
+
+def verdict_part(table, *, visibility: dict | None = None, frame=None, controls=None) -> dict | None:
+    """The report's section ``## Verdict``: the short table, each row's sentence and reasons, the notes
+    said once, the A/A controls, the full table, and the paper-only rows for later."""
+    if table is None or table.empty:
+        return None
+    top = display(headline(table))
+    rest = display(paper_only(table))
+    shorter = display(other_lengths(table))
+    sentences = [
+        f"**{r['machine']} {r['framework']} {r['workload']} {r['seq']}**: {r['sentence']}"
+        + (f" {r['reasons']}." if r["reasons"] != "-" else "")
+        for r in top.to_dict("records") if r["sentence"] != "-"
+    ]
+    return {
+        "table": Table.of(short(headline(table))),
+        "targets": Table.of(targets(headline(table))) if not targets(headline(table)).empty else None,
+        "counts": counts(table),
+        "notes": notes(table, visibility, frame) + (control_lines(controls) if controls is not None else []),
+        "sentences": sentences,
+        "full": Table.of(top[[c for c in top.columns if c not in ("reasons", "sentence")]]),
+        "steps": f"{streams.STREAM_STEPS:,}",
+        "paper_only": Table.of(rest) if not rest.empty else None,
+        "other_lengths": Table.of(shorter) if not shorter.empty else None,
+    }
+
+
+# -- the picture ----------------------------------------------------------------------------------
+def plot_stream_cost(frame, *, steps: int = streams.STREAM_STEPS) -> bytes | None:
+    """USD per million useful tokens against the stream's length, per framework, at each measured
+    machine's longest length stream: each kernel its cheapest way, with the uncertainty of what one
+    run measures once as a band, and the verdict's stream length marked. Bold up to the measured
+    stream's length, faint beyond it, where the model extrapolates. Where two lines cross, the
+    cheaper kernel changes."""
+    cases = _case_table(frame)
+    if cases.empty:
+        return None
+    cases = cases[cases["dynamic:usd_per_million_useful_tokens_with_compiles"].notna() & _rankable(cases)]
+    if cases.empty:
+        return None
+    measured_steps = _measured_steps(frame)
+    scatter, floors = _stream_scatter(frame), _floors(frame)
+    panels = []
+    for (machine, framework), part in cases.groupby(["machine", "framework"], sort=True):
+        seq = part["seq_len"].max()
+        panels.append((machine, framework, int(seq), part[part["seq_len"] == seq]))
+    fig, axes = new_figure(1, len(panels), width=4.6, height=3.6)
+    colors = colors_by_name(cases["implementation"])
+    grid = sorted({int(round(10 ** (k / 8))) for k in range(0, 41)} | {measured_steps, steps})
+    for ax, (machine, framework, seq, part) in zip(axes[0], panels, strict=True):
+        for case in part.to_dict("records"):
+            costs = [streams.cheapest_at(case, m, seq, measured_steps) for m in grid]
+            option = streams.cheapest_way(case, steps, scatter, floors, seq, measured_steps)
+            width = math.exp(SCATTER_Z * math.hypot(option["sd_once"], _step_sd(case)))
+            color = colors[case["implementation"]]
+            cut = grid.index(measured_steps) + 1  # measured up to here; the model beyond it
+            ax.plot(grid[:cut], costs[:cut], line_style(case["label"]), color=color, linewidth=1.8,
+                    label=case["implementation"])
+            ax.plot(grid[cut - 1:], costs[cut - 1:], line_style(case["label"]), color=color, linewidth=1.0,
+                    alpha=0.5)
+            ax.fill_between(grid, [c / width for c in costs], [c * width for c in costs], color=color,
+                            alpha=0.12, linewidth=0)
+        ax.axvline(measured_steps, color="grey", linewidth=0.8, linestyle=":")
+        ax.axvline(steps, color="black", linewidth=0.8, linestyle=":")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"stream length, steps (dotted: measured {measured_steps}, verdict {steps:,})", fontsize=8)
+        ax.set_ylabel("USD per million useful tokens")
+        ax.set_title(f"{machine} {framework}, lengths up to {seq}", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, title="solid native, dashed forced;\nbold measured, faint modelled",
+                  title_fontsize=7)
+    return png_bytes(fig)
+
+
+def _step_sd(case: dict) -> float:
+    """A step's own relative uncertainty from its interval over the rounds (as a normal SD)."""
+    return math.log(case["step_hi"] / case["step_lo"]) / (2 * SCATTER_Z) if case["step_lo"] > 0 else 0.0

@@ -1,0 +1,264 @@
+"""The later timing rounds of a sweep: paired, and adaptive.
+
+After the sweep's first pass, every static case timed in rounds (``sweep.timed_in_rounds``) joins
+its **comparison group**: the cases of one framework on one workload, which a verdict row weighs
+against each other. A round times every active group, its kernels back to back in one warm worker
+(``measure/round_timing.py``), so the per-round ratio of two kernels cancels what moved the machine
+in that round (``core.stats.paired_ratio``).
+
+Each group gets ``min_rounds``; then, at every ``look_every`` rounds, a group stays active only while
+one of its forced-flash / native pairs is neither decided (the ratio's interval wholly on one side of
+1) nor shown equal within ``margin``. Rounds stop at ``max_rounds`` or when ``budget_s`` is spent.
+Each look is made at a stricter confidence (``look_confidence``: the confidence shared over the most
+looks the plan can make), so that looking often does not make a decision easier to reach than the
+99% the verdict states.
+
+Values in, values out: the rounds come back as ``RoundValue`` lists per case, and the sweep pools
+them (``measure.figures.pool_rounds``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import time
+from collections.abc import Callable
+
+from attnbench.core import records
+from attnbench.core.stats import ABOVE, BELOW, CONFIDENCE, EQUAL, check_margin, pair_rounds, paired_ratio
+from attnbench.measure.engine import Case
+from attnbench.measure.round_timing import time_round
+from attnbench.run.worker import Worker
+
+FORCED_LABEL, NATIVE_LABEL = "forced-flash", "native"  # a kernel's label (attention_impls/base.py)
+STOPPED_SETTLED, STOPPED_MAX, STOPPED_BUDGET = "settled", "max rounds", "budget spent"
+STOPPED_ALONE, STOPPED_FAILED = "base rounds (nothing to weigh it against)", "failed"
+ROUND_TIMEOUT_S = 600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundPlan:
+    """How a sweep spends its later timing rounds (a suite size's, or ``attnbench run``'s flags)."""
+
+    min_rounds: int = 12  # later rounds every timed case gets
+    max_rounds: int = 40
+    look_every: int = 4  # rounds between two looks at a group, after min_rounds
+    budget_s: float | None = None  # seconds the later rounds may take in all; None: max_rounds only
+    margin: float = 0.10  # equal within +-margin settles a pair
+    confidence: float = CONFIDENCE
+    window_s: float = 0.1  # each case's window per round
+    min_samples: int = 3  # blocks per window at least
+    restart_every: int = 8  # rounds per worker process
+    controls: tuple[str, ...] = ()  # case keys timed twice per round: an A/A pair
+
+    def __post_init__(self):
+        if self.min_rounds < 0 or self.max_rounds < self.min_rounds:
+            raise ValueError(f"rounds must satisfy 0 <= min ({self.min_rounds}) <= max ({self.max_rounds})")
+        if self.budget_s is not None and not self.budget_s > 0:
+            raise ValueError(f"the rounds' time budget must be more than 0 seconds, got {self.budget_s!r}")
+        check_margin(self.margin)
+        if self.look_every < 1 or self.restart_every < 1 or self.window_s <= 0:
+            raise ValueError("look_every and restart_every must be at least 1 and window_s positive")
+
+    @property
+    def looks(self) -> int:
+        """The most looks the plan can make at one group: at min_rounds, then every look_every."""
+        return 1 + math.ceil((self.max_rounds - self.min_rounds) / self.look_every)
+
+    @property
+    def look_confidence(self) -> float:
+        """The confidence of each look: 1 - (1 - confidence) / looks (Bonferroni), so that across
+        every look a pair is wrongly settled with a chance of at most 1 - confidence."""
+        return 1.0 - (1.0 - self.confidence) / self.looks
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundValue:
+    """One case's window in one round (round 0: the first pass's window)."""
+
+    round: int
+    median_s: float
+    samples: tuple[float, ...] = ()
+    contended: bool = False
+    contention_reason: str | None = None
+    control_median_s: float | None = None  # the A/A control's second window, if this case is one
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """A timed case in its comparison group: its index in the sweep, its label and block size."""
+
+    index: int
+    case: Case
+    label: str | None
+    number: int  # calls per block (the first window's)
+
+
+def group_key(case: Case, record: dict) -> tuple:
+    """The comparison group of a case: its framework and its workload (a verdict row)."""
+    return record.get("framework"), case.workload
+
+
+def groups_of(cases: list[Case], first: list[dict], timed: list[int]) -> list[list[Member]]:
+    """The timed cases by comparison group, in first-seen order."""
+    out: dict[tuple, list[Member]] = {}
+    for i in timed:
+        record = first[i]
+        member = Member(i, cases[i], record.get("label"), int(record.get("steps_per_sample") or 1))
+        out.setdefault(group_key(cases[i], record), []).append(member)
+    return list(out.values())
+
+
+def uncontended(values: list[RoundValue]) -> dict[int, float]:
+    """``{round: median}`` of the later rounds (round 0 is not paired: its windows were minutes
+    apart) that no other process shared."""
+    return {v.round: v.median_s for v in values if v.round > 0 and not v.contended}
+
+
+def pair_state(forced: list[RoundValue], native: list[RoundValue], margin: float, confidence: float) -> str:
+    """``core.stats.compare_to_one`` of the paired ratio forced / native at ``confidence``."""
+    a, b = pair_rounds(uncontended(forced), uncontended(native))
+    if not a:
+        return "unclear"
+    return paired_ratio(a, b, confidence).against_one(margin)
+
+
+def settled(group: list[Member], values: dict[int, list[RoundValue]], plan: RoundPlan) -> bool:
+    """Whether every forced-flash / native pair of the group is decided or equal within the margin,
+    at the look's confidence. A group with no such pair is settled by its base rounds."""
+    forced = [m for m in group if m.label == FORCED_LABEL]
+    native = [m for m in group if m.label == NATIVE_LABEL]
+    settling = {BELOW, ABOVE, EQUAL}
+    return all(pair_state(values[f.index], values[n.index], plan.margin, plan.look_confidence) in settling
+               for f, n in itertools.product(forced, native))
+
+
+def has_pairs(group: list[Member]) -> bool:
+    labels = {m.label for m in group}
+    return FORCED_LABEL in labels and NATIVE_LABEL in labels
+
+
+def round_values(record: dict) -> list[RoundValue]:
+    """The rounds a record holds: its first window alone (round 0), or, once pooled, every kept round
+    (``round_ids`` with ``round_medians_s``, and an A/A control's second windows)."""
+    medians, ids = _floats(record.get("round_medians_s")), _floats(record.get("round_ids"))
+    if not ids or len(ids) != len(medians):  # a first pass only: its window is round 0
+        return [RoundValue(0, float(record["seconds_per_step"]), tuple(_floats(record.get("timing_samples_s"))),
+                           bool(record.get("contended")), record.get("contention_reason"))]
+    controls = dict(zip(_floats(record.get("control_round_ids")), _floats(record.get("control_round_medians_s")),
+                        strict=False))
+    return [RoundValue(int(i), m, control_median_s=controls.get(i)) for i, m in zip(ids, medians, strict=True)]
+
+
+class InProcess:
+    """``Worker``'s ``call`` answered in this process (a sweep without workers, ``--no-isolate``)."""
+
+    def __init__(self, task):
+        self.task = task
+
+    def call(self, args, timeout_s, preload=(), deadline=None):
+        return self.task(*args), None
+
+    def close(self) -> None:
+        pass
+
+
+def run_rounds(groups: list[list[Member]], values: dict[int, list[RoundValue]], plan: RoundPlan, *,
+               threads: int | None = None, preload: tuple[str, ...] = (), deadline: float | None = None,
+               first_round: int = 1, done_rounds: int = 0, in_process: bool = False,
+               on_look: Callable[[dict[int, str]], None] | None = None,
+               spent: dict[str, float] | None = None) -> dict[int, str]:
+    """Time ``groups`` in later rounds (appending to ``values``, by case index) until each is settled,
+    at ``max_rounds``, or out of budget or time; returns why each case's rounds stopped.
+
+    ``first_round``: the id of the next round (a resumed sweep goes on after its last one);
+    ``done_rounds``: later rounds the groups already had. ``on_look(stopped)`` after every look, so
+    that an interrupted sweep keeps its rounds. ``spent``: filled with where the rounds' seconds went
+    (worker starts, building steps, windows)."""
+    stopped: dict[int, str] = {}
+    active = [g for g in groups if g]
+    started = time.time()
+    worker = InProcess(time_round) if in_process else Worker(time_round, threads=threads)
+    failures: dict[int, int] = {}
+    tally = {"build_s": 0.0, "window_s": 0.0}
+    rounds_here = 0
+    try:
+        for r in range(done_rounds + 1, plan.max_rounds + 1):
+            out_of_time = _out_of_time(plan, started, deadline)
+            if out_of_time or not active:
+                break
+            if rounds_here and rounds_here % plan.restart_every == 0:
+                worker.close()  # no figure rests on one process
+            rounds_here += 1
+            round_id = first_round + (r - done_rounds - 1)
+            order = active if r % 2 else active[::-1]
+            for group in order:
+                members = [m for m in (group if r % 2 else group[::-1]) if m.index not in stopped]
+                if not members:
+                    continue
+                _time_group(worker, members, round_id, values, plan, preload, deadline, failures, stopped, tally)
+            if r >= plan.min_rounds and (r - plan.min_rounds) % plan.look_every == 0:
+                still = []
+                for group in active:
+                    if not has_pairs(group):
+                        _stop(group, STOPPED_ALONE, stopped)
+                    elif settled(group, values, plan):
+                        _stop(group, STOPPED_SETTLED, stopped)
+                    else:
+                        still.append(group)
+                active = still
+                if on_look:
+                    on_look(dict(stopped))
+        why = STOPPED_BUDGET if _out_of_time(plan, started, deadline) and active else STOPPED_MAX
+        for group in active:
+            _stop(group, why if has_pairs(group) else STOPPED_ALONE, stopped)
+    finally:
+        worker.close()
+        if spent is not None:
+            spent.update({"rounds": float(rounds_here), "round worker starts": getattr(worker, "start_seconds", 0.0),
+                          "round builds": tally["build_s"], "round windows": tally["window_s"],
+                          "later rounds": time.time() - started})
+    return stopped
+
+
+def _time_group(worker, members: list[Member], round_id: int, values: dict, plan: RoundPlan,
+                preload: tuple[str, ...], deadline: float | None, failures: dict[int, int],
+                stopped: dict[int, str], tally: dict[str, float]) -> None:
+    jobs = [(m.case, m.number) for m in members]
+    controls = tuple(m.case.key for m in members if m.case.key in plan.controls)
+    answers, failure = worker.call((jobs, plan.window_s, plan.min_samples, controls), ROUND_TIMEOUT_S,
+                                   preload=preload, deadline=deadline)
+    if failure is not None:  # the worker died or hung: this round of the group is lost
+        answers = [{"key": m.case.key, "status": failure.status, "reason": failure.reason} for m in members]
+    for member, answer in zip(members, answers, strict=True):
+        for key in tally:
+            tally[key] += answer.get(key) or 0.0
+        if answer.get("status") != records.OK:
+            failures[member.index] = failures.get(member.index, 0) + 1
+            if failures[member.index] >= 2:  # twice: it will not time here, leave it out
+                stopped[member.index] = f"{STOPPED_FAILED}: {answer.get('reason')}"
+            continue
+        values[member.index].append(RoundValue(
+            round=round_id, median_s=answer["median_s"], samples=tuple(_floats(answer.get("samples"))),
+            contended=bool(answer.get("contended")), contention_reason=answer.get("contention_reason"),
+            control_median_s=answer.get("control_median_s")))
+
+
+def _floats(raw) -> list[float]:
+    if raw is None or raw != raw:
+        return []
+    return [float(x) for x in (json.loads(raw) if isinstance(raw, str) else raw)]
+
+
+def _stop(group: list[Member], why: str, stopped: dict[int, str]) -> None:
+    for member in group:
+        stopped.setdefault(member.index, why)
+
+
+def _out_of_time(plan: RoundPlan, started: float, deadline: float | None) -> bool:
+    now = time.time()
+    if deadline is not None and deadline - now <= 1.0:
+        return True
+    return plan.budget_s is not None and now - started >= plan.budget_s
