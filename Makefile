@@ -55,7 +55,7 @@ export PJRT_DEVICE
 # bfloat16, TPU: bfloat16, CPU: the suite size's own).
 export ACCEL
 
-.PHONY: headroom setup bench html serve-html sweep html-deps browser-deps existing-bench existing-test test lint test-main test-xla list matrix system-check clean \
+.PHONY: confirm headroom setup bench html serve-html sweep html-deps browser-deps existing-bench existing-test test lint test-main test-xla list matrix system-check clean \
         fleet-deps fleet-launch fleet-collect fleet-plan setup-targets test-targets releases notebook verdict test-fast \
         device-file rehearse-device
 
@@ -77,6 +77,9 @@ TARGETS_ASV_ARGS ?=
 # larger step is beyond the noise is the analysis' own test, against the figures' intervals over
 # timing rounds (or their series' scatter where a figure has none): see docs/reports.md.
 REPORT_ARGS ?= --threshold 0.1
+# attnbench confirm: the report's threshold, and at most CONFIRM_BUDGET seconds inside make bench.
+CONFIRM_ARGS ?= --threshold 0.1
+CONFIRM_BUDGET ?= 90
 # A case cache that lives for one run (attnbench/run/case_cache.py): the Forward class measures the
 # Training cases in the same sweep and hands them over, so each environment starts one set of timing-
 # round workers, not one per class. Not when ASV_ARGS selects benchmarks (-b): a Training-only run
@@ -126,9 +129,24 @@ bench: $(BENCH_SETUP) html-deps
 	      -b 'compiled_for\.CompiledFor' $(TARGETS_ASV_ARGS) || \
 	    echo "asv run (compiled-for tier) reported failed benchmarks; publishing anyway" ); \
 	else echo "compiled-for tier skipped: $(TARGETS_VENV) is not built here (make setup-targets builds it)"; fi
-	$(MAKE) --no-print-directory html
+	@# The newest run's steps measured again, paired against the commit before each, so the report
+	@# calls them regressions or dismisses them (attnbench/run/confirm.py), within CONFIRM_BUDGET seconds.
+	$(HARNESS) -m attnbench confirm $(CONFIRM_ARGS) --budget $(CONFIRM_BUDGET)
+	@# Nothing measures from here on: asv publish and the report (then the summary, from the same
+	@# loaded results) run side by side on the two cores. asv publish empties html/, so the report is
+	@# written beside it and moved in after.
+	@report=$$(mktemp -d /tmp/attnbench-report-XXXXXX) && \
+	( $(MAKE) --no-print-directory html & publish=$$!; \
+	  $(HARNESS) -m attnbench report $(REPORT_ARGS) --out $$report --summary; status=$$?; \
+	  wait $$publish || status=1; \
+	  rm -rf html/report && mkdir -p html && mv $$report html/report && \
+	  echo "report: html/report/report.md, html/report/report.html"; exit $$status )
+
+# The newest run's steps beyond the threshold measured again, paired (the report names it when
+# steps are left); then the report again.
+confirm: $(MAIN_STAMP)
+	$(HARNESS) -m attnbench confirm $(CONFIRM_ARGS)
 	$(HARNESS) -m attnbench report $(REPORT_ARGS)
-	$(HARNESS) -m attnbench summary
 
 # ENV=existing: what PYTHON lacks for the job, with the command that adds it; ALLOW_INSTALL=1 installs it
 # (never a framework). The stamp-free check runs every time: the user's interpreter can change.

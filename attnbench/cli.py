@@ -23,7 +23,7 @@ from attnbench.core.workload import DTYPE_BYTES, Workload
 from attnbench.releases.run import add_parser as add_releases
 from attnbench.results.table import cell, render
 from attnbench.run.case_cache import read_folder
-from attnbench.run.compare import compare
+from attnbench.run.compare import compare, write_json
 
 
 def _impls(names: list[str] | None, frameworks: list[str] | None = None):
@@ -150,12 +150,16 @@ def cmd_machine_name(args) -> int:
 
 def cmd_compare(args) -> int:
     """``attnbench compare REV_A REV_B``: see ``attnbench/run/compare.py``."""
+    if not 0 < args.threshold < 1:
+        raise ValueError(f"--threshold must be a fraction between 0 and 1, got {args.threshold:g}")
     template = Workload(batch=1, q_heads=8, head_dim=64, seq_q=args.seq[0], causal=True, dtype=args.dtype)
+    cases = [(impl, template.replace(seq_q=seq, seq_k=seq)) for impl in args.impl for seq in args.seq]
     print(f"attnbench compare: B={args.rev_b} against A={args.rev_a}, {args.rounds} interleaved rounds, "
           f"threshold {args.threshold:.0%}")
-    verdicts = compare(args.rev_a, args.rev_b, args.impl, args.seq, template=template, rounds=args.rounds,
-                       threshold=args.threshold, min_seconds=args.min_seconds, threads=args.threads,
-                       restart_every=args.restart_every)
+    verdicts = compare(args.rev_a, args.rev_b, cases, rounds=args.rounds, threshold=args.threshold,
+                       window_s=args.round_seconds, threads=args.threads, restart_every=args.restart_every)
+    if args.json:
+        write_json(verdicts, args.json)
     slower = [v for v in verdicts if v.verdict == "slower"]
     errors = [v for v in verdicts if v.verdict == "error"]
     if slower:
@@ -163,6 +167,28 @@ def cmd_compare(args) -> int:
         print(f"significant slowdown in {len(slower)} case(s): {cases}")
         return 1
     return 3 if errors else 0
+
+
+def cmd_confirm(args) -> int:
+    """``attnbench confirm``: see ``attnbench/run/confirm.py``."""
+    from attnbench.cli_results import parse_thresholds
+    from attnbench.run.confirm import confirm
+
+    if args.budget is not None and not args.budget > 0:
+        raise ValueError(f"--budget must be more than 0 seconds, got {args.budget:g}")
+    if not 0 < args.threshold < 1:
+        raise ValueError(f"--threshold must be a fraction between 0 and 1, got {args.threshold:g}")
+    machine = args.machine or os.environ.get("ATTNBENCH_MACHINE") or detect_machine_name()
+    entries = confirm(args.results, repo=args.repo, machine=machine,
+                      thresholds=parse_thresholds(args.threshold, None), threshold=args.threshold,
+                      rounds=args.rounds, budget_s=args.budget, window_s=args.round_seconds)
+    counted = {}
+    for entry in entries:
+        counted[entry["verdict"]] = counted.get(entry["verdict"], 0) + 1
+    if entries:
+        print("confirm: " + ", ".join(f"{n} {verdict}" for verdict, n in sorted(counted.items()))
+              + f" (written under {args.results}/{machine}/confirmations/; the report reads them)")
+    return 0
 
 
 def _render(rows, columns, args) -> str:
@@ -225,21 +251,34 @@ def _add_inspection_commands(sub) -> None:
 
 def _add_check_commands(sub) -> None:
     """The pull-request gate and the harness' own benchmarks."""
-    p = sub.add_parser("compare", help="two revisions measured interleaved here: B/A per case, 95%% "
+    p = sub.add_parser("compare", help="two revisions measured interleaved here: B/A per case, 99%% "
                                        "interval, verdict; exit 1 on a significant slowdown")
     p.add_argument("rev_a")
     p.add_argument("rev_b")
     p.add_argument("--impl", nargs="+", default=["torch-sdpa-flash", "jax-xla"])
     p.add_argument("--seq", nargs="+", type=int, default=[1024])
-    p.add_argument("--rounds", type=int, default=10, help="interleaved A/B rounds per case (default 10)")
+    p.add_argument("--rounds", type=int, default=12, help="interleaved A/B rounds per case (default 12)")
     p.add_argument("--threshold", type=float, default=0.05,
-                   help="smallest slowdown that fails the gate, as a fraction (default 0.05)")
-    p.add_argument("--min-seconds", type=float, default=0.2, help="timing budget per measurement")
-    p.add_argument("--restart-every", type=int, default=2,
-                   help="fresh worker processes for both revisions every this many rounds (default 2)")
+                   help="smallest slowdown that fails the gate, and the margin of 'no change' (default 0.05)")
+    p.add_argument("--round-seconds", type=float, default=0.1, help="each revision's window per case and round")
+    p.add_argument("--restart-every", type=int, default=4,
+                   help="fresh worker processes for both revisions every this many rounds (default 4)")
+    p.add_argument("--json", help="also write the verdicts to this JSON file")
     p.add_argument("--threads", type=int, help="CPU threads to pin (default: the cores this process may use)")
     p.add_argument("--dtype", default="float32")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("confirm", help="measure the newest run's steps again, paired against the commit "
+                       "before each (a regression, or dismissed)")
+    p.add_argument("--results", default="results")
+    p.add_argument("--repo", default=".", help="the git repository of the commits")
+    p.add_argument("--machine", help="whose newest run (default: this machine's name)")
+    p.add_argument("--threshold", type=float, default=0.10,
+                   help="the report's threshold, and the margin of 'no change' (default 0.10)")
+    p.add_argument("--rounds", type=int, default=12, help="interleaved rounds per case (default 12)")
+    p.add_argument("--round-seconds", type=float, default=0.1, help="each commit's window per case and round")
+    p.add_argument("--budget", type=float, help="seconds the measuring may take (default: no limit)")
+    p.set_defaults(func=cmd_confirm)
 
     p = sub.add_parser("selfcheck-report", help="benchmark the results loader and analysis on 100k rows")
     p.set_defaults(func=lambda args: importlib.import_module("attnbench.checks.selfcheck_report").main())

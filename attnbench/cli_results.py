@@ -99,8 +99,14 @@ def cmd_summary(args) -> int:
     note = ordering_note(frame)[1]
     if note:  # which commit is "newest" comes from git, else the commit dates asv recorded
         print(f"attnbench summary: {note}", file=sys.stderr)
-    table = headline(verdict_table(args.results, frame))
-    width = None if args.wide else SUMMARY_WIDTH
+    return print_summary(frame, verdict_table(args.results, frame), args)
+
+
+def print_summary(frame, verdict, args) -> int:
+    """``summary``'s text from a loaded frame and its verdict table (``report --summary`` prints it
+    from the report's own, without loading the results again)."""
+    table = headline(verdict)
+    width = None if getattr(args, "wide", False) else SUMMARY_WIDTH
     if not table.empty:
         print(_wrap(f"# verdict ({counts(table)}; attnbench verdict --full: every column)", width))
         print(_render(_unique(_rows(short(table))), SHORT_COLUMNS, args))
@@ -195,6 +201,9 @@ def cmd_report(args) -> int:
             print(f"  {sentence.replace('`', '')}")
     print(f"report: {report.markdown}")
     print(f"        {report.html} (self-contained), plots and tidy.csv/tidy.parquet in {report.out_dir}")
+    if args.summary:
+        print()
+        return print_summary(report.frame, report.verdict, args)
     return 0
 
 
@@ -231,4 +240,5 @@ def add_results_commands(sub) -> None:
                    help="relative step that counts as a regression, every metric (default 0.05)")
     p.add_argument("--threshold-metric", action="append", metavar="METRIC=FRACTION",
                    help="per-metric threshold, e.g. usd_per_step=0.1 (repeatable)")
+    p.add_argument("--summary", action="store_true", help="then print `attnbench summary` from the same results")
     p.set_defaults(func=cmd_report)

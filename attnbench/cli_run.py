@@ -75,7 +75,9 @@ def cmd_run(args) -> int:
                       price_per_hour=args.price_per_hour, spot_price_per_hour=args.spot_price_per_hour,
                       trace_dir=trace_dir, compile_cache=args.compile_cache, timer=args.timer)
     # Every case in a worker of its own: compile caches live per process.
-    cases = [Case(name, workload, dataclasses.replace(options, regime=regime))
+    # A regime's case leaves the step's evidence and numerics to the static case, when it runs too.
+    cases = [Case(name, workload, dataclasses.replace(options, regime=regime,
+                                                      step_checks=regime == "static" or "static" not in regimes))
              for name in impls for workload in workloads for regime in regimes]
     kwargs = {"isolate": not args.no_isolate, "timeout_s": args.timeout, "memory_cap_bytes": memory_cap,
               "threads": threads}

@@ -14,7 +14,8 @@ from attnbench.core.workload import Workload
 from attnbench.measure.engine import Case, Options
 from attnbench.measure.figures import pool_rounds
 from attnbench.measure.reference_check import numerics_workload
-from attnbench.run import sweep
+from attnbench.run import adaptive, sweep
+from attnbench.run.adaptive import RoundPlan
 from attnbench.run.sweep import measure_cases, write_table
 from attnbench.run.worker import Failure
 from tests.cases import measure, measure_sweep
@@ -252,40 +253,47 @@ def test_a_static_record_carries_its_samples_interval_and_machine_state():
     assert r["contended"] in (True, False) and r["other_cpu_share"] >= 0 and r["load_1min"] >= 0
 
 
-def test_rounds_pool_their_samples_and_drop_a_contended_round():
+def test_rounds_pool_their_medians_and_drop_a_contended_round():
     first = {**records.new_record(), "status": records.OK, "seconds_per_step": 0.010, "tokens": 1000,
              "flops": 2e9,
              "peak_tflops": 1.0, "threads": 2, "usd_per_hour_on_demand": 3.6, "usd_per_hour_spot": 1.8,
              "price_source": "test", "cost_note": None, "device": "cpu",
              "seconds_per_step_with_compiles": 0.02, "useful_tokens_per_s": 25_000.0,
              "timing_samples_s": json.dumps([0.010] * 5), "contended": False, "contention_reason": None}
-    fields = {k: v for k, v in first.items() if k not in ("timing_samples_s", "contended")}
-    fields["status"] = records.OK
-    quiet = {**fields, "timing_samples_s": json.dumps([0.012] * 5), "contended": False}
-    loaded = {**fields, "timing_samples_s": json.dumps([0.050] * 5), "contended": True,
-              "contention_reason": "other processes used 1.00 cores (limit 0.1)"}
-    pooled = pool_rounds(first, [quiet, loaded])
+    rounds = adaptive.round_values(first)  # the first window is round 0
+    quiet = adaptive.RoundValue(1, 0.012, (0.012,) * 5)
+    loaded = adaptive.RoundValue(2, 0.050, (0.050,) * 5, contended=True,
+                                 contention_reason="other processes used 1.00 cores (limit 0.1)")
+    pooled = pool_rounds(first, [*rounds, quiet, loaded], stopped="settled")
     assert pooled["rounds"] == 2 and pooled["rounds_dropped"] == 1 and pooled["contended"] is False
+    assert json.loads(pooled["round_ids"]) == [0, 1] and pooled["rounds_stopped"] == "settled"
     assert pooled["samples"] == 10 and 0.010 <= pooled["seconds_per_step"] <= 0.012
+    assert pooled["ci_confidence"] == 0.99 and "too few values for 99%" in pooled["ci_method"]
     # Figures derived from the pooled step time, by hand: 1000 tokens per step, 2 GFLOP per step,
     # $3.60/h = $0.001/s.
     seconds = pooled["seconds_per_step"]
     assert pooled["tokens_per_s"] == pytest.approx(1000 / seconds)
     assert pooled["usd_per_step_on_demand"] == pytest.approx(0.001 * seconds)
     assert pooled["mfu"] == pytest.approx(2e9 / seconds / 1e12)
-    every_round_loaded = pool_rounds({**first, "contended": True, "contention_reason": "x"}, [loaded])
+    busy = {**first, "contended": True, "contention_reason": "x"}
+    every_round_loaded = pool_rounds(busy, [*adaptive.round_values(busy), loaded])
     assert every_round_loaded["contended"] is True and every_round_loaded["rounds"] == 2
     assert every_round_loaded["contention_reason"] == "contended in all 2 timing rounds, e.g. x"
+    # a pooled record gives its rounds back, so a resumed sweep goes on from them
+    again = adaptive.round_values(pooled)
+    assert [(v.round, v.median_s) for v in again] == [(0, 0.010), (1, 0.012)]
 
 
 @pytest.mark.slow
 def test_a_sweep_with_rounds_times_static_cases_again_and_pools_them():
     options = Options(min_seconds=0.05, regime_steps=2, numerics=False)
+    plan = RoundPlan(min_rounds=2, max_rounds=2, window_s=0.02)
     rows = measure_sweep([("reference-float64", SMALL, "static"), ("reference-float64", SMALL, "dynamic")],
-                         options, rounds=3, progress=False)
+                         options, rounds=plan, progress=False)
     static, dynamic = rows
-    assert static["rounds"] + static["rounds_dropped"] >= 3 and len(json.loads(static["round_medians_s"])) \
+    assert static["rounds"] + static["rounds_dropped"] == 3 and len(json.loads(static["round_medians_s"])) \
         == static["rounds"]
+    assert static["rounds_complete"] is True and static["rounds_stopped"].startswith("base rounds")
     assert dynamic["rounds"] is None  # the regime's figures come from its one stream
 
 
@@ -306,36 +314,35 @@ def test_only_static_ok_cases_of_kernels_that_do_not_run_in_an_interpreter_get_t
 @pytest.mark.slow
 def test_a_sweep_with_rounds_leaves_an_interpreted_kernel_at_its_one_window():
     options = Options(min_seconds=0.05, regime_steps=2, numerics=False)
-    [interpreted] = measure_sweep([("jax-pallas-tpu-flash", SMALL, "static")], options, rounds=3,
-                                  progress=False)
+    [interpreted] = measure_sweep([("jax-pallas-tpu-flash", SMALL, "static")], options,
+                                  rounds=RoundPlan(min_rounds=2, max_rounds=2), progress=False)
     assert interpreted["status"] == records.OK and interpreted["execution"] == "interpret"
     assert interpreted["rounds"] == 1 and interpreted["ci_basis"] == "samples"
 
 
 @needs_jax
 @pytest.mark.slow
-def test_the_timing_rounds_share_a_jax_compile_cache_that_lives_for_the_rounds_only(monkeypatch):
+def test_the_later_rounds_share_compiler_caches_that_live_for_the_rounds_only(monkeypatch):
     import glob
     import os
 
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
-    seen = []  # at the start of each pass: the jax cache folder, and how many files it holds
-    real = sweep._progress
+    seen = []  # at each worker start: the jax cache folder, and how many files it holds
+    real = adaptive.Worker
 
-    def spy(total, enabled):
-        folder = os.environ.get("JAX_COMPILATION_CACHE_DIR")
-        seen.append((folder, folder and len(glob.glob(os.path.join(folder, "*")))))
-        return real(total, enabled)
+    class Spy(real):
+        def start(self, preload=(), deadline=None):
+            folder = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+            seen.append((folder, folder and len(glob.glob(os.path.join(folder, "*")))))
+            return super().start(preload, deadline)
 
-    monkeypatch.setattr(sweep, "_progress", spy)
+    monkeypatch.setattr(adaptive, "Worker", Spy)
     options = Options(min_seconds=0.05, regime_steps=2, numerics=False)
-    measure_cases([Case("jax-xla", SMALL, options)], rounds=3, progress=False)
-    (first, _), *rounds = seen
-    assert first is None  # the first pass compiles cold
-    # 2 rounds, and up to EXTRA_ROUNDS_FOR_CONTENTION more where every round was contended
-    assert 2 <= len(rounds) <= 2 + sweep.EXTRA_ROUNDS_FOR_CONTENTION
-    assert len({folder for folder, _ in rounds}) == 1 and rounds[1][1] > 0  # one cache: written, then read
-    assert not os.path.exists(rounds[0][0]) and "JAX_COMPILATION_CACHE_DIR" not in os.environ
+    plan = RoundPlan(min_rounds=4, max_rounds=4, restart_every=2, window_s=0.02)
+    [row] = measure_cases([Case("jax-xla", SMALL, options)], rounds=plan, progress=False)
+    assert len(seen) == 2 and row["rounds"] + row["rounds_dropped"] == 5  # two round workers, four rounds
+    assert len({folder for folder, _ in seen}) == 1 and seen[1][1] > 0  # one cache: written, then read
+    assert not os.path.exists(seen[0][0]) and "JAX_COMPILATION_CACHE_DIR" not in os.environ
 
 
 def test_a_fresh_worker_imports_the_cases_framework_before_its_clock_starts(monkeypatch):

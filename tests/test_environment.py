@@ -119,7 +119,32 @@ def test_the_stable_name_is_asv_naming_of_the_library_versions():
     here = environment.versions()
     assert "+" not in "".join(here.values())  # 2.13.0+cpu is named 2.13.0
     facts = environment.probe(sys.executable)
-    assert facts == {"python": f"{sys.version_info[0]}.{sys.version_info[1]}", "versions": here}
+    assert facts == {"python": f"{sys.version_info[0]}.{sys.version_info[1]}", "versions": here,
+                     "pins": environment.pinned_versions()}
+
+
+CONF_INCLUDE = [{"python": "3.11", "req": {"jax": "0.10.2", "jaxlib": "0.10.2", "torch": "2.13.0", "numpy": ""}},
+                {"python": "3.11", "req": {"torch": "2.9.0", "torch-xla": "2.9.0", "jax": "0.7.1", "jaxlib": "0.7.1",
+                                           "numpy": ""}}]
+
+
+def test_a_venv_with_exactly_an_asv_environments_pins_is_that_environment():
+    """make bench measures in the venvs make setup built with asv.conf.json's pins: asv's name for the
+    entry continues its history; anything else (another version, another framework) is not it."""
+    from asv.environment import get_env_name
+
+    main = {"jax": "0.10.2", "jaxlib": "0.10.2", "torch": "2.13.0", "numpy": "2.4.6"}
+    xla = {"jax": "0.7.1", "jaxlib": "0.7.1", "torch": "2.9.0", "torch-xla": "2.9.0", "numpy": "2.4.6"}
+    assert environment.conf_environment(CONF_INCLUDE, "3.11", main) == CONF_INCLUDE[0]
+    assert environment.conf_environment(CONF_INCLUDE, "3.11", xla) == CONF_INCLUDE[1]
+    entry = CONF_INCLUDE[0]
+    assert get_env_name("virtualenv", "3.11", entry["req"], {}) == \
+        "virtualenv-py3.11-jax0.10.2-jaxlib0.10.2-numpy-torch2.13.0"  # the committed history's name
+    assert environment.conf_environment(CONF_INCLUDE, "3.12", main) is None  # another Python
+    assert environment.conf_environment(CONF_INCLUDE, "3.11", {**main, "torch": "2.14.1"}) is None
+    assert environment.conf_environment(CONF_INCLUDE, "3.11", {**main, "libtpu": "0.0.42.1"}) is None
+    targets = {"jax": "0.10.2", "jaxlib": "0.10.2", "numpy": "2.4.6", "libtpu": "0.0.42.1"}
+    assert environment.conf_environment(CONF_INCLUDE, "3.11", targets) is None  # .venv-targets: its own name
 
 
 def test_requirements_come_from_pyproject_and_never_name_a_framework():

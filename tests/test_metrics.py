@@ -277,28 +277,33 @@ def test_attnbench_profile_still_works_with_one_deprecation_line(monkeypatch, ca
     assert err == "attnbench: ATTNBENCH_PROFILE is deprecated, use ATTNBENCH_SUITE=smoke\n"
 
 
-def test_a_metric_that_follows_the_step_time_gives_asv_its_samples():
+def test_a_metric_that_follows_the_step_time_gives_asv_its_round_medians():
     from attnbench.core import metrics
 
-    record = {"seconds_per_step": 0.01, "tokens_per_s": 1000.0, "status": "ok",
-              "timing_samples_s": json.dumps([0.008, 0.01, 0.0125])}
+    medians = [0.008, 0.0085, 0.009, 0.0095, 0.01, 0.0105, 0.011, 0.0115, 0.0125]
+    record = {"seconds_per_step": 0.01, "tokens_per_s": 1000.0, "status": "ok", "rounds": 9,
+              "round_medians_s": json.dumps(medians)}
     seconds = metrics.get("seconds_per_step").asv_value(record)
     tokens = metrics.get("tokens_per_s").asv_value(record)
-    assert seconds == {"samples": [0.008, 0.01, 0.0125], "number": 1}
-    # 1000 tokens/s at the median step: 10 tokens per step, so 1250 and 800 tokens/s at the others
-    assert tokens["number"] == 1 and tokens["samples"] == pytest.approx([1250.0, 1000.0, 800.0])
+    assert seconds == {"samples": medians, "number": 1}
+    # 1000 tokens/s at the median step: 10 tokens per step, so 1250 tokens/s at 8 ms
+    assert tokens["number"] == 1 and tokens["samples"][0] == pytest.approx(1250.0)
     assert metrics.get("status").asv_value(record) == 0.0  # a metric that does not follow the time
-    assert metrics.get("seconds_per_step").asv_value({**record, "timing_samples_s": None}) == 0.01
+    assert metrics.get("seconds_per_step").asv_value({**record, "round_medians_s": None}) == 0.01
 
 
-def test_with_several_rounds_asv_gets_the_round_medians_not_the_pooled_samples():
+def test_asv_gets_samples_only_where_they_carry_its_99_percent_interval():
     from attnbench.core import metrics
 
-    # Three rounds: asv's median and 99% interval must come from the independent values, the
-    # rounds' medians, not from every window's samples pooled as if independent.
-    record = {"seconds_per_step": 0.01, "status": "ok", "rounds": 3,
-              "round_medians_s": json.dumps([0.009, 0.01, 0.012]),
-              "timing_samples_s": json.dumps([0.009] * 5 + [0.01] * 5 + [0.012] * 5)}
-    assert metrics.get("seconds_per_step").asv_value(record) == {"samples": [0.009, 0.01, 0.012], "number": 1}
-    one_round = {**record, "rounds": 1}
-    assert len(metrics.get("seconds_per_step").asv_value(one_round)["samples"]) == 15
+    # Seven rounds cannot carry a 99% interval (their range covers 98.4%): asv's fallback for them, a
+    # Laplace posterior, reached below zero, so asv gets the value alone. One window's samples are
+    # not independent: the value alone too.
+    seven = {"seconds_per_step": 0.01, "status": "ok", "rounds": 7,
+             "round_medians_s": json.dumps([0.009, 0.0095, 0.01, 0.01, 0.0105, 0.011, 0.012])}
+    assert metrics.get("seconds_per_step").asv_value(seven) == 0.01
+    one_window = {"seconds_per_step": 0.01, "status": "ok", "rounds": 1,
+                  "round_medians_s": json.dumps([0.01]), "timing_samples_s": json.dumps([0.009] * 20)}
+    assert metrics.get("seconds_per_step").asv_value(one_window) == 0.01
+    eight = {**seven, "rounds": 8, "round_medians_s": json.dumps([0.009, 0.0095, 0.01, 0.01, 0.0105, 0.011,
+                                                                  0.012, 0.0098])}
+    assert len(metrics.get("seconds_per_step").asv_value(eight)["samples"]) == 8

@@ -182,13 +182,19 @@ def test_the_sidecar_records_contention_and_the_timing_interval_per_case(tmp_pat
               "status": "ok", "reason": None, "contended": True,
               "contention_reason": "other processes used 0.8 cores", "ci_low_s": 0.0019, "ci_high_s": 0.0023,
               "ci_basis": "rounds", "ci_coverage": 0.75, "rounds": 3, "seconds_per_step": 0.002,
-              "mask": "causal+window(256)", "gqa": "native", "flops": 1.5e9}
+              "mask": "causal+window(256)", "gqa": "native", "flops": 1.5e9, "ci_confidence": 0.99,
+              "ci_method": "range of 3 round medians: 75.0% coverage, too few values for 99% (it needs 8)",
+              "round_medians_s": "[0.0019, 0.002, 0.0023]", "round_ids": "[0, 1, 2]",
+              "control_round_medians_s": None, "control_round_ids": None, "rounds_stopped": "settled"}
     recorded = sidecar.case_entry(record)
     assert recorded == {"label": "native", "execution": "eager", "platform": "cpu", "device": "AMD EPYC",
                      "status": "ok", "reason": None, "contended": True,
                      "contention_reason": "other processes used 0.8 cores", "ci_low_s": 0.0019,
                      "ci_high_s": 0.0023, "ci_basis": "rounds", "ci_coverage": 0.75, "rounds": 3,
-                     "mask": "causal+window(256)", "gqa": "native", "flops": 1.5e9}
+                     "mask": "causal+window(256)", "gqa": "native", "flops": 1.5e9, "ci_confidence": 0.99,
+                     "ci_method": record["ci_method"], "round_medians_s": [0.0019, 0.002, 0.0023],
+                     "round_ids": [0, 1, 2], "control_round_medians_s": None, "control_round_ids": None,
+                     "rounds_stopped": "settled", "phase_seconds": None}
     assert sidecar.case_entry({**record, "ci_low_s": float("nan"), "rounds": None})["ci_low_s"] is None
 
     results = tmp_path / "results"
@@ -224,6 +230,9 @@ def test_the_sidecar_records_contention_and_the_timing_interval_per_case(tmp_pat
     assert (timed["q_25"], timed["q_75"]) == (0.0019, 0.0022)
     assert timed["contended"] is True and timed["contention_reason"] == "other processes used 0.8 cores"
     assert (timed["case_ci_low_s"], timed["case_ci_high_s"], timed["rounds"]) == (0.0019, 0.0023, 3)
+    assert timed["case_ci_method"].startswith("range of 3 round medians")
+    # the rounds by id, on the step time's row: the verdict pairs two kernels of one round with them
+    assert json.loads(timed["round_ids"]) == [0, 1, 2] and json.loads(timed["round_medians_s"])[2] == 0.0023
     assert timed["setting_definitions"] == "2"
     untimed = frame.loc[(new, "host_rss_growth_bytes")]  # memory is not timed: contention says nothing
     assert untimed["contended"] is None and pd.isna(untimed["ci_low"]) and pd.isna(untimed["case_ci_low_s"])

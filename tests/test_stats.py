@@ -8,14 +8,70 @@ import time
 
 import pytest
 
+from attnbench.core.stats import (
+    ABOVE,
+    BELOW,
+    EQUAL,
+    UNCLEAR,
+    compare_to_one,
+    estimate,
+    interval_coverage,
+    median_ci,
+    min_values,
+    pair_rounds,
+    paired_ratio,
+)
 from attnbench.measure.contention import Contention, ContentionMonitor
-from attnbench.core.stats import estimate, interval_coverage, median_ci
 
 
 @pytest.mark.parametrize("n,ranks", [(10, (2, 9)), (20, (6, 15)), (30, (10, 21)), (5, (1, 5))])
 def test_median_interval_ranks_match_the_sign_test_table(n, ranks):
     # Samples 1..n: the interval's ends are the ranks themselves (binomial table, 95%).
+    assert median_ci(list(range(1, n + 1)), 0.95) == ranks
+
+
+@pytest.mark.parametrize("n,ranks", [(8, (1, 8)), (10, (1, 10)), (20, (4, 17)), (30, (8, 23))])
+def test_the_99_percent_interval_ranks_by_the_binomial_table(n, ranks):
+    # 99%, the project's default: n = 8 is the fewest whose range covers it (1 - 2/2^8 = 99.2%);
+    # n = 20: P(Bin(20, 1/2) <= 3) = 0.0013 per side.
     assert median_ci(list(range(1, n + 1))) == ranks
+
+
+def test_a_confidence_needs_enough_values():
+    assert min_values(0.99) == 8 and min_values(0.95) == 6 and min_values(0.999) == 11
+    assert interval_coverage(7) == pytest.approx(1 - 2 / 2**7)  # 98.4%: seven values cannot carry 99%
+    assert interval_coverage(8) >= 0.99
+
+
+def test_a_paired_ratio_cancels_what_moved_both_and_says_how_it_was_made():
+    # Two kernels in the same 12 rounds: the machine moved every round by up to +-30%, both alike;
+    # b is 1.25x a in every round, give or take 1%.
+    drift = [1.0, 1.3, 0.7, 1.1, 0.9, 1.25, 0.75, 1.05, 0.95, 1.2, 0.8, 1.0]
+    a = [d * 1.0 for d in drift]
+    b = [d * 1.25 * (1 + 0.01 * (-1) ** i) for i, d in enumerate(drift)]
+    ratio = paired_ratio(b, a)
+    assert ratio.ratio == pytest.approx(1.25, rel=0.011) and ratio.carried
+    assert 1.23 < ratio.low <= ratio.high < 1.27  # unpaired, each side alone spans 0.7..1.3
+    assert ratio.rounds == 12 and "12 per-round ratios" in ratio.method
+    assert ratio.against_one(0.10) == ABOVE
+    few = paired_ratio(b[:5], a[:5])
+    assert not few.carried and few.against_one(0.10) == UNCLEAR  # five rounds cannot carry 99%
+    assert pair_rounds({1: 1.0, 2: 2.0, 4: 4.0}, {2: 20.0, 3: 30.0, 4: 40.0}) == ([2.0, 4.0], [20.0, 40.0])
+    with pytest.raises(ValueError, match="as many values of b as of a"):
+        paired_ratio([1.0], [1.0, 2.0])
+
+
+@pytest.mark.parametrize("low,high,state", [(0.8, 0.9, BELOW), (1.12, 1.3, ABOVE), (0.95, 1.04, EQUAL),
+                                            (0.93, 0.97, EQUAL), (0.85, 1.2, UNCLEAR), (1.05, 1.12, ABOVE)])
+def test_an_interval_against_one_and_a_margin(low, high, state):
+    # equal comes first: within 1 +- 10%, a difference is none that matters (0.93..0.97 included)
+    assert compare_to_one(low, high, 0.10) == state
+
+
+@pytest.mark.parametrize("margin", [0, 1, -0.1, 1.5])
+def test_a_margin_outside_zero_one_is_refused(margin):
+    with pytest.raises(ValueError, match="margin must be a fraction between 0 and 1"):
+        compare_to_one(0.9, 1.1, margin)
 
 
 def test_estimate_is_the_median_of_round_medians_with_an_interval_over_rounds():
@@ -46,8 +102,8 @@ def test_rounds_not_samples_are_the_unit_of_the_interval():
 @pytest.mark.parametrize("n,coverage", [(1, 0.0), (3, 0.75), (5, 0.9375), (6, 1 - 2 / 64),
                                         (10, 1 - 2 * 11 / 1024)])
 def test_interval_coverage_by_hand(n, coverage):
-    # n <= 5: the full range, 1 - 2 * 0.5**n; n = 10: ranks 2..9, 1 - 2 * (1 + 10) / 2**10.
-    assert interval_coverage(n) == pytest.approx(coverage)
+    # 95%: n <= 5: the full range, 1 - 2 * 0.5**n; n = 10: ranks 2..9, 1 - 2 * (1 + 10) / 2**10.
+    assert interval_coverage(n, 0.95) == pytest.approx(coverage)
 
 
 def test_contention_verdict_from_other_cores_and_steal():

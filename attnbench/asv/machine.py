@@ -11,7 +11,7 @@ import sys
 
 from attnbench import hardware
 from attnbench.hardware import detection
-from attnbench.run.environment import CHECKOUT, environment_name
+from attnbench.run.environment import CHECKOUT, asv_environment_name
 from attnbench.run.provenance import git_commit
 
 # ``machine-name`` imports every framework and initialises its device: a slow host needs minutes.
@@ -81,9 +81,8 @@ def asv_context() -> dict | None:
     env = os.environ.get("ASV_ENV_NAME")
     # forkserver children inherit asv/benchmark.py's argv; a process that merely imported asv is not a run.
     in_asv = bool(sys.argv) and os.path.abspath(sys.argv[0]).endswith(os.path.join("asv", "benchmark.py"))
-    if env is None and in_asv:
-
-        env = environment_name()
+    if env is None and in_asv:  # an existing environment: named as the plugin names it
+        env = asv_environment_name(os.environ.get("ASV_CONF_DIR", CHECKOUT))
     # ATTNBENCH_COMMIT: the run's --set-commit-hash where the tree has no .git (tools/device-run.sh)
     commit = (os.environ.get("ASV_COMMIT") or os.environ.get("ATTNBENCH_COMMIT")
               or (git_commit() if env else None))

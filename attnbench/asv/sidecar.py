@@ -27,8 +27,10 @@ CASE_FIELDS = ("label", "execution", "platform", "device", "status", "reason", "
                # the interval's confidence and making; each kept round's median and id, by which the
                # verdict pairs two kernels of one round; an A/A control's second windows
                "ci_confidence", "ci_method", "round_medians_s", "round_ids", "control_round_medians_s",
-               "control_round_ids", "rounds_stopped")
+               "control_round_ids", "rounds_stopped",
+               "phase_seconds")  # where the case's seconds went (results/LOG.md)
 ROUND_FIELDS = ("round_medians_s", "round_ids", "control_round_medians_s", "control_round_ids")
+JSON_FIELDS = (*ROUND_FIELDS, "phase_seconds")
 TEXT_FIELDS = ("reason", "contention_reason")  # cut to MAX_REASON characters
 MAX_REASON = 500
 
@@ -83,7 +85,7 @@ def case_entry(record: dict) -> dict:
     for key in TEXT_FIELDS:
         if isinstance(entry[key], str) and len(entry[key]) > MAX_REASON:
             entry[key] = entry[key][:MAX_REASON] + "..."
-    for key in ROUND_FIELDS:  # lists, not the record's JSON text
+    for key in JSON_FIELDS:  # lists and dicts, not the record's JSON text
         value = entry[key]
         entry[key] = json.loads(value) if isinstance(value, str) else value
     for key in ("ci_low_s", "ci_high_s", "ci_coverage", "ci_confidence"):  # JSON has no NaN: null

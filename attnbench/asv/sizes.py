@@ -73,7 +73,8 @@ class SuiteSize:
         """How a case of this size is measured."""
         return Options(regime=regime, regime_steps=self.regime_steps, min_seconds=self.min_seconds,
                        max_extra_seconds=self.max_extra_seconds, trace_dir=trace_dir,
-                       compile_cache=compile_cache, timer=self.timer)
+                       compile_cache=compile_cache, timer=self.timer,
+                       step_checks=regime == "static")  # a regime's static case checks its step
 
     def round_plan(self, *, budget_s: float | None = None, margin: float | None = None,
                    controls: tuple[str, ...] = ()) -> RoundPlan | None:
@@ -109,9 +110,10 @@ SIZES = {size.name: size for size in (
     # rounds: windows per static case, each in its own process; more short rounds beat longer
     # windows because noise between processes dominates (stats.py; results/LOG.md).
     SuiteSize("default", forward_seqs=(256, 1024), training_seqs=(512,), dtypes=("float32",),
-              regime_steps=6, min_seconds=0.2, max_extra_seconds=0.2,
-              max_interpret_seq=256, max_reference_seq=256, regime_seqs=(1024,), rounds=13,
-              max_rounds=33, round_seconds=0.1, controls=("jax-xla", "torch-sdpa-flash", "torch-xla-sdpa"),
+              regime_steps=6, min_seconds=0.1, max_extra_seconds=0.1,
+              max_interpret_seq=256, max_reference_seq=256, regime_seqs=(1024,), rounds=17,
+              max_rounds=41, round_seconds=0.05, round_budget_s=150.0,
+              controls=("jax-xla", "torch-sdpa-flash", "torch-xla-sdpa"),
               model_presets=DEFAULT_PRESETS, preset_size="default",
               preset_interpret=False, preset_reference=False, fresh_process=False,
               static_first=True, model_phases=("prefill", "decode"),

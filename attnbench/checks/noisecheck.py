@@ -147,8 +147,8 @@ def run(impls: list[str], slow_impl: str, slowdown: float, out: Path, rounds: in
         template = Workload(batch=1, q_heads=8, head_dim=64, seq_q=1024, causal=True)
         gate = {}
         for pair, (a, b) in {"A/B": ("A", "B"), "B/C": ("B", "C")}.items():
-            (verdict,) = compare(sha[a], sha[b], [slow_impl], [1024], template=template, rounds=rounds,
-                                 repo=str(repo), progress=lambda line: None)
+            (verdict,) = compare(sha[a], sha[b], [(slow_impl, template)], rounds=rounds, repo=str(repo),
+                                 progress=lambda line: None)
             gate[pair] = {"ratio": verdict.ratio, "ci": [verdict.ci_low, verdict.ci_high],
                           "verdict": verdict.verdict}
         summary = summarize(report.frame, report.steps, sha, slow_impl)

@@ -10,6 +10,7 @@ them (a serving setup that ships its caches). torch_xla keeps no persistent cach
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import tempfile
 
@@ -19,6 +20,9 @@ from attnbench.measure.process_env import scoped_environ
 
 MODES = ("cold", "warm")
 INDUCTOR_DIR = "TORCHINDUCTOR_CACHE_DIR"
+# A folder where each cold case's Inductor directory is kept, not deleted (the sweep sets it for its
+# first pass and hands what was compiled to its later rounds: ``run.sweep.round_compile_caches``)
+KEEP_ENV = "ATTNBENCH_KEEP_COLD_CACHES"
 
 
 def _clear_inductor_memory_caches() -> None:
@@ -35,6 +39,18 @@ def check_mode(mode: str) -> None:
 
 
 @contextlib.contextmanager
+def _empty_folder():
+    """An empty folder for one cold case: kept under ``KEEP_ENV`` when set, else deleted after."""
+    keep = os.environ.get(KEEP_ENV)
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        yield tempfile.mkdtemp(prefix="case-", dir=keep)
+        return
+    with tempfile.TemporaryDirectory(prefix="attnbench-inductor-") as folder:
+        yield folder
+
+
+@contextlib.contextmanager
 def compiler_caches(mode: str):
     check_mode(mode)
     if mode == "warm":
@@ -43,7 +59,7 @@ def compiler_caches(mode: str):
     jax = sys.modules.get("jax")
     jax_cache = jax.config.jax_enable_compilation_cache if jax else None
     # JAX_ENABLE_COMPILATION_CACHE is read when jax is first imported, inside the case.
-    with tempfile.TemporaryDirectory(prefix="attnbench-inductor-") as empty, \
+    with _empty_folder() as empty, \
             scoped_environ(**{INDUCTOR_DIR: empty, "JAX_ENABLE_COMPILATION_CACHE": "false"}):
         if jax:
             jax.config.update("jax_enable_compilation_cache", False)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from attention_impls.base import mask_call, static_mask
 from attention_impls.reference_float64 import attention_fwd, attention_grads
 from attnbench.backends import here
@@ -33,6 +35,21 @@ def reference_mask(workload: Workload, x) -> dict:
     return mask_call(static_mask(workload), x.mask_arrays())
 
 
+@functools.lru_cache(maxsize=16)
+def reference_outputs(workload: Workload, seed: int) -> list:
+    """The float64 reference's output (and gradients, for ``fwd_bwd``) on the seeded inputs: computed
+    once per workload in a process, as the cases sharing a worker check every kernel of a workload
+    against the same one."""
+    x = make_inputs(workload, seed)
+    mask = reference_mask(workload, x)
+    expected = [attention_fwd(x.q, x.k, x.v, causal=workload.causal, **mask)]
+    if workload.mode == "fwd_bwd":
+        expected += attention_grads(x.q, x.k, x.v, x.do, causal=workload.causal, **mask)
+    for array in expected:
+        array.setflags(write=False)  # shared by the checks that read it
+    return expected
+
+
 def check_numerics(impl, workload: Workload, step, seed: int) -> dict:
     """Errors of the timed step's own output (and gradients) against the float64 reference, from
     one more run of the same compiled function. Where the reference would not fit, a smaller proxy
@@ -40,12 +57,8 @@ def check_numerics(impl, workload: Workload, step, seed: int) -> dict:
     """
     checked = numerics_workload(workload)
     if checked.replace(mode=workload.mode) == workload:
-        x = make_inputs(workload, seed)
-        mask = reference_mask(workload, x)
         actual = here.backend_of(impl).host_arrays(step.run())
-        expected = [attention_fwd(x.q, x.k, x.v, causal=workload.causal, **mask)]
-        if workload.mode == "fwd_bwd":
-            expected += attention_grads(x.q, x.k, x.v, x.do, causal=workload.causal, **mask)
+        expected = reference_outputs(workload, seed)
         if len(actual) != len(expected):
             raise ValueError(f"the timed step returned {len(actual)} arrays; expected {len(expected)} "
                              f"(output{', dq, dk, dv' if workload.mode == 'fwd_bwd' else ''})")

@@ -50,12 +50,14 @@ from attnbench.report.select import (
 )
 from attnbench.report.verdict import controls, profiler_visibility, verdict_table
 from attnbench.report.verdict_display import plot_stream_cost, verdict_part
+from attnbench.results import confirmations
 from attnbench.results.asv_results import load_results, ordering_note
 from attnbench.results.hosts import host_changes, hosts_table, run_hosts
 from attnbench.results.noise import correction_shifts, run_factors
 from attnbench.results.observability import load_observability
+from attnbench.results.sensitivity import sensitivity
 from attnbench.results.spikes import find_cost_spikes, find_trace_spikes, load_traces
-from attnbench.results.steps import REGRESSION, find_steps, noise_floor, noise_floors
+from attnbench.results.steps import REGRESSION, find_steps, noise_floor, noise_floors, to_confirm
 
 # Imported where used: pandas (the torch_xla venv has no report libraries).
 
@@ -119,10 +121,16 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     hosts = run_hosts(frame)  # which host of each machine name ran each run
     changes = host_changes(frame, hosts)
     floors = noise_floors(frame, factors)  # no figure is judged against less noise than its kind has here
-    steps = find_steps(frame, thresholds, repo=repo, factors=factors, changes=changes, floors=floors)
+    confirmed = confirmations.load(results_dir)  # paired re-measurements of newest-run steps
+    steps = find_steps(frame, thresholds, repo=repo, factors=factors, changes=changes, floors=floors,
+                       confirmed=confirmed)
     regressions = steps[steps["verdict"] == REGRESSION].reset_index(drop=True) if not steps.empty else steps
-    spikes = find_cost_spikes(frame, thresholds, repo=repo, factors=factors, changes=changes, floors=floors)
+    spikes = find_cost_spikes(frame, thresholds, repo=repo, factors=factors, changes=changes, floors=floors,
+                              confirmed=confirmed)
     noise = noise_floor(frame, thresholds, floors=floors)
+    detectable = sensitivity(frame, floors, thresholds, confirmed)
+    awaiting = {machine: to_confirm(frame, steps, machine, repo, confirmed)
+                for machine in sorted(frame["machine"].unique())}
     host_table = hosts_table(frame, changes, hosts)
     trace_spikes = find_trace_spikes(traces, factor=trace_factor)
     best = best_native_vs_forced(frame)
@@ -155,7 +163,7 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     tables = {}
     for name, table in (("verdict.csv", verdict), ("controls.csv", control), ("regressions.csv", regressions),
                         ("steps.csv", steps),
-                        ("noise_floor.csv", noise),
+                        ("noise_floor.csv", noise), ("sensitivity.csv", detectable),
                         ("run_shifts.csv", shifts), ("host_changes.csv", changes),
                         ("cost_spikes.csv", spikes),
                         ("trace_spikes.csv", trace_spikes)):
@@ -169,6 +177,9 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
 
     ctx["verdict"] = verdict_part(verdict, visibility=profiler_visibility(results_dir), frame=frame,
                                   controls=control)
+    ctx["sensitivity"] = Table.of(detectable) if not detectable.empty else None
+    ctx["awaiting"] = [f"{machine}: {len(cases)} case(s) ({', '.join(sorted({c['implementation'] for c in cases}))})"
+                       for machine, cases in awaiting.items() if cases]
 
     seen = load_observability(results_dir)
     ctx["observability"] = Table.of(seen[OBSERVABILITY_COLUMNS]) if not seen.empty else None

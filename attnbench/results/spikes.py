@@ -32,7 +32,8 @@ def rankable(frame):
 
 
 def find_cost_spikes(frame, thresholds: dict | None = None, *, repo: str | None = None,
-                     factors: dict | None = None, changes=None, floors: dict | None = None):
+                     factors: dict | None = None, changes=None, floors: dict | None = None,
+                     confirmed: dict | None = None):
     """Cost regressions (``find_regressions``) of the kernels a verdict can rank (``rankable``), each
     with the companion metrics' change across the same two commits. Run factors, host changes and
     noise floors come from the whole ``frame``: cost rows hold no step times and no probe."""
@@ -43,7 +44,7 @@ def find_cost_spikes(frame, thresholds: dict | None = None, *, repo: str | None 
     costs = rankable(frame[frame["metric"].isin(metrics.names("cost"))])
     floors = noise_floors(costs, factors) if floors is None else floors  # a cost's floor is of costs
     regressions = find_regressions(costs, thresholds, repo=repo, factors=factors, changes=changes,
-                                   floors=floors)
+                                   floors=floors, confirmed=confirmed)
     if regressions.empty:
         return regressions
     ok = frame[frame["status"] == "ok"]

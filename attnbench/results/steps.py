@@ -1,22 +1,6 @@
-"""Steps in the tidy results, and which of them are regressions. Reads, never writes.
-
-``find_steps`` runs asv's step detection per series in commit order (directions honoured) and judges
-each step by what its metric is (``Metric.judged``; docs/reports.md):
-
-* ``noise``: the step must exceed the two levels' combined uncertainty, each level's never below the
-  machine's noise floor for the metric (``noise.noise_floors``), plus the run correction's own
-  standard error where the figure is divided by its run's shift;
-* ``exact``: deterministic figures (compiler bytes, counts): any step beyond the threshold is real;
-* ``allocator``: alerts only for a step that holds on both sides (two runs or more each, no overlap)
-  and exceeds ``ALLOCATOR_MIN_STEP``;
-* ``tolerance``: an error alerts when it crosses its dtype's tolerance or rises by more than
-  ``TOLERANCE_FRACTION`` of it.
-
-A step that passes is then explained, in order, as a one-run excursion, a host change, a definition
-change (``DEFINITION_CHANGES``, per metric, regime, platform, kernel and class), a change of a setting
-the metric depends on (``SETTINGS_THAT_MATTER``), or no change in the code the series measures
-(``results/code.py``); what is left is a regression, naming the commits that changed that code, the
-step against the noise it beat, and how many runs it has held.
+"""Steps in the tidy results: every series in commit order, the machine's noise floor per kind of
+figure, and the steps asv's step detection finds beyond the threshold (directions honoured), each
+judged by ``results/judge.py``. Reads, never writes.
 """
 
 from __future__ import annotations
@@ -29,28 +13,34 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnbench.core import metrics
-from attnbench.core.numerics import TOLERANCE
-from attnbench.results import code, hosts, noise
-from attnbench.results.noise import SCATTER_Z, column
+from attnbench.results import code, confirmations, hosts, noise
+from attnbench.results.judge import (  # noqa: F401  (the verdicts' names, as callers import them here)
+    ALERT_Z,
+    COMPANION,
+    DEFINITION_CHANGED,
+    DISMISSED,
+    HOST_CHANGED,
+    NO_CODE_CHANGE,
+    ONE_RUN,
+    REGRESSION,
+    SEEN_BEFORE,
+    SETTING_CHANGED,
+    UNCONFIRMED,
+    VERDICTS,
+    WITHIN_NOISE,
+    WITHIN_TOLERANCE,
+    _text,
+    floor_of,
+    judge,
+    judged_kind,
+)
+from attnbench.results.noise import column
 
 # Imported where used: pandas (the torch_xla venv has no report libraries); asv (the main venv only).
-
 DEFAULT_THRESHOLD = 0.05
-# A noise step alerts beyond ALERT_Z standard deviations of each level (combined in quadrature): a
-# 99.9% band, not 99%, as one history judges hundreds of candidate steps, and a 99% band let several
-# noise-only steps through per synthetic history (tests/test_regression_rule.py; docs/reports.md).
-ALERT_Z = 3.291
 # Steps smaller than this in absolute terms are noise whatever their relative size: the process's
 # resident high-water mark moves in 4 KiB pages, so 0 -> 8 KiB would read as an infinite regression.
 MIN_ABSOLUTE_STEP = {"bytes": 2**20}
-REGRESSION, WITHIN_NOISE = "regression", "within noise"
-ONE_RUN, UNCONFIRMED, SEEN_BEFORE = "one-run excursion", "unconfirmed", "level seen before"
-WITHIN_TOLERANCE, COMPANION = "within tolerance", "companion only"
-HOST_CHANGED, DEFINITION_CHANGED, SETTING_CHANGED = "host changed", "definition changed", "setting changed"
-NO_CODE_CHANGE = "no measured code changed"
-VERDICTS = (REGRESSION, UNCONFIRMED, HOST_CHANGED, DEFINITION_CHANGED, SETTING_CHANGED, NO_CODE_CHANGE,
-            ONE_RUN, SEEN_BEFORE, WITHIN_NOISE, WITHIN_TOLERANCE, COMPANION)
-
 
 @dataclass
 class Series:
@@ -208,11 +198,6 @@ def _corrections(ok, order, factors: dict, metric, machine, commit, platform):
             scale[i], shift[i], variance[i] = found.factor ** exponent, found.factor, found.variance
     return scale, shift, variance
 
-
-def _text(value):
-    return value if isinstance(value, str) and value else None
-
-
 # -- the machine's noise floor ---------------------------------------------------------------------
 def _scatter(values) -> float | None:
     """The robust relative SD of one figure from successive figures (``noise.series_scatter``'s
@@ -244,13 +229,6 @@ def floors_of(series: list[Series]) -> dict[tuple, float]:
         found.setdefault(s.kind, []).append(spread)
         found.setdefault((s.machine, s.metric), []).append(spread)
     return {key: float(np.median(values)) for key, values in found.items()}
-
-
-def floor_of(floors: dict, series: Series) -> float | None:
-    """The noise floor of a series' figures: its kind's, else its metric's on its machine."""
-    found = floors.get(series.kind)
-    return found if found is not None else floors.get((series.machine, series.metric))
-
 
 def noise_floors(frame, factors: dict | None = None) -> dict[tuple, float]:
     """``floors_of`` the usable series of ``frame``, corrected by ``factors`` (default: its own)."""
@@ -374,281 +352,11 @@ def candidates(series: Series, threshold: float, floor: float, min_size: int = 1
         out.append(Candidate(series, before, after, left, right, shown_levels, excursion))
     return out
 
-
-def _interval_uncertainty(candidate: Candidate) -> None:
-    """Each level's uncertainty from its figures' intervals (the half facing the other level), else
-    for a figure read once per run from the series' successive differences, else from the scatter of
-    the points on both sides."""
-    s, (before, after) = candidate.series, candidate.levels
-    rising = after > before
-    for side, (segment, level, half) in enumerate(((candidate.left, before, s.up if rising else s.down),
-                                                   (candidate.right, after, s.down if rising else s.up))):
-        known = half[slice(*segment)]
-        known = known[np.isfinite(known)]
-        if len(known):  # asv's 99% interval, widened to the alert's band
-            candidate.u[side] = float(np.median(known)) * abs(level) * ALERT_Z / SCATTER_Z
-    candidate.sources |= {str(x) for x in s.source[candidate.left[0]:candidate.right[1]].tolist() if x}
-    if None not in candidate.u:
-        return
-    metric = metrics.get(s.metric) if s.metric in metrics.names() else None
-    spread = None
-    if metric is not None and metric.one_reading:
-        spread = reading_scatter(s.value, candidate.before, candidate.after)
-        source = "series run-to-run scatter, one reading per run"
-    if spread is None:
-        spread = _step_scatter(s.value, (candidate.left, candidate.right))
-        source = "series scatter"
-    if spread is not None:
-        for side, level in enumerate(candidate.levels):
-            if candidate.u[side] is None:
-                candidate.u[side] = ALERT_Z * spread * abs(level)
-        candidate.sources.add(source)
-
-
-def _step_scatter(values, segments):
-    """Robust relative standard deviation of the points on both sides of a step, around their side's
-    median; None when fewer than three points (or no side of two) say anything about it."""
-    residuals, sizes = [], []
-    for left, right in segments:
-        side = np.asarray([v for v in values[left:right] if v == v], dtype=float)
-        if len(side) == 0:
-            continue
-        sizes.append(len(side))
-        middle = np.median(side)
-        if middle:
-            residuals.extend(side / middle - 1.0)
-    if sum(sizes) < 3 or max(sizes, default=0) < 2:
-        return None
-    return noise.robust_sd(residuals)
-
-
-def reading_scatter(values, before: int, after: int):
-    """Relative standard deviation of one figure from its series' successive differences (RMS over
-    sqrt(2), the step's own left out); None with fewer than three."""
-    values = np.asarray(values, dtype=float)
-    diffs = [values[i + 1] / values[i] - 1.0 for i in range(len(values) - 1)
-             if not (before <= i < after) and values[i]]
-    diffs = [d for d in diffs if d == d]
-    if len(diffs) < 3:
-        return None
-    return float(np.sqrt(np.mean(np.square(diffs))) / math.sqrt(2.0))
-
-
-# -- judging one step ------------------------------------------------------------------------------
-@dataclass
-class Noise:
-    """What a ``noise`` step was judged against: the combined 99% uncertainty and its parts."""
-
-    combined: float
-    source: str
-    floor_applied: bool
-
-
-def level_factor(figures: int) -> float:
-    """A level's uncertainty over one figure's: the standard error of the median of ``figures``
-    independent figures (of their mean for one or two)."""
-    return 1.0 / math.sqrt(figures) if figures <= 2 else noise.MEDIAN_SE / math.sqrt(figures)
-
-
-def noise_of(candidate: Candidate, floor_sd: float | None) -> Noise:
-    """The step's combined uncertainty: each level's, from one figure's (its intervals or scatter,
-    never below the machine's floor for that kind of figure) over the figures the level is the median
-    of (``level_factor``), and the run correction's standard error between the two runs."""
-    _interval_uncertainty(candidate)
-    s, parts, applied = candidate.series, [], False
-    for side, (level, segment) in enumerate(zip(candidate.levels, (candidate.left, candidate.right),
-                                               strict=True)):
-        own = candidate.u[side]
-        floor = ALERT_Z * floor_sd * abs(level) if floor_sd is not None else None
-        if floor is not None and (own is None or floor > own):
-            own, applied = floor, True
-        parts.append(None if own is None else own * level_factor(segment[1] - segment[0]))
-    correction = abs(s.variance[candidate.after] - s.variance[candidate.before])
-    corrected = s.scale[candidate.after] != 1.0 or s.scale[candidate.before] != 1.0
-    if corrected and correction:
-        parts.append(ALERT_Z * math.sqrt(correction) * abs(candidate.levels[1]))
-    known = [p for p in parts if p is not None]
-    if not known:
-        return Noise(float("nan"), "unknown", False)
-    intervals = sorted(n for n in candidate.sources if not n.startswith("series"))
-    names = [f"intervals ({'/'.join(intervals)})"] if intervals else []
-    names += sorted(n for n in candidate.sources if n.startswith("series"))
-    if applied:
-        names.append("the machine's noise floor for the metric")
-    if corrected and correction:
-        names.append("the run correction's standard error")
-    one_side = " (one side only)" if None in parts[:2] else ""
-    return Noise(math.hypot(*known), " + ".join(names) + one_side, applied)
-
-
-def holds(candidate: Candidate) -> bool:
-    """Both levels seen in two runs or more, and the new level's figures beyond every figure the series
-    had before the step: a level it never reached, not one it flips back to."""
-    s = candidate.series
-    a, b = s.value[:candidate.left[1]], s.value[slice(*candidate.right)]
-    if candidate.left[1] - candidate.left[0] < 2 or len(b) < 2:
-        return False
-    return bool(a.max() < b.min() or a.min() > b.max())
-
-
-def seen_before(candidate: Candidate, floor_sd: float | None) -> tuple[int, float] | None:
-    """``(index, value)`` of the earliest figure before the step already at the new level, within one
-    noise-floor SD of it, or beyond it the way the step goes; None when the series never reached it."""
-    s = candidate.series
-    before, after = candidate.levels
-    shown = s.value[:candidate.left[1]]
-    near = abs(after) * (floor_sd or 0.0)
-    reached = shown >= after - near if after > before else shown <= after + near
-    found = np.flatnonzero(reached)
-    return (int(found[0]), float(shown[found[0]])) if len(found) else None
-
-
-def _tolerance(candidate: Candidate) -> tuple[float, str]:
-    """The absolute tolerance of the series' dtype, and the dtype; float32's, the strictest, where the
-    run recorded none (Training has no dtype parameter, and older runs no ``dtypes`` setting)."""
-    dtype = candidate.series.dtype[candidate.after]
-    if dtype not in TOLERANCE:
-        return TOLERANCE["float32"][0], "float32 (the run recorded no dtype; the strictest)"
-    return TOLERANCE[dtype][0], dtype
-
-
-def settings_changed(rows, before: int, after: int, metric: str, regime: str | None = None) -> str:
-    """The settings ``metric`` depends on that differ (or are unrecorded on one side) across the step."""
-    changes = []
-    for name in metrics.settings_for(metric, regime):
-        col = f"setting_{name}"
-        a, b = (rows[col].iloc[i] if col in rows else float("nan") for i in (before, after))
-        a, b = ("unrecorded" if x is None or x != x else str(x) for x in (a, b))
-        if a != b:
-            changes.append(f"{name} {a} -> {b}")
-    return "; ".join(changes)
-
-
-def versions_changed(rows, before: int, after: int) -> str:
-    """Library versions and measurement settings (``setting_*``) that differ across the step."""
-    changes = []
-    for col in [c for c in rows.columns if c.startswith(("version_", "setting_"))]:
-        a, b = rows[col].iloc[before], rows[col].iloc[after]
-        if a != b and not (a != a and b != b):  # NaN == NaN here
-            shown = ["unrecorded" if x != x else x for x in (a, b)]
-            name = col.removeprefix("version_").replace("setting_", "setting ", 1)
-            changes.append(f"{name} {shown[0]} -> {shown[1]}")
-    return "; ".join(changes)
-
-
-def judge(candidate: Candidate, floors: dict, periods: dict, repo: str | None) -> dict:
-    """The step as one row, with its ``verdict`` and ``why``."""
-    s, b, a = candidate.series, candidate.before, candidate.after
-    rows = s.rows
-    metric = metrics.get(s.metric) if s.metric in metrics.names() else None
-    kind = metric.judged if metric is not None else "noise"
-    runs_after = candidate.runs_at_new_level
-    row = {**s.keys, "metric": s.metric, "direction": s.direction, "unit": s.unit, "judged": kind,
-           "commit_before": s.commit[b], "commit_after": s.commit[a],
-           "position_before": s.position[b], "position_after": s.position[a],
-           "value_before": candidate.levels[0] * s.scale[b], "value_after": candidate.levels[1] * s.scale[a],
-           "relative_change": candidate.relative, "run_shift": s.shift[a] / s.shift[b] - 1.0,
-           "runs_after": runs_after, "versions_changed": versions_changed(rows, b, a),
-           "definitions_before": metrics.definitions_version(s.definitions[b]),
-           "definitions_after": metrics.definitions_version(s.definitions[a]),
-           "uncertainty": float("nan"), "noise_source": "", "noise_relative": float("nan"),
-           "code_changed": None, "commits": "", "host_changed": False, "why": ""}
-    run = (f" (against its run, whose {noise.correction_metric(s.metric, s.platform[a]) or 'figures'} moved "
-           f"{row['run_shift']:+.1%})" if row["run_shift"] else "")
-
-    def verdict(name: str, why: str) -> dict:
-        return {**row, "verdict": name, "why": why + (run if name != WITHIN_NOISE else "")}
-
-    # 1. is it beyond what this kind of figure does by itself?
-    if kind == "noise":
-        judged = noise_of(candidate, floor_of(floors, s))
-        level = abs(candidate.levels[0])
-        row.update(uncertainty=judged.combined, noise_source=judged.source,
-                   noise_relative=judged.combined / level if level else float("nan"))
-        if judged.combined == judged.combined and not candidate.step > judged.combined:
-            return verdict(WITHIN_NOISE, f"step {candidate.step:.3g} within the combined uncertainty "
-                                         f"{judged.combined:.3g} ({judged.source}){run}")
-    elif kind == "tolerance":
-        tolerance, dtype = _tolerance(candidate)
-        before, after = candidate.levels
-        crossed = after > tolerance >= before
-        rose = after - before > metrics.TOLERANCE_FRACTION * tolerance
-        row.update(uncertainty=metrics.TOLERANCE_FRACTION * tolerance,
-                   noise_source=f"{metrics.TOLERANCE_FRACTION:g} x the {dtype} tolerance {tolerance:g}")
-        if not (crossed or rose):
-            return verdict(WITHIN_TOLERANCE, f"{before:.3g} -> {after:.3g}: below the {dtype} tolerance "
-                                             f"{tolerance:g}, a rise of {(after - before) / tolerance:.1%} "
-                                             f"of it (alerts from {metrics.TOLERANCE_FRACTION:.0%} of it, "
-                                             "or a crossing)")
-    elif kind == "allocator":
-        if not (holds(candidate) and candidate.step >= metrics.ALLOCATOR_MIN_STEP):
-            return verdict(COMPANION, f"an allocator's figure alerts only for a step of "
-                                      f"{metrics.ALLOCATOR_MIN_STEP / 2**20:g} MiB or more that holds on "
-                                      f"both sides (two runs or more each, no overlap): "
-                                      f"{candidate.left[1] - candidate.left[0]} run(s) before, {runs_after} "
-                                      f"after; read it beside the other metrics' steps")
-    # 2. what explains it
-    if candidate.excursion and kind != "exact":
-        return verdict(ONE_RUN, f"a one-run excursion: {row['value_before']:.3g} at "
-                                f"{str(row['commit_before'])[:8]} alone; the series returns to (or beyond) "
-                                "its level before that run")
-    earlier = seen_before(candidate, floor_of(floors, s)) if kind == "noise" else None
-    if earlier is not None:
-        index, value = earlier
-        return verdict(SEEN_BEFORE, f"the series was at this level before ({value * s.scale[index]:.3g} at "
-                                    f"{str(s.commit[index])[:8]}) and came back from it: a level it flips "
-                                    "between, not a new one")
-    host = hosts.host_change_text(periods.get((s.machine, s.commit[b]), (0, "")),
-                                  periods.get((s.machine, s.commit[a]), (0, "")), periods, s.machine)
-    if host:
-        row["host_changed"] = True
-        return verdict(HOST_CHANGED, f"the two runs ran on different hosts: {host}")
-    benchmark = str(s.keys.get("benchmark", "")).rsplit(".", 1)[0].rsplit(".", 1)[-1]
-    implementation = _text(s.keys.get("implementation"))
-    changes = metrics.definition_changes(s.metric, row["definitions_before"], row["definitions_after"],
-                                         regime=_text(s.regime[a]), platform=s.platform[a],
-                                         impl=implementation, benchmark=benchmark)
-    if changes:
-        return verdict(DEFINITION_CHANGED, "; ".join(f"definitions {c.version} ({c.date}): {c.reason}"
-                                                     for c in changes))
-    setting = settings_changed(rows, b, a, s.metric, _text(s.regime[a]))
-    if setting:
-        return verdict(SETTING_CHANGED, f"a setting {s.metric} depends on changed: {setting}")
-    against = (f"{candidate.relative:+.1%} against noise ±{row['noise_relative']:.1%}"
-               if row["noise_relative"] == row["noise_relative"] else f"{candidate.relative:+.1%} ({kind})")
-    last = " (the series' last)" if candidate.ends_series else ""
-    held = (f"held for {runs_after} runs{last}" if runs_after > 1 else
-            "in the series' last run only" if candidate.ends_series else "seen in one run, then back")
-    changed = code.code_changed_for(repo, str(s.commit[b]), str(s.commit[a]), implementation,
-                                    str(s.keys.get("benchmark", "")))
-    what = ("which code changed is unknown (git does not know these commits)" if changed is None
-            else f"measured code changed: {', '.join(changed.files[:3])}")
-    if changed is not None:
-        row.update(code_changed=len(changed.files), commits=" | ".join(changed.commits))
-    if changed is not None and not changed.files:
-        others = code.files_changed(repo, str(s.commit[b]), str(s.commit[a])) or ()
-        only = f" (only: {', '.join(others[:4])}{' ...' if len(others) > 4 else ''})" if others else ""
-        return verdict(NO_CODE_CHANGE, "no code this series measures changed between the two commits" + only
-                       + ": noise or the environment"
-                       + (f" ({row['versions_changed']})" if row["versions_changed"] else ""))
-    first_alone = candidate.left == (0, 1)  # the series' first figure is the whole level before
-    if kind == "noise" and ((runs_after == 1 and candidate.ends_series) or first_alone):
-        where = ("in the series' last run only: the next run confirms it or not" if runs_after == 1 else
-                 "from a level of one run, the series' first: the runs before it are missing")
-        return verdict(UNCONFIRMED, f"{against}, {where} (one figure cannot tell a level from an "
-                                    f"outlier); {what}")
-    if changed is None:
-        return verdict(REGRESSION, f"{against}, {held}; {what}")
-    listed = ", ".join(changed.files[:5]) + (f" and {len(changed.files) - 5} more" if len(changed.files) > 5
-                                             else "")
-    commits = "; ".join(changed.commits[:4]) + (" ..." if len(changed.commits) > 4 else "")
-    return verdict(REGRESSION, f"{against}, {held}; measured code changed: {listed}; commits: {commits}")
-
-
 # -- the tables ------------------------------------------------------------------------------------
 def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
                min_absolute_step: dict | None = None, repo: str | None = None, relative_to_run: bool = True,
-               factors: dict | None = None, changes=None, floors: dict | None = None):
+               factors: dict | None = None, changes=None, floors: dict | None = None,
+               confirmed: dict | None = None):
     """One row per step beyond the threshold, with its ``verdict`` (``VERDICTS``) and ``why``, the two
     levels' combined ``uncertainty`` (metric units), ``code_changed`` (None: git cannot say) and the
     ``commits`` that changed the series' code.
@@ -656,7 +364,8 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
     ``thresholds``: metric -> relative step (default 5%); ``min_absolute_step``: unit -> smallest step
     worth reporting; ``repo``: None skips the code check. ``relative_to_run``: judge the figures
     against their run (``noise.run_factors``). ``factors``, ``changes``, ``floors``: of the whole
-    results where ``frame`` is a part of them.
+    results where ``frame`` is a part of them. ``confirmed``: paired re-measurements of steps
+    (``results.confirmations.load``).
     """
     import pandas as pd
 
@@ -676,10 +385,9 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
     rows = []
     for series in every:
         threshold = thresholds.get(series.metric, DEFAULT_THRESHOLD)
-        judged = metrics.get(series.metric).judged if series.metric in metrics.names() else "noise"
-        floor_sd = floor_of(floors, series) if judged == "noise" else None
+        floor_sd = floor_of(floors, series) if judged_kind(series.metric) == "noise" else None
         for candidate in candidates(series, threshold, limits.get(series.unit, 0.0), min_size, floor_sd):
-            rows.append(judge(candidate, floors, periods, repo))
+            rows.append(judge(candidate, floors, periods, repo, confirmed))
     return pd.DataFrame(rows)
 
 
@@ -689,3 +397,52 @@ def find_regressions(frame, thresholds: dict | None = None, **kwargs):
     if steps.empty:
         return steps
     return steps[steps["verdict"] == REGRESSION].reset_index(drop=True)
+
+
+# -- what a paired re-measurement can settle ---------------------------------------------------
+# What a re-measurement can settle: steps the history cannot call (within its noise, seen in the
+# last run only, a level seen before, a one-run excursion, a host change) or calls on one figure.
+CONFIRMABLE = {UNCONFIRMED, WITHIN_NOISE, SEEN_BEFORE, ONE_RUN, HOST_CHANGED, REGRESSION}
+NOT_CONFIRMABLE = {DEFINITION_CHANGED, SETTING_CHANGED, NO_CODE_CHANGE}
+
+
+def to_confirm(frame, steps, machine: str, repo: str, done: dict | None = None) -> list[dict]:
+    """The steps at ``machine``'s newest commit a paired re-measurement can settle, one per case
+    (several metrics of one case share its measurement): ``{"commit_before", "commit_after",
+    "env_name", "suite", "implementation", "seq_len", "workload", "phase", "dtype", "metrics"}``; not
+    those ``done`` (``results.confirmations.load``) already holds."""
+    if steps is None or steps.empty:
+        return []
+    mine = frame[frame["machine"] == machine]
+    if mine.empty:
+        return []
+    order = "commit_order" if mine["commit_order"].notna().any() else "commit_position"
+    newest = mine.loc[mine[order].idxmax(), "commit_hash"]
+    found: dict[tuple, dict] = {}
+    for r in steps[(steps["machine"] == machine) & (steps["commit_after"] == newest)].to_dict("records"):
+        metric = r["metric"]
+        if (metric not in metrics.names() or not metrics.get(metric).time_exponent
+                or r["verdict"] not in CONFIRMABLE or r.get("judged") != "noise"
+                or (isinstance(r.get("regime"), str) and r["regime"] != "static")
+                or confirmations.lookup(done, r, machine, str(r["commit_before"]), str(newest))):
+            continue
+        suite = confirmations.suite_of(r["benchmark"])
+        changed = code.code_changed_for(repo, str(r["commit_before"]), str(newest), r.get("implementation"),
+                                        str(r["benchmark"]))
+        if changed is not None and not changed.files:
+            continue  # no code it measures changed: there is nothing to measure again
+        key = confirmations.case_key(machine, r["env_name"], suite, r["implementation"], r.get("seq_len"),
+                                     r.get("workload"), r.get("phase"), r.get("dtype"))
+        entry = found.setdefault((*key, r["commit_before"]), {
+            "commit_before": str(r["commit_before"]), "commit_after": str(newest), "env_name": r["env_name"],
+            "suite": suite, "implementation": r["implementation"], "seq_len": _plain(r.get("seq_len")),
+            "workload": _plain(r.get("workload")), "phase": _plain(r.get("phase")),
+            "dtype": _plain(r.get("dtype")), "metrics": []})
+        entry["metrics"].append(metric)
+    return list(found.values())
+
+
+def _plain(value):
+    if value is None or value != value:
+        return None
+    return int(value) if isinstance(value, float) and value.is_integer() else value

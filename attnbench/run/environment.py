@@ -85,6 +85,29 @@ def conf_environment(include: list[dict], python: str, pins: dict[str, str]) -> 
     return None
 
 
+def conf_include(conf_dir: str = CHECKOUT) -> list[dict]:
+    """``asv.conf.json``'s ``include`` entries (its ``//`` comment lines dropped, as asv reads it)."""
+    path = os.path.join(conf_dir, "asv.conf.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = "\n".join(line for line in fh if not line.lstrip().startswith("//"))
+        return list(json.loads(text).get("include") or [])
+    except (OSError, ValueError):
+        return []
+
+
+def asv_environment_name(conf_dir: str = CHECKOUT) -> str:
+    """This interpreter's environment name as ``make bench`` files it: asv's name for the
+    ``asv.conf.json`` environment whose pins it holds (``conf_environment``), else
+    ``environment_name``; the plugin gives asv the same name."""
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    entry = conf_environment(conf_include(conf_dir), python, pinned_versions())
+    if entry is None:
+        return environment_name()
+    req = sorted((k, v) for k, v in entry["req"].items())
+    return "-".join(["virtualenv", f"py{python}"] + [f"{k}{v}" if v else k for k, v in req])
+
+
 def environment_name(python: str | None = None, named: dict[str, str] | None = None) -> str:
     """``existing-py<major.minor>-<dist><version>...``, distributions sorted, as asv's
     ``environment.get_env_name`` builds a virtualenv's name from its requirements."""

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import glob
 import io
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -14,6 +16,7 @@ import time
 from attnbench import hardware
 from attnbench.core import records
 from attnbench.core.atomic import atomic_write_bytes, atomic_write_text
+from attnbench.measure.compiler_caches import KEEP_ENV
 from attnbench.measure.engine import Case, Options, case_record, measure_case
 from attnbench.measure.figures import pool_rounds
 from attnbench.measure.process_env import scoped_environ
@@ -49,7 +52,8 @@ def measure_cases(cases: list[Case], *, isolate: bool = True, timeout_s: float =
     first: list[dict | None] = [prior.get(i) for i in range(len(cases))]
     spent = {} if spent is None else spent
     began = time.time()
-    with run_probe_dir():
+    with run_probe_dir(), tempfile.TemporaryDirectory(prefix="attnbench-compiled-") as compiled, \
+            scoped_environ(**{KEEP_ENV: compiled}):
         todo = [i for i, record in enumerate(first) if record is None]
         spent["first pass worker starts"] = _first_pass(cases, first, todo, isolate, timeout_s, memory_cap_bytes,
                                                         threads, progress, on_record, deadline)
@@ -58,7 +62,7 @@ def measure_cases(cases: list[Case], *, isolate: bool = True, timeout_s: float =
             for phase, seconds in json.loads(first[i].get("phase_seconds") or "{}").items():
                 spent[f"first pass: {phase}"] = spent.get(f"first pass: {phase}", 0.0) + seconds
         if rounds is not None and rounds.max_rounds > 0:
-            _later_rounds(cases, first, rounds, isolate, threads, on_record, deadline, spent)
+            _later_rounds(cases, first, rounds, isolate, threads, on_record, deadline, spent, compiled)
     return first
 
 
@@ -103,10 +107,11 @@ def _first_pass(cases, first, todo, isolate, timeout_s, memory_cap_bytes, thread
             worker.close()
         if bar:
             bar.close()
-    return worker.start_seconds if worker else 0.0
+    return getattr(worker, "start_seconds", 0.0) if worker else 0.0
 
 
-def _later_rounds(cases, first, plan: RoundPlan, isolate, threads, on_record, deadline, spent) -> None:
+def _later_rounds(cases, first, plan: RoundPlan, isolate, threads, on_record, deadline, spent,
+                  compiled: str | None = None) -> None:
     """The timed cases' later rounds (``adaptive.run_rounds``), each case's record pooled over them."""
     timed = [i for i, (case, record) in enumerate(zip(cases, first, strict=True))
              if timed_in_rounds(case, record) and record.get("rounds_complete") is not True]
@@ -123,7 +128,7 @@ def _later_rounds(cases, first, plan: RoundPlan, isolate, threads, on_record, de
                 on_record(i, first[i])
 
     frameworks = tuple(sorted({f for i in timed for f in preload(cases[i].impl)}))
-    with round_compile_caches():
+    with round_compile_caches(compiled):
         stopped = adaptive.run_rounds(adaptive.groups_of(cases, first, timed), values, plan, threads=threads,
                                       preload=frameworks, deadline=deadline, first_round=next_round,
                                       done_rounds=done, on_look=keep, in_process=not isolate, spent=spent)
@@ -149,15 +154,20 @@ def run_probe_dir():
 
 
 @contextlib.contextmanager
-def round_compile_caches():
+def round_compile_caches(compiled: str | None = None):
     """The compiler caches of one sweep's later rounds: a jax persistent compilation cache and an
     Inductor cache directory that live for the rounds (handed to the round workers through the
-    environment), so a replaced worker loads its steps' compiled code instead of compiling it again.
-    Rounds time only the steady step, so this changes no figure; the first pass stays cold."""
+    environment), so a replaced worker loads its steps' compiled code instead of compiling it again;
+    the Inductor one starts with what the first pass's cold cases compiled (``compiled``: their kept
+    folders). Rounds time only the steady step, so this changes no figure; the first pass stays cold."""
     with tempfile.TemporaryDirectory(prefix="attnbench-round-caches-") as folder, \
             scoped_environ(JAX_COMPILATION_CACHE_DIR=os.path.join(folder, "jax"),
                            JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                            TORCHINDUCTOR_CACHE_DIR=os.path.join(folder, "inductor")):
+        inductor = os.path.join(folder, "inductor")
+        os.makedirs(inductor)
+        for case in sorted(glob.glob(os.path.join(compiled, "*"))) if compiled else ():
+            shutil.copytree(case, inductor, dirs_exist_ok=True)
         yield folder
 
 
