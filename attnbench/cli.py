@@ -12,7 +12,7 @@ from attention_impls.base import MASK_FEATURES, SEGMENT_KINDS
 from attnbench.asv.machine import detect_machine_name
 from attnbench.asv.rename_env import rename_environment
 from attnbench.backends import here
-from attnbench.checks import noisecheck
+from attnbench.checks import noisecheck, warmcheck
 from attnbench.checks.observability import add_parser as add_observability
 from attnbench.cli_results import add_results_commands
 from attnbench.cli_run import add_run_command
@@ -260,7 +260,8 @@ def _add_check_commands(sub) -> None:
     p.add_argument("--rounds", type=int, default=12, help="interleaved A/B rounds per case (default 12)")
     p.add_argument("--threshold", type=float, default=0.05,
                    help="smallest slowdown that fails the gate, and the margin of 'no change' (default 0.05)")
-    p.add_argument("--round-seconds", type=float, default=0.1, help="each revision's window per case and round")
+    p.add_argument("--round-seconds", type=float, default=0.1,
+                   help="each revision's window per case and round")
     p.add_argument("--restart-every", type=int, default=4,
                    help="fresh worker processes for both revisions every this many rounds (default 4)")
     p.add_argument("--json", help="also write the verdicts to this JSON file")
@@ -288,6 +289,11 @@ def _add_check_commands(sub) -> None:
                        description=noisecheck.__doc__.split("\n\n")[0])
     noisecheck.add_arguments(p)
     p.set_defaults(func=noisecheck.command)
+
+    p = sub.add_parser("warmcheck", help="benchmark: do the warm round workers bias a figure (warm / fresh "
+                       "process, interleaved, 99%% interval)", description=warmcheck.__doc__.split("\n\n")[0])
+    warmcheck.add_arguments(p)
+    p.set_defaults(func=warmcheck.command)
 
     p = sub.add_parser("selfcheck", help="benchmark the engine: speed and agreement with bare loops")
     p.set_defaults(func=lambda args: importlib.import_module("attnbench.checks.selfcheck").main())

@@ -60,8 +60,8 @@ def cmd_verdict(args) -> int:
 
         atomic_write_text(args.csv, table.to_csv(index=False))
     shown = table if args.all else headline(table)
-    print(f"# verdict: forced flash, native, equal within the margin, or can't tell, from the 99% interval of "
-          f"their paired cost per useful token over a {args.stream_steps:,}-step stream ({counts(shown)})")
+    print(f"# verdict: forced flash, native, equal within the margin, or can't tell, from the 99% interval "
+          f"of their paired cost per useful token over a {args.stream_steps:,}-step stream ({counts(shown)})")
     if args.full:
         rows = _rows(display(shown))
         if args.width:
@@ -73,10 +73,11 @@ def cmd_verdict(args) -> int:
         print(_render(_rows(short(shown)), SHORT_COLUMNS, args))
         compiled = targets(shown)
         if not compiled.empty:
-            print("\n# compile targets (compiler only: nothing ran there): most tokens per chip in the largest "
-                  "batch that fits")
+            print("\n# compile targets (compiler only: nothing ran there): most tokens per chip in the "
+                  "largest batch that fits")
             print(_render(_rows(compiled), TARGET_COLUMNS, args))
-        lines = notes(shown, profiler_visibility(args.results), frame) + control_lines(controls(frame, margin))
+        lines = notes(shown, profiler_visibility(args.results), frame) + control_lines(
+            controls(frame, margin))
         if lines:
             print()
             print("\n".join(f"- {line}" for line in lines))
@@ -209,8 +210,8 @@ def cmd_report(args) -> int:
 
 def add_results_commands(sub) -> None:
     """What the results say: the verdict, the summary, the report (all read only)."""
-    p = sub.add_parser("verdict", help="forced, native, equal or can't tell, per machine, framework, workload, "
-                                       "length")
+    p = sub.add_parser("verdict", help="forced, native, equal or can't tell, per machine, framework, "
+                                       "workload, length")
     p.add_argument("--results", default="results", help="results folder (read only)")
     p.add_argument("--stream-steps", type=int, default=None,
                    help="the production stream's length in steps (default: streams.STREAM_STEPS, 1000)")
@@ -240,5 +241,6 @@ def add_results_commands(sub) -> None:
                    help="relative step that counts as a regression, every metric (default 0.05)")
     p.add_argument("--threshold-metric", action="append", metavar="METRIC=FRACTION",
                    help="per-metric threshold, e.g. usd_per_step=0.1 (repeatable)")
-    p.add_argument("--summary", action="store_true", help="then print `attnbench summary` from the same results")
+    p.add_argument("--summary", action="store_true",
+                   help="then print `attnbench summary` from the same results")
     p.set_defaults(func=cmd_report)

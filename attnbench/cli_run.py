@@ -76,8 +76,8 @@ def cmd_run(args) -> int:
                       trace_dir=trace_dir, compile_cache=args.compile_cache, timer=args.timer)
     # Every case in a worker of its own: compile caches live per process.
     # A regime's case leaves the step's evidence and numerics to the static case, when it runs too.
-    cases = [Case(name, workload, dataclasses.replace(options, regime=regime,
-                                                      step_checks=regime == "static" or "static" not in regimes))
+    cases = [Case(name, workload, dataclasses.replace(
+                 options, regime=regime, step_checks=regime == "static" or "static" not in regimes))
              for name in impls for workload in workloads for regime in regimes]
     kwargs = {"isolate": not args.no_isolate, "timeout_s": args.timeout, "memory_cap_bytes": memory_cap,
               "threads": threads}
@@ -136,8 +136,8 @@ def run_round_plan(args):
         raise ValueError(f"--max-rounds ({most}) must be at least --rounds ({args.rounds})")
     if most < 2:
         return None
-    return RoundPlan(min_rounds=args.rounds - 1, max_rounds=most - 1, budget_s=args.budget, margin=args.margin,
-                     window_s=args.round_seconds)
+    return RoundPlan(min_rounds=args.rounds - 1, max_rounds=most - 1, budget_s=args.budget,
+                     margin=args.margin, window_s=args.round_seconds)
 
 
 def run_workloads(args) -> list[Workload]:

@@ -52,10 +52,38 @@ def test_docs_feature_matrix_is_the_generated_one(capsys):
     (["run", "--impl", "no-such-kernel"], "unknown implementation 'no-such-kernel'"),
     (["run", "--dtype", "float64", "--impl", "reference-float64"], "Workload.dtype must be one of"),
     (["run", "--memory-cap", "lots", "--impl", "reference-float64"], "--memory-cap must look like 8G"),
+    (["run", "--rounds", "9", "--budget", "0", "--impl", "reference-float64"],
+     "--budget must be more than 0 seconds, got 0"),
+    (["run", "--rounds", "9", "--budget", "-5", "--impl", "reference-float64"],
+     "--budget must be more than 0 seconds, got -5"),
+    (["run", "--rounds", "9", "--margin", "1.5", "--impl", "reference-float64"],
+     "--margin must be a fraction between 0 and 1"),
+    (["run", "--rounds", "9", "--margin", "0", "--impl", "reference-float64"],
+     "--margin must be a fraction between 0 and 1"),
+    (["verdict", "--margin", "1"], "--margin must be a fraction between 0 and 1"),
+    (["confirm", "--budget", "0"], "--budget must be more than 0 seconds"),
 ])
 def test_bad_input_exits_2_with_a_clear_message(capsys, argv, message):
     assert main(argv) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1  # one line
+
+
+@pytest.mark.parametrize("variable,value,message", [
+    ("ATTNBENCH_BUDGET_S", "0", "ATTNBENCH_BUDGET_S must be more than 0 seconds, got 0"),
+    ("ATTNBENCH_BUDGET_S", "-1", "ATTNBENCH_BUDGET_S must be more than 0 seconds, got -1"),
+    ("ATTNBENCH_MARGIN", "1.5", "ATTNBENCH_MARGIN must be a fraction between 0 and 1"),
+    ("ATTNBENCH_MARGIN", "0", "ATTNBENCH_MARGIN must be a fraction between 0 and 1"),
+    ("ATTNBENCH_MARGIN", "ten", "ATTNBENCH_MARGIN must be a number, got 'ten'"),
+])
+def test_make_bench_refuses_a_bad_budget_or_margin_in_one_line(monkeypatch, capsys, variable, value, message):
+    """`make bench`'s first step (`selection check`), before any measuring."""
+    from attnbench.asv import selection
+
+    monkeypatch.setenv(variable, value)
+    assert selection.main(["check"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and err[0].startswith("make bench: ")
 
 
 def test_a_bug_is_not_reported_as_bad_input(monkeypatch):

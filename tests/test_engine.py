@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from attnbench.core import records
+from attnbench.core import metrics, records
 from attnbench.core.workload import Workload
 from attnbench.measure.engine import Case, Options
 from attnbench.measure.figures import pool_rounds
@@ -266,7 +266,9 @@ def test_rounds_pool_their_medians_and_drop_a_contended_round():
                                  contention_reason="other processes used 1.00 cores (limit 0.1)")
     pooled = pool_rounds(first, [*rounds, quiet, loaded], stopped="settled")
     assert pooled["rounds"] == 2 and pooled["rounds_dropped"] == 1 and pooled["contended"] is False
-    assert json.loads(pooled["round_ids"]) == [0, 1] and pooled["rounds_stopped"] == "settled"
+    # every round is kept by id, the shared one listed: pairs keep it, the figure's own median does not
+    assert json.loads(pooled["round_ids"]) == [0, 1, 2] and json.loads(pooled["contended_rounds"]) == [2]
+    assert pooled["rounds_stopped"] == "settled"
     assert pooled["samples"] == 10 and 0.010 <= pooled["seconds_per_step"] <= 0.012
     assert pooled["ci_confidence"] == 0.99 and "too few values for 99%" in pooled["ci_method"]
     # Figures derived from the pooled step time, by hand: 1000 tokens per step, 2 GFLOP per step,
@@ -281,7 +283,9 @@ def test_rounds_pool_their_medians_and_drop_a_contended_round():
     assert every_round_loaded["contention_reason"] == "contended in all 2 timing rounds, e.g. x"
     # a pooled record gives its rounds back, so a resumed sweep goes on from them
     again = adaptive.round_values(pooled)
-    assert [(v.round, v.median_s) for v in again] == [(0, 0.010), (1, 0.012)]
+    assert [(v.round, v.median_s, v.contended) for v in again] == [(0, 0.010, False), (1, 0.012, False),
+                                                                   (2, 0.050, True)]
+    assert metrics.get("seconds_per_step").asv_value(pooled) == pooled["seconds_per_step"]  # 2 rounds
 
 
 @pytest.mark.slow
@@ -295,6 +299,32 @@ def test_a_sweep_with_rounds_times_static_cases_again_and_pools_them():
         == static["rounds"]
     assert static["rounds_complete"] is True and static["rounds_stopped"].startswith("base rounds")
     assert dynamic["rounds"] is None  # the regime's figures come from its one stream
+
+
+def test_a_sweep_cut_mid_adaptation_resumes_from_the_rounds_it_kept():
+    """The sweep files each timed case after every look at its rounds (``rounds_complete`` false);
+    cut there, a sweep handed those records goes on from their rounds, numbered after them."""
+    plan = RoundPlan(min_rounds=4, max_rounds=8, look_every=2, window_s=0.01)
+    cases = [Case("reference-float64", SMALL, FAST)]
+    saved = {}
+
+    class Cut(Exception):
+        pass
+
+    def keep(i, record):
+        saved[i] = record
+        if record.get("rounds_complete") is False:
+            raise Cut  # the process dies right after the look's records were filed
+
+    with pytest.raises(Cut):
+        measure_cases(cases, rounds=plan, isolate=False, on_record=keep, progress=False)
+    cut = saved[0]
+    kept = json.loads(cut["round_ids"])
+    assert cut["rounds_complete"] is False and kept == [0, 1, 2, 3, 4]
+    [done] = measure_cases(cases, rounds=plan, isolate=False, prior={0: cut}, progress=False)
+    ids = json.loads(done["round_ids"])
+    assert ids[:5] == kept and ids[5:] == [5, 6] and done["rounds_complete"] is True
+    assert json.loads(done["round_medians_s"])[:5] == json.loads(cut["round_medians_s"])  # nothing lost
 
 
 def test_only_static_ok_cases_of_kernels_that_do_not_run_in_an_interpreter_get_timing_rounds():

@@ -123,9 +123,11 @@ def test_the_stable_name_is_asv_naming_of_the_library_versions():
                      "pins": environment.pinned_versions()}
 
 
-CONF_INCLUDE = [{"python": "3.11", "req": {"jax": "0.10.2", "jaxlib": "0.10.2", "torch": "2.13.0", "numpy": ""}},
-                {"python": "3.11", "req": {"torch": "2.9.0", "torch-xla": "2.9.0", "jax": "0.7.1", "jaxlib": "0.7.1",
-                                           "numpy": ""}}]
+CONF_INCLUDE = [
+    {"python": "3.11", "req": {"jax": "0.10.2", "jaxlib": "0.10.2", "torch": "2.13.0", "numpy": ""}},
+    {"python": "3.11", "req": {"torch": "2.9.0", "torch-xla": "2.9.0", "jax": "0.7.1", "jaxlib": "0.7.1",
+                               "numpy": ""}},
+]
 
 
 def test_a_venv_with_exactly_an_asv_environments_pins_is_that_environment():

@@ -64,3 +64,29 @@ def test_resume_refuses_other_measurement_options_and_needs_out(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "attnbench", "run", *FAST, "--seq", "32", "--resume"],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 2 and "--resume needs --out DIR" in proc.stderr
+
+
+def test_a_row_cut_mid_rounds_rejoins_the_sweep_with_its_rounds(tmp_path):
+    """A written row whose later rounds were cut short (``rounds_complete`` False) is no done case: it
+    comes back as a record, numbers and lists as they were written, for the sweep to go on from."""
+    from attnbench.core.workload import Workload
+    from attnbench.measure.engine import Case, Options
+    from attnbench.run import adaptive, resume
+
+    workload = Workload(batch=1, q_heads=1, seq_q=32, head_dim=8, causal=True)
+    done, cut = (Case("reference-float64", workload.replace(seq_q=n, seq_k=n), Options()) for n in (32, 64))
+    path = tmp_path / "records.csv"
+    rows = [{**dict(zip(resume.IDENTITY, resume.case_identity(c.impl, c.workload, c.regime), strict=True)),
+             "status": "ok", "seconds_per_step": 0.001, "round_ids": "[0, 1, 2]",
+             "round_medians_s": "[0.001, 0.0011, 0.0009]", "rounds_complete": complete}
+            for c, complete in ((done, True), (cut, False))]
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    kept, todo, prior = resume.split(str(path), [done, cut])
+    assert [r["seq_q"] for r in kept] == ["32"] and todo == [cut] and list(prior) == [0]
+    record = prior[0]
+    assert record["rounds_complete"] is False and record["seconds_per_step"] == 0.001
+    assert [(v.round, v.median_s) for v in adaptive.round_values(record)] == [(0, 0.001), (1, 0.0011),
+                                                                             (2, 0.0009)]

@@ -91,9 +91,10 @@ def test_price_stream_refuses_missing_figures():
 # -- synthetic tidy frames ------------------------------------------------------------------------
 # How the machine moved in each of 16 later rounds: every kernel of a round moves alike (paired).
 DRIFT = [1.0, 1.3, 0.8, 1.1, 0.9, 1.25, 0.75, 1.05, 0.95, 1.2, 0.85, 1.15, 0.7, 1.0, 1.1, 0.9]
+ROUNDS = len(DRIFT)
 
 
-def _rounds(step, spread, n=len(DRIFT), seed=0):
+def _rounds(step, spread, n=ROUNDS, seed=0):
     """``round_ids`` and ``round_medians_s`` of a case timed in the later rounds 1..n: the machine's
     drift, times the kernel's own scatter of +-``spread`` (alternating, shifted by ``seed``)."""
     medians = [step * DRIFT[r % len(DRIFT)] * (1 + spread * (-1) ** (r + seed)) for r in range(n)]
@@ -114,7 +115,7 @@ def _case(
     seq=MAX_LEN,
     peak=None,
     spread=0.01,
-    rounds=len(DRIFT),
+    rounds=ROUNDS,
     control=None,
 ):
     """Tidy rows of one kernel case: its static step with its later rounds (``spread``: its own

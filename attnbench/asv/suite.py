@@ -93,7 +93,8 @@ def round_plan(size: SuiteSize, planned: list[Case]):
     ``planned``: each control kernel's Forward case at the size's longest length."""
     longest = max(size.forward_seqs)
     controls = tuple(case.key for case in planned
-                     if case.impl in size.controls and case.regime == "static" and case.workload.name == CUSTOM
+                     if case.impl in size.controls and case.regime == "static"
+                     and case.workload.name == CUSTOM
                      and case.workload.mode == "fwd" and case.workload.seq_q == longest
                      and case.workload.batch == 1)
     user = user_round_settings()
@@ -123,8 +124,8 @@ def measure_suite(cases: list[tuple[str, Workload, str]], benchmark: str | None 
     if cached:
         groups.update(not_cached(cache, also or {}))
     every = list({case_key(*case): case for group in groups.values() for case in group}.values())
-    unfinished = {key: record for key, record in (cache.load([case_key(*c) for c in every]) if cached else {}).items()
-                  if unfinished_rounds(record)}
+    loaded = cache.load([case_key(*c) for c in every]) if cached else {}
+    unfinished = {key: record for key, record in loaded.items() if unfinished_rounds(record)}
     if cached and every:
         together = "".join(f", with {len(c)} {s} cases" for s, c in groups.items() if s != benchmark)
         print(f"attnbench: case cache {cache.folder}: {len(done)} of {len(cases)} {benchmark or ''} cases "

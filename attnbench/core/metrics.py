@@ -94,9 +94,10 @@ class Metric:
         gets the value alone: its fallback for a few samples, a Laplace posterior, reaches below zero."""
         value = self.value(record)
         raw = record.get("round_medians_s") if (record.get("rounds") or 1) > 1 else None
-        if not self.time_exponent or not raw or not math.isfinite(value) or not record.get("seconds_per_step"):
+        if (not self.time_exponent or not raw or not math.isfinite(value)
+                or not record.get("seconds_per_step")):
             return value
-        samples = json.loads(raw) if isinstance(raw, str) else list(raw)
+        samples = _kept(raw, record.get("round_ids"), record.get("contended_rounds"))
         if len(samples) < min_values(CONFIDENCE):
             return value
         median = record["seconds_per_step"]
@@ -109,6 +110,15 @@ class Metric:
         if self.derive is not None:
             return None
         return self.unit if self.record_unit is None else self.record_unit
+
+
+def _kept(medians, ids, contended) -> list[float]:
+    """The round medians a figure is the median of: those of rounds no other process shared."""
+    load = (lambda raw: json.loads(raw) if isinstance(raw, str) else list(raw or []))
+    medians, ids, busy = load(medians), load(ids), set(load(contended))
+    if not busy or len(ids) != len(medians):
+        return medians
+    return [m for i, m in zip(ids, medians, strict=True) if i not in busy]
 
 
 def _num(value) -> float:

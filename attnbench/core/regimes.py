@@ -133,6 +133,15 @@ class RegimeResult:
         return sum(max(0.0, s - self.steady_seconds_per_step) for s in slow)
 
 
+def stream_of(workload: Workload, regime: str, steps: int, seed: int,
+              policy: str = "multiple-128") -> tuple[Workload, list[int], list[int]]:
+    """A case's stream: the runner's template (square when the case is), the stream's lengths, and
+    each step's length as the regime runs it (padded to the maximum, a bucket, or exact)."""
+    template = workload.replace(seq_k=workload.seq_q) if workload.seq_k == workload.seq_q else workload
+    lengths = length_stream(workload.stream_length, steps, seed)
+    return template, lengths, [padded_length(int(n), regime, workload.stream_length, policy) for n in lengths]
+
+
 def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequence[int],
                policy: str = "multiple-128") -> RegimeResult:
     """Run ``lengths`` through ``runner`` (kernel ``name``'s, fresh: ``here.make_runner``) under

@@ -231,8 +231,8 @@ def time_static(impl, step, options: Options, record: dict) -> None:
 
 def _run_regime(impl, workload, options, record):
     """The regime's stream; its first step is the case's first call (trace + compile + run)."""
-    lengths = regimes.length_stream(workload.stream_length, options.regime_steps, options.seed)
-    template = workload.replace(seq_k=workload.seq_q) if workload.seq_k == workload.seq_q else workload
+    template, lengths, _ = regimes.stream_of(workload, options.regime, options.regime_steps, options.seed,
+                                             options.bucket_policy)
     result = regimes.run_regime(impl.name, here.make_runner(impl, template, options.seed), template,
                                 options.regime, lengths, options.bucket_policy)
     first = result.trace[0] if result.trace else None

@@ -77,30 +77,38 @@ def pricing_of(record: dict):
 
 
 def pool_rounds(record: dict, rounds: list, *, stopped: str | None = None, complete: bool = True) -> dict:
-    """``record`` (a static case's full record) with its step time estimated over its timing rounds
-    (``run.adaptive.RoundValue``s, round 0 its own first window): the median of the rounds'
-    medians, with the interval over them, at ``stats.CONFIDENCE``.
+    """``record`` with its rounds (``run.adaptive.RoundValue``s) pooled: a static case's step time
+    estimated over them (round 0 its own first window), the median of the rounds' medians with the
+    interval over them, at ``stats.CONFIDENCE``; a regime's case keeps its stream's figures and gains
+    its stream's rounds (``stream_round_*``, its steady stream timed in each later round).
 
-    Contended rounds are dropped while an uncontended one exists; if all were contended, all are
+    Every round is kept with its id (``round_ids``; those another process shared listed in
+    ``contended_rounds``): the verdict pairs two kernels by round, shared rounds included. A figure's
+    own median leaves the shared rounds out while a clean one exists; if all were contended, all are
     kept and flagged. Step-time figures are derived again; compile and memory figures stay the
     record's. ``stopped``: why its rounds ended; ``complete``: False while the sweep may add more
     (a resumed sweep goes on from them)."""
+    rounds = sorted(rounds, key=lambda r: r.round)
+    out = dict(record, rounds_stopped=stopped, rounds_complete=complete)
+    if record.get("regime") not in (None, "static"):
+        out.update(stream_round_medians_s=json.dumps([r.median_s for r in rounds]),
+                   stream_round_ids=json.dumps([r.round for r in rounds]))
+        return out
     clean = [r for r in rounds if not r.contended]
-    used = sorted(clean or rounds, key=lambda r: r.round)
+    used = clean or rounds
     pooled = stats.estimate([list(r.samples) or [r.median_s] for r in used])
-    controls = [(r.round, r.control_median_s) for r in used if r.control_median_s]
-    out = dict(record)
+    controls = [(r.round, r.control_median_s) for r in rounds if r.control_median_s]
     out.update(seconds_per_step=pooled.median, ci_low_s=pooled.ci_low, ci_high_s=pooled.ci_high,
                ci_basis=pooled.basis, ci_coverage=pooled.coverage, ci_confidence=pooled.confidence,
                ci_method=pooled.method, iqr_s=pooled.q75 - pooled.q25, samples=len(pooled.samples),
-               rounds=pooled.rounds, rounds_dropped=(record.get("rounds_dropped") or 0) + len(rounds) - len(used),
-               round_medians_s=json.dumps([r.median_s for r in used]),
-               round_ids=json.dumps([r.round for r in used]),
+               rounds=pooled.rounds, rounds_dropped=len(rounds) - len(used),
+               round_medians_s=json.dumps([r.median_s for r in rounds]),
+               round_ids=json.dumps([r.round for r in rounds]),
+               contended_rounds=json.dumps([r.round for r in rounds if r.contended and clean]),
                control_round_medians_s=json.dumps([m for _, m in controls]) if controls else None,
                control_round_ids=json.dumps([i for i, _ in controls]) if controls else None,
                timing_samples_s=json.dumps(list(pooled.samples)), contended=not clean,
-               contention_reason=_rounds_reason(rounds) if not clean else None,
-               rounds_stopped=stopped, rounds_complete=complete)
+               contention_reason=_rounds_reason(rounds) if not clean else None)
     if out.get("tokens") and out.get("flops"):
         derive_figures(out, pricing_of(out), out["tokens"] / pooled.median, out["flops"] / pooled.median)
     return out

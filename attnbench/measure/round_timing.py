@@ -1,5 +1,7 @@
 """A later timing round in this process: the steps of one comparison group, built once per process
-and kept warm, timed together, their blocks interleaved.
+and kept warm, timed together, their blocks interleaved. A static case's step is its step; a
+dynamic or bucketed case's is its steady stream (``StreamStep``: the stream's steps at the lengths
+the regime ran them, each compiled once), whose round value is the stream's mean step.
 
 The sweep (``run/adaptive.py``) hands one comparison group per call: the kernels a verdict row weighs
 against each other. Their blocks alternate, tens of milliseconds apart, in the same process and the
@@ -18,7 +20,7 @@ import json
 import time
 
 from attnbench.backends import here
-from attnbench.core import records
+from attnbench.core import records, regimes
 from attnbench.measure.contention import ContentionMonitor
 from attnbench.measure.engine import Case, classify_exception, resolve_impl
 from attnbench.measure.timing import time_interleaved
@@ -27,11 +29,12 @@ _steps: dict[str, object] = {}  # this process' built steps, by case key
 
 
 def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int = 3,
-               controls: tuple[str, ...] = ()) -> list[dict]:
+               controls: tuple[str, ...] = (), control_first: bool = False) -> list[dict]:
     """One round of a group: ``(case, calls per block)`` each, interleaved; per case ``{"key",
     "status", "median_s", "samples", "contended", "contention_reason", "reason", "build_s",
-    "window_s"}``. A case in ``controls`` (keys) is timed as two members of the cycle
-    (``control_median_s``: the second): an A/A pair whose ratio must come out equal. A case whose step
+    "window_s"}``. A case in ``controls`` (keys) is timed as two members of the cycle, side by side
+    (``control_median_s``: the second, or the first with ``control_first``, which the sweep alternates
+    by round so that the pair's order cancels): an A/A pair whose ratio must come out equal. A case whose step
     cannot be built answers its status and reason; the others are timed without it."""
     out, timed = [], []
     for case, number in jobs:
@@ -49,10 +52,11 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
         return out
     runs, numbers, owners = [], [], []
     for answer, step, number, control in timed:
-        for second in (False, True) if control else (False,):
+        slots = ((True, False) if control_first else (False, True)) if control else (False,)
+        for is_control in slots:
             runs.append(step.run)
             numbers.append(number)
-            owners.append((answer, second))
+            owners.append((answer, is_control, getattr(step, "steps", 1)))
     began = time.perf_counter()
     try:
         with ContentionMonitor() as monitor:
@@ -63,20 +67,40 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
         return out
     contention = monitor.result.columns()
     spent = (time.perf_counter() - began) / len(timed)
-    for (answer, second), timing in zip(owners, timings, strict=True):
-        if second:
-            answer["control_median_s"] = timing.median_s
+    for (answer, is_control, steps), timing in zip(owners, timings, strict=True):
+        if is_control:
+            answer["control_median_s"] = timing.median_s / steps
             continue
-        answer.update(median_s=timing.median_s, samples=json.dumps(list(timing.samples_s)), window_s=spent,
+        answer.update(median_s=timing.median_s / steps,
+                      samples=json.dumps([x / steps for x in timing.samples_s]), window_s=spent,
                       contended=bool(contention.get("contended")),
                       contention_reason=contention.get("contention_reason"))
     return out
 
 
+class StreamStep:
+    """A dynamic or bucketed case's steady stream: its steps at the lengths the regime ran them, one
+    after another, each already compiled; ``steps`` per ``run()``, so a block's seconds over ``steps``
+    is the stream's mean step."""
+
+    def __init__(self, case: Case):
+        options = case.options
+        template, _, self.lengths = regimes.stream_of(case.workload, options.regime, options.regime_steps,
+                                                      options.seed, options.bucket_policy)
+        self.runner = here.make_runner(resolve_impl(case.impl), template, options.seed)
+        self.steps = len(self.lengths)
+
+    def run(self) -> None:
+        for length in self.lengths:
+            self.runner.step(length)
+
+
 def _step(case: Case):
     if case.key not in _steps:
-        impl = resolve_impl(case.impl)
-        step = here.make_step(impl, case.workload, seed=case.options.seed)
+        if case.regime == "static":
+            step = here.make_step(resolve_impl(case.impl), case.workload, seed=case.options.seed)
+        else:
+            step = StreamStep(case)
         step.run()  # compiles (from the round's caches) and runs once, outside any window
         _steps[case.key] = step
     return _steps[case.key]

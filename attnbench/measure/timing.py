@@ -104,24 +104,33 @@ def time_window(run, *, number: int, min_seconds: float, min_samples: int = 3) -
     return _timing(float("nan"), samples, number, "wall")
 
 
-def time_interleaved(runs: list, *, numbers: list[int], min_seconds: float, min_samples: int = 3) -> list[Timing]:
+def time_interleaved(runs: list, *, numbers: list[int], min_seconds: float, min_samples: int = 5,
+                     enough_seconds: float = 0.15, least_samples: int = 2) -> list[Timing]:
     """Several steps already warm in this process, timed together: one warm-up call each, then one
     block of each in turn (``numbers[i]`` calls of ``runs[i]``), round and round, until every step has
-    ``min_samples`` blocks and ``min_seconds`` per step have passed. Interleaved blocks tens of
-    milliseconds apart see the same machine, so a ratio of two steps' medians cancels what drifted
-    over the window (measured here: results/LOG.md, "Paired rounds")."""
+    ``min_samples`` blocks (or, a slow step, ``least_samples`` blocks lasting ``enough_seconds``) and
+    ``min_seconds`` per step have passed. Short blocks, milliseconds apart, see the same machine: the
+    ratio of two steps' medians cancels what drifted over the window, and a burst of the host's other
+    tenants (tens of milliseconds here) spoils a block or two, not the median of five (measured here:
+    results/LOG.md, "Paired rounds")."""
     clock = time.perf_counter
     for run in runs:
         run()
     samples: list[list[float]] = [[] for _ in runs]
+
+    def done(mine: list[float]) -> bool:
+        return len(mine) >= min_samples or (len(mine) >= least_samples and sum(mine) >= enough_seconds)
+
     begin = clock()
-    while min(len(s) for s in samples) < min_samples or clock() - begin < min_seconds * len(runs):
+    while not all(done([x * n for x in mine]) for mine, n in zip(samples, numbers, strict=True)) \
+            or clock() - begin < min_seconds * len(runs):
         for run, number, mine in zip(runs, numbers, samples, strict=True):
             start = clock()
             for _ in range(number):
                 run()
             mine.append((clock() - start) / number)
-    return [_timing(float("nan"), mine, number, "wall") for mine, number in zip(samples, numbers, strict=True)]
+    return [_timing(float("nan"), mine, number, "wall")
+            for mine, number in zip(samples, numbers, strict=True)]
 
 
 @dataclass(frozen=True)

@@ -178,7 +178,8 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     ctx["verdict"] = verdict_part(verdict, visibility=profiler_visibility(results_dir), frame=frame,
                                   controls=control)
     ctx["sensitivity"] = Table.of(detectable) if not detectable.empty else None
-    ctx["awaiting"] = [f"{machine}: {len(cases)} case(s) ({', '.join(sorted({c['implementation'] for c in cases}))})"
+    ctx["awaiting"] = [f"{machine}: {len(cases)} case(s) "
+                       f"({', '.join(sorted({c['implementation'] for c in cases}))})"
                        for machine, cases in awaiting.items() if cases]
 
     seen = load_observability(results_dir)

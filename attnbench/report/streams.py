@@ -101,13 +101,15 @@ def cheapest_way(case: dict, steps: int, scatter: dict, floors: dict, max_len: i
         key = (case["machine"], case["suite"], case["implementation"], case["seq_len"], case["dtype"], regime)
         machine_floor = floors.get((case["machine"], "usd_per_step"), 0.0)
         floor = floors.get((case["machine"], "usd_per_step", regime, False), machine_floor)
-        sd_steady = max(scatter.get((*key, "usd_per_step"), fallback), fallback if regime == "static" else floor)
+        sd_steady = max(scatter.get((*key, "usd_per_step"), fallback),
+                        fallback if regime == "static" else floor)
         sd_stalled = max(scatter.get((*key, "usd_per_step_with_compiles"), fallback), floor)
         share = priced["stall_share"]
         measured = figures["compiles"]
         # the stall per compile, known from the measured compiles only (at least one: a first call)
         extrapolated = share * sd_stalled / math.sqrt(max(1.0, measured if measured == measured else 1.0))
-        regime_sd = 0.0 if regime == "static" else max(
+        # a regime's stream timed in the paired rounds is measured again there; else its history says
+        regime_sd = 0.0 if regime == "static" or case.get(f"{regime}:rounds") else max(
             scatter.get((*key, "regime/static"), 0.0), regime_floor(scatter, case["machine"], regime))
         options.append({
             "regime": regime,
@@ -128,7 +130,8 @@ def cheapest_way(case: dict, steps: int, scatter: dict, floors: dict, max_len: i
 def regime_floor(scatter: dict, machine: str, regime: str) -> float:
     """The median scatter of a regime's steady step against its run's static step over the machine's
     series (0 where none has three runs)."""
-    found = sorted(v for k, v in scatter.items() if k[0] == machine and k[5] == regime and k[6] == "regime/static")
+    found = sorted(v for k, v in scatter.items()
+                   if k[0] == machine and k[5] == regime and k[6] == "regime/static")
     return found[len(found) // 2] if found else 0.0
 
 
@@ -178,18 +181,25 @@ def break_even_steps(
 
 
 def scaled_steady(case: dict, factor: float) -> dict:
-    """``case`` with every regime's steady step cost times ``factor`` and its stalls unchanged (the
-    stalled cost moves by the same amount; tokens per step stay)."""
+    """``case`` with every regime's steady step cost times ``factor`` and its stalls unchanged."""
     out = dict(case)
     for regime in regimes.REGIMES:
-        steady, stalled = case.get(f"{regime}:usd_per_step"), case.get(f"{regime}:usd_per_step_with_compiles")
-        per_mtok = case.get(f"{regime}:usd_per_million_useful_tokens_with_compiles")
-        if not all(v is not None and v == v for v in (steady, stalled, per_mtok)) or not stalled:
-            continue
-        moved = stalled + steady * (factor - 1.0)
-        out[f"{regime}:usd_per_step"] = steady * factor
-        out[f"{regime}:usd_per_step_with_compiles"] = moved
-        out[f"{regime}:usd_per_million_useful_tokens_with_compiles"] = per_mtok * moved / stalled
+        out = scaled_regime(out, regime, factor)
+    return out
+
+
+def scaled_regime(case: dict, regime: str, factor: float) -> dict:
+    """``case`` with ``regime``'s steady step cost times ``factor`` and its stalls unchanged (the
+    stalled cost moves by the same amount; tokens per step stay)."""
+    out = dict(case)
+    steady, stalled = case.get(f"{regime}:usd_per_step"), case.get(f"{regime}:usd_per_step_with_compiles")
+    per_mtok = case.get(f"{regime}:usd_per_million_useful_tokens_with_compiles")
+    if not all(v is not None and v == v for v in (steady, stalled, per_mtok)) or not stalled:
+        return out
+    moved = stalled + steady * (factor - 1.0)
+    out[f"{regime}:usd_per_step"] = steady * factor
+    out[f"{regime}:usd_per_step_with_compiles"] = moved
+    out[f"{regime}:usd_per_million_useful_tokens_with_compiles"] = per_mtok * moved / stalled
     return out
 
 

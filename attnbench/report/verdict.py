@@ -97,7 +97,8 @@ def _rounds(row, medians: str = "round_medians_s", ids: str = "round_ids") -> di
     values, keys = (row.get(c) for c in (medians, ids))
     if not isinstance(values, str) or not isinstance(keys, str):
         return {}
-    return {int(i): float(m) for i, m in zip(json.loads(keys), json.loads(values), strict=False) if int(i) > 0}
+    pairs = zip(json.loads(keys), json.loads(values), strict=False)
+    return {int(i): float(m) for i, m in pairs if int(i) > 0}
 
 
 def _case_table(frame) -> pd.DataFrame:
@@ -126,7 +127,8 @@ def _case_table(frame) -> pd.DataFrame:
         lo, hi = _interval(first)
         row = dict(zip(keys, key, strict=True))
         row.update(suite=first["suite"], stream_len=_stream_len(first), label=first["label"],
-                   execution=first.get("execution"), busy=bool(part["busy"].any()), step_s=float(first["value"]),
+                   execution=first.get("execution"), busy=bool(part["busy"].any()),
+                   step_s=float(first["value"]),
                    step_lo=lo, step_hi=hi, rounds=_rounds(first),
                    control=_rounds(first, "control_round_medians_s", "control_round_ids"),
                    margin=_float(first.get("setting_margin")))
@@ -136,8 +138,15 @@ def _case_table(frame) -> pd.DataFrame:
                 row.update(peak_bytes=float(found.iloc[0]), peak_source=metric)
                 break
         for regime in regimes.REGIMES:
-            got = part[part["regime"] == regime].set_index("metric")["value"]
+            mine = part[part["regime"] == regime]
+            got = mine.set_index("metric")["value"]
             got = got[~got.index.duplicated()]
+            if regime != "static":  # its steady stream's mean step, by round, and its first-pass step
+                steps = mine[mine["metric"] == "seconds_per_step"]
+                if len(steps):
+                    row[f"{regime}:seconds"] = float(steps.iloc[0]["value"])
+                    row[f"{regime}:rounds"] = _rounds(steps.iloc[0], "stream_round_medians_s",
+                                                      "stream_round_ids")
             for metric in ("usd_per_step", "usd_per_step_with_compiles",
                            "usd_per_million_useful_tokens_with_compiles", "compiles", "padding_waste"):
                 row[f"{regime}:{metric}"] = float(got[metric]) if metric in got else float("nan")
@@ -305,8 +314,8 @@ def _compare(forced, native, priced: dict, steps: int, stream_len: int, measured
         reasons.append(f"timed together in {had} later rounds: too few for a 99% interval (it needs "
                        f"{min_values()})")
     else:
-        out.update(paper=answer_of(paper.low, paper.high, margin), paper_ratio=paper.ratio, paper_low=paper.low,
-                   paper_high=paper.high, paper_rounds=paper.rounds)
+        out.update(paper=answer_of(paper.low, paper.high, margin), paper_ratio=paper.ratio,
+                   paper_low=paper.low, paper_high=paper.high, paper_rounds=paper.rounds)
     if f_name not in priced or n_name not in priced:
         reasons.append("no length stream measured here: paper only")
         return out
@@ -319,7 +328,8 @@ def _compare(forced, native, priced: dict, steps: int, stream_len: int, measured
     else:
         once = math.hypot(f_cost["sd_once"], n_cost["sd_once"])  # what the rounds do not measure again
         low, high = production.low * math.exp(-SCATTER_Z * once), production.high * math.exp(SCATTER_Z * once)
-        out.update(ratio=production.ratio, ratio_low=low, ratio_high=high, answer=answer_of(low, high, margin))
+        out.update(ratio=production.ratio, ratio_low=low, ratio_high=high,
+                   answer=answer_of(low, high, margin))
         if once > 0.005:
             reasons.append(f"the interval holds ±{SCATTER_Z * once:.0%} for what one run measures once "
                            "(compile stalls, a regime's steady steps)")
@@ -336,17 +346,31 @@ def _compare(forced, native, priced: dict, steps: int, stream_len: int, measured
 
 
 def _production(forced: dict, native: dict, steps: int, stream_len: int, measured_steps: int) -> Ratio | None:
-    """The forced / native stream cost of each round both were timed in: each kernel priced with its
-    steady steps scaled by its step in that round (``streams.scaled_steady``)."""
+    """The forced / native stream cost of each later round both were timed in: each kernel priced
+    with each way's steady steps as that round measured them (``round_scaled``)."""
     common = sorted(set(forced["rounds"]) & set(native["rounds"]))
     if not common:
         return None
 
     def cost(case: dict, r: int) -> float:
-        moved = streams.scaled_steady(case, case["rounds"][r] / case["step_s"])
-        return streams.cheapest_at(moved, steps, stream_len, measured_steps)
+        return streams.cheapest_at(round_scaled(case, r), steps, stream_len, measured_steps)
 
     return paired_ratio([cost(forced, r) for r in common], [cost(native, r) for r in common])
+
+
+def round_scaled(case: dict, r: int) -> dict:
+    """A kernel's stream figures as round ``r`` measured its steady steps: the static step by its
+    round median, a dynamic or bucketed way by its stream's mean step in that round (over its first-pass
+    steady step), or, where the round did not time that stream, by the static step's move."""
+    static = case["rounds"][r] / case["step_s"]
+    moved = streams.scaled_regime(case, "static", static)
+    for regime in regimes.REGIMES:
+        if regime == "static":
+            continue
+        stream, seconds = case.get(f"{regime}:rounds") or {}, case.get(f"{regime}:seconds")
+        factor = stream[r] / seconds if r in stream and seconds else static
+        moved = streams.scaled_regime(moved, regime, factor)
+    return moved
 
 
 def _break_even(forced, native, priced, paper: Ratio | None, steps, stream_len, measured_steps,
@@ -406,12 +430,13 @@ def _sentence(row: dict, forced, native, steps: int, margin: float) -> str:
         return f"{verb} ({paper}); no length stream measured: no production answer."
     ratio = ratio_text(row.get("ratio"), row.get("ratio_low"), row.get("ratio_high"))
     if row["answer"] == NATIVE:
-        return f"Use native {n_name}: forced {f_name} costs {ratio} as much per useful token over {steps:,} steps."
+        return (f"Use native {n_name}: forced {f_name} costs {ratio} as much per useful token over "
+                f"{steps:,} steps.")
     if row["answer"] == FORCED:
         return f"Force {f_name}: it costs {ratio} of native {n_name}'s per useful token over {steps:,} steps."
     if row["answer"] == EQUAL:
-        return (f"Either: forced {f_name} and native {n_name} cost the same within ±{margin:.0%} ({ratio}) over "
-                f"{steps:,} steps; decide on memory, fragility or what a profiler must see.")
+        return (f"Either: forced {f_name} and native {n_name} cost the same within ±{margin:.0%} ({ratio}) "
+                f"over {steps:,} steps; decide on memory, fragility or what a profiler must see.")
     if row.get("ratio_low") != row.get("ratio_low") or row.get("ratio_low") is None:
         return f"Can't tell: forced {f_name} and native {n_name} were not timed in enough rounds together."
     return (f"Can't tell: forced {f_name} costs {ratio} of native {n_name}'s over {steps:,} steps, from "
@@ -475,10 +500,12 @@ def controls(frame, margin: float | None = None) -> pd.DataFrame:
         ratio = paired_ratio(x, y)
         used = margin or case.get("margin") or DEFAULT_MARGIN
         state = answer_of(ratio.low, ratio.high, used) if ratio.carried else CANT_TELL
-        rows.append({"machine": case["machine"], "framework": case["framework"], "workload": case["workload_name"],
+        rows.append({"machine": case["machine"], "framework": case["framework"],
+                     "workload": case["workload_name"],
                      "seq_len": int(case["seq_len"]), "kernel": case["implementation"], "ratio": ratio.ratio,
                      "ratio_low": ratio.low, "ratio_high": ratio.high, "rounds": ratio.rounds,
-                     "answer": {FORCED: "first window faster", NATIVE: "second window faster"}.get(state, state),
+                     "answer": {FORCED: "second window faster", NATIVE: "first window faster"}.get(state,
+                                                                                                     state),
                      "margin": used})
     return pd.DataFrame(rows, columns=["machine", "framework", "workload", "seq_len", "kernel", "ratio",
                                        "ratio_low", "ratio_high", "rounds", "answer", "margin"])

@@ -37,7 +37,8 @@ from attnbench.results.noise import SCATTER_Z
 if TYPE_CHECKING:
     import pandas as pd
 
-SHORT_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "forced", "native"]
+SHORT_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "forced",
+                 "native"]
 TARGET_COLUMNS = ["target", "workload", "seq", "most headroom"]
 DISPLAY_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "forced",
                    "native", "on paper", "flip", "break-even", "most headroom", "sentence", "reasons"]
@@ -158,7 +159,8 @@ def notes(table, visibility: dict | None = None, frame=None) -> list[str]:
         if not cases.empty:
             interpreted = sorted(set(cases[cases["execution"] == "interpret"]["implementation"]))
             if interpreted:
-                out.append(f"Not ranked anywhere, as they run in an interpreter here: {', '.join(interpreted)}.")
+                out.append("Not ranked anywhere, as they run in an interpreter here: "
+                           f"{', '.join(interpreted)}.")
     return out
 
 
@@ -242,7 +244,8 @@ def plot_stream_cost(frame, *, steps: int = streams.STREAM_STEPS) -> bytes | Non
         ax.axvline(steps, color="black", linewidth=0.8, linestyle=":")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel(f"stream length, steps (dotted: measured {measured_steps}, verdict {steps:,})", fontsize=8)
+        ax.set_xlabel(f"stream length, steps (dotted: measured {measured_steps}, verdict {steps:,})",
+                      fontsize=8)
         ax.set_ylabel("USD per million useful tokens")
         ax.set_title(f"{machine} {framework}, lengths up to {seq}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)

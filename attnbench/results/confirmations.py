@@ -53,7 +53,8 @@ def load(results_dir: str) -> dict[tuple, dict]:
                 data = json.load(fh)
             for entry in data["cases"]:
                 key = case_key(data["machine"], entry["env_name"], entry["suite"], entry["implementation"],
-                               entry.get("seq_len"), entry.get("workload"), entry.get("phase"), entry.get("dtype"))
+                               entry.get("seq_len"), entry.get("workload"), entry.get("phase"),
+                               entry.get("dtype"))
                 found[(*key, entry["commit_before"], data["commit_after"])] = entry
         except (OSError, ValueError, KeyError, TypeError) as exc:
             warnings.warn(f"{file} is not a confirmation file ({exc}); left out", stacklevel=2)

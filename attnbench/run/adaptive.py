@@ -49,7 +49,7 @@ class RoundPlan:
     margin: float = 0.10  # equal within +-margin settles a pair
     confidence: float = CONFIDENCE
     window_s: float = 0.1  # each case's window per round
-    min_samples: int = 3  # blocks per window at least
+    min_samples: int = 5  # blocks per kernel per round (a slow one: 2 of 0.15 s in all)
     restart_every: int = 8  # rounds per worker process
     controls: tuple[str, ...] = ()  # case keys timed twice per round: an A/A pair
 
@@ -96,6 +96,18 @@ class Member:
     number: int  # calls per block (the first window's)
 
 
+ROUND_BLOCK_FRACTION = 4  # a round's blocks are a quarter of the first window's (about 5 ms, not 20)
+
+
+def _number(case: Case, record: dict) -> int:
+    """Calls per block in a round: a quarter of the first window's (blocks of about 5 ms: more of them
+    per round, so a burst of the host's spoils fewer; measured here, results/LOG.md); one pass of its
+    stream for a regime's case."""
+    if case.regime != "static":
+        return 1
+    return max(1, int(record.get("steps_per_sample") or 1) // ROUND_BLOCK_FRACTION)
+
+
 def group_key(case: Case, record: dict) -> tuple:
     """The comparison group of a case: its framework and its workload (a verdict row)."""
     return record.get("framework"), case.workload
@@ -106,20 +118,21 @@ def groups_of(cases: list[Case], first: list[dict], timed: list[int]) -> list[li
     out: dict[tuple, list[Member]] = {}
     for i in timed:
         record = first[i]
-        member = Member(i, cases[i], record.get("label"), int(record.get("steps_per_sample") or 1))
+        member = Member(i, cases[i], record.get("label"), _number(cases[i], record))
         out.setdefault(group_key(cases[i], record), []).append(member)
     return list(out.values())
 
 
-def uncontended(values: list[RoundValue]) -> dict[int, float]:
-    """``{round: median}`` of the later rounds (round 0 is not paired: its windows were minutes
-    apart) that no other process shared."""
-    return {v.round: v.median_s for v in values if v.round > 0 and not v.contended}
+def later(values: list[RoundValue]) -> dict[int, float]:
+    """``{round: median}`` of the later rounds, those another process shared included: what moved the
+    machine in a round moved both kernels of a pair alike, so a pair's ratio keeps them (a figure's
+    own median does not). Round 0 is not paired: its windows were minutes apart."""
+    return {v.round: v.median_s for v in values if v.round > 0}
 
 
 def pair_state(forced: list[RoundValue], native: list[RoundValue], margin: float, confidence: float) -> str:
     """``core.stats.compare_to_one`` of the paired ratio forced / native at ``confidence``."""
-    a, b = pair_rounds(uncontended(forced), uncontended(native))
+    a, b = pair_rounds(later(forced), later(native))
     if not a:
         return "unclear"
     return paired_ratio(a, b, confidence).against_one(margin)
@@ -128,28 +141,35 @@ def pair_state(forced: list[RoundValue], native: list[RoundValue], margin: float
 def settled(group: list[Member], values: dict[int, list[RoundValue]], plan: RoundPlan) -> bool:
     """Whether every forced-flash / native pair of the group is decided or equal within the margin,
     at the look's confidence. A group with no such pair is settled by its base rounds."""
-    forced = [m for m in group if m.label == FORCED_LABEL]
-    native = [m for m in group if m.label == NATIVE_LABEL]
+    forced = [m for m in group if m.label == FORCED_LABEL and m.case.regime == "static"]
+    native = [m for m in group if m.label == NATIVE_LABEL and m.case.regime == "static"]
     settling = {BELOW, ABOVE, EQUAL}
     return all(pair_state(values[f.index], values[n.index], plan.margin, plan.look_confidence) in settling
                for f, n in itertools.product(forced, native))
 
 
 def has_pairs(group: list[Member]) -> bool:
-    labels = {m.label for m in group}
+    labels = {m.label for m in group if m.case.regime == "static"}
     return FORCED_LABEL in labels and NATIVE_LABEL in labels
 
 
 def round_values(record: dict) -> list[RoundValue]:
-    """The rounds a record holds: its first window alone (round 0), or, once pooled, every kept round
-    (``round_ids`` with ``round_medians_s``, and an A/A control's second windows)."""
+    """The rounds a record holds: a static case's first window alone (round 0), or, once pooled,
+    every round (``round_ids`` with ``round_medians_s``, those in ``contended_rounds`` flagged, and
+    an A/A control's second windows); a regime's case, its stream's rounds (``stream_round_*``)."""
+    if record.get("regime") not in (None, "static"):
+        medians, ids = _floats(record.get("stream_round_medians_s")), _floats(record.get("stream_round_ids"))
+        return [RoundValue(int(i), m) for i, m in zip(ids, medians, strict=False)]
     medians, ids = _floats(record.get("round_medians_s")), _floats(record.get("round_ids"))
     if not ids or len(ids) != len(medians):  # a first pass only: its window is round 0
-        return [RoundValue(0, float(record["seconds_per_step"]), tuple(_floats(record.get("timing_samples_s"))),
-                           bool(record.get("contended")), record.get("contention_reason"))]
-    controls = dict(zip(_floats(record.get("control_round_ids")), _floats(record.get("control_round_medians_s")),
-                        strict=False))
-    return [RoundValue(int(i), m, control_median_s=controls.get(i)) for i, m in zip(ids, medians, strict=True)]
+        samples = tuple(_floats(record.get("timing_samples_s")))
+        return [RoundValue(0, float(record["seconds_per_step"]), samples, bool(record.get("contended")),
+                           record.get("contention_reason"))]
+    controls = dict(zip(_floats(record.get("control_round_ids")),
+                        _floats(record.get("control_round_medians_s")), strict=False))
+    busy = set(_floats(record.get("contended_rounds")))
+    return [RoundValue(int(i), m, contended=i in busy, control_median_s=controls.get(i))
+            for i, m in zip(ids, medians, strict=True)]
 
 
 class InProcess:
@@ -198,7 +218,8 @@ def run_rounds(groups: list[list[Member]], values: dict[int, list[RoundValue]], 
                 members = [m for m in (group if r % 2 else group[::-1]) if m.index not in stopped]
                 if not members:
                     continue
-                _time_group(worker, members, round_id, values, plan, preload, deadline, failures, stopped, tally)
+                _time_group(worker, members, round_id, values, plan, preload, deadline, failures, stopped,
+                            tally)
             if r >= plan.min_rounds and (r - plan.min_rounds) % plan.look_every == 0:
                 still = []
                 for group in active:
@@ -217,7 +238,8 @@ def run_rounds(groups: list[list[Member]], values: dict[int, list[RoundValue]], 
     finally:
         worker.close()
         if spent is not None:
-            spent.update({"rounds": float(rounds_here), "round worker starts": getattr(worker, "start_seconds", 0.0),
+            spent.update({"rounds": float(rounds_here),
+                          "round worker starts": getattr(worker, "start_seconds", 0.0),
                           "round builds": tally["build_s"], "round windows": tally["window_s"],
                           "later rounds": time.time() - started})
     return stopped
@@ -228,8 +250,8 @@ def _time_group(worker, members: list[Member], round_id: int, values: dict, plan
                 stopped: dict[int, str], tally: dict[str, float]) -> None:
     jobs = [(m.case, m.number) for m in members]
     controls = tuple(m.case.key for m in members if m.case.key in plan.controls)
-    answers, failure = worker.call((jobs, plan.window_s, plan.min_samples, controls), ROUND_TIMEOUT_S,
-                                   preload=preload, deadline=deadline)
+    answers, failure = worker.call((jobs, plan.window_s, plan.min_samples, controls, round_id % 2 == 1),
+                                   ROUND_TIMEOUT_S, preload=preload, deadline=deadline)
     if failure is not None:  # the worker died or hung: this round of the group is lost
         answers = [{"key": m.case.key, "status": failure.status, "reason": failure.reason} for m in members]
     for member, answer in zip(members, answers, strict=True):

@@ -47,7 +47,8 @@ def time_case(impl: str, workload_fields: dict, window_s: float) -> dict:
         step = _steps[key]
         if isinstance(step, dict):  # an old revision: its whole record each time
             record = _old_revision_record(impl, workload_fields, window_s)
-            return {**{k: record.get(k) for k in ("status", "reason", "seconds_per_step")}, "pid": os.getpid()}
+            kept = {k: record.get(k) for k in ("status", "reason", "seconds_per_step")}
+            return {**kept, "pid": os.getpid()}
         timing = time_window(step.run, number=_number(step), min_seconds=window_s, min_samples=3)
         return {"status": "ok", "reason": None, "seconds_per_step": timing.median_s, "pid": os.getpid()}
     except Exception as exc:  # noqa: BLE001 - the case's failure is the answer
@@ -83,7 +84,12 @@ def _old_revision_record(impl: str, workload_fields: dict, window_s: float) -> d
         from attnbench import engine
         from attnbench.workload import Workload as TheirWorkload
     options = engine.Options(regime="static", min_seconds=window_s, numerics=False)
-    return engine.measure_case(impl, TheirWorkload(**workload_fields), options)
+    workload = TheirWorkload(**workload_fields)
+    if hasattr(engine, "Case"):  # the kernel asked first, as that revision's callers did
+        from attnbench.run.plan import measure_here
+
+        return measure_here(engine.Case(impl, workload, options))
+    return engine.measure_case(impl, workload, options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +106,8 @@ class Verdict:
     seq: int = 0
 
 
-def judge(a_seconds: list[float], b_seconds: list[float], threshold: float) -> tuple[float, float, float, str]:
+def judge(a_seconds: list[float], b_seconds: list[float],
+          threshold: float) -> tuple[float, float, float, str]:
     """(ratio, ci_low, ci_high, verdict) from paired per-round step times of A and B at 99%: ``no
     change`` when the interval lies within ``1 +- threshold``; ``slower`` (``faster``) when it lies
     wholly above (below) 1 and the ratio passes the threshold; else ``can't tell``."""
@@ -148,8 +155,9 @@ def resolve(repo: str, rev: str) -> str:
 
 
 def compare(rev_a: str, rev_b: str, cases: list[tuple[str, Workload]], *, rounds: int = 12,
-            threshold: float = 0.05, window_s: float = 0.1, threads: int | None = None, restart_every: int = 4,
-            repo: str = ".", budget_s: float | None = None, progress=print) -> list[Verdict]:
+            threshold: float = 0.05, window_s: float = 0.1, threads: int | None = None,
+            restart_every: int = 4, repo: str = ".", budget_s: float | None = None,
+            progress=print) -> list[Verdict]:
     """Measure every ``(impl, workload)`` of both revisions interleaved; one ``Verdict`` per case.
     ``budget_s``: no round starts after it is spent (the cases' verdicts use the rounds they had)."""
     if rounds < 2:
@@ -221,8 +229,9 @@ def main_json(argv: list[str]) -> int:  # pragma: no cover - ``confirm`` calls i
     ``run/confirm.py``, in this interpreter."""
     spec = json.load(open(argv[0], encoding="utf-8"))
     cases = [(c["impl"], Workload(**c["workload"])) for c in spec["cases"]]
-    verdicts = compare(spec["rev_a"], spec["rev_b"], cases, rounds=spec["rounds"], threshold=spec["threshold"],
-                       window_s=spec["window_s"], repo=spec["repo"], budget_s=spec.get("budget_s"),
+    verdicts = compare(spec["rev_a"], spec["rev_b"], cases, rounds=spec["rounds"],
+                       threshold=spec["threshold"], window_s=spec["window_s"], repo=spec["repo"],
+                       budget_s=spec.get("budget_s"),
                        progress=lambda line: print(line, file=sys.stderr))
     write_json(verdicts, argv[1])
     return 0

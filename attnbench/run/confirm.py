@@ -72,7 +72,8 @@ def confirm(results_dir: str = "results", *, repo: str = ".", machine: str, thre
             progress(f"confirm: budget spent; {len(cases)} case(s) of {env} left unconfirmed")
             continue
         workloads = [(c["implementation"], workload_of(c, settings)) for c in cases]
-        progress(f"confirm: {len(cases)} case(s) of {env}, {before[:8]} against {cases[0]['commit_after'][:8]}")
+        progress(f"confirm: {len(cases)} case(s) of {env}, {before[:8]} against "
+                 f"{cases[0]['commit_after'][:8]}")
         verdicts = _measure(env, before, cases[0]["commit_after"], workloads, repo, rounds=rounds,
                             threshold=threshold, window_s=window_s, budget_s=left, progress=progress)
         now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -107,7 +108,8 @@ def _measure(env: str, before: str, after: str, workloads: list, repo: str, **kw
             json.dump({"rev_a": before, "rev_b": after, "repo": os.path.abspath(repo),
                        "cases": [{"impl": impl, "workload": w.to_dict()} for impl, w in workloads],
                        **{k: kwargs[k] for k in ("rounds", "threshold", "window_s", "budget_s")}}, fh)
-        done = subprocess.run([python, "-m", "attnbench.run.compare", spec, out], capture_output=True, text=True)
+        done = subprocess.run([python, "-m", "attnbench.run.compare", spec, out], capture_output=True,
+                              text=True)
         for line in done.stderr.splitlines()[-len(workloads):]:
             kwargs["progress"](line)
         if done.returncode or not os.path.exists(out):

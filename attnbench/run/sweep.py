@@ -55,8 +55,9 @@ def measure_cases(cases: list[Case], *, isolate: bool = True, timeout_s: float =
     with run_probe_dir(), tempfile.TemporaryDirectory(prefix="attnbench-compiled-") as compiled, \
             scoped_environ(**{KEEP_ENV: compiled}):
         todo = [i for i, record in enumerate(first) if record is None]
-        spent["first pass worker starts"] = _first_pass(cases, first, todo, isolate, timeout_s, memory_cap_bytes,
-                                                        threads, progress, on_record, deadline)
+        spent["first pass worker starts"] = _first_pass(cases, first, todo, isolate, timeout_s,
+                                                        memory_cap_bytes, threads, progress, on_record,
+                                                        deadline)
         spent["first pass"] = time.time() - began
         for i in todo:
             for phase, seconds in json.loads(first[i].get("phase_seconds") or "{}").items():
@@ -91,7 +92,8 @@ def _first_pass(cases, first, todo, isolate, timeout_s, memory_cap_bytes, thread
             else:  # a Case in, a record out; a fresh process for own_process
                 if case.own_process:
                     worker.close()  # no earlier case's compiles or caches
-                record, failure = worker.call((case,), timeout_s, preload=preload(case.impl), deadline=deadline)
+                record, failure = worker.call((case,), timeout_s, preload=preload(case.impl),
+                                              deadline=deadline)
                 if failure is not None:  # it timed out, ran out of memory or died
                     record = case_record(case, threads=worker.threads, status=failure.status,
                                          reason=failure.reason)
@@ -119,7 +121,7 @@ def _later_rounds(cases, first, plan: RoundPlan, isolate, threads, on_record, de
         return
     values = {i: adaptive.round_values(first[i]) for i in timed}
     done = min(sum(1 for v in values[i] if v.round > 0) for i in timed)
-    next_round = 1 + max(v.round for i in timed for v in values[i])
+    next_round = 1 + max((v.round for i in timed for v in values[i]), default=0)
 
     def keep(stopped: dict[int, str], complete: bool = False) -> None:
         for i in timed:
@@ -136,10 +138,15 @@ def _later_rounds(cases, first, plan: RoundPlan, isolate, threads, on_record, de
 
 
 def timed_in_rounds(case: Case, record: dict | None) -> bool:
-    """Whether a case gets later timing rounds: static, ok, and not interpreted (an interpreter's
-    speed decides nothing, and rounds would pay its slow trace again)."""
-    return (record is not None and case.regime == "static" and record.get("status") == records.OK
-            and bool(record.get("timing_samples_s")) and record.get("execution") != "interpret")
+    """Whether a case gets later timing rounds: ok and not interpreted (an interpreter's speed decides
+    nothing, and rounds would pay its slow trace again); a static case with its first window, a
+    dynamic or bucketed one with its stream's steady steps (their round value is the stream's mean
+    step, which the verdict prices a stream from)."""
+    if record is None or record.get("status") != records.OK or record.get("execution") == "interpret":
+        return False
+    if case.regime == "static":
+        return bool(record.get("timing_samples_s"))
+    return record.get("seconds_per_step") is not None
 
 
 @contextlib.contextmanager
