@@ -28,7 +28,7 @@ from attnbench.measure.timing import time_interleaved
 _steps: dict[str, object] = {}  # this process' built steps, by case key
 
 
-def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int = 3,
+def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int = 5,
                controls: tuple[str, ...] = (), control_first: bool = False) -> list[dict]:
     """One round of a group: ``(case, calls per block)`` each, interleaved; per case ``{"key",
     "status", "median_s", "samples", "contended", "contention_reason", "reason", "build_s",
