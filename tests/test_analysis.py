@@ -17,10 +17,12 @@ import pandas as pd
 import pytest
 
 from attnbench.core import metrics
+from attnbench.results import confirmations
 from attnbench.results.noise import correction_exponent, correction_metric, intervals
 from attnbench.results.spikes import find_cost_spikes, find_trace_spikes
 from attnbench.results.steps import (
     DEFINITION_CHANGED,
+    DISMISSED,
     HOST_CHANGED,
     NO_CODE_CHANGE,
     ONE_RUN,
@@ -30,6 +32,7 @@ from attnbench.results.steps import (
     find_regressions,
     find_steps,
     noise_floor,
+    to_confirm,
 )
 
 pytest.importorskip("asv")
@@ -356,7 +359,8 @@ def _git_repo(path):
     git("init", "-q", "-b", "main")
     changes = [{"attention_impls/jax_xla.py": "from attention_impls.helper_tiles import tile\nA = 0\n",
                 "attention_impls/helper_tiles.py": "def tile(): pass\n",
-                "attention_impls/torch_sdpa_flash.py": "B = 0\n", "README.md": "# r\n"},
+                "attention_impls/torch_sdpa_flash.py": "B = 0\n", "README.md": "# r\n",
+                "attnbench/backends/here.py": "# what compare builds a step with\n"},
                {"attention_impls/jax_xla.py": "from attention_impls.helper_tiles import tile\nA = 1\n"},
                {"README.md": "# r, reworded\n"}, {"attnbench/report/render.py": "# report\n"},
                {"attnbench/measure/engine.py": "# engine\n"},
@@ -421,6 +425,54 @@ def test_only_the_kernels_own_code_counts_for_its_series(tmp_path):
     [step] = find_steps(_series(commits, _step_at(6), implementation="torch-sdpa-flash"), repo=repo) \
         .to_dict("records")
     assert step["verdict"] == NO_CODE_CHANGE
+
+
+def _confirmed(commits, verdict, ratio, low, high, implementation="jax-xla"):
+    """What ``attnbench confirm`` writes for the step from commit 5 to 6 of ``_series``'s case."""
+    key = confirmations.case_key("cpu-2core", "env", "Forward", implementation, 256, None, None, "float32")
+    return {(*key, commits[5], commits[6]): {"verdict": verdict, "ratio": ratio, "ci_low": low,
+                                               "ci_high": high, "rounds": 12}}
+
+
+def test_a_newest_step_a_paired_re_measurement_confirms_is_a_regression_naming_its_commit(tmp_path):
+    commits = _git_repo(tmp_path)
+    repo = str(tmp_path)
+    series = _series(commits, _step_at(6))
+    [waiting] = find_steps(series, repo=repo).to_dict("records")
+    assert waiting["verdict"] == UNCONFIRMED and "`attnbench confirm` measures both commits" in waiting["why"]
+    assert [c["implementation"] for c in to_confirm(series, find_steps(series, repo=repo), "cpu-2core",
+                                                    repo)] == ["jax-xla"]
+    [step] = find_steps(series, repo=repo, confirmed=_confirmed(commits, "slower", 1.5, 1.46, 1.53)) \
+        .to_dict("records")
+    assert step["verdict"] == REGRESSION and step["commit_after"] == commits[6]
+    assert "confirmed by a paired re-measurement here" in step["why"]
+    assert "B/A 1.500 [1.460-1.530]" in step["why"]
+    assert "attention_impls/helper_tiles.py" in step["why"]  # the measured file that changed, and its commit
+    assert step["commits"].startswith(commits[6][:8])
+
+
+def test_a_newest_step_the_re_measurement_finds_no_change_in_is_dismissed(tmp_path):
+    commits = _git_repo(tmp_path)
+    repo = str(tmp_path)
+    series = _series(commits, _step_at(6))
+    [step] = find_steps(series, repo=repo, confirmed=_confirmed(commits, "no change", 1.01, 0.98, 1.04)) \
+        .to_dict("records")
+    assert step["verdict"] == DISMISSED and "found no such step" in step["why"]
+    [step] = find_steps(series, repo=repo, confirmed=_confirmed(commits, "can't tell", 1.2, 0.9, 1.6)) \
+        .to_dict("records")
+    assert step["verdict"] == UNCONFIRMED and "the paired re-measurement could not tell" in step["why"]
+    done = _confirmed(commits, "no change", 1.01, 0.98, 1.04)
+    assert to_confirm(series, find_steps(series, repo=repo, confirmed=done), "cpu-2core", repo, done) == []
+
+
+def test_a_deterministic_figure_of_the_compiled_for_tier_alerts_at_once(tmp_path):
+    """The compiled-for tier's figures are the compiler's word: a step in the newest run is a
+    regression at once, never unconfirmed against a noise of zero."""
+    commits = _git_repo(tmp_path)
+    series = _series(commits, _step_at(6), metric="compiled_peak_bytes").assign(unit="bytes")
+    series["value"] = series["value"] * 2**30
+    [step] = find_steps(series, repo=str(tmp_path)).to_dict("records")
+    assert step["judged"] == "exact" and step["verdict"] == REGRESSION
 
 
 # -- a metric whose definition changed --------------------------------------------------------------

@@ -194,8 +194,7 @@ def test_the_sidecar_records_contention_and_the_timing_interval_per_case(tmp_pat
                      "mask": "causal+window(256)", "gqa": "native", "flops": 1.5e9, "ci_confidence": 0.99,
                      "ci_method": record["ci_method"], "round_medians_s": [0.0019, 0.002, 0.0023],
                      "round_ids": [0, 1, 2], "control_round_medians_s": None, "control_round_ids": None,
-                     "rounds_stopped": "settled", "phase_seconds": None, "contended_rounds": None,
-                     "stream_round_medians_s": None, "stream_round_ids": None}
+                     "rounds_stopped": "settled", "phase_seconds": None, "contended_rounds": None}
     assert sidecar.case_entry({**record, "ci_low_s": float("nan"), "rounds": None})["ci_low_s"] is None
 
     results = tmp_path / "results"

@@ -27,11 +27,10 @@ CASE_FIELDS = ("label", "execution", "platform", "device", "status", "reason", "
                # the interval's confidence and making; each kept round's median and id, by which the
                # verdict pairs two kernels of one round; an A/A control's second windows
                "ci_confidence", "ci_method", "round_medians_s", "round_ids", "control_round_medians_s",
-               "control_round_ids", "rounds_stopped", "contended_rounds", "stream_round_medians_s",
-               "stream_round_ids",
+               "control_round_ids", "rounds_stopped", "contended_rounds",
                "phase_seconds")  # where the case's seconds went (results/LOG.md)
 ROUND_FIELDS = ("round_medians_s", "round_ids", "control_round_medians_s", "control_round_ids",
-                "contended_rounds", "stream_round_medians_s", "stream_round_ids")
+                "contended_rounds")
 JSON_FIELDS = (*ROUND_FIELDS, "phase_seconds")
 TEXT_FIELDS = ("reason", "contention_reason")  # cut to MAX_REASON characters
 MAX_REASON = 500

@@ -54,8 +54,6 @@ LAYOUT = {
     # each round's id in its sweep (0: the first window): kernels of one round pair by it; the rounds
     # another process shared (left out of the figure's own median, kept in pairs)
     "round_ids": "", "contended_rounds": "",
-    # a dynamic or bucketed case's steady stream timed in each later round: its mean step, by round
-    "stream_round_medians_s": "s", "stream_round_ids": "",
     # an A/A control's second window of each round, and its rounds (run/adaptive.py)
     "control_round_medians_s": "s", "control_round_ids": "",
     # why the case's later rounds stopped, and whether the sweep may add more (resume)

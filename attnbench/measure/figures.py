@@ -77,10 +77,9 @@ def pricing_of(record: dict):
 
 
 def pool_rounds(record: dict, rounds: list, *, stopped: str | None = None, complete: bool = True) -> dict:
-    """``record`` with its rounds (``run.adaptive.RoundValue``s) pooled: a static case's step time
-    estimated over them (round 0 its own first window), the median of the rounds' medians with the
-    interval over them, at ``stats.CONFIDENCE``; a regime's case keeps its stream's figures and gains
-    its stream's rounds (``stream_round_*``, its steady stream timed in each later round).
+    """``record`` (a static case's full record) with its step time estimated over its rounds
+    (``run.adaptive.RoundValue``s, round 0 its own first window): the median of the rounds' medians
+    with the interval over them, at ``stats.CONFIDENCE``.
 
     Every round is kept with its id (``round_ids``; those another process shared listed in
     ``contended_rounds``): the verdict pairs two kernels by round, shared rounds included. A figure's
@@ -90,10 +89,6 @@ def pool_rounds(record: dict, rounds: list, *, stopped: str | None = None, compl
     (a resumed sweep goes on from them)."""
     rounds = sorted(rounds, key=lambda r: r.round)
     out = dict(record, rounds_stopped=stopped, rounds_complete=complete)
-    if record.get("regime") not in (None, "static"):
-        out.update(stream_round_medians_s=json.dumps([r.median_s for r in rounds]),
-                   stream_round_ids=json.dumps([r.round for r in rounds]))
-        return out
     clean = [r for r in rounds if not r.contended]
     used = clean or rounds
     pooled = stats.estimate([list(r.samples) or [r.median_s] for r in used])

@@ -1,7 +1,5 @@
 """A later timing round in this process: the steps of one comparison group, built once per process
-and kept warm, timed together, their blocks interleaved. A static case's step is its step; a
-dynamic or bucketed case's is its steady stream (``StreamStep``: the stream's steps at the lengths
-the regime ran them, each compiled once), whose round value is the stream's mean step.
+and kept warm, timed together, their blocks interleaved.
 
 The sweep (``run/adaptive.py``) hands one comparison group per call: the kernels a verdict row weighs
 against each other. Their blocks alternate, tens of milliseconds apart, in the same process and the
@@ -20,7 +18,7 @@ import json
 import time
 
 from attnbench.backends import here
-from attnbench.core import records, regimes
+from attnbench.core import records
 from attnbench.measure.contention import ContentionMonitor
 from attnbench.measure.engine import Case, classify_exception, resolve_impl
 from attnbench.measure.timing import time_interleaved
@@ -56,7 +54,7 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
         for is_control in slots:
             runs.append(step.run)
             numbers.append(number)
-            owners.append((answer, is_control, getattr(step, "steps", 1)))
+            owners.append((answer, is_control))
     began = time.perf_counter()
     try:
         with ContentionMonitor() as monitor:
@@ -67,40 +65,19 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
         return out
     contention = monitor.result.columns()
     spent = (time.perf_counter() - began) / len(timed)
-    for (answer, is_control, steps), timing in zip(owners, timings, strict=True):
+    for (answer, is_control), timing in zip(owners, timings, strict=True):
         if is_control:
-            answer["control_median_s"] = timing.median_s / steps
+            answer["control_median_s"] = timing.median_s
             continue
-        answer.update(median_s=timing.median_s / steps,
-                      samples=json.dumps([x / steps for x in timing.samples_s]), window_s=spent,
+        answer.update(median_s=timing.median_s, samples=json.dumps(list(timing.samples_s)), window_s=spent,
                       contended=bool(contention.get("contended")),
                       contention_reason=contention.get("contention_reason"))
     return out
 
 
-class StreamStep:
-    """A dynamic or bucketed case's steady stream: its steps at the lengths the regime ran them, one
-    after another, each already compiled; ``steps`` per ``run()``, so a block's seconds over ``steps``
-    is the stream's mean step."""
-
-    def __init__(self, case: Case):
-        options = case.options
-        template, _, self.lengths = regimes.stream_of(case.workload, options.regime, options.regime_steps,
-                                                      options.seed, options.bucket_policy)
-        self.runner = here.make_runner(resolve_impl(case.impl), template, options.seed)
-        self.steps = len(self.lengths)
-
-    def run(self) -> None:
-        for length in self.lengths:
-            self.runner.step(length)
-
-
 def _step(case: Case):
     if case.key not in _steps:
-        if case.regime == "static":
-            step = here.make_step(resolve_impl(case.impl), case.workload, seed=case.options.seed)
-        else:
-            step = StreamStep(case)
+        step = here.make_step(resolve_impl(case.impl), case.workload, seed=case.options.seed)
         step.run()  # compiles (from the round's caches) and runs once, outside any window
         _steps[case.key] = step
     return _steps[case.key]

@@ -108,8 +108,7 @@ def cheapest_way(case: dict, steps: int, scatter: dict, floors: dict, max_len: i
         measured = figures["compiles"]
         # the stall per compile, known from the measured compiles only (at least one: a first call)
         extrapolated = share * sd_stalled / math.sqrt(max(1.0, measured if measured == measured else 1.0))
-        # a regime's stream timed in the paired rounds is measured again there; else its history says
-        regime_sd = 0.0 if regime == "static" or case.get(f"{regime}:rounds") else max(
+        regime_sd = 0.0 if regime == "static" else max(
             scatter.get((*key, "regime/static"), 0.0), regime_floor(scatter, case["machine"], regime))
         options.append({
             "regime": regime,

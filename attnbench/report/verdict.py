@@ -138,15 +138,8 @@ def _case_table(frame) -> pd.DataFrame:
                 row.update(peak_bytes=float(found.iloc[0]), peak_source=metric)
                 break
         for regime in regimes.REGIMES:
-            mine = part[part["regime"] == regime]
-            got = mine.set_index("metric")["value"]
+            got = part[part["regime"] == regime].set_index("metric")["value"]
             got = got[~got.index.duplicated()]
-            if regime != "static":  # its steady stream's mean step, by round, and its first-pass step
-                steps = mine[mine["metric"] == "seconds_per_step"]
-                if len(steps):
-                    row[f"{regime}:seconds"] = float(steps.iloc[0]["value"])
-                    row[f"{regime}:rounds"] = _rounds(steps.iloc[0], "stream_round_medians_s",
-                                                      "stream_round_ids")
             for metric in ("usd_per_step", "usd_per_step_with_compiles",
                            "usd_per_million_useful_tokens_with_compiles", "compiles", "padding_waste"):
                 row[f"{regime}:{metric}"] = float(got[metric]) if metric in got else float("nan")
@@ -347,30 +340,16 @@ def _compare(forced, native, priced: dict, steps: int, stream_len: int, measured
 
 def _production(forced: dict, native: dict, steps: int, stream_len: int, measured_steps: int) -> Ratio | None:
     """The forced / native stream cost of each later round both were timed in: each kernel priced
-    with each way's steady steps as that round measured them (``round_scaled``)."""
+    with its steady steps (every way's) scaled by its static step in that round."""
     common = sorted(set(forced["rounds"]) & set(native["rounds"]))
     if not common:
         return None
 
     def cost(case: dict, r: int) -> float:
-        return streams.cheapest_at(round_scaled(case, r), steps, stream_len, measured_steps)
+        moved = streams.scaled_steady(case, case["rounds"][r] / case["step_s"])
+        return streams.cheapest_at(moved, steps, stream_len, measured_steps)
 
     return paired_ratio([cost(forced, r) for r in common], [cost(native, r) for r in common])
-
-
-def round_scaled(case: dict, r: int) -> dict:
-    """A kernel's stream figures as round ``r`` measured its steady steps: the static step by its
-    round median, a dynamic or bucketed way by its stream's mean step in that round (over its first-pass
-    steady step), or, where the round did not time that stream, by the static step's move."""
-    static = case["rounds"][r] / case["step_s"]
-    moved = streams.scaled_regime(case, "static", static)
-    for regime in regimes.REGIMES:
-        if regime == "static":
-            continue
-        stream, seconds = case.get(f"{regime}:rounds") or {}, case.get(f"{regime}:seconds")
-        factor = stream[r] / seconds if r in stream and seconds else static
-        moved = streams.scaled_regime(moved, regime, factor)
-    return moved
 
 
 def _break_even(forced, native, priced, paper: Ratio | None, steps, stream_len, measured_steps,

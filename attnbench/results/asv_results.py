@@ -39,7 +39,7 @@ SCHEMA = ["machine", "machine_platform", "platform", "env_name", "commit_hash", 
           "status", "contended",
           "contention_reason", "case_ci_low_s", "case_ci_high_s", "case_ci_basis", "case_ci_method", "rounds",
           "round_medians_s", "round_ids", "control_round_medians_s", "control_round_ids", "contended_rounds",
-          "stream_round_medians_s", "stream_round_ids", "file"]
+          "file"]
 GIT, DATE, NONE = "git", "date", "none"  # commit_order_source
 RECORDED, RECOMPUTED = "recorded", "recomputed"
 INTERPRETED = "interpreted"

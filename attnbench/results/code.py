@@ -44,6 +44,17 @@ def _git(repo: str, *args: str) -> str | None:
         return None
 
 
+PAIRED_MEASUREMENT = "attnbench/backends/here.py"  # what `attnbench compare` builds a step with
+
+
+@functools.lru_cache(maxsize=256)
+def paired_measurement_at(repo: str | None, commit: str) -> bool:
+    """Whether ``commit`` builds a step the way ``compare`` times it window for window: an older one is
+    measured whole by its own engine, another timing loop, which a paired ratio would mistake for a
+    change of the kernel (``attnbench confirm`` leaves its steps as the history judged them)."""
+    return bool(repo) and _git(repo, "cat-file", "-e", f"{commit}:{PAIRED_MEASUREMENT}") is not None
+
+
 @functools.lru_cache(maxsize=4096)
 def files_changed(repo: str | None, before: str, after: str) -> tuple[str, ...] | None:
     """The code files under ``MEASURED_ROOTS`` that differ between two commits; None where git cannot say."""

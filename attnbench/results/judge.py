@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,9 +33,7 @@ from attnbench.core import metrics
 from attnbench.core.numerics import TOLERANCE
 from attnbench.results import code, confirmations, hosts, noise
 from attnbench.results.noise import SCATTER_Z
-
-if TYPE_CHECKING:
-    from attnbench.results.steps import Candidate, Series
+from attnbench.results.series import Candidate, Series, _text
 
 # A noise step alerts beyond ALERT_Z standard deviations of each level (combined in quadrature): a
 # 99.9% band, not 99%, as one history judges hundreds of candidate steps, and a 99% band let several
@@ -64,10 +61,6 @@ def floor_of(floors: dict, series: Series) -> float | None:
     """The noise floor of a series' figures: its kind's, else its metric's on its machine."""
     found = floors.get(series.kind)
     return found if found is not None else floors.get((series.machine, series.metric))
-
-
-def _text(value):
-    return value if isinstance(value, str) and value else None
 
 
 def _interval_uncertainty(candidate: Candidate) -> None:
@@ -338,9 +331,7 @@ def judge(candidate: Candidate, floors: dict, periods: dict, repo: str | None,
                        + ": noise or the environment"
                        + (f" ({row['versions_changed']})" if row["versions_changed"] else ""))
     first_alone = candidate.left == (0, 1)  # the series' first figure is the whole level before
-    deterministic = row["uncertainty"] == 0.0  # a figure that never moved: its step alerts at once
-    if kind == "noise" and not seen and not deterministic and ((runs_after == 1 and candidate.ends_series)
-                                                               or first_alone):
+    if kind == "noise" and not seen and ((runs_after == 1 and candidate.ends_series) or first_alone):
         where = ("in the series' last run only: `attnbench confirm` measures both commits again, paired, "
                  "or the next run confirms it" if runs_after == 1 else
                  "from a level of one run, the series' first: the runs before it are missing")

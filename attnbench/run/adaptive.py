@@ -101,10 +101,7 @@ ROUND_BLOCK_FRACTION = 4  # a round's blocks are a quarter of the first window's
 
 def _number(case: Case, record: dict) -> int:
     """Calls per block in a round: a quarter of the first window's (blocks of about 5 ms: more of them
-    per round, so a burst of the host's spoils fewer; measured here, results/LOG.md); one pass of its
-    stream for a regime's case."""
-    if case.regime != "static":
-        return 1
+    per round, so a burst of the host's spoils fewer; measured here, results/LOG.md)."""
     return max(1, int(record.get("steps_per_sample") or 1) // ROUND_BLOCK_FRACTION)
 
 
@@ -141,25 +138,22 @@ def pair_state(forced: list[RoundValue], native: list[RoundValue], margin: float
 def settled(group: list[Member], values: dict[int, list[RoundValue]], plan: RoundPlan) -> bool:
     """Whether every forced-flash / native pair of the group is decided or equal within the margin,
     at the look's confidence. A group with no such pair is settled by its base rounds."""
-    forced = [m for m in group if m.label == FORCED_LABEL and m.case.regime == "static"]
-    native = [m for m in group if m.label == NATIVE_LABEL and m.case.regime == "static"]
+    forced = [m for m in group if m.label == FORCED_LABEL]
+    native = [m for m in group if m.label == NATIVE_LABEL]
     settling = {BELOW, ABOVE, EQUAL}
     return all(pair_state(values[f.index], values[n.index], plan.margin, plan.look_confidence) in settling
                for f, n in itertools.product(forced, native))
 
 
 def has_pairs(group: list[Member]) -> bool:
-    labels = {m.label for m in group if m.case.regime == "static"}
+    labels = {m.label for m in group}
     return FORCED_LABEL in labels and NATIVE_LABEL in labels
 
 
 def round_values(record: dict) -> list[RoundValue]:
-    """The rounds a record holds: a static case's first window alone (round 0), or, once pooled,
-    every round (``round_ids`` with ``round_medians_s``, those in ``contended_rounds`` flagged, and
-    an A/A control's second windows); a regime's case, its stream's rounds (``stream_round_*``)."""
-    if record.get("regime") not in (None, "static"):
-        medians, ids = _floats(record.get("stream_round_medians_s")), _floats(record.get("stream_round_ids"))
-        return [RoundValue(int(i), m) for i, m in zip(ids, medians, strict=False)]
+    """The rounds a record holds: its first window alone (round 0), or, once pooled, every round
+    (``round_ids`` with ``round_medians_s``, those in ``contended_rounds`` flagged, and an A/A
+    control's second windows)."""
     medians, ids = _floats(record.get("round_medians_s")), _floats(record.get("round_ids"))
     if not ids or len(ids) != len(medians):  # a first pass only: its window is round 0
         samples = tuple(_floats(record.get("timing_samples_s")))

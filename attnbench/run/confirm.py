@@ -21,7 +21,6 @@ import datetime as dt
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -29,7 +28,7 @@ from attnbench.asv import sizes
 from attnbench.core import presets
 from attnbench.core.atomic import atomic_write_text
 from attnbench.core.workload import Workload
-from attnbench.results import confirmations
+from attnbench.results import code, confirmations
 from attnbench.results.asv_results import load_results
 from attnbench.run.compare import Verdict, compare
 
@@ -67,6 +66,10 @@ def confirm(results_dir: str = "results", *, repo: str = ".", machine: str, thre
     for case in todo:
         by_pair.setdefault((case["commit_before"], case["env_name"]), []).append(case)
     for (before, env), cases in by_pair.items():
+        if not code.paired_measurement_at(repo, before):
+            progress(f"confirm: {before[:8]} predates the warm, paired measurement (attnbench/backends/"
+                     f"here.py): its {len(cases)} step(s) of {env} are left as the history judged them")
+            continue
         left = None if budget_s is None else budget_s - (time.time() - started)
         if left is not None and left <= 0:
             progress(f"confirm: budget spent; {len(cases)} case(s) of {env} left unconfirmed")
@@ -137,9 +140,3 @@ def write(results_dir: str, machine: str, commit_after: str, entries: list[dict]
 def _identity(e: dict) -> tuple:
     return tuple(str(e.get(k)) for k in ("commit_before", "env_name", "suite", "implementation", "seq_len",
                                          "workload", "phase", "dtype"))
-
-
-def main(argv: list[str] | None = None) -> int:  # pragma: no cover - the CLI's confirm
-    from attnbench.cli import main as cli_main
-
-    return cli_main(["confirm", *(sys.argv[1:] if argv is None else argv)])

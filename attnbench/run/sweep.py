@@ -138,15 +138,12 @@ def _later_rounds(cases, first, plan: RoundPlan, isolate, threads, on_record, de
 
 
 def timed_in_rounds(case: Case, record: dict | None) -> bool:
-    """Whether a case gets later timing rounds: ok and not interpreted (an interpreter's speed decides
-    nothing, and rounds would pay its slow trace again); a static case with its first window, a
-    dynamic or bucketed one with its stream's steady steps (their round value is the stream's mean
-    step, which the verdict prices a stream from)."""
-    if record is None or record.get("status") != records.OK or record.get("execution") == "interpret":
-        return False
-    if case.regime == "static":
-        return bool(record.get("timing_samples_s"))
-    return record.get("seconds_per_step") is not None
+    """Whether a case gets later timing rounds: static, ok, and not interpreted (an interpreter's
+    speed decides nothing, and rounds would pay its slow trace again). A dynamic or bucketed case's
+    stream is not timed again: here a round of every stream cost ten of the static steps' (results/
+    LOG.md); the verdict holds its steady steps to their history's scatter instead."""
+    return (record is not None and case.regime == "static" and record.get("status") == records.OK
+            and bool(record.get("timing_samples_s")) and record.get("execution") != "interpret")
 
 
 @contextlib.contextmanager
