@@ -112,7 +112,7 @@ SIZES = {size.name: size for size in (
     SuiteSize("default", forward_seqs=(256, 1024), training_seqs=(512,), dtypes=("float32",),
               regime_steps=6, min_seconds=0.1, max_extra_seconds=0.1,
               max_interpret_seq=256, max_reference_seq=256, regime_seqs=(1024,), rounds=17,
-              max_rounds=41, round_seconds=0.05, round_budget_s=120.0,
+              max_rounds=41, round_seconds=0.05, round_budget_s=150.0,
               controls=("jax-xla", "torch-sdpa-flash", "torch-xla-sdpa"),
               model_presets=DEFAULT_PRESETS, preset_size="default",
               preset_interpret=False, preset_reference=False, fresh_process=False,

@@ -105,10 +105,11 @@ def time_window(run, *, number: int, min_seconds: float, min_samples: int = 3) -
 
 
 def time_interleaved(runs: list, *, numbers: list[int], min_seconds: float, min_samples: int = 5,
-                     enough_seconds: float = 0.15, least_samples: int = 2) -> list[Timing]:
+                     enough_seconds: float = 0.05, least_samples: int = 1) -> list[Timing]:
     """Several steps already warm in this process, timed together: one warm-up call each, then one
     block of each in turn (``numbers[i]`` calls of ``runs[i]``), round and round, until every step has
-    ``min_samples`` blocks (or, a slow step, ``least_samples`` blocks lasting ``enough_seconds``) and
+    ``min_samples`` blocks (or, a slow step, ``least_samples`` blocks lasting ``enough_seconds``: one
+    block of a step of 50 ms or more) and
     ``min_seconds`` per step have passed. Short blocks, milliseconds apart, see the same machine: the
     ratio of two steps' medians cancels what drifted over the window, and a burst of the host's other
     tenants (tens of milliseconds here) spoils a block or two, not the median of five (measured here:

@@ -49,8 +49,8 @@ class RoundPlan:
     margin: float = 0.10  # equal within +-margin settles a pair
     confidence: float = CONFIDENCE
     window_s: float = 0.1  # each case's window per round
-    min_samples: int = 5  # blocks per kernel per round (a slow one: 2 of 0.15 s in all)
-    restart_every: int = 8  # rounds per worker process
+    min_samples: int = 5  # blocks per kernel per round (a step of 50 ms or more: one)
+    restart_every: int = 12  # rounds per worker process
     controls: tuple[str, ...] = ()  # case keys timed twice per round: an A/A pair
 
     def __post_init__(self):
