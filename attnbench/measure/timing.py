@@ -112,8 +112,8 @@ def time_interleaved(runs: list, *, numbers: list[int], min_seconds: float, min_
     block of a step of 50 ms or more) and
     ``min_seconds`` per step have passed. Short blocks, milliseconds apart, see the same machine: the
     ratio of two steps' medians cancels what drifted over the window, and a burst of the host's other
-    tenants (tens of milliseconds here) spoils a block or two, not the median of five (measured here:
-    results/LOG.md, "Paired rounds")."""
+    tenants (tens of milliseconds here) spoils a block or two, not the median of five (the paired
+    ratios this gives: results/LOG.md, "Paired, adaptive rounds")."""
     clock = time.perf_counter
     for run in runs:
         run()

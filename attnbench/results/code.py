@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import attention_impls
 
 MEASURED_ROOTS = ("attention_impls", "attnbench", "benchmarks")
-_PATH_MODULES = ("(measure/)?(engine|timing|stats|contention|compiler_caches|process_env|cost|isolation)",
-                 "(run/)?(worker|sweep)",
-                 "(core/)?(inputs|numerics|workload|masks|presets|regimes|records|statuses|metrics)",
+_PATH_MODULES = ("(measure/)?(engine|timing|stats|contention|compiler_caches|process_env|cost|isolation"
+                 "|round_timing|figures|reference_check)",
+                 "(run/)?(worker|sweep|adaptive)",
+                 "(core/)?(inputs|numerics|workload|masks|presets|regimes|records|statuses|metrics|stats)",
                  "backends/(base|memory|__init__)", "hardware",
                  "hardware/(detection|dtypes|hardware_profiles|peak_probe|__init__)", "(asv/|asv_)suite")
 MEASUREMENT_PATH = re.compile(

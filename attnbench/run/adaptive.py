@@ -101,7 +101,7 @@ ROUND_BLOCK_FRACTION = 4  # a round's blocks are a quarter of the first window's
 
 def _number(case: Case, record: dict) -> int:
     """Calls per block in a round: a quarter of the first window's (blocks of about 5 ms: more of them
-    per round, so a burst of the host's spoils fewer; measured here, results/LOG.md)."""
+    per round, so a burst of the host's other tenants spoils fewer of them)."""
     return max(1, int(record.get("steps_per_sample") or 1) // ROUND_BLOCK_FRACTION)
 
 
