@@ -150,20 +150,15 @@ def test_asv_run_records_ok_and_skipped_not_failed(asv_run):
     assert sdpa["device"]
     assert cases["Forward|jax-cudnn|128|static|float32"]["status"] == "unsupported"
     assert not list((tmp / "results").rglob("versions"))
-    # The timing metrics gave asv their samples, one per timing round (the smoke suite runs 2, and
-    # up to 2 more where they were contended): asv stored its own median, 99% interval and
-    # quartiles beside the result, bracketing it.
-    q25 = dict(zip(names, entry["stats_q_25"], strict=True))["jax-xla"]
-    low, high = (dict(zip(names, entry[k], strict=True))["jax-xla"]
-                 for k in ("stats_ci_99_a", "stats_ci_99_b"))
-    assert low <= by_impl["jax-xla"] <= high and q25 <= by_impl["jax-xla"]
-    # Rounds timed while the machine was busy are dropped while a clean one exists (figures.pool_rounds),
-    # so a noisy host can leave one: its interval is then over that round's samples.
+    # The smoke suite times 2 rounds (up to 2 more where they were contended): too few values for a
+    # 99% interval (core/stats.min_values), so asv gets the figure alone and stores no interval of its
+    # own, and the record says how its interval was made and at what confidence.
+    assert "stats_ci_99_a" not in entry and "stats_q_25" not in entry
     rounds = jax_xla["rounds"]
     assert 1 <= rounds <= 4 and jax_xla["ci_basis"] == ("rounds" if rounds > 1 else "samples")
-    repeat = dict(zip(names, entry["stats_repeat"], strict=True))["jax-xla"]
-    # asv's samples are the rounds' medians; with one round left, they are that round's own samples
-    assert (repeat == rounds) if rounds > 1 else (repeat >= 2)
+    assert jax_xla["ci_confidence"] == 0.99 and jax_xla["ci_method"]
+    if rounds < 8:
+        assert "too few values for 99%" in jax_xla["ci_method"]
     # One sweep measured both classes: Forward's setup_cache measured the Training cases too and
     # handed them over through the run's case cache; Training's setup_cache only read them.
     from benchmarks.attention import Forward, Models, Training

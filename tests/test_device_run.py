@@ -318,7 +318,7 @@ def test_the_device_run_rehearses_here_from_a_copy_without_git(tmp_path):
     assert "everything measure needs is here" in log and "evidence of which kernel" in log
     assert "asv run" not in log  # asv's bookkeeping is filed back here, not on the device's minutes
     machine = next(line.split(": ", 1)[1] for line in log.splitlines() if line.startswith("machine name: "))
-    name = __import__("attnbench.run.environment").run.environment.environment_name()
+    name = __import__("attnbench.run.environment").run.environment.asv_environment_name()
     with tarfile.open(out / f"measured-{machine}.tar.gz") as tar:
         assert sum(n.endswith(".case") for n in tar.getnames()) >= 20
         run = json.load(tar.extractfile("./carried.json"))

@@ -67,7 +67,7 @@ def measure(into: str, machine: str, commit: str, root: str = CHECKOUT) -> int:
     """Measure the suite's cases into ``into`` as asv's ``setup_cache`` of each measured class would;
     returns how many case records were written. ``ATTNBENCH_DEADLINE`` bounds it as in asv."""
     results, cases = os.path.join(into, "results"), os.path.join(into, "cases")
-    env_name = environment.environment_name()
+    env_name = environment.asv_environment_name(root)
     os.makedirs(results, exist_ok=True)
     # The context asv gives a benchmark process: asv_context() reads the environment's name from
     # ASV_ENV_NAME, as in an asv run with the stable names of attnbench/asv/plugin.py.
@@ -154,16 +154,11 @@ def file(source: str, results_dir: str, python: str = sys.executable) -> list[st
                                     "-E", f"existing:{python}", "--set-commit-hash", commit, *bench])
         if code not in (0, 2):  # 2: some benchmark failed, which its result records
             raise RuntimeError(f"asv run exited {code} while filing {source}")
-        local_env = environment.environment_name(**_python_of(python))
+        local_env = environment.asv_environment_name(CHECKOUT, environment.probe(python))
         if local_env != device_env:
             rename_env.rename_environment(os.path.join(work, "results"), local_env, device_env)
         return _merge(os.path.join(work, "results", machine), os.path.join(folder, "results", machine),
                       os.path.join(results_dir, machine))
-
-
-def _python_of(python: str) -> dict:
-    facts = environment.probe(python)
-    return {"python": facts["python"], "named": facts["versions"]}
 
 
 def _merge(asv_results: str, carried: str, target: str) -> list[str]:

@@ -75,7 +75,8 @@ def detect_machine_name() -> str:
 def asv_context() -> dict | None:
     """Where this asv run files its results (results dir, machine, commit, env); ``None`` outside asv.
 
-    asv sets ``ASV_ENV_NAME`` and ``ASV_COMMIT`` only for virtualenv runs, and runs in a scratch cwd.
+    asv sets ``ASV_ENV_NAME`` and ``ASV_COMMIT`` only for virtualenv runs (``attnbench/asv/plugin.py``
+    sets ``ASV_ENV_NAME`` for existing ones), and runs in a scratch cwd.
     """
 
     env = os.environ.get("ASV_ENV_NAME")

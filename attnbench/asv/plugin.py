@@ -11,11 +11,14 @@ measures) is that environment: it gets the entry's requirements and asv's name f
 
 from __future__ import annotations
 
+import os
+
 from asv import environment as asv_environment
 
 from attnbench.run import environment
 
 _stock_init = asv_environment.ExistingEnvironment.__init__
+_stock_run = asv_environment.ExistingEnvironment.run
 
 
 def _init(self, conf, executable, requirements, tagged_env_vars):
@@ -30,6 +33,14 @@ def _init(self, conf, executable, requirements, tagged_env_vars):
     self._global_env_vars["ASV_ENV_NAME"] = self.name
 
 
+def _run(self, args, **kwargs):
+    """asv's ``run``, with ``ASV_ENV_NAME`` in the process's environment: asv passes its variables to a
+    virtualenv's benchmark processes only, and the sidecars and traces are filed under this name."""
+    base = kwargs.get("env")
+    kwargs["env"] = {**(os.environ if base is None else base), "ASV_ENV_NAME": self.name}
+    return _stock_run(self, args, **kwargs)
+
+
 def _name(self) -> str:
     tool = "virtualenv" if getattr(self, "_conf_entry", False) else self.tool_name
     return asv_environment.get_env_name(tool, self._python, self._requirements, self._tagged_env_vars)
@@ -40,4 +51,5 @@ def setup() -> None:
     existing = asv_environment.ExistingEnvironment
     if existing.__init__ is not _init:
         existing.__init__ = _init
+        existing.run = _run
         existing.name = property(_name)  # from _python and _requirements

@@ -71,6 +71,9 @@ def method(basis: str, n: int, coverage: float, confidence: float = CONFIDENCE) 
               "paired rounds": f"{n} per-round ratios"}.get(basis, f"{n} {basis}")
     if n >= min_values(confidence):
         return f"sign-test order statistics of {values}, {coverage:.1%} coverage"
+    if n == 1:
+        return (f"one value ({basis}), its own interval: 0.0% coverage, too few values for {confidence:.0%} "
+                f"(it needs {min_values(confidence)})")
     return (f"range of {values}: {coverage:.1%} coverage, too few values for {confidence:.0%} "
             f"(it needs {min_values(confidence)})")
 

@@ -35,7 +35,10 @@ def sensitivity(frame, floors: dict, thresholds: dict | None, confirmed: dict | 
     ok = frame[frame["status"] == "ok"]
     paired = _confirmation_half_widths(confirmed)
     for machine, mine in ok.groupby("machine", sort=True):
-        newest = mine[mine["commit_hash"] == mine.loc[mine[noise.order_column(mine)].idxmax(), "commit_hash"]]
+        order = pd.to_numeric(mine[noise.order_column(mine)], errors="coerce")
+        # commits that cannot be ordered have no newest run: its half-width reads "-"
+        newest = (mine[mine["commit_hash"] == mine.loc[order.idxmax(), "commit_hash"]] if order.notna().any()
+                  else mine.iloc[:0])
         for metric, regime in KINDS:
             floor = floors.get((machine, metric, regime, False))
             part = newest[(newest["metric"] == metric)

@@ -238,10 +238,28 @@ def fit_levels(values: list, weights: list | None, floor_sd: float | None) -> li
     return out
 
 
+def _host_spans(steps: list[tuple], hosts_of: list | None) -> list[list[tuple]]:
+    """The fitted levels of each host period but the last, cut to the period, where the series ran on
+    more than one host: asv's ``detect_regressions`` keeps only a step that lasts to the latest level,
+    and a later host's level (scaled by its run factor) says nothing of whether a step on an earlier
+    host lasted. A host period's own latest level does."""
+    if not hosts_of or len(set(hosts_of)) < 2:
+        return []
+    spans, start = [], 0
+    for j in range(1, len(hosts_of) + 1):
+        if j == len(hosts_of) or hosts_of[j] != hosts_of[start]:
+            spans.append((start, j))
+            start = j
+    return [[(max(left, a), min(right, b), *rest) for left, right, *rest in steps if left < b and right > a]
+            for a, b in spans[:-1] if b - a > 1]
+
+
 def candidates(series: Series, threshold: float, floor: float, min_size: int = 1,
-               floor_sd: float | None = None) -> list[Candidate]:
+               floor_sd: float | None = None, hosts_of: list | None = None) -> list[Candidate]:
     """The steps of one series beyond ``threshold`` and the absolute ``floor`` (``fit_levels``, then
-    asv's ``detect_regressions``); ``floor_sd``: the noise floor of the series' kind, if it has one."""
+    asv's ``detect_regressions`` on the whole series and on each earlier host's part of it,
+    ``_host_spans``); ``floor_sd``: the noise floor of the series' kind, if it has one; ``hosts_of``:
+    each figure's host period."""
     from asv.step_detect import detect_regressions
 
     if len(set(series.commit.tolist())) < 2 or series.direction not in ("lower", "higher"):
@@ -258,11 +276,15 @@ def candidates(series: Series, threshold: float, floor: float, min_size: int = 1
     if np.isfinite(width).any() and (width > 0).any():
         weights = [2.0 / w if np.isfinite(w) and w > 0 else None for w in width]
     steps = fit_levels(values, weights, floor_sd)
-    _, _, found = detect_regressions(steps, threshold=threshold, min_size=min_size)
+    found = []
+    for part in [steps, *_host_spans(steps, hosts_of)]:
+        for step in detect_regressions(part, threshold=threshold, min_size=min_size)[2] or ():
+            if all(step[:2] != seen[:2] for seen in found):
+                found.append(step)
     segments = {(left, right) for left, right, *_ in steps}
     levels = {(left, right): level for left, right, level, *_ in steps}
     out = []
-    for before, after, value_before, value_after in found or ():
+    for before, after, value_before, value_after in found:
         shown_levels = (1.0 / value_before, 1.0 / value_after) if higher else (value_before, value_after)
         if abs(shown_levels[1] - shown_levels[0]) < floor:
             continue
@@ -308,7 +330,9 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
     for series in every:
         threshold = thresholds.get(series.metric, DEFAULT_THRESHOLD)
         floor_sd = floor_of(floors, series) if judged_kind(series.metric) == "noise" else None
-        for candidate in candidates(series, threshold, limits.get(series.unit, 0.0), min_size, floor_sd):
+        hosts_of = [periods.get((series.machine, c), (0, ""))[0] for c in series.commit]
+        for candidate in candidates(series, threshold, limits.get(series.unit, 0.0), min_size, floor_sd,
+                                    hosts_of):
             rows.append(judge(candidate, floors, periods, repo, confirmed))
     return pd.DataFrame(rows)
 

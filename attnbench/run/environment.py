@@ -96,16 +96,19 @@ def conf_include(conf_dir: str = CHECKOUT) -> list[dict]:
         return []
 
 
-def asv_environment_name(conf_dir: str = CHECKOUT) -> str:
-    """This interpreter's environment name as ``make bench`` files it: asv's name for the
+def asv_environment_name(conf_dir: str = CHECKOUT, facts: dict | None = None) -> str:
+    """An interpreter's environment name as ``make bench`` files it: asv's name for the
     ``asv.conf.json`` environment whose pins it holds (``conf_environment``), else
-    ``environment_name``; the plugin gives asv the same name."""
-    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    entry = conf_environment(conf_include(conf_dir), python, pinned_versions())
+    ``environment_name``; the plugin gives asv the same name. ``facts``: another interpreter's
+    ``probe``; None: this one."""
+    if facts is None:
+        facts = {"python": f"{sys.version_info[0]}.{sys.version_info[1]}", "versions": versions(),
+                 "pins": pinned_versions()}
+    entry = conf_environment(conf_include(conf_dir), facts["python"], facts.get("pins") or {})
     if entry is None:
-        return environment_name()
+        return environment_name(facts["python"], facts["versions"])
     req = sorted((k, v) for k, v in entry["req"].items())
-    return "-".join(["virtualenv", f"py{python}"] + [f"{k}{v}" if v else k for k, v in req])
+    return "-".join(["virtualenv", f"py{facts['python']}"] + [f"{k}{v}" if v else k for k, v in req])
 
 
 def environment_name(python: str | None = None, named: dict[str, str] | None = None) -> str:
