@@ -1,7 +1,7 @@
 """The asv suite: the same attention workloads, forced-flash vs native, across lengths and shapes.
 
 Thin classes over ``attnbench.asv.suite``: ``setup_cache`` measures every case once per
-environment and commit (each in a fresh worker, through the engine) and every ``track_*``
+environment and commit (through the engine, in workers: ``SuiteSize.fresh_process``) and every ``track_*``
 benchmark reads one metric of that one measurement. With ``ATTNBENCH_CASE_CACHE`` set (a fleet
 run), that measurement is kept one file per case and shared by every later ``asv run`` of the
 same commit, so a run split into benchmark groups or restarted after a preemption measures each

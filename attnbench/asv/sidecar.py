@@ -25,7 +25,7 @@ CASE_FIELDS = ("label", "execution", "platform", "device", "status", "reason", "
                "contention_reason", "ci_low_s", "ci_high_s", "ci_basis", "ci_coverage", "rounds",
                "mask", "gqa", "flops",  # what a preset's case computed (Models)
                # the interval's confidence and making; each kept round's median and id, by which the
-               # verdict pairs two kernels of one round; an A/A control's second windows
+               # verdict pairs two kernels of one round; an A/A control's own windows
                "ci_confidence", "ci_method", "round_medians_s", "round_ids", "control_round_medians_s",
                "control_round_ids", "rounds_stopped", "contended_rounds",
                "phase_seconds")  # where the case's seconds went (results/LOG.md)

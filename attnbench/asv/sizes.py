@@ -107,8 +107,8 @@ SIZES = {size.name: size for size in (
     # tier's). fresh_process False + static_first: static cases share a worker (its start costs more
     # than most cases; shapes still compile cold); a regime case gets its own, so its compile count
     # is cold. max_extra_seconds: how long the first window may run on while its IQR exceeds 5%.
-    # rounds: windows per static case, each in its own process; more short rounds beat longer
-    # windows because noise between processes dominates (stats.py; results/LOG.md).
+    # rounds: windows per static case, in warm workers replaced every few rounds; more short rounds
+    # beat longer windows because noise between processes dominates (run/adaptive.py; results/LOG.md).
     SuiteSize("default", forward_seqs=(256, 1024), training_seqs=(512,), dtypes=("float32",),
               regime_steps=6, min_seconds=0.1, max_extra_seconds=0.1,
               max_interpret_seq=256, max_reference_seq=256, regime_seqs=(1024,), rounds=17,
