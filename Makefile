@@ -134,13 +134,16 @@ bench: $(BENCH_SETUP) html-deps
 	$(HARNESS) -m attnbench confirm $(CONFIRM_ARGS) --budget $(CONFIRM_BUDGET)
 	@# Nothing measures from here on: asv publish and the report (then the summary, from the same
 	@# loaded results) run side by side on the two cores. asv publish empties html/, so the report is
-	@# written beside it and moved in after.
+	@# written beside it and moved in after. The sub-make is named through PUBLISH_HTML: a line that
+	@# names $$(MAKE) itself runs even under make -n, and this one writes the report.
 	@report=$$(mktemp -d /tmp/attnbench-report-XXXXXX) && \
-	( $(MAKE) --no-print-directory html & publish=$$!; \
+	( $(PUBLISH_HTML) & publish=$$!; \
 	  $(HARNESS) -m attnbench report $(REPORT_ARGS) --out $$report --summary; status=$$?; \
 	  wait $$publish || status=1; \
 	  rm -rf html/report && mkdir -p html && mv $$report html/report && \
 	  echo "report: html/report/report.md, html/report/report.html"; exit $$status )
+
+PUBLISH_HTML = $(MAKE) --no-print-directory html
 
 # The newest run's steps beyond the threshold measured again, paired (the report names it when
 # steps are left); then the report again.

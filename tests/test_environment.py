@@ -106,6 +106,8 @@ def test_make_in_existing_mode_uses_that_interpreter_and_never_builds_a_venv():
     assert "-m attnbench.asv.selection run --machine $machine" in plan.stdout  # one asv run per environment
     assert f"--existing {sys.executable} --" in plan.stdout
     assert "-m venv" not in plan.stdout and "pip install" not in plan.stdout
+    # make -n prints the recipe and runs none of it: no report was written (its last line is echoed)
+    assert "report: html/report/report.md, html/report/report.html" not in plan.stdout.splitlines()
 
 
 # -- the user's interpreter ---------------------------------------------------------------------------
