@@ -136,8 +136,10 @@ def kernels_table(part: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     last = ok.groupby(["impl", "mode"], sort=True).tail(1)
     return pd.DataFrame({"implementation": last["impl"], "mode": last["mode"],
-                         "execution": last["execution"].fillna("-"), "at": last["seq_q"],
-                         "kernel (compiled HLO)": last["kernel_evidence"].fillna("-")})
+                         # object first: a column with no text yet is float NaN, and pandas will
+                         # refuse to fill a float column with text
+                         "execution": last["execution"].astype(object).fillna("-"), "at": last["seq_q"],
+                         "kernel (compiled HLO)": last["kernel_evidence"].astype(object).fillna("-")})
 
 
 def grid(part: pd.DataFrame) -> pd.DataFrame:
