@@ -41,7 +41,7 @@ XLA_STAMP := $(XLA_VENV)/.installed-$(XLA_FLAVOUR)
 # plugin + ptxas + cuDNN wheels, compiling for TPUs and NVIDIA GPUs on any host (JAX_PLATFORMS=cpu).
 TARGETS_VENV := .venv-targets
 TARGETS_STAMP := $(TARGETS_VENV)/.installed-targets
-TARGETS_TESTS := tests/test_compiled_for.py tests/test_compiled_for_compile.py
+TARGETS_TESTS := tests/test_compiled_for.py tests/test_compiled_for_compile.py tests/test_compile_tuning.py
 # SkyPilot (the extra `fleet`) in the main venv: see fleet-deps
 FLEET_STAMP := $(VENV)/.fleet-installed
 
@@ -55,7 +55,7 @@ export PJRT_DEVICE
 # bfloat16, TPU: bfloat16, CPU: the suite size's own).
 export ACCEL
 
-.PHONY: confirm headroom setup bench html serve-html sweep html-deps browser-deps existing-bench existing-test test lint test-main test-xla list matrix system-check clean \
+.PHONY: confirm headroom setup tune bench html serve-html sweep html-deps browser-deps existing-bench existing-test test lint test-main test-xla list matrix system-check clean \
         fleet-deps fleet-launch fleet-collect fleet-plan setup-targets test-targets releases notebook verdict test-fast \
         device-file rehearse-device
 
@@ -109,8 +109,23 @@ BENCH_SETUP := setup
 # CPU figures are never filed under an accelerator's name).
 EXISTING_PYTHONS := $(CURDIR)/$(VENV)/bin/python $(if $(filter cuda,$(ACCEL)),,$(CURDIR)/$(XLA_VENV)/bin/python)
 endif
+# The tuner (docs/tuning.md): each tiled kernel's candidate tile configs measured here, paired by
+# round, the kept one filed in results/tuning/<machine>.json, which the suite runs at. `make tune`
+# measures what the file lacks, in every measured environment (TUNE_ARGS=--force: everything again);
+# `make bench` does the same within TUNE_BUDGET seconds (none, once the file holds this machine).
+TUNE_ARGS ?=
+TUNE_BUDGET ?= 120
+TUNE = machine=$$($(HARNESS) -m attnbench machine-name) && \
+	for py in $(EXISTING_PYTHONS); do PYTHONPATH=$(CURDIR) $$py -m attnbench tune --machine $$machine $(1) || exit 1; done
+tune: $(BENCH_SETUP)
+	@$(call TUNE,$(TUNE_ARGS))
+	@# The compile targets' candidates, compiled ahead of time (nothing runs there; about 4 min here).
+	@if [ -x $(TARGETS_VENV)/bin/python ]; then JAX_PLATFORMS=cpu $(TARGETS_VENV)/bin/python -m attnbench tune-targets; \
+	else echo "compile-target tuning skipped: $(TARGETS_VENV) is not built here (make setup-targets builds it)"; fi
+
 bench: $(BENCH_SETUP) html-deps
 	@$(ASV_ENV) $(HARNESS) -m attnbench.asv.selection check $(if $(EXISTING_PYTHONS),--existing $(EXISTING_PYTHONS))
+	@$(call TUNE,--budget $(TUNE_BUDGET))
 	@machine=$$($(HARNESS) -m attnbench machine-name) && \
 	$(ASV) machine --yes --machine $$machine >/dev/null && \
 	echo "asv run: machine $$machine, suite $${ATTNBENCH_SUITE:-$${ATTNBENCH_PROFILE:-default}}, environments: \

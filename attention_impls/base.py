@@ -13,7 +13,9 @@ some frameworks.
 from __future__ import annotations
 
 import abc
+import copy
 import importlib
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -62,6 +64,82 @@ def unsupported(reason: str) -> PlatformSupport:
     return PlatformSupport("unsupported", reason)
 
 
+Config = tuple[tuple[str, int], ...]  # a kernel's tile knobs, in its search space's order; () = defaults
+_KNOB = re.compile(r"^([a-z_]+)=(\S+)$")
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A tiled kernel's knobs (tile or chunk sizes): the values it runs at by default and the
+    candidate configs the tuner measures (``attnbench/run/tune.py``, docs/tuning.md). Each candidate
+    names every knob; the defaults are one of the candidates."""
+
+    defaults: Config
+    candidates: tuple[Config, ...]
+
+    def __post_init__(self):
+        names = [name for name, _ in self.defaults]
+        for candidate in self.candidates:
+            if [name for name, _ in candidate] != names:
+                raise ValueError(f"candidate {config_text(candidate)} must name the knobs {names} in order")
+        if self.defaults not in self.candidates:
+            raise ValueError(f"the defaults {config_text(self.defaults)} must be one of the candidates")
+
+    @property
+    def knobs(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.defaults)
+
+    def check(self, config, kernel: str) -> Config:
+        """``config`` (a mapping, pairs, or text ``block_q=64,block_k=128``) as a full ``Config``:
+        knobs it leaves out at their defaults. ``ValueError`` names an unknown knob or a value that is
+        not a positive integer."""
+        if isinstance(config, str):
+            config = parse_config(config)
+        given = dict(config)
+        unknown = sorted(set(given) - set(self.knobs))
+        if unknown:
+            raise ValueError(f"{kernel} has no knob {', '.join(unknown)}; its knobs: {', '.join(self.knobs)}")
+        out = []
+        for name, default in self.defaults:
+            value = given.get(name, default)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{kernel}: {name} must be a positive integer, got {value!r}")
+            out.append((name, value))
+        return tuple(out)
+
+
+def parse_config(text: str) -> Config:
+    """``"block_q=64,block_k=128"`` as pairs; ``ValueError`` names the part that is malformed."""
+    pairs = []
+    for part in (p.strip() for p in text.split(",")):
+        match = _KNOB.match(part)
+        if not match or not match.group(2).isdigit():
+            raise ValueError(f"malformed config {text!r}: {part!r} is not knob=positive-integer "
+                             "(e.g. block_q=64,block_k=128)")
+        pairs.append((match.group(1), int(match.group(2))))
+    if len({name for name, _ in pairs}) != len(pairs):
+        raise ValueError(f"malformed config {text!r}: a knob is named twice")
+    return tuple(pairs)
+
+
+def config_text(config: Config) -> str:
+    """``block_q=64,block_k=128``; ``defaults`` for ``()``."""
+    return ",".join(f"{name}={value}" for name, value in config) if config else "defaults"
+
+
+def larger_than_length(config: Config, defaults: Config, lengths: dict[str, int]) -> str | None:
+    """Why a candidate is refused for a workload: a tile or chunk (``lengths``: knob -> the length it
+    tiles) longer than that length, where the default is not, only pads (or is clamped to the length:
+    the same program as a smaller candidate). The default itself is always measured."""
+    default = dict(defaults)
+    for name, value in config:
+        length = lengths.get(name)
+        if length is not None and value > max(length, default[name]):
+            return (f"{name}={value} is longer than the {length} positions it tiles (and than the default "
+                    f"{default[name]}): it would only pad")
+    return None
+
+
 class AttentionImpl(abc.ABC):
     """Base of every kernel: a kernel file subclasses it, sets the declarations and ``attention``.
 
@@ -101,6 +179,10 @@ class AttentionImpl(abc.ABC):
     gqa: str = "repeated"
     # With "segment_ids" in ``supports``: which segment ids the kernel expresses, of SEGMENT_KINDS.
     segment_kinds: frozenset[str] = frozenset({"documents", "ragged"})
+    # The tile knobs the tuner may set (``None``: none) and the config this instance runs at (the
+    # registry's instance: ``()``, its defaults; ``with_config`` makes a configured twin).
+    search_space: SearchSpace | None = None
+    config: Config = ()
 
     @abc.abstractmethod
     def attention(self, q, k, v, *, causal: bool, scale: float, **mask):
@@ -121,6 +203,38 @@ class AttentionImpl(abc.ABC):
     def gqa_mode(self, workload: Workload) -> str | None:
         """How this kernel runs ``workload``'s grouped heads (``None``: not grouped)."""
         return self.gqa if workload.is_gqa else None
+
+    # -- its tile config ---------------------------------------------------------------------
+    def knob(self, name: str) -> int:
+        """The value of knob ``name`` this instance runs at."""
+        return dict(self.config).get(name, dict(self.search_space.defaults)[name])
+
+    def with_config(self, config) -> AttentionImpl:
+        """A twin of this kernel running at ``config`` (checked: ``SearchSpace.check``); ``()`` or
+        ``None``: this instance. A kernel without knobs refuses any config."""
+        if not config:
+            return self
+        if self.search_space is None:
+            raise ValueError(f"{self.name} has no tile knobs to configure")
+        twin = copy.copy(self)
+        twin.config = self.search_space.check(config, self.name)
+        return twin
+
+    @property
+    def config_now(self) -> Config:
+        """Every knob with the value this instance runs at (``()`` for a kernel without knobs)."""
+        return self.search_space.check(self.config, self.name) if self.search_space else ()
+
+    def config_reason(self, config: Config, workload: Workload) -> str | None:
+        """Why this kernel does not take ``config`` for ``workload`` (``None``: it does)."""
+        return None
+
+    def candidates(self, workload: Workload) -> list[tuple[Config, str | None]]:
+        """Every candidate config, each with the reason ``workload`` refuses it (``None``: measured)."""
+        if self.search_space is None:
+            return []
+        return [(c, None if c == self.search_space.defaults else self.config_reason(c, workload))
+                for c in self.search_space.candidates]
 
     # -- what the kernel is -------------------------------------------------------------------
     def label(self, platform: str) -> str:
@@ -154,7 +268,8 @@ class AttentionImpl(abc.ABC):
         return None
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name!r}>"
+        config = f" {config_text(self.config)}" if self.config else ""
+        return f"<{type(self).__name__} {self.name!r}{config}>"
 
 
 def top_left_causal_reason(workload: Workload, mask: str, remedy: str = "") -> str | None:

@@ -13,13 +13,26 @@ from __future__ import annotations
 
 import functools
 
-from attention_impls.base import AttentionImpl
+from attention_impls.base import AttentionImpl, SearchSpace, larger_than_length
 from attention_impls.registry import register
 
 # Imported where used: jax (each venv holds only some frameworks, and the asv process none).
 
 BLOCK_Q = 128
 BLOCK_K = 128
+
+# The tuner's candidates (docs/tuning.md): FA2's default, smaller and larger square tiles, and longer
+# key tiles (fewer online-softmax rescales per query tile).
+SEARCH_SPACE = SearchSpace(
+    defaults=(("block_q", BLOCK_Q), ("block_k", BLOCK_K)),
+    candidates=tuple((("block_q", q), ("block_k", k)) for q, k in
+                     ((64, 64), (BLOCK_Q, BLOCK_K), (128, 256), (256, 256), (256, 512))))
+
+
+def tile_reason(config, workload) -> str | None:
+    """A tile longer than the length it tiles only pads: refused (``larger_than_length``)."""
+    return larger_than_length(config, SEARCH_SPACE.defaults,
+                              {"block_q": workload.seq_q, "block_k": workload.seq_k})
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -142,12 +155,17 @@ class JaxBlockwise(AttentionImpl):
     framework = "jax"
     designed_for = frozenset({"gpu"})
     is_flash = True
-    reimplements = "FlashAttention-2's GPU algorithm at 128x128 tiles"
-    summary = ("FlashAttention-2 online softmax in jax (lax.map over 128-row query tiles, lax.scan "
-               "over 128-key tiles, GPU tile sizes), compiled by XLA on every backend")
+    reimplements = "FlashAttention-2's GPU algorithm (default tiles 128x128, FA2's)"
+    summary = ("FlashAttention-2 online softmax in jax (lax.map over query tiles, lax.scan over key "
+               "tiles; GPU tile sizes 128x128 by default), compiled by XLA on every backend")
+    search_space = SEARCH_SPACE
 
     supports = frozenset({"window", "softcap", "segment_ids"})
     gqa = "native"  # q is [B, Hkv, group, ...]: each kv tile is read once for its query group
 
+    def config_reason(self, config, workload):
+        return tile_reason(config, workload)
+
     def attention(self, q, k, v, *, causal, scale, **mask):
-        return blockwise_attention(q, k, v, causal=causal, scale=scale, **mask)
+        return blockwise_attention(q, k, v, causal=causal, scale=scale, block_q=self.knob("block_q"),
+                                   block_k=self.knob("block_k"), **mask)

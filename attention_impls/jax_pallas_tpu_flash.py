@@ -1,7 +1,10 @@
 """Pallas TPU FlashAttention (``jax.experimental.pallas.ops.tpu.flash_attention``).
 
 jax's default tiles (128) are too small for a v5e by its maintainers' account (jax-ml/jax issue
-24633), so we use the largest of 512, 256, 128 dividing each length, as torch_xla's wrapper does.
+24633), so by default we use the largest of 512, 256, 128 dividing each length, as torch_xla's
+wrapper does. Its ``BlockSizes`` are the tuner's knobs (``SEARCH_SPACE``): a knob is the tile where
+it divides the length, and is halved down to 128 until it does otherwise (so the defaults, 512,
+are that rule exactly; a candidate that does not divide is refused, ``config_reason``).
 On a CPU it runs only in jax's TPU interpreter (``pltpu.force_tpu_interpret_mode``).
 
 Shape rules come from the kernel source (``_verify_block`` and friends); what it cannot do is
@@ -12,7 +15,14 @@ from __future__ import annotations
 
 import contextlib
 
-from attention_impls.base import RUNS, AttentionImpl, interpret_only, top_left_causal_reason, unsupported
+from attention_impls.base import (
+    RUNS,
+    AttentionImpl,
+    SearchSpace,
+    interpret_only,
+    top_left_causal_reason,
+    unsupported,
+)
 from attention_impls.registry import register
 
 # Imported where used: jax (each venv holds only some frameworks, and the asv process none).
@@ -23,18 +33,70 @@ TILES = (512, 256, 128)
 
 MODULE = "jax.experimental.pallas.ops.tpu.flash_attention"
 
+def fit_tile(knob: int, length: int) -> int:
+    """The tile a knob gives at ``length``: ``knob`` where it divides ``length``, else halved until it
+    does, never below ``BLOCK`` (128 for a ragged length). ``fit_tile(512, n)`` is ``tile(n)``."""
+    t = knob
+    while t > BLOCK and length % t:
+        t //= 2
+    return t
+
+
 def tile(length: int) -> int:
-    """The largest tile in ``TILES`` dividing ``length`` (128 for a ragged length)."""
+    """The largest tile in ``TILES`` dividing ``length`` (128 for a ragged length): the default knobs'."""
     return next((t for t in TILES if length % t == 0), BLOCK)
 
 
-def block_sizes(seq_q: int, seq_k: int):
+# The tuner's knobs: the forward's query tile, key tile (major: the kv block a grid step loads; minor:
+# the block each matmul takes, dividing the major) and the backward's query and key tiles (every
+# backward block, dkv and dq alike). Defaults: 512 everywhere, today's tiles.
+KNOBS = ("block_q", "block_k_major", "block_k", "block_q_bwd", "block_k_bwd")
+SEARCH_SPACE = SearchSpace(
+    defaults=tuple(zip(KNOBS, (512, 512, 512, 512, 512), strict=True)),
+    candidates=tuple(tuple(zip(KNOBS, values, strict=True)) for values in (
+        (128, 128, 128, 128, 128), (256, 256, 256, 256, 256), (512, 512, 512, 512, 512),
+        (512, 1024, 512, 512, 512), (1024, 1024, 1024, 512, 512), (1024, 2048, 512, 512, 512))))
+
+
+def tiles(config, seq_q: int, seq_k: int) -> dict:
+    """Each knob's tile at these lengths (``config``: every knob, ``AttentionImpl.config_now``)."""
+    knobs = dict(config)
+    tk_major = fit_tile(knobs["block_k_major"], seq_k)
+    return {"block_q": fit_tile(knobs["block_q"], seq_q), "block_k_major": tk_major,
+            "block_k": fit_tile(min(knobs["block_k"], tk_major), tk_major),
+            "block_q_bwd": fit_tile(knobs["block_q_bwd"], seq_q),
+            "block_k_bwd": fit_tile(knobs["block_k_bwd"], seq_k)}
+
+
+def block_sizes(seq_q: int, seq_k: int, config=SEARCH_SPACE.defaults):
     from jax.experimental.pallas.ops.tpu.flash_attention import BlockSizes
 
-    tq, tk = tile(seq_q), tile(seq_k)
-    return BlockSizes(block_q=tq, block_k_major=tk, block_k=tk, block_b=1,
+    t = tiles(config, seq_q, seq_k)
+    tq, tk = t["block_q_bwd"], t["block_k_bwd"]
+    return BlockSizes(block_q=t["block_q"], block_k_major=t["block_k_major"], block_k=t["block_k"], block_b=1,
                       block_q_major_dkv=tq, block_k_major_dkv=tk, block_k_dkv=tk, block_q_dkv=tq,
                       block_k_major_dq=tk, block_k_dq=tk, block_q_dq=tq)
+
+
+def divides_reason(config, lengths: dict[str, tuple[str, int]], *, multiple: int = BLOCK,
+                   within: dict[str, str] | None = None) -> str | None:
+    """Why a candidate's tiles do not fit a workload: a tile not a multiple of ``multiple``, longer
+    than, or not dividing the length it tiles (``lengths``: knob -> (what, length)), or a minor tile
+    not dividing its major one (``within``: minor knob -> major knob)."""
+    knobs = dict(config)
+    for name, value in config:
+        if value % multiple:
+            return f"{name}={value} is not a multiple of {multiple} (the kernel's lane-aligned block)"
+        if name in lengths:
+            what, length = lengths[name]
+            if value > length:
+                return f"{name}={value} is longer than the {length} {what} it tiles"
+            if length % value:
+                return f"{name}={value} does not divide the {length} {what} (the kernel's blocks must)"
+    for minor, major in (within or {}).items():
+        if knobs[major] % knobs[minor]:
+            return f"{minor}={knobs[minor]} does not divide {major}={knobs[major]}"
+    return None
 
 
 def tpu_flash_shape_reason(workload) -> str | None:
@@ -68,8 +130,9 @@ class JaxPallasTpuFlash(AttentionImpl):
         f"{MODULE}:SegmentIds": ("q", "kv"),
     }
     interpreter_calls = {"jax.experimental.pallas.tpu:force_tpu_interpret_mode": ()}
-    summary = ("Pallas TPU flash_attention (jax.experimental.pallas.ops.tpu), 512/256/128 tiles; "
-               "TPU interpreter off-TPU")
+    summary = ("Pallas TPU flash_attention (jax.experimental.pallas.ops.tpu), 512/256/128 tiles by "
+               "default (BlockSizes tuned on the compile targets); TPU interpreter off-TPU")
+    search_space = SEARCH_SPACE
     supports = frozenset({"segment_ids"})
     call_name = "Pallas TPU flash_attention"
     feature_notes = {
@@ -88,6 +151,14 @@ class JaxPallasTpuFlash(AttentionImpl):
 
     def shape_reason(self, workload, platform):
         return tpu_flash_shape_reason(workload)
+
+    def config_reason(self, config, workload):
+        backward = workload.mode == "fwd_bwd"
+        lengths = {"block_q": ("queries", workload.seq_q), "block_k_major": ("keys", workload.seq_k),
+                   "block_k": ("keys", workload.seq_k)}
+        if backward:
+            lengths.update(block_q_bwd=("queries", workload.seq_q), block_k_bwd=("keys", workload.seq_k))
+        return divides_reason(config, lengths, within={"block_k": "block_k_major"})
 
     def trace_context(self, platform):
         if platform == "cpu":
@@ -109,5 +180,5 @@ class JaxPallasTpuFlash(AttentionImpl):
         out = flash_attention(
             q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),
             segment_ids=segment_ids, causal=causal, sm_scale=scale,
-            block_sizes=block_sizes(q.shape[1], k.shape[1]))
+            block_sizes=block_sizes(q.shape[1], k.shape[1], tuple((n, self.knob(n)) for n in KNOBS)))
         return out.transpose(0, 2, 1, 3)

@@ -11,13 +11,25 @@ plain XLA loops are what make it native everywhere.
 
 from __future__ import annotations
 
-from attention_impls.base import AttentionImpl
+from attention_impls.base import AttentionImpl, SearchSpace, config_text
 from attention_impls.registry import register
 
 # Imported where used: jax (each venv holds only some frameworks, and the asv process none).
 
 QUERY_CHUNK = 256
 KEY_CHUNK = 512
+# The tuner's candidates (docs/tuning.md): the default, shorter chunks, and longer query or key chunks.
+SEARCH_SPACE = SearchSpace(
+    defaults=(("query_chunk", QUERY_CHUNK), ("key_chunk", KEY_CHUNK)),
+    candidates=tuple((("query_chunk", q), ("key_chunk", k)) for q, k in
+                     ((64, 128), (128, 256), (256, 256), (QUERY_CHUNK, KEY_CHUNK), (256, 1024), (512, 512),
+                      (512, 1024))))
+
+
+def _clamped(config, workload) -> tuple[int, int]:
+    """The chunks a config runs at for a workload: each is clamped to its length."""
+    chunks = dict(config)
+    return min(chunks["query_chunk"], workload.seq_q), min(chunks["key_chunk"], workload.seq_k)
 
 
 def _padded(x, length: int, axis: int = 1):
@@ -106,11 +118,26 @@ class JaxXlaChunked(AttentionImpl):
     public_calls = {"jax.lax:map": (), "jax.lax:scan": (), "jax:checkpoint": ()}
     framework = "jax"
     is_flash = True  # tiled online softmax, but portable: native wherever XLA compiles it
-    summary = (f"memory-efficient chunked attention in plain jax (lax.map over {QUERY_CHUNK}-query "
-               f"chunks, lax.scan online softmax over {KEY_CHUNK}-key chunks; Rabe & Staats), XLA-compiled")
+    summary = (f"memory-efficient chunked attention in plain jax (lax.map over query chunks, lax.scan "
+               f"online softmax over key chunks, {QUERY_CHUNK}x{KEY_CHUNK} by default; Rabe & Staats), "
+               "XLA-compiled")
+    search_space = SEARCH_SPACE
 
     supports = frozenset({"window", "softcap", "segment_ids"})
     gqa = "native"  # one einsum per kv head and its query group (no repeat)
 
+    def config_reason(self, config, workload):
+        """A chunk longer than its length is clamped to it: a candidate that clamps to the chunks of
+        the defaults, or of a candidate before it, is the same program, refused as such."""
+        mine = _clamped(config, workload)
+        for other in (SEARCH_SPACE.defaults, *SEARCH_SPACE.candidates):
+            if other == config:
+                break
+            if _clamped(other, workload) == mine:
+                return (f"the same program as {config_text(other)} at this workload: chunks are clamped "
+                        f"to the lengths (Sq {workload.seq_q}, Sk {workload.seq_k})")
+        return None
+
     def attention(self, q, k, v, *, causal, scale, **mask):
-        return chunked_attention(q, k, v, causal=causal, scale=scale, **mask)
+        return chunked_attention(q, k, v, causal=causal, scale=scale, query_chunk=self.knob("query_chunk"),
+                                 key_chunk=self.knob("key_chunk"), **mask)

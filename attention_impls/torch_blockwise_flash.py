@@ -11,13 +11,26 @@ it is off by default because reading tensor values on the host would cut an XLA 
 from __future__ import annotations
 
 from attention_impls._torch_ops import attention_ops
-from attention_impls.base import RUNS, AttentionImpl, unsupported
+from attention_impls.base import RUNS, AttentionImpl, SearchSpace, larger_than_length, unsupported
 from attention_impls.registry import register
 
 # Imported where used: torch (each venv holds only some frameworks, and the asv process none).
 
 BLOCK_Q = 128
 BLOCK_K = 128
+
+# The tuner's candidates (docs/tuning.md): FA2's default, smaller and larger square tiles, and longer
+# key tiles (fewer online-softmax rescales per query tile).
+SEARCH_SPACE = SearchSpace(
+    defaults=(("block_q", BLOCK_Q), ("block_k", BLOCK_K)),
+    candidates=tuple((("block_q", q), ("block_k", k)) for q, k in
+                     ((64, 64), (BLOCK_Q, BLOCK_K), (128, 256), (256, 256), (256, 512))))
+
+
+def tile_reason(config, workload) -> str | None:
+    """A tile longer than the length it tiles only pads: refused (``larger_than_length``)."""
+    return larger_than_length(config, SEARCH_SPACE.defaults,
+                              {"block_q": workload.seq_q, "block_k": workload.seq_k})
 
 
 def _segment_tiles(q_ids, kv_ids, block_q: int, block_k: int) -> list[list[bool]]:
@@ -124,14 +137,19 @@ class TorchBlockwise(AttentionImpl):
     executes = "eager"
     designed_for = frozenset({"gpu"})
     is_flash = True
-    reimplements = "FlashAttention-2's GPU algorithm at 128x128 tiles"
+    reimplements = "FlashAttention-2's GPU algorithm (default tiles 128x128, FA2's)"
     platform_support = {"cpu": RUNS, "gpu": RUNS,
                         "tpu": unsupported("plain torch reaches a TPU only through torch_xla: "
                                            "see torch-xla-blockwise-flash")}
-    summary = "FlashAttention-2 online softmax in torch ops with GPU tile sizes (128x128), eager"
+    summary = "FlashAttention-2 online softmax in torch ops with GPU tile sizes (128x128 by default), eager"
+    search_space = SEARCH_SPACE
     evidence_from_ops = staticmethod(blockwise_evidence)
     supports = frozenset({"window", "softcap", "segment_ids"})
     gqa = "native"
 
+    def config_reason(self, config, workload):
+        return tile_reason(config, workload)
+
     def attention(self, q, k, v, *, causal, scale, **mask):
-        return blockwise_attention(q, k, v, causal=causal, scale=scale, skip_segments=True, **mask)
+        return blockwise_attention(q, k, v, causal=causal, scale=scale, skip_segments=True,
+                                   block_q=self.knob("block_q"), block_k=self.knob("block_k"), **mask)

@@ -18,10 +18,17 @@ import sys
 import types
 
 from attention_impls._torch_ops import attention_ops
-from attention_impls.base import RUNS, AttentionImpl, unsupported
+from attention_impls.base import RUNS, AttentionImpl, SearchSpace, larger_than_length, unsupported
 from attention_impls.registry import register
 
 # Imported where used: torch (each venv holds only some frameworks, and the asv process none).
+
+
+BLOCK_SIZE = 128  # create_block_mask's default (flex_attention._DEFAULT_SPARSE_BLOCK_SIZE)
+# The tuner's candidates (docs/tuning.md): the block mask's block, which sets the sparsity grain (a
+# block the mask hides wholly is skipped) and, on CUDA, the kernel's tiles.
+SEARCH_SPACE = SearchSpace(defaults=(("block_size", BLOCK_SIZE),),
+                           candidates=tuple((("block_size", b),) for b in (64, BLOCK_SIZE, 256, 512)))
 
 
 def _flex_call(q, k, v, block_mask, scale, enable_gqa, score_mod):
@@ -59,14 +66,14 @@ def causal_block_mask(seq_q: int, seq_k: int, device):
 
 
 def keep_block_mask(seq_q: int, seq_k: int, device, *, causal: bool, window: int | None = None,
-                    q_segment_ids=None, kv_segment_ids=None):
+                    q_segment_ids=None, kv_segment_ids=None, block_size: int = BLOCK_SIZE):
     """``create_block_mask`` of ``keep_mod``: per batch row when there are segment ids, else shared."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     mod = keep_mod(seq_q, seq_k, causal=causal, window=window, q_segment_ids=q_segment_ids,
                    kv_segment_ids=kv_segment_ids)
     batch = q_segment_ids.shape[0] if q_segment_ids is not None else None
-    return create_block_mask(mod, batch, None, seq_q, seq_k, device=device)
+    return create_block_mask(mod, batch, None, seq_q, seq_k, device=device, BLOCK_SIZE=block_size)
 
 
 def softcap_mod(softcap: float):
@@ -122,6 +129,7 @@ class TorchFlexAttention(AttentionImpl):
     evidence_from_ops = staticmethod(flex_evidence)
     supports = frozenset({"window", "softcap", "segment_ids"})
     gqa = "native"
+    search_space = SEARCH_SPACE
     platform_support = {
         "cpu": RUNS, "gpu": RUNS,
         "tpu": unsupported("FlexAttention takes CUDA, CPU, XPU, HPU and MPS tensors only "
@@ -145,6 +153,9 @@ class TorchFlexAttention(AttentionImpl):
                 return "FlexAttention on CUDA needs triton, which is not installed"
         return None
 
+    def config_reason(self, config, workload):
+        return larger_than_length(config, SEARCH_SPACE.defaults, {"block_size": workload.seq_k})
+
     def _entry(self, q, k, causal: bool, scale: float, window=None, softcap=None, q_segment_ids=None,
                kv_segment_ids=None):
         """``(compiled function, block mask or None, segment ids it was built from)`` for this call.
@@ -154,7 +165,7 @@ class TorchFlexAttention(AttentionImpl):
         import torch
 
         key = (tuple(q.shape), tuple(k.shape), q.dtype, q.device, causal, scale, torch.is_grad_enabled(),
-               window, softcap, q_segment_ids is not None)
+               window, softcap, q_segment_ids is not None, self.config_now)
         segments = (q_segment_ids, kv_segment_ids) if q_segment_ids is not None else None
         entry = self._compiled.get(key)
         same_ids = segments is None or (entry is not None and all(
@@ -170,7 +181,8 @@ class TorchFlexAttention(AttentionImpl):
             fn = entry[0]
         masked = causal or window is not None or segments is not None
         mask = keep_block_mask(q.shape[2], k.shape[2], q.device, causal=causal, window=window,
-                               q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids) if masked else None
+                               q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
+                               block_size=self.knob("block_size")) if masked else None
         entry = self._compiled[key] = (fn, mask, segments)
         return entry
 

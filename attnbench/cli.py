@@ -16,6 +16,7 @@ from attnbench.checks import noisecheck, warmcheck
 from attnbench.checks.observability import add_parser as add_observability
 from attnbench.cli_results import add_results_commands
 from attnbench.cli_run import add_run_command
+from attnbench.cli_tune import add_tune_command
 from attnbench.compiled_for.cli import add_parser as add_compile_for
 from attnbench.core import presets
 from attnbench.core.errors import UnknownName
@@ -202,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_results_commands(sub)
     _add_check_commands(sub)
     add_run_command(sub)
+    add_tune_command(sub)
 
     add_compile_for(sub)  # compile-for: the compiled-for tier (attnbench/compiled_for/)
 

@@ -10,6 +10,7 @@ import sys
 
 import attention_impls
 from attnbench import hardware
+from attnbench.asv.machine import machine_name
 from attnbench.backends import here
 from attnbench.core import presets
 from attnbench.core.workload import PHASE_MODES, Workload
@@ -17,6 +18,7 @@ from attnbench.hardware import get_hardware_profile, load_hardware_profiles
 from attnbench.hardware.dtypes import machine_dtype_problem
 from attnbench.measure.engine import Case, Options
 from attnbench.measure.process_env import pin_threads
+from attnbench.results import tuned
 from attnbench.results.table import cell, render
 from attnbench.run import provenance, resume, sweep
 from attnbench.run.adaptive import RoundPlan
@@ -76,9 +78,14 @@ def cmd_run(args) -> int:
                       trace_dir=trace_dir, compile_cache=args.compile_cache, timer=args.timer)
     # Every case in a worker of its own: compile caches live per process.
     # A regime's case leaves the step's evidence and numerics to the static case, when it runs too.
+    config = run_config(args, impls)
     cases = [Case(name, workload, dataclasses.replace(
-                 options, regime=regime, step_checks=regime == "static" or "static" not in regimes))
+                 options, regime=regime, step_checks=regime == "static" or "static" not in regimes),
+                  config=config, config_source="given" if config else "defaults")
              for name in impls for workload in workloads for regime in regimes]
+    if args.tuned:  # each tiled kernel at the config make tune kept for its workload here
+        entries = tuned.read("results", machine_name())
+        cases = [tuned.tuned_case(case, entries) for case in cases]
     kwargs = {"isolate": not args.no_isolate, "timeout_s": args.timeout, "memory_cap_bytes": memory_cap,
               "threads": threads}
     meta = provenance.run_metadata()
@@ -120,6 +127,17 @@ def cmd_run(args) -> int:
                       ["impl", "max_feasible_seq", "tried_up_to", "stopped_by"], args))
     print(f"wrote {path}")
     return 0
+
+
+def run_config(args, impls: list[str]) -> tuple:
+    """``--config``'s tile config, checked against the one kernel it is for; ``()`` without one."""
+    if not args.config:
+        return ()
+    if args.tuned:
+        raise ValueError("--config and --tuned exclude each other: a given config or the tuned ones")
+    if len(impls) != 1:
+        raise ValueError(f"--config sets one kernel's tiles: name exactly one with --impl (got {len(impls)})")
+    return attention_impls.get(impls[0]).with_config(args.config).config
 
 
 def run_round_plan(args):
@@ -260,6 +278,10 @@ def add_run_command(sub) -> None:
     p.add_argument("--profile", dest="hardware_profile", help=argparse.SUPPRESS)  # deprecated alias
     p.add_argument("--price-per-hour", type=float, help="USD per hour for the device, overriding the profile")
     p.add_argument("--spot-price-per-hour", type=float)
+    p.add_argument("--config", help="the tile config of the one --impl kernel, e.g. block_q=64,block_k=256 "
+                   "(its knobs: its file's search_space; docs/tuning.md)")
+    p.add_argument("--tuned", action="store_true", help="each tiled kernel at the config `make tune` kept "
+                   "for its workload on this machine (results/tuning/<machine>.json)")
     p.add_argument("--no-numerics", action="store_true", help="skip the float64 reference check")
     p.add_argument("--no-isolate", action="store_true", help="measure in this process (no timeout/cap)")
     p.add_argument("--out", help="output folder (default results/runs/<UTC stamp>-<host>)")

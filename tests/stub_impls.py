@@ -89,3 +89,26 @@ class WrongOnTheTimedPath(_Stub):
         out = super().attention(q, k, v, causal=causal, scale=scale)
         conformance = any(frame.function == "run_numpy" for frame in inspect.stack(0))
         return out if conformance else np.zeros_like(out)
+
+
+class TiledStub(_Stub):
+    """A kernel with one tile knob: ``block=3`` fails to build (raises), ``block=4`` breaks numerics
+    (zeros), ``block=8`` is refused for every workload; the tuner must record each and keep none."""
+
+    name = "stub-tiled"
+
+    from attention_impls.base import SearchSpace
+
+    search_space = SearchSpace(defaults=(("block", 2),),
+                               candidates=tuple((("block", b),) for b in (1, 2, 3, 4, 8)))
+    del SearchSpace
+
+    def config_reason(self, config, workload):
+        return "block=8 is refused here (a test's reason)" if dict(config)["block"] == 8 else None
+
+    def attention(self, q, k, v, *, causal, scale, **mask):
+        block = self.knob("block")
+        if block == 3:
+            raise ValueError("block=3 cannot be built (a test's failure)")
+        out = super().attention(q, k, v, causal=causal, scale=scale, **mask)
+        return np.zeros_like(out) if block == 4 else out

@@ -185,7 +185,9 @@ def test_the_sidecar_records_contention_and_the_timing_interval_per_case(tmp_pat
               "mask": "causal+window(256)", "gqa": "native", "flops": 1.5e9, "ci_confidence": 0.99,
               "ci_method": "range of 3 round medians: 75.0% coverage, too few values for 99% (it needs 8)",
               "round_medians_s": "[0.0019, 0.002, 0.0023]", "round_ids": "[0, 1, 2]",
-              "control_round_medians_s": None, "control_round_ids": None, "rounds_stopped": "settled"}
+              "control_round_medians_s": None, "control_round_ids": None, "rounds_stopped": "settled",
+              "config": "block_q=256,block_k=256", "config_source": "tuned",
+              "defaults_round_medians_s": "[0.0021, 0.0022]", "defaults_round_ids": "[1, 2]"}
     recorded = sidecar.case_entry(record)
     assert recorded == {"label": "native", "execution": "eager", "platform": "cpu", "device": "AMD EPYC",
                      "status": "ok", "reason": None, "contended": True,
@@ -194,7 +196,9 @@ def test_the_sidecar_records_contention_and_the_timing_interval_per_case(tmp_pat
                      "mask": "causal+window(256)", "gqa": "native", "flops": 1.5e9, "ci_confidence": 0.99,
                      "ci_method": record["ci_method"], "round_medians_s": [0.0019, 0.002, 0.0023],
                      "round_ids": [0, 1, 2], "control_round_medians_s": None, "control_round_ids": None,
-                     "rounds_stopped": "settled", "phase_seconds": None, "contended_rounds": None}
+                     "rounds_stopped": "settled", "phase_seconds": None, "contended_rounds": None,
+                     "config": "block_q=256,block_k=256", "config_source": "tuned",
+                     "defaults_round_medians_s": [0.0021, 0.0022], "defaults_round_ids": [1, 2]}
     assert sidecar.case_entry({**record, "ci_low_s": float("nan"), "rounds": None})["ci_low_s"] is None
 
     results = tmp_path / "results"

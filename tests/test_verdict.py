@@ -506,7 +506,7 @@ def test_a_forced_reimplementation_is_named_as_the_projects_own_once():
     assert row["answer"] == "forced" and "re-implementation" not in row["sentence"]
     notes = verdict_display.notes(table)
     assert ("jax-blockwise-flash is this project's jax re-implementation of FlashAttention-2's GPU "
-            "algorithm at 128x128 tiles") in notes[0]
+            "algorithm (default tiles 128x128, FA2's)") in notes[0]
     plain = _case("jax-pallas-tpu-splash", "forced-flash", step=0.010,
                   regimes={"static": (0.5e-6, 0.5e-6, 0)})
     assert not any("re-implementation" in n for n in verdict_display.notes(

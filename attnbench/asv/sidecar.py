@@ -28,9 +28,11 @@ CASE_FIELDS = ("label", "execution", "platform", "device", "status", "reason", "
                # verdict pairs two kernels of one round; an A/A control's own windows
                "ci_confidence", "ci_method", "round_medians_s", "round_ids", "control_round_medians_s",
                "control_round_ids", "rounds_stopped", "contended_rounds",
+               # the tile config each figure ran at; a tuned kernel's rounds at its defaults
+               "config", "config_source", "defaults_round_medians_s", "defaults_round_ids",
                "phase_seconds")  # where the case's seconds went (results/LOG.md)
 ROUND_FIELDS = ("round_medians_s", "round_ids", "control_round_medians_s", "control_round_ids",
-                "contended_rounds")
+                "defaults_round_medians_s", "defaults_round_ids", "contended_rounds")
 JSON_FIELDS = (*ROUND_FIELDS, "phase_seconds")
 TEXT_FIELDS = ("reason", "contention_reason")  # cut to MAX_REASON characters
 MAX_REASON = 500

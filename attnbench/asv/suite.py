@@ -39,6 +39,7 @@ from attnbench.core.workload import CUSTOM, Workload
 from attnbench.hardware.fingerprint import host_fingerprint
 from attnbench.measure.engine import Case, case_key, case_record
 from attnbench.measure.process_env import pin_threads
+from attnbench.results import tuned
 from attnbench.run import case_cache, plan, sweep
 from attnbench.run.case_cache import CaseCache
 from attnbench.run.provenance import library_versions
@@ -238,10 +239,12 @@ def plan_cases(cases: list[tuple[str, Workload, str]], size: SuiteSize) -> tuple
     starts, so this process initialises no device. A failed check makes ``error`` records.
     """
     traces, cache_mode = trace_dir(), compile_cache()
+    configs = tuned_configs()
     out, pending = {}, []
     for name, workload, regime in cases:
         case = Case(name, workload, size.options(regime, trace_dir=traces, compile_cache=cache_mode),
                     own_process=size.own_process(workload, regime))
+        case = tuned.tuned_case(case, configs)
         framework = attention_impls.get(name).framework
         if framework in this_env_frameworks():
             pending.append(case)
@@ -257,6 +260,13 @@ def plan_cases(cases: list[tuple[str, Workload, str]], size: SuiteSize) -> tuple
         else:
             out[case.key] = record
     return out, run_order(admitted, size)
+
+
+def tuned_configs() -> dict:
+    """The kept configs of this machine (``results/tuning/<machine>.json``, written by ``make tune``);
+    ``{}`` outside asv or where nothing was tuned: every kernel at its defaults."""
+    ctx = asv_context()
+    return tuned.read(ctx["results_dir"], ctx["machine"]) if ctx else {}
 
 
 def check_cases(cases: list[Case], size: SuiteSize) -> list[dict]:

@@ -114,7 +114,8 @@ class Backend(abc.ABC):
 
     def refusal(self, impl, workload: Workload, *, imports: bool = True) -> str | None:
         """Why ``impl`` cannot run ``workload`` here, or ``None`` when it can: the framework missing,
-        the platform, the kernel's own imports (``imports``), its mask features and its shapes."""
+        the platform, the kernel's own imports (``imports``), its mask features, its shapes and a
+        config it was given (``AttentionImpl.config_reason``)."""
         missing = self.missing()
         if missing:
             return missing
@@ -123,7 +124,8 @@ class Backend(abc.ABC):
         if support.status == "unsupported":
             return support.note
         return ((impl.api_missing() if imports else None) or impl.feature_reason(workload)
-                or impl.shape_reason(workload, on))
+                or impl.shape_reason(workload, on)
+                or (impl.config_reason(impl.config_now, workload) if impl.config else None))
 
     def require(self, impl, workload: Workload) -> str:
         """Raise ``Unsupported`` unless ``impl`` runs ``workload`` here; return the platform."""

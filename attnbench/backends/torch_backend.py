@@ -248,7 +248,7 @@ class TorchBackend(Backend):
         """The same ``attention`` call at every length; a compiling kernel runs as a fresh instance,
         so each new (shape, grad mode) is a real compile whatever ran before in this process."""
         if getattr(impl, "compiled_by", None):
-            impl = type(impl)()
+            impl = type(impl)().with_config(impl.config)
         platform = self.require(impl, template)
         meter = self.compile_meter(impl)
         call = self._call(impl, template)

@@ -21,6 +21,7 @@ import attention_impls
 from attnbench.compiled_for import run
 from attnbench.compiled_for import targets as compile_targets
 from attnbench.compiled_for.records import MAX_BATCH_COLUMNS, MAX_SEQ_COLUMNS, SUMMARY
+from attnbench.compiled_for.run import parse_length
 from attnbench.compiled_for.suite import MODEL_LENGTHS
 from attnbench.compiled_for.targets import get_targets
 from attnbench.compiled_for.worker import ENVIRONMENT
@@ -30,19 +31,6 @@ from attnbench.measure.process_env import scoped_environ
 from attnbench.results.table import cell, render
 
 DEFAULT_OUT = os.path.join("results", "compiled-for", "runs")
-
-
-def parse_length(text: str) -> int:
-    """``4096``, ``4k`` (4096) or ``1m`` (2^20)."""
-    raw = text.strip().lower()
-    factor = {"k": 1024, "m": 1024 * 1024}.get(raw[-1:], 1)
-    try:
-        value = int(raw[:-1] if factor > 1 else raw) * factor
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a length looks like 4096, 4k or 64k, not {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"a length must be positive, got {text!r}")
-    return value
 
 
 def parse_batch(text: str) -> int:
@@ -96,6 +84,77 @@ def add_parser(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--markdown", action="store_true")
     p.set_defaults(func=cmd_compile_for)
+    add_tune_parser(sub)
+
+
+def add_tune_parser(sub) -> None:
+    """``tune-targets``: every candidate tile config compiled for the targets, the kept one per case
+    (``attnbench/compiled_for/tune.py``, docs/compiled-for.md#tuned-tiles-on-the-compile-targets)."""
+    from attnbench.compiled_for import tune
+
+    p = sub.add_parser("tune-targets", description=tune.__doc__,
+                       help="compile every candidate tile config for TPU/GPU targets and keep the one that "
+                            "fits the most tokens per chip (speed modelled, not measured)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", nargs="+", default=list(tune.DEFAULT_TARGETS),
+                   help=f"compile targets (default {' '.join(tune.DEFAULT_TARGETS)})")
+    p.add_argument("--impl", nargs="*",
+                   help="jax kernels with tile knobs (default: per target, those written for its platform)")
+    p.add_argument("--case", nargs="+", default=list(tune.DEFAULT_CASES), metavar="PRESET:PHASE:LENGTHS",
+                   help="preset workloads at their real lengths (default: make headroom's: "
+                        f"{' '.join(tune.DEFAULT_CASES)})")
+    p.add_argument("--config", metavar="KNOB=N,...",
+                   help="check one config of the one --impl against the cases instead of its search space "
+                        "(compiled beside the defaults)")
+    p.add_argument("--max-batch", type=int, default=4096, metavar="HI",
+                   help="bisect the largest batch in 1..HI the defaults, and any candidate whose peak "
+                        "could beat them, fit (0: the preset's batch only)")
+    p.add_argument("--timeout", type=float, default=900.0,
+                   help="seconds per compile before its worker is killed")
+    p.add_argument("--no-numerics", action="store_true",
+                   help="skip the numerics check (the best-ranked candidate run in its interpreter here)")
+    p.add_argument("--out", default=tune.TUNING_DIR,
+                   help=f"folder of compiled-for.csv and compiled-for-kept.csv (default {tune.TUNING_DIR})")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--markdown", action="store_true")
+    p.set_defaults(func=cmd_tune_targets)
+
+
+def cmd_tune_targets(args) -> int:
+    """The tile tuner under the compiling environment; bad input is a ValueError (one line, exit 2)."""
+    from attnbench.compiled_for import tune
+
+    if args.max_batch < 0:
+        raise ValueError(f"--max-batch must be >= 0, got {args.max_batch}")
+    targets = get_targets(args.target)  # an unknown name: UnknownName naming the known ones
+    cases = [tune.parse_case(c) for c in args.case]
+    if args.impl:
+        tune.check_impls(args.impl)
+    if args.config:
+        if not args.impl or len(args.impl) != 1:
+            raise ValueError("--config needs exactly one --impl, the kernel whose knobs it sets")
+        impl = attention_impls.get(args.impl[0])
+        config = impl.search_space.check(args.config, impl.name)  # malformed or unknown knob: ValueError
+        configs = {impl.name: [config]}
+    else:
+        configs = None
+    with scoped_environ(**ENVIRONMENT):
+        for platform in sorted({t.platform for t in targets}):
+            problem = compile_targets.environment_problem(platform)
+            if problem:
+                names = ", ".join(t.name for t in targets if t.platform == platform)
+                raise ValueError(f"cannot compile for {names}: {problem}")
+        rows_path = os.path.join(args.out, os.path.basename(tune.ROWS_PATH))
+        kept_path = os.path.join(args.out, os.path.basename(tune.KEPT_PATH))
+        _, summary = tune.tune(targets, args.impl or None, cases, max_batch=args.max_batch,
+                               timeout_s=args.timeout, rows_path=rows_path, kept_path=kept_path,
+                               progress=not args.quiet, configs=configs, numerics=not args.no_numerics)
+    columns = ["target", "impl", "workload", "phase", "seq_len", "kept_config", "max_batch",
+               "tokens_per_chip", "kernel_vmem_bytes", "temp_bytes", "why"]
+    print("# tuned tiles on the compile targets: compiled, not run; speed is a roofline model, not measured")
+    print(render([{c: _fmt(c, r.get(c)) for c in columns} for r in summary], columns, markdown=args.markdown))
+    print(f"wrote {rows_path} and {kept_path}")
+    return 0
 
 
 def _fmt(column: str, value) -> str:

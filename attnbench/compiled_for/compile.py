@@ -140,15 +140,16 @@ def _positive(value):
 
 
 def compile_case(target: Target | str, impl_name: str, workload: Workload,
-                 hlo_dir: str | None = None) -> dict:
-    """One record of compiling ``impl_name`` for ``target``; a refusal is a record, not an exception."""
+                 hlo_dir: str | None = None, config=()) -> dict:
+    """One record of compiling ``impl_name`` for ``target``; a refusal is a record, not an exception.
+    ``config``: the kernel's tile knobs (``AttentionImpl.with_config``; ``()``: its defaults)."""
     import jax
 
 
     if isinstance(target, str):
         target = load_targets()[target]
     record = new_record(target, impl_name, workload, **_versions())
-    impl = attention_impls.get(impl_name)
+    impl = attention_impls.get(impl_name).with_config(config)
     support = impl.platform_support[target.platform].status
     record.update(framework=impl.framework, label=impl.label(target.platform),
                   execution={"interpret-only": "interpret", "runs": "compiled"}.get(support))

@@ -7,6 +7,8 @@ not measurements; ``lower_seconds`` / ``compile_seconds`` (this host) are the on
 
 from __future__ import annotations
 
+import os
+
 from attnbench.core.workload import Workload
 
 COLUMNS = [
@@ -56,3 +58,18 @@ def new_record(target, impl_name: str, workload: Workload, **fields) -> dict:
 def case_key(target: str, impl: str, workload: Workload) -> str:
     """One string per case (the asv class's cache key)."""
     return f"{target}|{impl}|{workload.describe()}"
+
+
+KEPT_COLUMNS = [
+    "target", "impl", "workload", "phase", "mode", "dtype", "seq_len", "kept_config", "config_source",
+    "candidates", "compiled", "feasible", "max_batch", "tokens_per_chip", "peak_bytes", "temp_bytes",
+    "kernel_vmem_bytes", "model_tokens_per_s_per_chip", "defaults_max_batch", "why", "speed",
+]
+
+
+def load_kept(results_dir: str = "results"):
+    """``compiled-for-kept.csv`` as a DataFrame (empty when the tuner has not run). A report only reads."""
+    import pandas as pd
+
+    path = os.path.join(results_dir, "tuning", "compiled-for-kept.csv")
+    return pd.read_csv(path) if os.path.exists(path) else pd.DataFrame(columns=KEPT_COLUMNS)

@@ -7,6 +7,7 @@ imports jax: the workers do.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import os
@@ -345,3 +346,16 @@ def max_seq_table(rows: list[dict], path: str) -> None:
 
 def max_batch_table(rows: list[dict], path: str) -> None:
     write_table(rows, path, MAX_BATCH_COLUMNS)
+
+
+def parse_length(text: str) -> int:
+    """``4096``, ``4k`` (4096) or ``1m`` (2^20)."""
+    raw = text.strip().lower()
+    factor = {"k": 1024, "m": 1024 * 1024}.get(raw[-1:], 1)
+    try:
+        value = int(raw[:-1] if factor > 1 else raw) * factor
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a length looks like 4096, 4k or 64k, not {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a length must be positive, got {text!r}")
+    return value

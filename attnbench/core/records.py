@@ -28,6 +28,9 @@ LAYOUT = {
     # what ran
     "impl": "", "framework": "", "label": "", "execution": "", "platform": "", "device": "",
     "kernel_evidence": "", "kernel_verified": "bool", "status": "", "reason": "",
+    # the tile config the figures ran at (``block_q=64,block_k=128``; "" for a kernel without knobs)
+    # and where it came from: "defaults", "tuned" (results/tuning/, docs/tuning.md) or "given"
+    "config": "", "config_source": "",
     # the workload
     "workload": "", "phase": "",
     "batch": "", "q_heads": "", "kv_heads": "", "gqa": "", "seq_q": "tokens", "seq_k": "tokens",
@@ -56,6 +59,8 @@ LAYOUT = {
     "round_ids": "", "contended_rounds": "",
     # an A/A control's second window of each round, and its rounds (run/adaptive.py)
     "control_round_medians_s": "s", "control_round_ids": "",
+    # a tuned case's kernel at its defaults, timed beside it in each later round (docs/tuning.md)
+    "defaults_round_medians_s": "s", "defaults_round_ids": "",
     # why the case's later rounds stopped, and whether the sweep may add more (resume)
     "rounds_stopped": "", "rounds_complete": "bool",
     # seconds the engine spent per step of its recipe (regime stream, build, timing, after timing)

@@ -21,7 +21,7 @@ import time
 import traceback
 
 import attention_impls
-from attention_impls.base import Unsupported
+from attention_impls.base import Unsupported, config_text
 from attnbench import hardware
 from attnbench.backends import here
 from attnbench.core import records, regimes, stats
@@ -75,12 +75,21 @@ def case_key(impl: str, workload: Workload, regime: str) -> str:
 class Case:
     """One case as it crosses to the worker: the kernel (a registered name, or ``"module:Class"``),
     the workload, how to measure it (``options``, with its regime) and whether it needs a worker of
-    its own. A case is one only once its kernel accepted the workload here (``run/plan.py``)."""
+    its own. A case is one only once its kernel accepted the workload here (``run/plan.py``).
+    ``config``: the kernel's tile knobs (``()``: its defaults), ``config_source`` where they came
+    from (``tuned``: results/tuning/); ``with_defaults``: its later rounds also time the kernel at its
+    defaults, beside the config (``defaults_round_medians_s``), so that a verdict can say what tuning
+    changed, paired by round. ``variant``: a name that tells this case from others of the same kernel,
+    workload and regime in one process (the tuner's candidates); it ends the key."""
 
     impl: str
     workload: Workload
     options: Options = Options()
     own_process: bool = True
+    config: tuple = ()
+    config_source: str = "defaults"
+    with_defaults: bool = False
+    variant: str = ""
 
     @property
     def regime(self) -> str:
@@ -88,7 +97,7 @@ class Case:
 
     @property
     def key(self) -> str:
-        return case_key(self.impl, self.workload, self.regime)
+        return case_key(self.impl, self.workload, self.regime) + (f"|{self.variant}" if self.variant else "")
 
 
 def case_record(case: Case, **fields) -> dict:
@@ -101,14 +110,24 @@ def case_record(case: Case, **fields) -> dict:
         "threads": thread_count(), **fields})
 
 
-def resolve_impl(spec):
-    """A registered name, an ``AttentionImpl`` instance, or ``"module:Class"`` (test stubs, plugins)."""
+def resolve_impl(spec, config: tuple = ()):
+    """A registered name, an ``AttentionImpl`` instance, or ``"module:Class"`` (test stubs, plugins),
+    at ``config`` (``()``: as it is)."""
     if not isinstance(spec, str):
-        return spec
-    if ":" in spec:
+        impl = spec
+    elif ":" in spec:
         module, cls = spec.split(":", 1)
-        return getattr(importlib.import_module(module), cls)()
-    return attention_impls.get(spec)
+        impl = getattr(importlib.import_module(module), cls)()
+    else:
+        impl = attention_impls.get(spec)
+    return impl.with_config(config) if config else impl
+
+
+def config_columns(case: Case, impl) -> dict:
+    """The record's ``config`` (every knob the step runs at) and ``config_source``."""
+    if impl.search_space is None:
+        return {"config": "", "config_source": ""}
+    return {"config": config_text(impl.config_now), "config_source": case.config_source}
 
 
 def classify_exception(exc: BaseException) -> str:
@@ -124,11 +143,12 @@ def measure_case(case: Case) -> dict:
     workload, options = case.workload, case.options
     record, spent = case_record(case), Phases()
     try:
-        impl = resolve_impl(case.impl)
-    except Exception as exc:  # unknown name, bad plugin path
+        impl = resolve_impl(case.impl, case.config)
+    except Exception as exc:  # unknown name, bad plugin path, a config the kernel does not take
         record.update(status=records.ERROR, reason=f"{type(exc).__name__}: {exc}")
         return record
-    record.update(impl=impl.name, framework=impl.framework, gqa=impl.gqa_mode(workload))
+    record.update(impl=impl.name, framework=impl.framework, gqa=impl.gqa_mode(workload),
+                  **config_columns(case, impl))
     try:
         platform = here.platform(impl)
         record.update(platform=platform, label=impl.label(platform), execution=impl.execution(platform))

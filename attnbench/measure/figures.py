@@ -93,6 +93,7 @@ def pool_rounds(record: dict, rounds: list, *, stopped: str | None = None, compl
     used = clean or rounds
     pooled = stats.estimate([list(r.samples) or [r.median_s] for r in used])
     controls = [(r.round, r.control_median_s) for r in rounds if r.control_median_s]
+    defaults = [(r.round, r.defaults_median_s) for r in rounds if r.defaults_median_s]
     out.update(seconds_per_step=pooled.median, ci_low_s=pooled.ci_low, ci_high_s=pooled.ci_high,
                ci_basis=pooled.basis, ci_coverage=pooled.coverage, ci_confidence=pooled.confidence,
                ci_method=pooled.method, iqr_s=pooled.q75 - pooled.q25, samples=len(pooled.samples),
@@ -102,6 +103,8 @@ def pool_rounds(record: dict, rounds: list, *, stopped: str | None = None, compl
                contended_rounds=json.dumps([r.round for r in rounds if r.contended and clean]),
                control_round_medians_s=json.dumps([m for _, m in controls]) if controls else None,
                control_round_ids=json.dumps([i for i, _ in controls]) if controls else None,
+               defaults_round_medians_s=json.dumps([m for _, m in defaults]) if defaults else None,
+               defaults_round_ids=json.dumps([i for i, _ in defaults]) if defaults else None,
                timing_samples_s=json.dumps(list(pooled.samples)), contended=not clean,
                contention_reason=_rounds_reason(rounds) if not clean else None)
     if out.get("tokens") and out.get("flops"):

@@ -32,15 +32,18 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
     "status", "median_s", "samples", "contended", "contention_reason", "reason", "build_s",
     "window_s"}``. A case in ``controls`` (keys) is timed as two members of the cycle, side by side
     (``control_median_s``: the second, or the first with ``control_first``, which the sweep alternates
-    by round so that the pair's order cancels): an A/A pair whose ratio must come out equal. A case whose step
-    cannot be built answers its status and reason; the others are timed without it."""
+    by round so that the pair's order cancels): an A/A pair whose ratio must come out equal. A case
+    ``with_defaults`` (a tuned config) has the kernel at its defaults timed beside it, the two in the
+    same alternating order (``defaults_median_s``): what tuning changed, paired by round. A case whose
+    step cannot be built answers its status and reason; the others are timed without it."""
     out, timed = [], []
     for case, number in jobs:
         answer = {"key": case.key, "status": records.OK, "reason": None, "build_s": 0.0, "window_s": 0.0}
         began = time.perf_counter()
         try:
-            step = _step(case)
-            timed.append((answer, step, max(1, int(number)), case.key in controls))
+            step = warm_step(case)
+            defaults = warm_step(case, defaults=True) if case.with_defaults else None
+            timed.append((answer, step, max(1, int(number)), case.key in controls, defaults))
         except Exception as exc:  # noqa: BLE001 - one case failing never stops the round
             _steps.pop(case.key, None)
             answer.update(status=classify_exception(exc), reason=f"{type(exc).__name__}: {exc}"[:500])
@@ -49,12 +52,13 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
     if not timed:
         return out
     runs, numbers, owners = [], [], []
-    for answer, step, number, control in timed:
-        slots = ((True, False) if control_first else (False, True)) if control else (False,)
-        for is_control in slots:
-            runs.append(step.run)
+    for answer, step, number, control, defaults in timed:
+        second = "control" if control else "defaults" if defaults is not None else None
+        slots = ((second, None) if control_first else (None, second)) if second else (None,)
+        for slot in slots:
+            runs.append((defaults if slot == "defaults" else step).run)
             numbers.append(number)
-            owners.append((answer, is_control))
+            owners.append((answer, slot))
     began = time.perf_counter()
     try:
         with ContentionMonitor() as monitor:
@@ -65,9 +69,9 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
         return out
     contention = monitor.result.columns()
     spent = (time.perf_counter() - began) / len(timed)
-    for (answer, is_control), timing in zip(owners, timings, strict=True):
-        if is_control:
-            answer["control_median_s"] = timing.median_s
+    for (answer, slot), timing in zip(owners, timings, strict=True):
+        if slot:
+            answer[f"{slot}_median_s"] = timing.median_s
             continue
         answer.update(median_s=timing.median_s, samples=json.dumps(list(timing.samples_s)), window_s=spent,
                       contended=bool(contention.get("contended")),
@@ -75,12 +79,15 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
     return out
 
 
-def _step(case: Case):
-    if case.key not in _steps:
-        step = here.make_step(resolve_impl(case.impl), case.workload, seed=case.options.seed)
+def warm_step(case: Case, defaults: bool = False):
+    """The case's step built in this process (or its kernel at its defaults), run once; kept."""
+    key = case.key + ("|defaults" if defaults else "")
+    if key not in _steps:
+        impl = resolve_impl(case.impl, () if defaults else case.config)
+        step = here.make_step(impl, case.workload, seed=case.options.seed)
         step.run()  # compiles (from the round's caches) and runs once, outside any window
-        _steps[case.key] = step
-    return _steps[case.key]
+        _steps[key] = step
+    return _steps[key]
 
 
 def forget() -> None:

@@ -48,6 +48,7 @@ from attnbench.report.select import (
     trace_seq,
     workload_tables,
 )
+from attnbench.report.tuning import tuning_table
 from attnbench.report.verdict import controls, profiler_visibility, verdict_table
 from attnbench.report.verdict_display import plot_stream_cost, verdict_part
 from attnbench.results import confirmations
@@ -178,6 +179,10 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     ctx["verdict"] = verdict_part(verdict, visibility=profiler_visibility(results_dir), frame=frame,
                                   controls=control)
     ctx["sensitivity"] = Table.of(detectable) if not detectable.empty else None
+    tiles = tuning_table(results_dir)
+    ctx["tuning"] = Table.of(tiles) if not tiles.empty else None
+    tables["tuning.csv"] = os.path.join(out_dir, "tuning.csv")
+    atomic_write_text(tables["tuning.csv"], tiles.to_csv(index=False))
     ctx["awaiting"] = [f"{machine}: {len(cases)} case(s) "
                        f"({', '.join(sorted({c['implementation'] for c in cases}))})"
                        for machine, cases in awaiting.items() if cases]

@@ -189,9 +189,47 @@ def max_seq_table(results_dir: str, target: str) -> pd.DataFrame:
 
 def load_max_batch(results_dir: str) -> pd.DataFrame:
     """The raw ``max_batch.csv`` rows (``compile-for --max-batch``), newest file last wins; older tables
-    hold the B1 H8 D64 shape only (workload ``custom``)."""
-    return _load_table(results_dir, "max_batch.csv", ["target", "impl", "workload", "phase", "mode", "dtype",
-                                                      "seq_len"])
+    hold the B1 H8 D64 shape only (workload ``custom``). ``attrs["tuning"]``: the tiles kept on the
+    compile targets (``load_tuned_tiles``), which the verdict's compile-target rows name."""
+    table = _load_table(results_dir, "max_batch.csv", ["target", "impl", "workload", "phase", "mode", "dtype",
+                                                       "seq_len"])
+    table.attrs["tuning"] = load_tuned_tiles(results_dir)
+    return table
+
+
+def load_tuned_tiles(results_dir: str) -> pd.DataFrame:
+    """``results/tuning/compiled-for-kept.csv`` (``attnbench tune-targets``): one row per target x
+    kernel x preset x length with the kept tile config and its compiler evidence; empty without it."""
+    from attnbench.compiled_for.records import load_kept
+
+    return load_kept(results_dir)
+
+
+def tuned_tiles_table(results_dir: str, target: str | None = None) -> pd.DataFrame:
+    """The kept tiles for reading, of ``target`` or of every target: compiled, not run (speed modelled)."""
+    import pandas as pd
+
+    table = load_tuned_tiles(results_dir)
+    if target is not None and not table.empty:
+        table = table[table["target"] == target]
+    if table.empty:
+        return pd.DataFrame()
+
+    def count(value):
+        return f"{int(value)}" if value == value and value is not None else "-"
+
+    columns = {"target": table["target"]} if target is None else {}
+    columns.update({
+        "implementation": table["impl"], "workload": table["workload"] + " " + table["phase"],
+        "length": table["seq_len"], "kept tiles": table["kept_config"].fillna("none fits"),
+        "source": table["config_source"].fillna("-"),
+        "feasible / candidates": [f"{count(f)} / {count(c)}" for f, c in
+                                  zip(table["feasible"], table["candidates"], strict=True)],
+        "largest batch": table["max_batch"].map(count),
+        "defaults' batch": table["defaults_max_batch"].map(count),
+        "kernel VMEM": table["kernel_vmem_bytes"].map(_gb), "temporaries": table["temp_bytes"].map(_gb),
+        "why (speed modelled, not measured)": table["why"].fillna("-")})
+    return pd.DataFrame(columns).reset_index(drop=True)
 
 
 def max_batch_table(results_dir: str, target: str | None = None) -> pd.DataFrame:
@@ -302,6 +340,7 @@ def compiled_part(results_dir: str, out_dir: str | None = None) -> dict | None:
                         "roofline": Table.of(roofline_table(swept)),
                         "kernels": Table.of(kernels_table(swept)),
                         "max_seq": Table.of(max_seq_table(results_dir, target)),
+                        "tuned": Table.of(tuned_tiles_table(results_dir, target)),
                         "figure": name if png else None})
     sources = sorted(records["source"].unique())
     return {"targets": targets, "sources": sources, "images": images, "plots": plots,

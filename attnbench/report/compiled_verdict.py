@@ -1,6 +1,7 @@
 """The verdict's compile-target rows (``h200``, ``tpu-v5e``, ``tpu-v6e``): nothing ran there, so the
 compiler's word only: what compiles and fits, the largest batch each kernel fits (``compile-for
---max-batch``), the layout copies, and the roofline as a bound that never ranks kernels.
+--max-batch``), the layout copies, the roofline as a bound that never ranks kernels, and each tiled
+kernel's kept tile config on that target (``attnbench tune-targets``, results/tuning/compiled-for-kept.csv).
 """
 
 from __future__ import annotations
@@ -39,10 +40,35 @@ def mb(value) -> str:
     return f"{value / 1e6:.3g} MB" if value < 1e9 else f"{value / 1e9:.3g} GB"
 
 
-def compiled_verdicts(records, max_batch=None, *, fragility: list | None = None) -> pd.DataFrame:
+def tuned_words(tuning, target: str, name: str, phase: str, length: int, *, short: bool = False) -> list[str]:
+    """``kernel: tiles (source)`` per tiled kernel kept on ``target`` for this preset case, from
+    ``tune-targets``' kept table (a preset's only: the tuner compiles presets at their real lengths)."""
+    if tuning is None or len(tuning) == 0 or name == CUSTOM:
+        return []
+    here = tuning[(tuning["target"] == target) & (tuning["workload"] == name) & (tuning["phase"] == phase)
+                  & (tuning["seq_len"] == length)]
+    words = []
+    for r in here.to_dict("records"):
+        kept = r.get("kept_config")
+        if isinstance(kept, str) and kept:
+            source = r.get("config_source") or "tuned"
+            words.append(f"{r['impl']} its defaults" if short and source == "defaults" else
+                         f"{r['impl']} {kept} ({source})")
+        elif (r.get("compiled") or 0) > 0:
+            words.append(f"{r['impl']} none of {int(r['candidates'])} fits")
+    return words
+
+
+def compiled_verdicts(records, max_batch=None, *, fragility: list | None = None,
+                      tuning=None) -> pd.DataFrame:
     """Per compile target x mode x length with a max-batch search (else every grid length): which
-    kernels compile and fit, the largest batch each fits, layout copies, and the roofline bound."""
+    kernels compile and fit, the largest batch each fits, layout copies, the roofline bound, and the
+    kept tiles (``tuning``: ``report.compiled.load_tuned_tiles``; by default ``max_batch.attrs``'s,
+    which ``load_max_batch`` attaches)."""
     import pandas as pd
+
+    if tuning is None and max_batch is not None:
+        tuning = max_batch.attrs.get("tuning")
 
     breaks = fragility if isinstance(fragility, list) else []
     if records is None or records.empty:
@@ -103,6 +129,11 @@ def compiled_verdicts(records, max_batch=None, *, fragility: list | None = None)
                         f"and its layout copies write {mb(copies)} per step there"
                     )
         reasons.extend(_compiled_visibility(real))
+        tiles = tuned_words(tuning, target, name, phase, int(seq))
+        short = tuned_words(tuning, target, name, phase, int(seq), short=True)
+        if tiles:
+            reasons.append("tiles kept on the compiler's memory (tokens per chip; speed modelled, not "
+                           "measured): " + ", ".join(tiles))
         workload = (f"{name} {phase}" if name != CUSTOM else
                     FORWARD + (" fwd+bwd" if mode == "fwd_bwd" else ""))
         for impl in real["impl"]:
@@ -128,7 +159,8 @@ def compiled_verdicts(records, max_batch=None, *, fragility: list | None = None)
                 "sentence": (f"On {target} the compiler fits the most tokens per chip with {headroom}; "
                              "nothing ran there, so which is cheaper also depends on speed, which only the "
                              "hardware measures." if headroom else
-                             f"On {target} the compiler's word only: what compiles and fits, at batch 1."),
+                             f"On {target} the compiler's word only: what compiles and fits, at batch 1.")
+                + (f" Tiles kept for {target}: {'; '.join(short)}." if tiles else ""),
                 "reasons": "; ".join(reasons),
             }
         )

@@ -131,6 +131,8 @@ def _case_table(frame) -> pd.DataFrame:
                    step_s=float(first["value"]),
                    step_lo=lo, step_hi=hi, rounds=_rounds(first),
                    control=_rounds(first, "control_round_medians_s", "control_round_ids"),
+                   config=_text(first.get("config")), config_source=_text(first.get("config_source")),
+                   defaults_rounds=_rounds(first, "defaults_round_medians_s", "defaults_round_ids"),
                    margin=_float(first.get("setting_margin")))
         for metric in MEMORY:
             found = part[(part["metric"] == metric) & (part["regime"] == "static")]["value"]
@@ -145,6 +147,10 @@ def _case_table(frame) -> pd.DataFrame:
                 row[f"{regime}:{metric}"] = float(got[metric]) if metric in got else float("nan")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def _float(value) -> float | None:
@@ -253,7 +259,7 @@ def measured_verdicts(frame, *, steps: int = streams.STREAM_STEPS, fragility: li
     breaks = fragility if isinstance(fragility, list) else []
     cases = _case_table(frame)
     if cases.empty:
-        return pd.DataFrame(columns=COLUMNS)
+        return pd.DataFrame(columns=COLUMNS + TUNING_COLUMNS)
     cases = cases.assign(rankable=_rankable(cases))
     measured_steps = _measured_steps(frame)
     scatter, floors = _stream_scatter(frame), _floors(frame)
@@ -277,11 +283,63 @@ def measured_verdicts(frame, *, steps: int = streams.STREAM_STEPS, fragility: li
         row_margin = margin or next((c["margin"] for c in group if c.get("margin")), None) or DEFAULT_MARGIN
         reasons = []
         row.update(_compare(forced, native, priced, steps, stream_len, measured_steps, row_margin, reasons))
+        row.update(tuning_columns(forced, native, row.get("paper"), row_margin))
         row["sentence"] = _sentence(row, forced, native, steps, row_margin)
         reasons.extend(_row_notes(group, machine, framework, workload, breaks))
         row["reasons"] = "; ".join(reasons)
         rows.append(row)
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return pd.DataFrame(rows, columns=COLUMNS + TUNING_COLUMNS)
+
+
+# -- what tuning changed -----------------------------------------------------------------------------
+TUNING_COLUMNS = ["forced_config", "native_config", "paper_at_defaults", "paper_at_defaults_ratio",
+                  "paper_at_defaults_low", "paper_at_defaults_high", "tuning"]
+
+
+def config_words(case: dict | None) -> str:
+    """``tuned block_q=256,block_k=256`` / ``defaults block_q=128,block_k=128 (kept by tuning)`` /
+    ``defaults ... (not tuned here)``; "" for a kernel without tile knobs."""
+    if case is None or not case.get("config"):
+        return ""
+    source = case.get("config_source")
+    if source == "tuned" and case.get("defaults_rounds"):
+        return f"tuned {case['config']}"
+    if source == "tuned":
+        return f"defaults {case['config']} (kept by tuning)"
+    return f"{source or 'defaults'} {case['config']}" + (" (not tuned here)" if source == "defaults" else "")
+
+
+def _rounds_at_defaults(case: dict) -> dict[int, float]:
+    """A case's rounds with its kernel at its defaults: the defaults timed beside its tuned config, or
+    its own where it ran at them."""
+    return case["defaults_rounds"] if case.get("defaults_rounds") else case["rounds"]
+
+
+def tuning_columns(forced: dict | None, native: dict | None, paper: str | None, margin: float) -> dict:
+    """The row's configs, and its paper answer with both kernels at their defaults (paired in the same
+    rounds as the tuned one), where tuning changed either kernel's config."""
+    out = {"forced_config": config_words(forced), "native_config": config_words(native),
+           "paper_at_defaults": "-", "tuning": "-"}
+    if forced is None or native is None:
+        return out
+    changed = [c["implementation"] for c in (forced, native) if c.get("defaults_rounds")]
+    if not changed:
+        tuned_any = any(c.get("config_source") == "tuned" for c in (forced, native))
+        out["tuning"] = "defaults kept" if tuned_any else "not tuned"
+        return out
+    a, b = pair_rounds(_rounds_at_defaults(forced), _rounds_at_defaults(native))
+    ratio = paired_ratio(a, b) if a else None
+    if ratio is None or not ratio.carried:
+        out.update(paper_at_defaults=CANT_TELL, tuning=f"tuned {', '.join(changed)}; at defaults: can't tell")
+        return out
+    at_defaults = answer_of(ratio.low, ratio.high, margin)
+    out.update(paper_at_defaults=at_defaults, paper_at_defaults_ratio=ratio.ratio,
+               paper_at_defaults_low=ratio.low, paper_at_defaults_high=ratio.high)
+    if paper in (FORCED, NATIVE, EQUAL) and at_defaults in (FORCED, NATIVE, EQUAL) and paper != at_defaults:
+        out["tuning"] = f"changed the paper answer: {at_defaults} at defaults, {paper} tuned"
+    else:
+        out["tuning"] = f"tuned {', '.join(changed)}; the paper answer is the same at defaults"
+    return out
 
 
 def paired(a: dict, b: dict) -> Ratio | None:
@@ -519,7 +577,7 @@ def verdict_table(results_dir: str = "results", frame=None, *, steps: int = stre
     compiled = compiled_verdicts(load_compiled_records(results_dir), load_max_batch(results_dir),
                                  fragility=fragility)
     parts = [p for p in (measured, compiled) if not p.empty]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS + TUNING_COLUMNS)
 
 
 def headline(table) -> pd.DataFrame:

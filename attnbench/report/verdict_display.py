@@ -38,10 +38,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 SHORT_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "forced",
-                 "native"]
+                 "native", "tuning"]
 TARGET_COLUMNS = ["target", "workload", "seq", "most headroom"]
 DISPLAY_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "forced",
-                   "native", "on paper", "flip", "break-even", "most headroom", "sentence", "reasons"]
+                   "native", "on paper", "flip", "break-even", "most headroom", "forced config",
+                   "native config", "on paper at defaults", "tuning", "sentence", "reasons"]
 
 
 def cell(value) -> str:
@@ -92,19 +93,59 @@ def display(table) -> pd.DataFrame:
             "forced / native cost": ratio_text(r.get("ratio"), r.get("ratio_low"), r.get("ratio_high")),
             "forced": cell(r.get("forced")), "native": cell(r.get("native")), "on paper": paper,
             "flip": cell(r.get("flip")), "break-even": even, "most headroom": cell(r.get("headroom_winner")),
+            "forced config": cell(r.get("forced_config")), "native config": cell(r.get("native_config")),
+            "on paper at defaults": _at_defaults(r), "tuning": cell(r.get("tuning")),
             "sentence": cell(r.get("sentence")), "reasons": cell(r["reasons"]),
         })
     return pd.DataFrame(rows, columns=DISPLAY_COLUMNS)
 
 
+def _at_defaults(r: dict) -> str:
+    answer = cell(r.get("paper_at_defaults"))
+    ratio = r.get("paper_at_defaults_ratio")
+    if ratio is None or ratio != ratio:
+        return answer
+    return f"{answer}, {ratio_text(ratio, r.get('paper_at_defaults_low'), r.get('paper_at_defaults_high'))}"
+
+
+def compact_config(words: str) -> str:
+    """``tuned block_q=256,block_k=256`` -> ``256x256``: the tile in the short table (its knobs are
+    named once, in the notes); "" for a kernel at its defaults."""
+    if not isinstance(words, str) or not words.startswith("tuned "):
+        return ""
+    return "x".join(part.split("=")[1] for part in words.removeprefix("tuned ").split(","))
+
+
+def tuning_short(r: dict) -> str:
+    """The short table's tuning cell: whether tuning moved a config, and whether it moved the answer."""
+    tuning = cell(r.get("tuning"))
+    if tuning.startswith("changed"):
+        return f"changed it: {cell(r.get('paper_at_defaults'))} at defaults"
+    if tuning.startswith("tuned"):
+        return "same answer at defaults" if "same answer" in tuning else "at defaults: can't tell"
+    return tuning
+
+
 def short(table) -> pd.DataFrame:
-    """One short row per measured comparison: the answer, the ratio with its interval, the two kernels."""
+    """One short row per measured comparison: the answer, the ratio with its interval, the two kernels
+    (with their tuned tiles where tuning moved them) and what tuning changed."""
     import pandas as pd
 
     measured = table[table["basis"] == "measured"] if not table.empty else table
+    if measured.empty:
+        return pd.DataFrame(columns=SHORT_COLUMNS)
     full = display(measured)
-    full = full.assign(forced=full["forced"].map(_kernel), native=full["native"].map(_kernel))
-    return pd.DataFrame(full[SHORT_COLUMNS]) if not full.empty else pd.DataFrame(columns=SHORT_COLUMNS)
+    rows = measured.to_dict("records")
+
+    def named(side: str) -> list[str]:
+        out = []
+        for kernel, r in zip(full[side], rows, strict=True):
+            tile = compact_config(r.get(f"{side}_config"))
+            out.append(f"{_kernel(kernel)} {tile}" if tile else _kernel(kernel))
+        return out
+
+    full = full.assign(forced=named("forced"), native=named("native"), tuning=[tuning_short(r) for r in rows])
+    return pd.DataFrame(full[SHORT_COLUMNS])
 
 
 def targets(table) -> pd.DataFrame:
@@ -141,6 +182,17 @@ def notes(table, visibility: dict | None = None, frame=None) -> list[str]:
         out.append("Re-implementations, not the GPU kernels: " + "; ".join(
             f"{k} is this project's {framework} re-implementation of {what}" for k, what, framework in redone)
             + ".")
+    tuned = [(k, w) for side in ("forced", "native")
+             for k, w in zip(shown.get(side, []), shown.get(f"{side}_config", []), strict=False)
+             if compact_config(w)]
+    if tuned:
+        def knobs(words: str) -> str:
+            return " x ".join(part.split("=")[0] for part in words.removeprefix("tuned ").split(","))
+
+        named = sorted({f"{_kernel(k)}: {knobs(w)}" for k, w in tuned})
+        out.append("A tile beside a kernel's name is the config `make tune` kept for it here "
+                   f"(docs/tuning.md; {'; '.join(named)}); `tuning` says whether the answer differs with "
+                   "both kernels at their defaults, timed beside them in the same rounds.")
     tiled = [k for k in native if _declared(k, "is_flash")]
     if tiled:
         out.append(f"Tiled online softmaxes among the native kernels: {', '.join(tiled)}: where one wins, a "

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import attention_impls
+from attention_impls.base import config_text
 from attnbench.core import metrics
 from attnbench.core.numerics import TOLERANCE
 from attnbench.results import code, confirmations, hosts, noise
@@ -212,6 +214,21 @@ def settings_changed(rows, before: int, after: int, metric: str, regime: str | N
     return "; ".join(changes)
 
 
+def config_changed(rows, before: int, after: int, implementation: str) -> str:
+    """``tile config A -> B`` where the kernel ran at another tile config across the step (``make tune``
+    moved it); a run that recorded none ran at the kernel's defaults (before tuning existed)."""
+    if "config" not in rows:
+        return ""
+    try:
+        space = attention_impls.get(implementation).search_space
+    except KeyError:
+        return ""
+    defaults = config_text(space.defaults) if space is not None else ""
+    recorded = (rows["config"].iloc[i] for i in (before, after))
+    a, b = (x if isinstance(x, str) and x else defaults for x in recorded)
+    return f"tile config {a} -> {b} (results/tuning/)" if a != b else ""
+
+
 def versions_changed(rows, before: int, after: int) -> str:
     """Library versions and measurement settings (``setting_*``) that differ across the step."""
     changes = []
@@ -310,7 +327,8 @@ def judge(candidate: Candidate, floors: dict, periods: dict, repo: str | None,
     if changes:
         return verdict(DEFINITION_CHANGED, "; ".join(f"definitions {c.version} ({c.date}): {c.reason}"
                                                      for c in changes))
-    setting = settings_changed(rows, b, a, s.metric, _text(s.regime[a]))
+    setting = settings_changed(rows, b, a, s.metric, _text(s.regime[a])) \
+        or config_changed(rows, b, a, implementation)
     if setting:
         return verdict(SETTING_CHANGED, f"a setting {s.metric} depends on changed: {setting}")
     against = (f"{candidate.relative:+.1%} against noise ±{row['noise_relative']:.1%}"

@@ -84,6 +84,7 @@ class RoundValue:
     contended: bool = False
     contention_reason: str | None = None
     control_median_s: float | None = None  # the A/A control's second window, if this case is one
+    defaults_median_s: float | None = None  # the kernel at its defaults, if this case runs a tuned config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,8 +162,11 @@ def round_values(record: dict) -> list[RoundValue]:
                            record.get("contention_reason"))]
     controls = dict(zip(_floats(record.get("control_round_ids")),
                         _floats(record.get("control_round_medians_s")), strict=False))
+    defaults = dict(zip(_floats(record.get("defaults_round_ids")),
+                        _floats(record.get("defaults_round_medians_s")), strict=False))
     busy = set(_floats(record.get("contended_rounds")))
-    return [RoundValue(int(i), m, contended=i in busy, control_median_s=controls.get(i))
+    return [RoundValue(int(i), m, contended=i in busy, control_median_s=controls.get(i),
+                       defaults_median_s=defaults.get(i))
             for i, m in zip(ids, medians, strict=True)]
 
 
@@ -259,7 +263,8 @@ def _time_group(worker, members: list[Member], round_id: int, values: dict, plan
         values[member.index].append(RoundValue(
             round=round_id, median_s=answer["median_s"], samples=tuple(_floats(answer.get("samples"))),
             contended=bool(answer.get("contended")), contention_reason=answer.get("contention_reason"),
-            control_median_s=answer.get("control_median_s")))
+            control_median_s=answer.get("control_median_s"),
+            defaults_median_s=answer.get("defaults_median_s")))
 
 
 def _floats(raw) -> list[float]:

@@ -23,7 +23,7 @@ def support(case: Case) -> dict:
     it), its ``framework`` and ``gqa`` mode, and the ``platform``, ``label`` and ``execution`` it
     would run with; ``{"error": ...}`` when the kernel cannot even say."""
     try:
-        impl = resolve_impl(case.impl)
+        impl = resolve_impl(case.impl, case.config)
         answer = {"reason": here.check(impl, case.workload), "framework": impl.framework,
                   "gqa": impl.gqa_mode(case.workload)}
         if not here.framework_missing(impl):
