@@ -164,13 +164,16 @@ def test_the_sweep_runs_a_tuned_kernel_at_its_kept_config_and_times_the_defaults
 
 
 def test_the_tuning_file_is_merged_atomically_and_a_foreign_file_is_refused(tmp_path):
+    """And it lives a folder deeper than asv's results/<machine>/*.json, which asv would read."""
     _write_file(tmp_path)
     other = sizes.FORWARD.replace(seq_q=1024, seq_k=1024)
     key = tuned.key("jax-blockwise-flash", other, "jax 0")
     tuned.write(str(tmp_path), "m", {key: {"kept": "block_q=64"}})
     assert len(tuned.read(str(tmp_path), "m")) == 2
-    assert [f for f in os.listdir(tmp_path / "tuning") if f.startswith(".")] == []
-    (tmp_path / "tuning" / "bad.json").write_text(json.dumps({"entries": []}))
+    assert [f for f in os.listdir(tmp_path / "tuning" / "m") if f.startswith(".")] == []
+    assert tuned.machines(str(tmp_path)) == ["m"]
+    (tmp_path / "tuning" / "bad").mkdir()
+    (tmp_path / "tuning" / "bad" / "configs.json").write_text(json.dumps({"entries": []}))
     with pytest.raises(ValueError, match="is not a tuning file"):
         tuned.read(str(tmp_path), "bad")
 
@@ -179,11 +182,11 @@ def test_the_report_lists_what_was_kept_and_reads_only(tmp_path):
     from attnbench.report.tuning import tuning_table
 
     _write_file(tmp_path)
-    before = (tmp_path / "tuning" / "m.json").read_bytes()
+    before = (tmp_path / "tuning" / "m" / "configs.json").read_bytes()
     [row] = tuning_table(str(tmp_path)).to_dict("records")
     assert row["kept"] == "block_q=256,block_k=256" and row["kept vs defaults"] == "0.80x [0.70-0.90]"
     assert row["refused"] == 1 and row["measured"] == 1
-    assert (tmp_path / "tuning" / "m.json").read_bytes() == before
+    assert (tmp_path / "tuning" / "m" / "configs.json").read_bytes() == before
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -252,8 +255,14 @@ def test_the_verdict_names_the_tuned_configs_and_says_when_tuning_changed_the_an
     assert out["forced_config"] == "tuned block_q=256,block_k=256"
     assert out["native_config"] == "defaults query_chunk=256,key_chunk=512 (kept by tuning)"
     assert out["paper_at_defaults"] == verdict.NATIVE and out["paper_at_defaults_ratio"] == pytest.approx(1.3)
-    assert out["tuning"] == "changed the paper answer: native at defaults, forced tuned"
-    assert verdict_display.tuning_short(out) == "changed it: native at defaults"
+    assert out["tuning"] == ("tuned jax-blockwise-flash: changed the paper answer, native at defaults, "
+                             "forced tuned")
+    assert verdict_display.tuning_short(out) == "paper at defaults: native (changed)"
+    same = verdict.tuning_columns(forced, native, verdict.NATIVE, 0.1)
+    assert same["tuning"] == "tuned jax-blockwise-flash: the same paper answer at defaults (native)"
+    unsure = verdict.tuning_columns(forced, native, verdict.CANT_TELL, 0.1)
+    assert unsure["tuning"] == "tuned jax-blockwise-flash: on paper native at defaults, can't tell tuned"
+    assert verdict_display.tuning_short(unsure) == "paper at defaults: native"
     untuned = verdict.tuning_columns(case("a", "forced-flash", drift), case("b", "native", drift),
                                      verdict.FORCED, 0.1)
     assert untuned["tuning"] == "not tuned" and untuned["paper_at_defaults"] == "-"

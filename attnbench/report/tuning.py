@@ -1,10 +1,7 @@
 """The report's "Tuned tiles": what ``make tune`` kept per kernel and workload on each machine, read
-from ``results/tuning/<machine>.json`` (``results/tuned.py``; docs/tuning.md). Reads only."""
+from ``results/tuning/<machine>/configs.json`` (``results/tuned.py``; docs/tuning.md). Reads only."""
 
 from __future__ import annotations
-
-import glob
-import os
 
 from attnbench.results import tuned
 
@@ -27,10 +24,7 @@ def tuning_table(results_dir: str):
     import pandas as pd
 
     rows = []
-    for file in sorted(glob.glob(os.path.join(results_dir, tuned.FOLDER, "*.json"))):
-        machine = os.path.basename(file).removesuffix(".json")
-        if machine == "compiled-for":
-            continue
+    for machine in tuned.machines(results_dir):
         for entry in tuned.read(results_dir, machine).values():
             by_config = {c["config"]: c for c in entry["candidates"]}
             states = [c["status"] for c in entry["candidates"]]

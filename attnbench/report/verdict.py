@@ -335,10 +335,13 @@ def tuning_columns(forced: dict | None, native: dict | None, paper: str | None, 
     at_defaults = answer_of(ratio.low, ratio.high, margin)
     out.update(paper_at_defaults=at_defaults, paper_at_defaults_ratio=ratio.ratio,
                paper_at_defaults_low=ratio.low, paper_at_defaults_high=ratio.high)
-    if paper in (FORCED, NATIVE, EQUAL) and at_defaults in (FORCED, NATIVE, EQUAL) and paper != at_defaults:
-        out["tuning"] = f"changed the paper answer: {at_defaults} at defaults, {paper} tuned"
+    settled, moved = (FORCED, NATIVE, EQUAL), f"tuned {', '.join(changed)}"
+    if paper in settled and at_defaults in settled and paper != at_defaults:
+        out["tuning"] = f"{moved}: changed the paper answer, {at_defaults} at defaults, {paper} tuned"
+    elif paper == at_defaults:
+        out["tuning"] = f"{moved}: the same paper answer at defaults ({paper})"
     else:
-        out["tuning"] = f"tuned {', '.join(changed)}; the paper answer is the same at defaults"
+        out["tuning"] = f"{moved}: on paper {at_defaults} at defaults, {paper} tuned"
     return out
 
 

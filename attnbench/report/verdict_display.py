@@ -117,13 +117,14 @@ def compact_config(words: str) -> str:
 
 
 def tuning_short(r: dict) -> str:
-    """The short table's tuning cell: whether tuning moved a config, and whether it moved the answer."""
+    """The short table's tuning cell: where tuning moved a config, the paper answer with both kernels at
+    their defaults (``changed`` when it is decided and differs from the tuned one); else whether the
+    defaults were kept or nothing was tuned."""
     tuning = cell(r.get("tuning"))
-    if tuning.startswith("changed"):
-        return f"changed it: {cell(r.get('paper_at_defaults'))} at defaults"
-    if tuning.startswith("tuned"):
-        return "same answer at defaults" if "same answer" in tuning else "at defaults: can't tell"
-    return tuning
+    if not tuning.startswith("tuned"):
+        return tuning
+    changed = " (changed)" if "changed the paper answer" in tuning else ""
+    return f"paper at defaults: {cell(r.get('paper_at_defaults'))}{changed}"
 
 
 def short(table) -> pd.DataFrame:

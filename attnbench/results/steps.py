@@ -374,6 +374,8 @@ def to_confirm(frame, steps, machine: str, repo: str, done: dict | None = None) 
             continue
         if not code.paired_measurement_at(repo, str(r["commit_before"])):
             continue  # measured whole by its own engine there: no paired re-measurement
+        if _ran_tuned(mine, newest, r):
+            continue  # compare builds a kernel at its defaults: a tuned config's step waits for its run
         suite = confirmations.suite_of(r["benchmark"])
         changed = code.code_changed_for(repo, str(r["commit_before"]), str(newest), r.get("implementation"),
                                         str(r["benchmark"]))
@@ -388,6 +390,22 @@ def to_confirm(frame, steps, machine: str, repo: str, done: dict | None = None) 
             "dtype": _plain(r.get("dtype")), "metrics": []})
         entry["metrics"].append(metric)
     return list(found.values())
+
+
+def _ran_tuned(rows, commit: str, step: dict) -> bool:
+    """Whether the step's case ran at a tuned config other than its kernel's defaults at ``commit``
+    (its static step time's row says so: ``config_source`` tuned, and rounds at the defaults beside)."""
+    if "config_source" not in rows or "defaults_round_ids" not in rows:
+        return False
+    same = ((rows["commit_hash"] == commit) & (rows["implementation"] == step.get("implementation"))
+            & (rows["benchmark"].str.rsplit(".", n=1).str[0] == str(step["benchmark"]).rsplit(".", 1)[0])
+            & (rows["metric"] == "seconds_per_step"))
+    for field in ("seq_len", "workload", "phase", "dtype"):
+        value = step.get(field)
+        if field in rows and isinstance(value, (str, int, float)) and value == value:
+            same &= rows[field] == value
+    hit = rows[same]
+    return bool(((hit["config_source"] == "tuned") & hit["defaults_round_ids"].notna()).any())
 
 
 def _plain(value):

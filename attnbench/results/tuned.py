@@ -1,4 +1,6 @@
-"""The tuned configs: one JSON file per machine under ``results/tuning/``, filed by ``attnbench tune``
+"""The tuned configs: one JSON file per machine, ``results/tuning/<machine>/configs.json`` (a folder
+deeper than asv's ``results/<machine>/*.json``, which asv and the results loader read as asv result
+files), filed by ``attnbench tune``
 (``run/tune.py``) and read by the sweep, which runs each tiled kernel at its kept config, and by the
 report (a reader: this module imports nothing that measures).
 
@@ -22,8 +24,19 @@ FOLDER = "tuning"
 FORMAT = 1
 
 
+FILE = "configs.json"
+
+
 def path(results_dir: str, machine: str) -> str:
-    return os.path.join(results_dir, FOLDER, f"{machine}.json")
+    return os.path.join(results_dir, FOLDER, machine, FILE)
+
+
+def machines(results_dir: str) -> list[str]:
+    """The machines with a tuning file under ``results_dir``."""
+    folder = os.path.join(results_dir, FOLDER)
+    if not os.path.isdir(folder):
+        return []
+    return sorted(m for m in os.listdir(folder) if os.path.isfile(os.path.join(folder, m, FILE)))
 
 
 def release(framework: str) -> str:
