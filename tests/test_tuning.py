@@ -257,12 +257,16 @@ def test_the_verdict_names_the_tuned_configs_and_says_when_tuning_changed_the_an
     assert out["paper_at_defaults"] == verdict.NATIVE and out["paper_at_defaults_ratio"] == pytest.approx(1.3)
     assert out["tuning"] == ("tuned jax-blockwise-flash: changed the paper answer, native at defaults, "
                              "forced tuned")
-    assert verdict_display.tuning_short(out) == "paper at defaults: native (changed)"
+    assert verdict_display.tuning_short({**out, "paper": verdict.FORCED}) == (
+        "flipped: on paper native at defaults, forced tuned")
     same = verdict.tuning_columns(forced, native, verdict.NATIVE, 0.1)
     assert same["tuning"] == "tuned jax-blockwise-flash: the same paper answer at defaults (native)"
     unsure = verdict.tuning_columns(forced, native, verdict.CANT_TELL, 0.1)
     assert unsure["tuning"] == "tuned jax-blockwise-flash: on paper native at defaults, can't tell tuned"
-    assert verdict_display.tuning_short(unsure) == "paper at defaults: native"
+    assert verdict_display.tuning_short({**unsure, "paper": verdict.CANT_TELL}) == (
+        "on paper native at defaults, can't tell tuned")
+    assert verdict_display.tuning_short({**same, "paper": verdict.NATIVE}) == (
+        "on paper native, at defaults too")
     untuned = verdict.tuning_columns(case("a", "forced-flash", drift), case("b", "native", drift),
                                      verdict.FORCED, 0.1)
     assert untuned["tuning"] == "not tuned" and untuned["paper_at_defaults"] == "-"

@@ -117,14 +117,17 @@ def compact_config(words: str) -> str:
 
 
 def tuning_short(r: dict) -> str:
-    """The short table's tuning cell: where tuning moved a config, the paper answer with both kernels at
-    their defaults (``changed`` when it is decided and differs from the tuned one); else whether the
+    """The short table's tuning cell: where tuning moved a config, the paper answer at the kernels'
+    defaults against the tuned one (``flipped`` when both are decided and differ); else whether the
     defaults were kept or nothing was tuned."""
     tuning = cell(r.get("tuning"))
     if not tuning.startswith("tuned"):
         return tuning
-    changed = " (changed)" if "changed the paper answer" in tuning else ""
-    return f"paper at defaults: {cell(r.get('paper_at_defaults'))}{changed}"
+    tuned, defaults = cell(r.get("paper")), cell(r.get("paper_at_defaults"))
+    if tuned == defaults:
+        return f"on paper {tuned}, at defaults too"
+    flip = "flipped: " if "changed the paper answer" in tuning else ""
+    return f"{flip}on paper {defaults} at defaults, {tuned} tuned"
 
 
 def short(table) -> pd.DataFrame:
@@ -192,8 +195,9 @@ def notes(table, visibility: dict | None = None, frame=None) -> list[str]:
 
         named = sorted({f"{_kernel(k)}: {knobs(w)}" for k, w in tuned})
         out.append("A tile beside a kernel's name is the config `make tune` kept for it here "
-                   f"(docs/tuning.md; {'; '.join(named)}); `tuning` says whether the answer differs with "
-                   "both kernels at their defaults, timed beside them in the same rounds.")
+                   f"(docs/tuning.md; {'; '.join(named)}); `tuning` compares the paper answer (the static "
+                   "steps) tuned and with both kernels at their defaults, timed beside them in the same "
+                   "rounds.")
     tiled = [k for k in native if _declared(k, "is_flash")]
     if tiled:
         out.append(f"Tiled online softmaxes among the native kernels: {', '.join(tiled)}: where one wins, a "
