@@ -13,26 +13,11 @@ from __future__ import annotations
 
 import functools
 
-from attention_impls.base import AttentionImpl, SearchSpace, larger_than_length
+from attention_impls._blockwise_tiles import BLOCK_K, BLOCK_Q, SEARCH_SPACE, tile_reason
+from attention_impls.base import AttentionImpl
 from attention_impls.registry import register
 
 # Imported where used: jax (each venv holds only some frameworks, and the asv process none).
-
-BLOCK_Q = 128
-BLOCK_K = 128
-
-# The tuner's candidates (docs/tuning.md): FA2's default, smaller and larger square tiles, and longer
-# key tiles (fewer online-softmax rescales per query tile).
-SEARCH_SPACE = SearchSpace(
-    defaults=(("block_q", BLOCK_Q), ("block_k", BLOCK_K)),
-    candidates=tuple((("block_q", q), ("block_k", k)) for q, k in
-                     ((64, 64), (BLOCK_Q, BLOCK_K), (128, 256), (256, 256), (256, 512))))
-
-
-def tile_reason(config, workload) -> str | None:
-    """A tile longer than the length it tiles only pads: refused (``larger_than_length``)."""
-    return larger_than_length(config, SEARCH_SPACE.defaults,
-                              {"block_q": workload.seq_q, "block_k": workload.seq_k})
 
 
 def _cdiv(a: int, b: int) -> int:
