@@ -110,7 +110,7 @@ BENCH_SETUP := setup
 EXISTING_PYTHONS := $(CURDIR)/$(VENV)/bin/python $(if $(filter cuda,$(ACCEL)),,$(CURDIR)/$(XLA_VENV)/bin/python)
 endif
 # The tuner (docs/tuning.md): each tiled kernel's candidate tile configs measured here, paired by
-# round, the kept one filed in results/tuning/<machine>/configs.json, which the suite runs at. `make tune`
+# round, the kept one filed in results/tuning/<machine>.tuning, which the suite runs at. `make tune`
 # measures what the file lacks, in every measured environment (TUNE_ARGS=--force: everything again);
 # `make bench` does the same within TUNE_BUDGET seconds (none, once the file holds this machine).
 TUNE_ARGS ?=

@@ -281,7 +281,7 @@ def add_run_command(sub) -> None:
     p.add_argument("--config", help="the tile config of the one --impl kernel, e.g. block_q=64,block_k=256 "
                    "(its knobs: its file's search_space; docs/tuning.md)")
     p.add_argument("--tuned", action="store_true", help="each tiled kernel at the config `make tune` kept "
-                   "for its workload on this machine (results/tuning/<machine>/configs.json)")
+                   "for its workload on this machine (results/tuning/<machine>.tuning)")
     p.add_argument("--no-numerics", action="store_true", help="skip the float64 reference check")
     p.add_argument("--no-isolate", action="store_true", help="measure in this process (no timeout/cap)")
     p.add_argument("--out", help="output folder (default results/runs/<UTC stamp>-<host>)")

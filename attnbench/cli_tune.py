@@ -1,5 +1,5 @@
 """``python -m attnbench tune``: each tiled kernel's candidate configs measured at the suite's workloads
-on this machine, the kept one filed under ``results/tuning/<machine>/configs.json`` (``run/tune.py``,
+on this machine, the kept one filed under ``results/tuning/<machine>.tuning`` (``run/tune.py``,
 ``results/tuned.py``; docs/tuning.md).
 
     python -m attnbench tune                       # every tiled kernel of this environment, what is missing
@@ -125,7 +125,7 @@ def _list(entries: dict, machine: str) -> int:
     rows = [{"kernel": e["kernel"], "workload": e["workload"], "release": e.get("release", "?"),
              "kept": e["kept"] or "-", "defaults": e["defaults"] or "-", "candidates": len(e["candidates"]),
              "why": e["why"]} for e in entries.values()]
-    print(f"# results/tuning/{machine}/configs.json: {len(rows)} tuned groups")
+    print(f"# results/tuning/{machine}.tuning: {len(rows)} tuned groups")
     columns = ["kernel", "workload", "release", "kept", "defaults", "candidates", "why"]
     print(render([{c: cell(r[c]) for c in columns} for r in rows], columns) if rows else "(none)")
     return 0
@@ -133,7 +133,7 @@ def _list(entries: dict, machine: str) -> int:
 
 def add_tune_command(sub) -> None:
     p = sub.add_parser("tune", help="measure each tiled kernel's candidate tile configs here and keep the "
-                       "fastest (results/tuning/<machine>/configs.json)")
+                       "fastest (results/tuning/<machine>.tuning)")
     p.add_argument("--impl", nargs="+", help="only these kernels (each must have tile knobs)")
     p.add_argument("--force", action="store_true", help="measure groups the file already holds again")
     p.add_argument("--budget", type=float, help="start no new group after this many seconds (default: none)")

@@ -164,16 +164,16 @@ def test_the_sweep_runs_a_tuned_kernel_at_its_kept_config_and_times_the_defaults
 
 
 def test_the_tuning_file_is_merged_atomically_and_a_foreign_file_is_refused(tmp_path):
-    """And it lives a folder deeper than asv's results/<machine>/*.json, which asv would read."""
+    """Not a .json file: asv reads every *.json under results/ as a result file."""
     _write_file(tmp_path)
     other = sizes.FORWARD.replace(seq_q=1024, seq_k=1024)
     key = tuned.key("jax-blockwise-flash", other, "jax 0")
     tuned.write(str(tmp_path), "m", {key: {"kept": "block_q=64"}})
     assert len(tuned.read(str(tmp_path), "m")) == 2
-    assert [f for f in os.listdir(tmp_path / "tuning" / "m") if f.startswith(".")] == []
+    assert [f for f in os.listdir(tmp_path / "tuning") if f.startswith(".")] == []
     assert tuned.machines(str(tmp_path)) == ["m"]
-    (tmp_path / "tuning" / "bad").mkdir()
-    (tmp_path / "tuning" / "bad" / "configs.json").write_text(json.dumps({"entries": []}))
+    assert not [f for f in os.listdir(tmp_path / "tuning") if f.endswith(".json")]  # asv would read it
+    (tmp_path / "tuning" / "bad.tuning").write_text(json.dumps({"entries": []}))
     with pytest.raises(ValueError, match="is not a tuning file"):
         tuned.read(str(tmp_path), "bad")
 
@@ -182,11 +182,11 @@ def test_the_report_lists_what_was_kept_and_reads_only(tmp_path):
     from attnbench.report.tuning import tuning_table
 
     _write_file(tmp_path)
-    before = (tmp_path / "tuning" / "m" / "configs.json").read_bytes()
+    before = (tmp_path / "tuning" / "m.tuning").read_bytes()
     [row] = tuning_table(str(tmp_path)).to_dict("records")
     assert row["kept"] == "block_q=256,block_k=256" and row["kept vs defaults"] == "0.80x [0.70-0.90]"
     assert row["refused"] == 1 and row["measured"] == 1
-    assert (tmp_path / "tuning" / "m" / "configs.json").read_bytes() == before
+    assert (tmp_path / "tuning" / "m.tuning").read_bytes() == before
 
 
 @pytest.mark.parametrize("argv, says", [

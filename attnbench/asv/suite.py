@@ -263,7 +263,7 @@ def plan_cases(cases: list[tuple[str, Workload, str]], size: SuiteSize) -> tuple
 
 
 def tuned_configs() -> dict:
-    """The kept configs of this machine (``results/tuning/<machine>/configs.json``, written by ``make tune``);
+    """The kept configs of this machine (``results/tuning/<machine>.tuning``, written by ``make tune``);
     ``{}`` outside asv or where nothing was tuned: every kernel at its defaults."""
     ctx = asv_context()
     return tuned.read(ctx["results_dir"], ctx["machine"]) if ctx else {}

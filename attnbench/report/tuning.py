@@ -1,5 +1,5 @@
 """The report's "Tuned tiles": what ``make tune`` kept per kernel and workload on each machine, read
-from ``results/tuning/<machine>/configs.json`` (``results/tuned.py``; docs/tuning.md). Reads only."""
+from ``results/tuning/<machine>.tuning`` (``results/tuned.py``; docs/tuning.md). Reads only."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The tuned configs: one JSON file per machine, ``results/tuning/<machine>/configs.json`` (a folder
-deeper than asv's ``results/<machine>/*.json``, which asv and the results loader read as asv result
-files), filed by ``attnbench tune``
+"""The tuned configs: one JSON file per machine, ``results/tuning/<machine>.tuning`` (not ``.json``, as
+the sidecars are not: asv reads every ``*.json`` under ``results/`` as a result file), filed by
+``attnbench tune``
 (``run/tune.py``) and read by the sweep, which runs each tiled kernel at its kept config, and by the
 report (a reader: this module imports nothing that measures).
 
@@ -24,11 +24,11 @@ FOLDER = "tuning"
 FORMAT = 1
 
 
-FILE = "configs.json"
+SUFFIX = ".tuning"
 
 
 def path(results_dir: str, machine: str) -> str:
-    return os.path.join(results_dir, FOLDER, machine, FILE)
+    return os.path.join(results_dir, FOLDER, machine + SUFFIX)
 
 
 def machines(results_dir: str) -> list[str]:
@@ -36,7 +36,7 @@ def machines(results_dir: str) -> list[str]:
     folder = os.path.join(results_dir, FOLDER)
     if not os.path.isdir(folder):
         return []
-    return sorted(m for m in os.listdir(folder) if os.path.isfile(os.path.join(folder, m, FILE)))
+    return sorted(f.removesuffix(SUFFIX) for f in os.listdir(folder) if f.endswith(SUFFIX))
 
 
 def release(framework: str) -> str:
