@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import math
+import statistics
 import time
 
 from attention_impls.base import config_text
@@ -28,6 +28,7 @@ from attnbench.core import records
 from attnbench.core.stats import CONFIDENCE, pair_rounds, paired_ratio
 from attnbench.core.workload import Workload
 from attnbench.measure.engine import Case, Options, classify_exception, resolve_impl
+from attnbench.run.adaptive import InProcess
 from attnbench.run.worker import Worker
 
 GROUP_TIMEOUT_S = 600.0
@@ -97,7 +98,7 @@ def tune_group(kernel: str, workload: Workload, plan: TunePlan = TunePlan(), *, 
             for c, reason in impl.candidates(workload) if reason}
     cases = [Case(kernel, workload, Options(regime="static"), config=c, config_source="candidate",
                   variant=config_text(c)) for c, reason in impl.candidates(workload) if not reason]
-    worker = _InProcess() if in_process else Worker(_serve, threads=threads)
+    worker = InProcess(_serve) if in_process else Worker(_serve, threads=threads)
     try:
         prepared, failure = worker.call(("prepare", cases), GROUP_TIMEOUT_S, preload=preload)
         if failure is not None:
@@ -140,7 +141,7 @@ def _entry(kernel, impl, workload, defaults, rows, medians, plan: TunePlan, seco
     confidence = 1.0 - (1.0 - plan.confidence) / max(1, len(others))
     for config, by_round in medians.items():
         row = rows[config]
-        row["median_s"] = _median(by_round.values())
+        row["median_s"] = statistics.median(by_round.values()) if by_round else None
         if config == base or base not in medians:
             continue
         a, b = pair_rounds(by_round, medians[base])
@@ -170,14 +171,6 @@ def _order(impl):
     return lambda config: order.index(config) if config in order else len(order)
 
 
-def _median(values) -> float | None:
-    values = sorted(values)
-    if not values:
-        return None
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-
-
 def _clean(row: dict) -> dict:
     """JSON-safe: NaN as None, floats rounded to what a timing carries."""
     out = {}
@@ -188,21 +181,8 @@ def _clean(row: dict) -> dict:
     return out
 
 
-class _InProcess:
-    """``Worker``'s ``call`` answered in this process (tests)."""
-
-    def call(self, args, timeout_s, preload=()):
-        return _serve(*args), None
-
-    def close(self):
-        pass
-
-
 def summary_line(entry: dict) -> str:
     """One progress line: the group, what was kept and why."""
     return (f"{entry['kernel']} {entry['workload']}: kept {entry['kept']} "
             f"({entry['why']}; {entry['seconds']:.0f} s)")
 
-
-def dumps(entry: dict) -> str:
-    return json.dumps(entry, indent=1)
