@@ -221,6 +221,15 @@ def test_a_candidate_that_breaks_numerics_is_recorded_and_never_kept():
     assert worker.checked == [best, _defaults(SPLASH)]  # the best-ranked first, then the next
 
 
+def test_the_numerics_check_is_the_sweeps_float64_check_on_a_small_case():
+    """A candidate's tiles run here against the float64 reference with ``core.numerics.compare``'s
+    float32 tolerance (2e-5 + 1e-4 x |reference|), the sweep's own check."""
+    pytest.importorskip("jax")
+    answer = tune.numerics_check("jax-blockwise-flash", (("block_q", 64), ("block_k", 64)), PREFILL)
+    assert answer["numerics_ok"] is True and answer["numerics_max_error"] < 2e-5
+    assert answer["numerics"].startswith("ok: max |error|") and "float32, 1024x1024" in answer["numerics"]
+
+
 def test_a_refused_candidate_is_a_row_with_its_reason_and_is_not_compiled():
     target = load_targets()["tpu-v5e"]
     short = PREFILL.replace(seq_q=1536, seq_k=1536)

@@ -51,8 +51,7 @@ DTYPE = "bfloat16"
 SPEED = "modelled (roofline), not measured: nothing ran on the target"
 NUMERICS = "not checked (only the best-ranked candidates are run, until one passes)"
 # The numerics check: the candidate's tiles run in its interpreter on this CPU (a compile target runs
-# nothing), float32 inputs at a small length, against the float64 reference.
-NUMERICS_ATOL = 2e-3
+# nothing), float32 inputs at a small length, against the float64 reference (numerics_check).
 # A row's status beyond the compiler's (classify): the workload refuses the config before compiling,
 # or the kernel is not compiled for its tiles on this target at all.
 REFUSED = "refused"
@@ -183,12 +182,13 @@ def numerics_workload(config, workload: Workload) -> Workload:
 
 
 def numerics_check(name: str, config, workload: Workload) -> dict:
-    """In the worker: the candidate's forward in its interpreter here vs the float64 reference."""
-    import numpy as np
-
+    """In the worker: the candidate's forward in its interpreter here vs the float64 reference, with
+    the project's float64 check and its tolerance for the dtype (``core.numerics.compare``)."""
     from attention_impls.reference_float64 import attention_fwd
     from attnbench.backends import here
     from attnbench.core.inputs import make_inputs
+    from attnbench.core.numerics import compare
+    from attnbench.measure.reference_check import reference_mask
 
     impl = attention_impls.get(name).with_config(config)
     small = numerics_workload(impl.config_now, workload)
@@ -196,13 +196,10 @@ def numerics_check(name: str, config, workload: Workload) -> dict:
     if refused:
         return {"numerics": f"not checked: {refused}", "numerics_ok": None}
     x = make_inputs(small, seed=7)
-    mask = {k: v for k, v in (("window", small.window), ("softcap", small.softcap)) if v is not None}
-    if x.q_segment_ids is not None:
-        mask.update(q_segment_ids=x.q_segment_ids, kv_segment_ids=x.kv_segment_ids)
+    mask = reference_mask(small, x)
     got = here.run_numpy(impl, x.q, x.k, x.v, causal=small.causal, **mask)
-    want = attention_fwd(x.q, x.k, x.v, causal=small.causal, **mask)
-    error = float(np.nanmax(np.abs(got - want))) if np.isfinite(got).all() else float("inf")
-    ok = error <= NUMERICS_ATOL
+    checked = compare(got, attention_fwd(x.q, x.k, x.v, causal=small.causal, **mask), small.dtype)
+    ok, error = checked.ok, checked.max_abs if checked.finite else float("inf")
     how = "its interpreter" if impl.execution(here.platform(impl)) == "interpret" else "XLA"
     where = (f"{how} on this host's CPU, float32, {small.seq_q}x{small.seq_k}, "
              f"{small.q_heads}/{small.kv_heads} heads")
