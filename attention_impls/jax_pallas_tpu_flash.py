@@ -58,14 +58,20 @@ SEARCH_SPACE = SearchSpace(
         (512, 1024, 512, 512, 512), (1024, 1024, 1024, 512, 512), (1024, 2048, 512, 512, 512))))
 
 
+def fitted_tiles(config, lengths: dict[str, int], within: dict[str, str]) -> dict:
+    """Each knob's tile (``fit_tile``): a knob of ``lengths`` at its length, a minor knob of ``within``
+    (minor -> major) at most its major tile and dividing it. ``config``: every knob (``config_now``)."""
+    knobs = dict(config)
+    out = {name: fit_tile(knobs[name], length) for name, length in lengths.items()}
+    for minor, major in within.items():
+        out[minor] = fit_tile(min(knobs[minor], out[major]), out[major])
+    return out
+
+
 def tiles(config, seq_q: int, seq_k: int) -> dict:
     """Each knob's tile at these lengths (``config``: every knob, ``AttentionImpl.config_now``)."""
-    knobs = dict(config)
-    tk_major = fit_tile(knobs["block_k_major"], seq_k)
-    return {"block_q": fit_tile(knobs["block_q"], seq_q), "block_k_major": tk_major,
-            "block_k": fit_tile(min(knobs["block_k"], tk_major), tk_major),
-            "block_q_bwd": fit_tile(knobs["block_q_bwd"], seq_q),
-            "block_k_bwd": fit_tile(knobs["block_k_bwd"], seq_k)}
+    return fitted_tiles(config, {"block_q": seq_q, "block_k_major": seq_k, "block_q_bwd": seq_q,
+                                 "block_k_bwd": seq_k}, within={"block_k": "block_k_major"})
 
 
 def block_sizes(seq_q: int, seq_k: int, config=SEARCH_SPACE.defaults):
@@ -180,5 +186,5 @@ class JaxPallasTpuFlash(AttentionImpl):
         out = flash_attention(
             q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),
             segment_ids=segment_ids, causal=causal, sm_scale=scale,
-            block_sizes=block_sizes(q.shape[1], k.shape[1], tuple((n, self.knob(n)) for n in KNOBS)))
+            block_sizes=block_sizes(q.shape[1], k.shape[1], self.config_now))
         return out.transpose(0, 2, 1, 3)

@@ -18,7 +18,7 @@ import functools
 
 from attention_impls._compile_target import jax_platform
 from attention_impls.base import RUNS, AttentionImpl, SearchSpace, interpret_only
-from attention_impls.jax_pallas_tpu_flash import divides_reason, fit_tile
+from attention_impls.jax_pallas_tpu_flash import divides_reason, fitted_tiles
 from attention_impls.registry import register
 
 # Imported where used: jax (each venv holds only some frameworks, and the asv process none).
@@ -81,12 +81,8 @@ def _kernel(seq_q: int, seq_k: int, q_heads: int, causal: bool, window: int | No
 
 def tiles(config, seq_q: int, seq_k: int) -> dict:
     """Each knob's tile at these lengths (``config``: every knob, ``AttentionImpl.config_now``)."""
-    knobs = dict(config)
-    tk = fit_tile(knobs["block_kv"], seq_k)
-    return {"block_q": fit_tile(knobs["block_q"], seq_q), "block_kv": tk,
-            "block_kv_compute": fit_tile(min(knobs["block_kv_compute"], tk), tk),
-            "block_q_bwd": fit_tile(knobs["block_q_bwd"], seq_q),
-            "block_kv_bwd": fit_tile(knobs["block_kv_bwd"], seq_k)}
+    return fitted_tiles(config, {"block_q": seq_q, "block_kv": seq_k, "block_q_bwd": seq_q,
+                                 "block_kv_bwd": seq_k}, within={"block_kv_compute": "block_kv"})
 
 
 def block_sizes(seq_q: int, seq_k: int, config=SEARCH_SPACE.defaults):
@@ -149,7 +145,7 @@ class JaxPallasTpuSplash(AttentionImpl):
 
         seq_q, q_heads = q.shape[1], q.shape[2]
         kernel = _kernel(seq_q, k.shape[1], q_heads, causal, window, softcap, jax_platform() != "tpu",
-                         tuple((n, self.knob(n)) for n in KNOBS))
+                         self.config_now)
         # Splash takes [H, S, D] per example and has no scale argument: scale q (in float32).
         qs = (q.astype(jnp.float32) * scale).astype(q.dtype).transpose(0, 2, 1, 3)
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
