@@ -13,6 +13,7 @@ import glob
 import os
 from typing import TYPE_CHECKING
 
+from attnbench.compiled_for.records import load_kept
 from attnbench.core.atomic import atomic_write_bytes
 from attnbench.report.plots import colors_by_name, new_figure, png_bytes
 from attnbench.report.render import Table
@@ -189,27 +190,16 @@ def max_seq_table(results_dir: str, target: str) -> pd.DataFrame:
 
 def load_max_batch(results_dir: str) -> pd.DataFrame:
     """The raw ``max_batch.csv`` rows (``compile-for --max-batch``), newest file last wins; older tables
-    hold the B1 H8 D64 shape only (workload ``custom``). ``attrs["tuning"]``: the tiles kept on the
-    compile targets (``load_tuned_tiles``), which the verdict's compile-target rows name."""
-    table = _load_table(results_dir, "max_batch.csv", ["target", "impl", "workload", "phase", "mode", "dtype",
-                                                       "seq_len"])
-    table.attrs["tuning"] = load_tuned_tiles(results_dir)
-    return table
-
-
-def load_tuned_tiles(results_dir: str) -> pd.DataFrame:
-    """``results/tuning/compiled-for-kept.csv`` (``attnbench tune-targets``): one row per target x
-    kernel x preset x length with the kept tile config and its compiler evidence; empty without it."""
-    from attnbench.compiled_for.records import load_kept
-
-    return load_kept(results_dir)
+    hold the B1 H8 D64 shape only (workload ``custom``)."""
+    return _load_table(results_dir, "max_batch.csv", ["target", "impl", "workload", "phase", "mode", "dtype",
+                                                      "seq_len"])
 
 
 def tuned_tiles_table(results_dir: str, target: str | None = None) -> pd.DataFrame:
     """The kept tiles for reading, of ``target`` or of every target: compiled, not run (speed modelled)."""
     import pandas as pd
 
-    table = load_tuned_tiles(results_dir)
+    table = load_kept(results_dir)  # results/tuning/compiled-for-kept.csv (attnbench tune-targets)
     if target is not None and not table.empty:
         table = table[table["target"] == target]
     if table.empty:

@@ -63,12 +63,8 @@ def compiled_verdicts(records, max_batch=None, *, fragility: list | None = None,
                       tuning=None) -> pd.DataFrame:
     """Per compile target x mode x length with a max-batch search (else every grid length): which
     kernels compile and fit, the largest batch each fits, layout copies, the roofline bound, and the
-    kept tiles (``tuning``: ``report.compiled.load_tuned_tiles``; by default ``max_batch.attrs``'s,
-    which ``load_max_batch`` attaches)."""
+    kept tiles (``tuning``: ``compiled_for.records.load_kept``)."""
     import pandas as pd
-
-    if tuning is None and max_batch is not None:
-        tuning = max_batch.attrs.get("tuning")
 
     breaks = fragility if isinstance(fragility, list) else []
     if records is None or records.empty:

@@ -25,6 +25,7 @@ import math
 import os
 from typing import TYPE_CHECKING
 
+from attnbench.compiled_for.records import load_kept
 from attnbench.core import presets, regimes
 from attnbench.core.stats import (
     ABOVE,
@@ -578,7 +579,7 @@ def verdict_table(results_dir: str = "results", frame=None, *, steps: int = stre
     fragility = release_breaks(results_dir)
     measured = measured_verdicts(frame, steps=steps, fragility=fragility, margin=margin)
     compiled = compiled_verdicts(load_compiled_records(results_dir), load_max_batch(results_dir),
-                                 fragility=fragility)
+                                 fragility=fragility, tuning=load_kept(results_dir))
     parts = [p for p in (measured, compiled) if not p.empty]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS + TUNING_COLUMNS)
 
