@@ -62,8 +62,12 @@ def cmd_tune(args) -> int:
         return _list(entries, machine)
     plan_ = tune.TunePlan(rounds=args.rounds)
     groups = suite_groups(args.impl)
-    todo = [(k, w) for k, w in groups if args.force
-            or tuned.key(k, w, tuned.release(attention_impls.get(k).framework)) not in entries]
+    releases = {f: tuned.release(f) for f in {attention_impls.get(k).framework for k, _ in groups}}
+
+    def key_of(kernel, workload) -> str:
+        return tuned.key(kernel, workload, releases[attention_impls.get(kernel).framework])
+
+    todo = [(k, w) for k, w in groups if args.force or key_of(k, w) not in entries]
     # What the suite would refuse here, and a kernel only an interpreter runs here (its speed says
     # nothing of its tiles), are not tuned: the same check the sweep asks. They are filed with the
     # reason, so that the next run asks no more.
@@ -76,14 +80,13 @@ def cmd_tune(args) -> int:
                 print(f"tune: {kernel} {workload.describe()}: {answer['error']}", file=sys.stderr)
                 failed.add((kernel, workload))
             elif why:
-                release = tuned.release(attention_impls.get(kernel).framework)
-                skipped[tuned.key(kernel, workload, release)] = {
+                release = releases[attention_impls.get(kernel).framework]
+                skipped[key_of(kernel, workload)] = {
                     "kernel": kernel, "workload": workload.describe(), "release": release, "machine": machine,
                     "kept": None, "defaults": None, "why": why, "candidates": []}
         if skipped:
             tuned.write(results_dir, machine, skipped)
-        todo = [(k, w) for k, w in todo if (k, w) not in failed
-                and tuned.key(k, w, tuned.release(attention_impls.get(k).framework)) not in skipped]
+        todo = [(k, w) for k, w in todo if (k, w) not in failed and key_of(k, w) not in skipped]
     print(f"tune: {machine}: {len(groups)} tiled kernel x workload groups, {len(groups) - len(todo)} "
           f"already tuned or refused here, {len(todo)} to measure", file=sys.stderr)
     began, done = time.perf_counter(), 0
@@ -93,8 +96,8 @@ def cmd_tune(args) -> int:
         impl = attention_impls.get(kernel)
         entry = tune.tune_group(kernel, workload, plan_, threads=len(os.sched_getaffinity(0)),
                                 preload=(impl.framework,))
-        entry["release"], entry["machine"] = tuned.release(impl.framework), machine
-        tuned.write(results_dir, machine, {tuned.key(kernel, workload, entry["release"]): entry})
+        entry["release"], entry["machine"] = releases[impl.framework], machine
+        tuned.write(results_dir, machine, {key_of(kernel, workload): entry})
         done += 1
         print(f"tune: {tune.summary_line(entry)}", file=sys.stderr)
     left = len(todo) - done
