@@ -12,10 +12,13 @@ file, so that a search cut short keeps every entry it finished; reading never wr
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 from importlib import metadata
 
+import attention_impls
 from attention_impls.base import Config, parse_config
 from attnbench.core.atomic import atomic_write_text
 from attnbench.core.workload import Workload
@@ -39,6 +42,7 @@ def machines(results_dir: str) -> list[str]:
     return sorted(f.removesuffix(SUFFIX) for f in os.listdir(folder) if f.endswith(SUFFIX))
 
 
+@functools.cache  # a process sees one release: the sweep asks once per case
 def release(framework: str) -> str:
     """``jax 0.10.2``: the framework release a config was tuned on (``?`` where not installed)."""
     try:
@@ -93,10 +97,6 @@ def tuned_case(case, entries: dict):
     workload on this release (``config_source`` "tuned", the defaults included when they were kept);
     a static case whose kept config is not the defaults also times the defaults in its later rounds
     (``with_defaults``). A case given a config, or of a kernel without knobs, is left as it is."""
-    import dataclasses
-
-    import attention_impls
-
     if case.config or not isinstance(case.impl, str) or ":" in case.impl:
         return case
     impl = attention_impls.get(case.impl)
