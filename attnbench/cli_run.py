@@ -12,7 +12,7 @@ import attention_impls
 from attnbench import hardware
 from attnbench.asv.machine import machine_name
 from attnbench.backends import here
-from attnbench.core import presets
+from attnbench.core import presets, traffic
 from attnbench.core.workload import PHASE_MODES, Workload
 from attnbench.hardware import get_hardware_profile, load_hardware_profiles
 from attnbench.hardware.dtypes import machine_dtype_problem
@@ -71,11 +71,13 @@ def cmd_run(args) -> int:
     trace_dir = os.path.join(out_dir, "traces")
 
     round_plan = run_round_plan(args)  # a bad budget or margin is refused before anything runs
+    check_traffic(args, workloads)  # a malformed trace is refused before anything runs
     options = Options(bucket_policy=args.bucket_policy, regime_steps=args.steps,
                       min_seconds=args.min_seconds, numerics=not args.no_numerics,
                       hardware_profile=args.hardware_profile,
                       price_per_hour=args.price_per_hour, spot_price_per_hour=args.spot_price_per_hour,
-                      trace_dir=trace_dir, compile_cache=args.compile_cache, timer=args.timer)
+                      trace_dir=trace_dir, compile_cache=args.compile_cache, timer=args.timer,
+                      traffic=args.traffic, stream_windows=args.windows)
     # Every case in a worker of its own: compile caches live per process.
     # A regime's case leaves the step's evidence and numerics to the static case, when it runs too.
     config = run_config(args, impls)
@@ -156,6 +158,21 @@ def run_round_plan(args):
         return None
     return RoundPlan(min_rounds=args.rounds - 1, max_rounds=most - 1, budget_s=args.budget,
                      margin=args.margin, window_s=args.round_seconds)
+
+
+def check_traffic(args, workloads: list[Workload]) -> None:
+    """``--traffic`` read and checked: ``TraceError`` (exit 2) naming the file and line of a malformed
+    row, or of a request longer than the preset model's context."""
+    if args.windows < 1:
+        raise ValueError(f"--windows must be at least 1, got {args.windows}")
+    if not traffic.is_trace(args.traffic):
+        return
+    trace = traffic.load(args.traffic)
+    for workload in workloads:
+        if workload.phase == "decode" and trace.generated is None:
+            raise traffic.TraceError(trace.path, 1, "a decode stream needs a GeneratedTokens column")
+        if args.workload:
+            traffic.check_context(trace, presets.get(args.workload).context, workload.phase)
 
 
 def run_workloads(args) -> list[Workload]:
@@ -245,6 +262,13 @@ def add_run_command(sub) -> None:
                         "decode's streams vary its cache length)")
     p.add_argument("--bucket-policy", default="multiple-128", help="multiple-N or pow2")
     p.add_argument("--steps", type=int, default=8, help="steps in each regime's length stream")
+    p.add_argument("--traffic", default="uniform", metavar="TRACE",
+                   help="where the streams' lengths come from: azure-conv or azure-code (the Azure LLM "
+                        "inference traces, shipped), a CSV of your own (ContextTokens or length, optionally "
+                        "GeneratedTokens and TIMESTAMP; docs/workloads.md), or uniform (the synthetic "
+                        "baseline, default)")
+    p.add_argument("--windows", type=int, default=8,
+                   help="trace windows a stream is taken from, evenly over the trace (default 8)")
     p.add_argument("--batch", type=int, help="sequences per step (default 1; a preset's decode: its own)")
     p.add_argument("--heads", type=int, help="query heads (default 8)")
     p.add_argument("--kv-heads", type=int, default=None)

@@ -35,6 +35,8 @@ ASV_UNITS = {
     "host_rss_growth_bytes": "bytes", "usd_per_step": "USD", "usd_per_step_with_compiles": "USD",
     "usd_per_million_tokens": "USD", "usd_per_million_useful_tokens_with_compiles": "USD",
     "max_abs_error": "abs error", "status": "code",
+    # what a server sees of a stream (issue 41): new benchmarks, no history renamed
+    "latency_p99_seconds": "seconds", "longest_stall_seconds": "seconds",
 }
 HIGHER = {"tokens_per_s": "seconds_per_million_tokens", "tflops": "seconds_per_pflop",
           "mfu": "mfu_shortfall", "useful_tokens_per_s": "seconds_per_million_useful_tokens",
@@ -43,7 +45,8 @@ COST = ("usd_per_step", "usd_per_step_with_compiles", "usd_per_million_tokens",
         "usd_per_million_useful_tokens_with_compiles")
 COMPANIONS = {"seconds_per_step", "tokens_per_s", "compiles", "compile_seconds", "first_call_seconds",
               "padding_waste", "device_peak_bytes", "compiler_temp_bytes", "compiler_peak_bytes",
-              "host_profiler_peak_bytes", "host_rss_growth_bytes"}
+              "host_profiler_peak_bytes", "host_rss_growth_bytes", "latency_p99_seconds",
+              "longest_stall_seconds"}
 MEMORY = ("device_peak_bytes", "compiler_temp_bytes", "compiler_peak_bytes", "host_profiler_peak_bytes",
           "host_rss_growth_bytes")
 

@@ -28,7 +28,13 @@ import subprocess
 import sys
 
 import attention_impls
-from attnbench.asv.sizes import SuiteSize, accelerator_kind, suite_size, user_round_settings
+from attnbench.asv.sizes import (
+    SuiteSize,
+    accelerator_kind,
+    check_user_traffic,
+    suite_size,
+    user_round_settings,
+)
 from attnbench.asv.suite import outside_suite
 from attnbench.core.atomic import atomic_write_text
 from attnbench.core.workload import Workload
@@ -167,7 +173,8 @@ def check_inputs(existing: list[str]) -> str | None:
     that differs from the commit its results would be filed under."""
     try:
         user_round_settings()
-    except ValueError as exc:
+        check_user_traffic()
+    except (ValueError, KeyError) as exc:
         return str(exc)
     changed = uncommitted_code() if existing else []
     if changed:

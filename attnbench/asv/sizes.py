@@ -11,7 +11,7 @@ import os
 import sys
 
 import attention_impls
-from attnbench.core import presets
+from attnbench.core import presets, traffic
 from attnbench.core.workload import CUSTOM, PHASES, Workload
 from attnbench.hardware import detection
 from attnbench.hardware.dtypes import MACHINE_DTYPES
@@ -68,12 +68,37 @@ class SuiteSize:
     controls: tuple[str, ...] = ()
     kernels_for: str | None = None  # a size made for one kind of machine leaves out what cannot run there
     frameworks: tuple[str, ...] | None = None  # None: every framework
+    # Each stream's lengths (core/traffic.py): a trace's name or "uniform", the synthetic baseline.
+    # Forward and Training: B1 sequences from the code trace; the presets: the conversation trace for
+    # prefill and for decode (continuous batching). ATTNBENCH_TRAFFIC replaces them all.
+    forward_traffic: str = "azure-code"
+    prefill_traffic: str = "azure-conv"
+    decode_traffic: str = "azure-conv"
+    stream_windows: int = 8  # a stream's trace windows, its interval's values (8: a 99% sign test)
+    stream_budget_s: float | None = None  # a stream stops after the step that spends it
+    # A static stream's steps (None: regime_steps). Pad-to-max runs one shape, the step the rounds time,
+    # so its stream only needs to hold its first call and the trace's useful tokens per step.
+    static_stream_steps: int | None = None
 
-    def options(self, regime: str, *, trace_dir: str | None, compile_cache: str) -> Options:
+    def traffic_for(self, workload: Workload) -> str:
+        """The trace a case's stream takes its lengths from: the user's (``ATTNBENCH_TRAFFIC``), else
+        the size's for the workload's phase."""
+        user = user_traffic()
+        if user:
+            return user
+        if workload.phase == "decode":
+            return self.decode_traffic
+        return self.forward_traffic if workload.name == CUSTOM else self.prefill_traffic
+
+    def options(self, regime: str, *, trace_dir: str | None, compile_cache: str,
+                workload: Workload | None = None) -> Options:
         """How a case of this size is measured."""
-        return Options(regime=regime, regime_steps=self.regime_steps, min_seconds=self.min_seconds,
+        steps = self.static_stream_steps if regime == "static" and self.static_stream_steps else self.regime_steps
+        return Options(regime=regime, regime_steps=steps, min_seconds=self.min_seconds,
                        max_extra_seconds=self.max_extra_seconds, trace_dir=trace_dir,
                        compile_cache=compile_cache, timer=self.timer,
+                       traffic=self.traffic_for(workload) if workload is not None else "uniform",
+                       stream_windows=self.stream_windows, stream_budget_s=self.stream_budget_s,
                        step_checks=regime == "static")  # a regime's static case checks its step
 
     def round_plan(self, *, budget_s: float | None = None, margin: float | None = None,
@@ -109,8 +134,11 @@ SIZES = {size.name: size for size in (
     # is cold. max_extra_seconds: how long the first window may run on while its IQR exceeds 5%.
     # rounds: windows per static case, in warm workers replaced every few rounds; more short rounds
     # beat longer windows because noise between processes dominates (run/adaptive.py; results/LOG.md).
+    # regime_steps: each stream's steps, in stream_windows trace windows (docs/workloads.md);
+    # stream_budget_s cuts a stream whose every step compiles (exact lengths in a compiled kernel).
     SuiteSize("default", forward_seqs=(256, 1024), training_seqs=(512,), dtypes=("float32",),
-              regime_steps=6, min_seconds=0.1, max_extra_seconds=0.1,
+              regime_steps=200, stream_budget_s=20.0, static_stream_steps=16, min_seconds=0.1,
+              max_extra_seconds=0.1,
               max_interpret_seq=256, max_reference_seq=256, regime_seqs=(1024,), rounds=17,
               max_rounds=41, round_seconds=0.05, round_budget_s=150.0,
               controls=("jax-xla", "torch-sdpa-flash", "torch-xla-sdpa"),
@@ -128,12 +156,13 @@ SIZES = {size.name: size for size in (
               # shows it), so exact lengths are its dearest way; its preset rows price pad-to-max
               preset_stream_left_out=("torch-flex-attention",)),
     SuiteSize("smoke", forward_seqs=(128, 256), training_seqs=(128,), dtypes=("float32",),  # the tests'
-              regime_steps=3, min_seconds=0.05, max_extra_seconds=0.5,
+              regime_steps=3, forward_traffic="uniform", prefill_traffic="uniform", decode_traffic="uniform", min_seconds=0.05, max_extra_seconds=0.5,
               max_interpret_seq=256, max_reference_seq=None, regime_seqs=None, rounds=2,
               round_seconds=0.05, model_presets=("mistral-7b",), model_phases=("decode",),
               preset_size="smoke", preset_interpret=False, regime_presets=()),
     SuiteSize("full", forward_seqs=(256, 512, 1024, 2048, 4096, 8192), training_seqs=(512, 1024, 2048),
-              dtypes=("float32", "bfloat16"), regime_steps=12, min_seconds=0.5,
+              dtypes=("float32", "bfloat16"), regime_steps=400, stream_windows=16, stream_budget_s=120.0,
+              min_seconds=0.5,
               max_extra_seconds=3.0, max_interpret_seq=None, max_reference_seq=None,
               regime_seqs=None, rounds=9, round_seconds=0.2, model_presets=ALL_PRESETS,
               preset_size="real", preset_interpret=True),
@@ -142,7 +171,8 @@ SIZES = {size.name: size for size in (
     # GPU (kernels_for, frameworks: the H200 image has no torch_xla); `first` puts the headline cases
     # ahead, then shortest lengths first, so a run cut by its deadline still answers the headline.
     SuiteSize("gpu", forward_seqs=(1024, 4096, 16384), training_seqs=(4096,), dtypes=("bfloat16", "float32"),
-              regime_steps=6, min_seconds=0.2, max_extra_seconds=0.3, max_interpret_seq=512,
+              regime_steps=200, stream_budget_s=20.0, static_stream_steps=16, min_seconds=0.2,
+              max_extra_seconds=0.3, max_interpret_seq=512,
               max_reference_seq=1024, regime_seqs=(4096,), regime_dtypes=("bfloat16",), rounds=1,
               round_seconds=0.1, timer="device", fresh_process=False, length_first=True,
               model_presets=DEFAULT_PRESETS, preset_size="real", preset_interpret=False,
@@ -163,6 +193,27 @@ _ACCEL_PLATFORM = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu", "tpu": "tpu"}
 
 
 SUITE_ENV = "ATTNBENCH_SUITE"
+TRAFFIC_ENV = "ATTNBENCH_TRAFFIC"  # a trace (built-in name or CSV path) every stream takes its lengths from
+
+
+def user_traffic() -> str | None:
+    """``ATTNBENCH_TRAFFIC``: the user's trace for every stream of the suite, None when unset."""
+    return os.environ.get(TRAFFIC_ENV, "").strip() or None
+
+
+def check_user_traffic(size: SuiteSize | None = None) -> None:
+    """The user's trace read and checked before anything runs: ``TraceError`` (a ``ValueError``)
+    naming the file and line of a malformed row, or of a request longer than the context of a model
+    the suite runs (for decode, its context plus its generated tokens)."""
+    source = user_traffic()
+    if not source or not traffic.is_trace(source):
+        return
+    trace = traffic.load(source)
+    size = suite_size() if size is None else size
+    for name in size.model_presets:
+        for phase in size.model_phases:
+            if phase in presets.get(name).phases and (phase != "decode" or trace.generated is not None):
+                traffic.check_context(trace, presets.get(name).context, phase)
 BUDGET_ENV = "ATTNBENCH_BUDGET_S"  # seconds the later rounds of one environment's sweep may take
 MARGIN_ENV = "ATTNBENCH_MARGIN"  # "equal within +-margin" (0.1: 10%)
 

@@ -31,6 +31,7 @@ from attnbench.asv.sizes import (
     suite_size,
     this_env_frameworks,
     user_round_settings,
+    user_traffic,
 )
 from attnbench.backends import here
 from attnbench.core import metrics, records
@@ -62,6 +63,10 @@ def provenance_settings(size: SuiteSize | None = None) -> dict:
     return {"suite": suite_name(), "accelerator": accelerator_kind(), "compile_cache": compile_cache(),
             "dtypes": seqs(suite_dtypes(size)), "forward_seqs": seqs(size.forward_seqs),
             "training_seqs": seqs(size.training_seqs), "regime_steps": size.regime_steps,
+            "static_stream_steps": size.static_stream_steps or size.regime_steps,
+            "stream_windows": size.stream_windows, "stream_budget_s": size.stream_budget_s or "none",
+            "traffic": user_traffic() or f"forward {size.forward_traffic}, prefill {size.prefill_traffic}, "
+                                         f"decode {size.decode_traffic}",
             "model_presets": seqs(size.model_presets) or "none", "preset_size": size.preset_size,
             "model_phases": seqs(size.model_phases), "preset_workers": workers(size.preset_fresh),
             "regime_seqs": seqs(size.regime_seqs) if size.regime_seqs else "every length",
@@ -242,7 +247,8 @@ def plan_cases(cases: list[tuple[str, Workload, str]], size: SuiteSize) -> tuple
     configs = tuned_configs()
     out, pending = {}, []
     for name, workload, regime in cases:
-        case = Case(name, workload, size.options(regime, trace_dir=traces, compile_cache=cache_mode),
+        case = Case(name, workload, size.options(regime, trace_dir=traces, compile_cache=cache_mode,
+                                                 workload=workload),
                     own_process=size.own_process(workload, regime))
         case = tuned.tuned_case(case, configs)
         framework = attention_impls.get(name).framework

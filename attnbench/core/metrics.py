@@ -176,6 +176,12 @@ METRICS: list[Metric] = [
            twin="seconds_per_million_useful_tokens", run_exponent=-1),
     Metric("seconds_per_million_useful_tokens", "useful_tokens_per_s", "seconds", L, "shapes",
            derive=_seconds_per_million_useful_tokens, run_exponent=1),
+    # What a server sees of the stream: its 99th-percentile step, compile stalls included, and its
+    # longest compile stall (one reading: the stream runs once per run)
+    Metric("latency_p99_seconds", "latency_p99_s", "seconds", L, "shapes", record_unit="s", companion=True,
+           run_exponent=1, one_reading=True),
+    Metric("longest_stall_seconds", "longest_stall_s", "seconds", L, "compile", record_unit="s",
+           companion=True, run_exponent=1, one_reading=True),
     Metric("device_peak_bytes", "device_peak_bytes", "bytes", L, "memory", companion=True, timed=False,
            judged="allocator"),
     Metric("compiler_temp_bytes", "compiler_temp_bytes", "bytes", L, "memory", companion=True,
@@ -206,7 +212,7 @@ del L, H
 # drop the history). Each change is a numbered row; the suite writes ``DEFINITIONS`` into every
 # sidecar (a commit cannot name its own hash), and a step across versions that a change covers is
 # shown as "definition changed", never as a regression.
-DEFINITIONS = "5"
+DEFINITIONS = "6"
 UNRECORDED_DEFINITIONS = "1"  # results written before the sidecar recorded a definitions version
 
 
@@ -282,6 +288,17 @@ DEFINITION_CHANGES: list[DefinitionChange] = [
                      "model presets follow their model cards: the window holds at any length, training "
                      "is one whole sequence (was packed documents), bert-base attends bidirectionally "
                      "over all its tokens", benchmarks=("Models",)),
+    DefinitionChange("6", "2026-12-03", ("first_call_seconds", "first_call_compile_seconds", "compile_seconds",
+                                         "compiles", "padding_waste", "usd_per_step_with_compiles",
+                                         "useful_tokens_per_s", "seconds_per_million_useful_tokens",
+                                         "usd_per_million_useful_tokens_with_compiles", "latency_p99_seconds",
+                                         "longest_stall_seconds"),
+                     "a stream's lengths come from a trace of real requests (the Azure LLM inference "
+                     "traces; core/traffic.py), 200 steps in 8 windows in the default suite, batched as a "
+                     "server batches them (was 6 steps of uniform lengths in [L/2, L])"),
+    DefinitionChange("6", "2026-12-03", _THROUGHPUT,
+                     "dynamic and bucketed regimes: the steady steps of a trace's stream",
+                     regimes=("dynamic", "bucketed")),
 ]
 
 

@@ -46,6 +46,13 @@ LAYOUT = {
     "useful_tokens_per_s": METRIC,
     "seconds_per_step_with_compiles": "s",
     "trace_file": "",
+    # the stream's lengths (core/traffic.py): the trace, its KS distance from the whole trace (before
+    # clipping), the scale and the lengths clipped, the requests taken; what a server sees of it
+    "traffic": "", "traffic_label": "", "traffic_ks": "", "traffic_scale": "", "traffic_clipped": "count",
+    "traffic_requests": "count", "stream_steps_planned": "steps", "distinct_shapes": "count",
+    "latency_p50_s": "s", "latency_p95_s": "s", "latency_p99_s": METRIC, "longest_stall_s": METRIC,
+    # per trace window, its seconds (stalls included) and useful tokens: the stream's interval
+    "window_seconds": "s", "window_useful_tokens": "tokens",
     # timing
     "threads": "count", "timer": "", "first_call_s": METRIC, "first_call_compile_s": METRIC, "lower_s": "s",
     "compile_s": "s",

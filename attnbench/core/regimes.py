@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from attnbench.core.traffic import DEFAULT_WINDOWS, UNIFORM, TrafficStream, is_trace, load, trace_stream
 from attnbench.core.workload import Workload
 
 REGIMES = ("static", "dynamic", "bucketed")
@@ -96,6 +97,10 @@ class StepTrace:
     compiled: bool | None  # the runner's compile count rose in this step (None: not reported)
     seconds: float  # wall time of the step, blocking, compile included
     compile_seconds: float | None = None  # what the framework says this step spent compiling
+    real_tokens: int | None = None  # the batch's real lengths summed (None: batch x length)
+    useful_tokens: int | None = None  # tokens the step served (decode: its busy slots' queries)
+    window: int = 0  # the trace window the step belongs to (core/traffic.py)
+    real_flops: float | None = None  # each sequence's FLOPs at its real length (None: at length)
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,29 @@ class RegimeResult:
     padding_flops_waste: float  # the same over attention FLOPs (quadratic in length)
     shapes: tuple[int, ...]  # distinct padded lengths run, in order of first use
     trace: list[StepTrace] = field(default_factory=list)
+    planned_steps: int | None = None  # the stream's steps; more than ran when its budget cut it
+
+    def latency(self, percentile: float) -> float:
+        """The step latency at ``percentile`` over every step run, compile stalls included."""
+        return float(np.percentile([t.seconds for t in self.trace], percentile))
+
+    @property
+    def longest_stall_seconds(self) -> float | None:
+        """The longest compiling step beyond a steady step: what one request waited on a compile."""
+        if self.steady_seconds_per_step is None:
+            return None
+        slow = [t.seconds - self.steady_seconds_per_step for t in self.trace if t.compiled]
+        return max(0.0, max(slow)) if slow else 0.0
+
+    def windows(self) -> list[dict]:
+        """Per trace window: its steps, seconds (stalls included) and useful tokens."""
+        out: dict[int, dict] = {}
+        for t in self.trace:
+            w = out.setdefault(t.window, {"window": t.window, "steps": 0, "seconds": 0.0, "useful_tokens": 0})
+            w["steps"] += 1
+            w["seconds"] += t.seconds
+            w["useful_tokens"] += _useful(t, self.batch)
+        return [out[k] for k in sorted(out)]
 
     @property
     def stall_seconds(self) -> float | None:
@@ -133,34 +161,68 @@ class RegimeResult:
         return sum(max(0.0, s - self.steady_seconds_per_step) for s in slow)
 
 
-def stream_of(workload: Workload, regime: str, steps: int, seed: int,
-              policy: str = "multiple-128") -> tuple[Workload, list[int], list[int]]:
-    """A case's stream: the runner's template (square when the case is), the stream's lengths, and
-    each step's length as the regime runs it (padded to the maximum, a bucket, or exact)."""
+def stream_of(workload: Workload, steps: int, seed: int, traffic: str = UNIFORM,
+              windows: int = DEFAULT_WINDOWS) -> tuple[Workload, TrafficStream]:
+    """A case's stream: the runner's template (square when the case is) and its steps, each step's
+    real lengths one per sequence: from a trace (``core/traffic.py``: a built-in's name or a CSV path),
+    or the synthetic ``uniform`` baseline (``length_stream``, every sequence of a step alike)."""
     template = workload.replace(seq_k=workload.seq_q) if workload.seq_k == workload.seq_q else workload
-    lengths = length_stream(workload.stream_length, steps, seed)
-    return template, lengths, [padded_length(int(n), regime, workload.stream_length, policy) for n in lengths]
+    max_len = workload.stream_length
+    if is_trace(traffic):
+        return template, trace_stream(load(traffic), workload.phase, max_len, workload.batch, steps, windows)
+    lengths = length_stream(max_len, steps, seed)
+    windows = max(1, min(windows, steps))
+    per_window = -(-steps // windows) if steps else 1
+    rows = tuple((n,) * workload.batch for n in lengths)
+    return template, TrafficStream(source=UNIFORM, label="synthetic: uniform lengths in [L/2, L]",
+                                   phase=workload.phase, max_len=max_len, batch=workload.batch, factor=1.0,
+                                   steps=rows, unclipped=rows,
+                                   window_of=tuple(i // per_window for i in range(steps)),
+                                   requests=steps * workload.batch, population=None)
 
 
-def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequence[int],
-               policy: str = "multiple-128") -> RegimeResult:
+def step_length(step: int | Sequence[int]) -> int:
+    """A step's longest real length: what the regime pads from."""
+    return int(step) if isinstance(step, (int, np.integer)) else int(max(step))
+
+
+def _real_flops(template: Workload, sizes: Sequence[int]) -> float:
+    """A step's FLOPs at its sequences' real lengths: each sequence a batch's share at its length."""
+    per_length = {n: template.at_length(n).flops / template.batch for n in set(sizes)}
+    return float(sum(per_length[n] for n in sizes))
+
+
+def _useful(t: StepTrace, batch: int) -> int:
+    return t.useful_tokens if t.useful_tokens is not None else batch * t.length
+
+
+def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequence,
+               policy: str = "multiple-128", windows: Sequence[int] | None = None,
+               budget_s: float | None = None) -> RegimeResult:
     """Run ``lengths`` through ``runner`` (kernel ``name``'s, fresh: ``here.make_runner``) under
-    ``regime``.
+    ``regime``: each step one length (every sequence alike) or one real length per sequence (a
+    trace's batch), padded as the regime pads the step's longest.
 
     ``max_len`` is ``template.stream_length``: the sequence's length, or decode's cache, whose length
     the stream varies (a serving loop's caches grow and differ; the new queries stay fixed).
     Steady time is the median of the non-compiling steps (compiles unreported: of repeated padded
-    lengths). ``Unsupported`` (a length the kernel refuses) propagates.
+    lengths). ``windows``: each step's trace window. ``budget_s``: the stream stops after the step
+    that spends it (``planned_steps`` says how many it had). ``Unsupported`` (a length the kernel
+    refuses) propagates.
     """
     if regime not in REGIMES:
         raise ValueError(f"unknown regime {regime!r}; valid: {', '.join(REGIMES)}")
     bucket_policy(policy)  # a bad name fails before anything runs, whatever the regime
     max_len = template.stream_length
-    padded = [padded_length(int(n), regime, max_len, policy) for n in lengths]
+    longest = [step_length(n) for n in lengths]
+    padded = [padded_length(n, regime, max_len, policy) for n in longest]
+    windows = list(windows) if windows is not None else [0] * len(padded)
+    decode = template.phase == "decode"
 
     clock = time.perf_counter
     trace: list[StepTrace] = []
-    for i, (length, run_len) in enumerate(zip(lengths, padded, strict=True)):
+    spent = 0.0
+    for i, (step, length, run_len) in enumerate(zip(lengths, longest, padded, strict=True)):
         runner.prepare(run_len)
         before, compile_before = runner.compiles(), runner.compile_seconds()
         start = clock()
@@ -168,22 +230,29 @@ def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequ
         seconds = clock() - start
         after, compile_after = runner.compiles(), runner.compile_seconds()
         compiled = None if before is None or after is None else after > before
-        spent = None if compile_before is None or compile_after is None else compile_after - compile_before
-        trace.append(StepTrace(step=i, length=int(length), padded_length=run_len, compiled=compiled,
-                               seconds=seconds, compile_seconds=spent))
+        took = None if compile_before is None or compile_after is None else compile_after - compile_before
+        sizes = (length,) * template.batch if isinstance(step, (int, np.integer)) else tuple(step)
+        trace.append(StepTrace(step=i, length=length, padded_length=run_len, compiled=compiled,
+                               seconds=seconds, compile_seconds=took, real_tokens=int(sum(sizes)),
+                               useful_tokens=len(sizes) * template.seq_q if decode else int(sum(sizes)),
+                               window=int(windows[i]), real_flops=_real_flops(template, sizes)))
+        spent += seconds
+        if budget_s is not None and spent >= budget_s:
+            break
 
     # Every step compiled (all lengths new): replay each shape warm, outside the trace, for a steady time.
     replay = []
     if all(t.compiled for t in trace):
-        for run_len in dict.fromkeys(padded):
+        for run_len in dict.fromkeys(t.padded_length for t in trace):
             start = clock()
             runner.step(run_len)
             replay.append((run_len, clock() - start))
-    return _summarize(name, regime, policy, template, runner, trace, replay)
+    return _summarize(name, regime, policy, template, runner, trace, replay, planned_steps=len(padded))
 
 
 def _summarize(name: str, regime: str, policy: str, template: Workload, runner,
-               trace: list[StepTrace], replay: Sequence[tuple[int, float]] = ()) -> RegimeResult:
+               trace: list[StepTrace], replay: Sequence[tuple[int, float]] = (),
+               planned_steps: int | None = None) -> RegimeResult:
     """The stream's figures. ``replay``: (padded length, seconds) of warm re-runs, used as the
     steady steps when every step of the stream compiled."""
     if any(t.compiled is None for t in trace):
@@ -197,17 +266,17 @@ def _summarize(name: str, regime: str, policy: str, template: Workload, runner,
         steady = [(t.padded_length, t.seconds) for t in trace if not t.compiled]
     steady = steady or list(replay)
     total = sum(t.seconds for t in trace)
-    real = sum(t.length for t in trace)
-    computed = sum(t.padded_length for t in trace)
+    batch = template.batch
+    real = sum(t.real_tokens if t.real_tokens is not None else batch * t.length for t in trace)
+    computed = batch * sum(t.padded_length for t in trace)
 
     def flops(length: int) -> float:
         return template.at_length(length).flops
 
     steady_seconds = sum(seconds for _, seconds in steady)
     steady_rate = steady_seconds > 0
-    decode = template.phase == "decode"
 
-    real_flops = sum(flops(t.length) for t in trace)
+    real_flops = sum(t.real_flops if t.real_flops is not None else flops(t.length) for t in trace)
     computed_flops = sum(flops(t.padded_length) for t in trace)
     return RegimeResult(
         impl=name, regime=regime, policy=policy if regime == "bucketed" else None,
@@ -221,12 +290,11 @@ def _summarize(name: str, regime: str, policy: str, template: Workload, runner,
         steady_flops_per_s=sum(flops(n) for n, _ in steady) / steady_seconds if steady_rate else None,
         total_seconds=total,
         # decode: every step's useful tokens are its queries; its padding is the cache's
-        useful_tokens_per_s=(template.batch * (template.seq_q * len(trace) if decode else real) / total
-                             if total > 0 else float("nan")),
+        useful_tokens_per_s=(sum(_useful(t, batch) for t in trace) / total if total > 0 else float("nan")),
         padding_waste=1.0 - real / computed if computed else 0.0,
         padding_flops_waste=1.0 - real_flops / computed_flops if computed_flops else 0.0,
         shapes=tuple(dict.fromkeys(t.padded_length for t in trace)),
-        trace=trace,
+        trace=trace, planned_steps=planned_steps,
     )
 
 
@@ -236,6 +304,6 @@ def trace_to_rows(result: RegimeResult) -> list[dict]:
     return [{
         "impl": result.impl, "regime": result.regime, "policy": result.policy,
         "workload": result.workload, "step": t.step, "length": t.length,
-        "padded_length": t.padded_length, "tokens": result.batch * t.length,
+        "padded_length": t.padded_length, "window": t.window, "tokens": _useful(t, result.batch),
         "compiled": t.compiled, "compile_seconds": t.compile_seconds, "seconds": t.seconds, "usd": None,
     } for t in result.trace]

@@ -43,6 +43,10 @@ class Options:
     regime: str = "static"  # static | dynamic | bucketed
     bucket_policy: str = "multiple-128"
     regime_steps: int = 8
+    # the stream's lengths: a trace (a built-in's name or a CSV path, core/traffic.py) or "uniform"
+    traffic: str = "uniform"
+    stream_windows: int = 8  # the stream's trace windows: its interval is over them
+    stream_budget_s: float | None = None  # the stream stops after the step that spends it
     seed: int = 0
     min_seconds: float = 0.3  # steady-state timing budget
     max_extra_seconds: float = 3.0  # beyond it, sampling on while the IQR exceeds 5% of the median
@@ -251,20 +255,41 @@ def time_static(impl, step, options: Options, record: dict) -> None:
 
 def _run_regime(impl, workload, options, record):
     """The regime's stream; its first step is the case's first call (trace + compile + run)."""
-    template, lengths, _ = regimes.stream_of(workload, options.regime, options.regime_steps, options.seed,
-                                             options.bucket_policy)
+    template, stream = regimes.stream_of(workload, options.regime_steps, options.seed, options.traffic,
+                                         options.stream_windows)
     result = regimes.run_regime(impl.name, here.make_runner(impl, template, options.seed), template,
-                                options.regime, lengths, options.bucket_policy)
+                                options.regime, stream.steps, options.bucket_policy, stream.window_of,
+                                options.stream_budget_s)
     first = result.trace[0] if result.trace else None
-    record.update(regime_steps=len(lengths), compiles=result.compiles,
+    record.update(regime_steps=len(result.trace), compiles=result.compiles,
                   compile_seconds_total=result.compile_seconds_total,
                   compile_cache_hits=result.compile_cache_hits, first_call_s=first.seconds if first else None,
                   first_call_compile_s=first.compile_seconds if first else None,
                   padding_waste=result.padding_waste, useful_tokens_per_s=result.useful_tokens_per_s,
-                  seconds_per_step_with_compiles=result.total_seconds / max(1, len(result.trace)))
+                  seconds_per_step_with_compiles=result.total_seconds / max(1, len(result.trace)),
+                  **stream_columns(stream, result))
     if options.regime != "static":
         record["seconds_per_step"] = result.steady_seconds_per_step
     return result
+
+
+def stream_columns(stream, result) -> dict:
+    """What a server sees of the stream, and where its lengths came from (docs/metrics.md)."""
+    windows = result.windows()
+    ran = bool(result.trace)
+    return {
+        "traffic": stream.source, "traffic_label": stream.label,
+        "traffic_ks": stream.ks_distance() if stream.population else None,
+        "traffic_scale": stream.factor, "traffic_clipped": stream.clipped,
+        "traffic_requests": stream.requests, "stream_steps_planned": result.planned_steps,
+        "distinct_shapes": len(result.shapes),
+        "latency_p50_s": result.latency(50) if ran else None,
+        "latency_p95_s": result.latency(95) if ran else None,
+        "latency_p99_s": result.latency(99) if ran else None,
+        "longest_stall_s": result.longest_stall_seconds,
+        "window_seconds": json.dumps([round(w["seconds"], 9) for w in windows]),
+        "window_useful_tokens": json.dumps([w["useful_tokens"] for w in windows]),
+    }
 
 
 def thread_count() -> int | None:
