@@ -137,7 +137,7 @@ SIZES = {size.name: size for size in (
     # regime_steps: each stream's steps, in stream_windows trace windows (docs/workloads.md);
     # stream_budget_s cuts a stream whose every step compiles (exact lengths in a compiled kernel).
     SuiteSize("default", forward_seqs=(256, 1024), training_seqs=(512,), dtypes=("float32",),
-              regime_steps=200, stream_budget_s=20.0, static_stream_steps=16, min_seconds=0.1,
+              regime_steps=200, stream_budget_s=15.0, static_stream_steps=16, min_seconds=0.1,
               max_extra_seconds=0.1,
               max_interpret_seq=256, max_reference_seq=256, regime_seqs=(1024,), rounds=17,
               max_rounds=41, round_seconds=0.05, round_budget_s=150.0,
