@@ -2,6 +2,7 @@
 continuous batching, and the stream as a regime runs it."""
 
 import os
+import statistics
 
 import pytest
 
@@ -155,3 +156,20 @@ def test_stream_of_uniform_is_the_labelled_synthetic_baseline():
     assert stream.population is None
     _, traced = regimes.stream_of(workload, 16, seed=0, traffic="azure-code", windows=4)
     assert traced.source == "azure-code" and len(traced.steps) == 16 and traced.max_len == 64
+
+
+def test_a_static_stream_runs_a_spread_subset_and_counts_the_rest_at_its_steady_median():
+    template = Workload(batch=1, q_heads=1, head_dim=8, seq_q=64, seq_k=64, causal=True, mode="fwd")
+    window_of = [w for w in range(4) for _ in range(5)]
+    chosen = regimes.spread_steps(window_of, 8)
+    assert chosen == [0, 1, 5, 6, 10, 11, 15, 16]
+    runner = CountingRunner()
+    result = regimes.run_regime("k", runner, template, "static", list(range(1, 21)), windows=window_of,
+                                run_only=chosen)
+    assert len(result.trace) == 20 and sum(t.timed for t in result.trace) == 8
+    warm = [t.seconds for t in result.trace if t.timed][1:]  # the first call compiled
+    assert {t.seconds for t in result.trace if not t.timed} == {statistics.median(warm)}
+    assert result.padding_waste == pytest.approx(1 - sum(range(1, 21)) / (64 * 20))
+    assert [w["useful_tokens"] for w in result.windows()] == [15, 40, 65, 90]
+    with pytest.raises(ValueError, match="static"):
+        regimes.run_regime("k", runner, template, "dynamic", [1, 2], run_only=[0])

@@ -34,7 +34,8 @@ CASE_FIELDS = ("label", "execution", "platform", "device", "status", "reason", "
                # the stream: its trace and how well its lengths follow it, what a server sees of it,
                # each window's seconds and useful tokens (core/traffic.py, docs/metrics.md)
                "traffic", "traffic_label", "traffic_ks", "traffic_scale", "traffic_clipped",
-               "traffic_requests", "regime_steps", "stream_steps_planned", "distinct_shapes",
+               "traffic_requests", "regime_steps", "stream_steps_planned", "stream_steps_timed",
+               "distinct_shapes",
                "latency_p50_s", "latency_p95_s", "latency_p99_s", "longest_stall_s", "padding_waste",
                "compiles", "window_seconds", "window_useful_tokens")
 ROUND_FIELDS = ("round_medians_s", "round_ids", "control_round_medians_s", "control_round_ids",

@@ -76,8 +76,8 @@ class SuiteSize:
     decode_traffic: str = "azure-conv"
     stream_windows: int = 8  # a stream's trace windows, its interval's values (8: a 99% sign test)
     stream_budget_s: float | None = None  # a stream stops after the step that spends it
-    # A static stream's steps (None: regime_steps). Pad-to-max runs one shape, the step the rounds time,
-    # so its stream only needs to hold its first call and the trace's useful tokens per step.
+    # A static stream's steps run (None: all). Pad-to-max runs one shape, the call the rounds time, on
+    # inputs placed once: the other steps are that call again, counted at the run steps' median.
     static_stream_steps: int | None = None
 
     def traffic_for(self, workload: Workload) -> str:
@@ -93,12 +93,12 @@ class SuiteSize:
     def options(self, regime: str, *, trace_dir: str | None, compile_cache: str,
                 workload: Workload | None = None) -> Options:
         """How a case of this size is measured."""
-        steps = self.static_stream_steps if regime == "static" and self.static_stream_steps else self.regime_steps
-        return Options(regime=regime, regime_steps=steps, min_seconds=self.min_seconds,
+        return Options(regime=regime, regime_steps=self.regime_steps, min_seconds=self.min_seconds,
                        max_extra_seconds=self.max_extra_seconds, trace_dir=trace_dir,
                        compile_cache=compile_cache, timer=self.timer,
                        traffic=self.traffic_for(workload) if workload is not None else "uniform",
                        stream_windows=self.stream_windows, stream_budget_s=self.stream_budget_s,
+                       static_stream_steps=self.static_stream_steps,
                        step_checks=regime == "static")  # a regime's static case checks its step
 
     def round_plan(self, *, budget_s: float | None = None, margin: float | None = None,
@@ -156,7 +156,8 @@ SIZES = {size.name: size for size in (
               # shows it), so exact lengths are its dearest way; its preset rows price pad-to-max
               preset_stream_left_out=("torch-flex-attention",)),
     SuiteSize("smoke", forward_seqs=(128, 256), training_seqs=(128,), dtypes=("float32",),  # the tests'
-              regime_steps=3, forward_traffic="uniform", prefill_traffic="uniform", decode_traffic="uniform", min_seconds=0.05, max_extra_seconds=0.5,
+              regime_steps=3, forward_traffic="uniform", prefill_traffic="uniform", decode_traffic="uniform",
+              min_seconds=0.05, max_extra_seconds=0.5,
               max_interpret_seq=256, max_reference_seq=None, regime_seqs=None, rounds=2,
               round_seconds=0.05, model_presets=("mistral-7b",), model_phases=("decode",),
               preset_size="smoke", preset_interpret=False, regime_presets=()),

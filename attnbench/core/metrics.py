@@ -288,8 +288,9 @@ DEFINITION_CHANGES: list[DefinitionChange] = [
                      "model presets follow their model cards: the window holds at any length, training "
                      "is one whole sequence (was packed documents), bert-base attends bidirectionally "
                      "over all its tokens", benchmarks=("Models",)),
-    DefinitionChange("6", "2026-12-03", ("first_call_seconds", "first_call_compile_seconds", "compile_seconds",
-                                         "compiles", "padding_waste", "usd_per_step_with_compiles",
+    DefinitionChange("6", "2026-12-03", ("first_call_seconds", "first_call_compile_seconds",
+                                         "compile_seconds", "compiles", "padding_waste",
+                                         "usd_per_step_with_compiles",
                                          "useful_tokens_per_s", "seconds_per_million_useful_tokens",
                                          "usd_per_million_useful_tokens_with_compiles", "latency_p99_seconds",
                                          "longest_stall_seconds"),

@@ -49,7 +49,8 @@ LAYOUT = {
     # the stream's lengths (core/traffic.py): the trace, its KS distance from the whole trace (before
     # clipping), the scale and the lengths clipped, the requests taken; what a server sees of it
     "traffic": "", "traffic_label": "", "traffic_ks": "", "traffic_scale": "", "traffic_clipped": "count",
-    "traffic_requests": "count", "stream_steps_planned": "steps", "distinct_shapes": "count",
+    "traffic_requests": "count", "stream_steps_planned": "steps", "stream_steps_timed": "steps",
+    "distinct_shapes": "count",
     "latency_p50_s": "s", "latency_p95_s": "s", "latency_p99_s": METRIC, "longest_stall_s": METRIC,
     # per trace window, its seconds (stalls included) and useful tokens: the stream's interval
     "window_seconds": "s", "window_useful_tokens": "tokens",

@@ -12,6 +12,7 @@ measures the padded compute, which is what padding costs. Inputs are placed befo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import statistics
@@ -101,6 +102,9 @@ class StepTrace:
     useful_tokens: int | None = None  # tokens the step served (decode: its busy slots' queries)
     window: int = 0  # the trace window the step belongs to (core/traffic.py)
     real_flops: float | None = None  # each sequence's FLOPs at its real length (None: at length)
+    # False: a static stream's step not run, the same call on the same inputs as the timed ones,
+    # counted at their steady median (``run_regime``'s ``run_only``)
+    timed: bool = True
 
 
 @dataclass(frozen=True)
@@ -198,7 +202,7 @@ def _useful(t: StepTrace, batch: int) -> int:
 
 def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequence,
                policy: str = "multiple-128", windows: Sequence[int] | None = None,
-               budget_s: float | None = None) -> RegimeResult:
+               budget_s: float | None = None, run_only: Sequence[int] | None = None) -> RegimeResult:
     """Run ``lengths`` through ``runner`` (kernel ``name``'s, fresh: ``here.make_runner``) under
     ``regime``: each step one length (every sequence alike) or one real length per sequence (a
     trace's batch), padded as the regime pads the step's longest.
@@ -207,22 +211,34 @@ def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequ
     the stream varies (a serving loop's caches grow and differ; the new queries stay fixed).
     Steady time is the median of the non-compiling steps (compiles unreported: of repeated padded
     lengths). ``windows``: each step's trace window. ``budget_s``: the stream stops after the step
-    that spends it (``planned_steps`` says how many it had). ``Unsupported`` (a length the kernel
+    that spends it (``planned_steps`` says how many it had). ``run_only`` (static only): the steps
+    run; every other step is the same call on the same inputs (one shape, inputs placed once), so it
+    is counted at the run steps' steady median, marked untimed. ``Unsupported`` (a length the kernel
     refuses) propagates.
     """
     if regime not in REGIMES:
         raise ValueError(f"unknown regime {regime!r}; valid: {', '.join(REGIMES)}")
+    if run_only is not None and regime != "static":
+        raise ValueError("run_only is for a static stream, whose every step is one call on one shape")
     bucket_policy(policy)  # a bad name fails before anything runs, whatever the regime
     max_len = template.stream_length
     longest = [step_length(n) for n in lengths]
     padded = [padded_length(n, regime, max_len, policy) for n in longest]
     windows = list(windows) if windows is not None else [0] * len(padded)
+    chosen = set(range(len(padded)) if run_only is None else run_only)
     decode = template.phase == "decode"
 
     clock = time.perf_counter
     trace: list[StepTrace] = []
     spent = 0.0
     for i, (step, length, run_len) in enumerate(zip(lengths, longest, padded, strict=True)):
+        sizes = (length,) * template.batch if isinstance(step, (int, np.integer)) else tuple(step)
+        facts = dict(step=i, length=length, padded_length=run_len, real_tokens=int(sum(sizes)),
+                     useful_tokens=len(sizes) * template.seq_q if decode else int(sum(sizes)),
+                     window=int(windows[i]), real_flops=_real_flops(template, sizes))
+        if i not in chosen:
+            trace.append(StepTrace(compiled=False, seconds=float("nan"), timed=False, **facts))
+            continue
         runner.prepare(run_len)
         before, compile_before = runner.compiles(), runner.compile_seconds()
         start = clock()
@@ -231,14 +247,15 @@ def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequ
         after, compile_after = runner.compiles(), runner.compile_seconds()
         compiled = None if before is None or after is None else after > before
         took = None if compile_before is None or compile_after is None else compile_after - compile_before
-        sizes = (length,) * template.batch if isinstance(step, (int, np.integer)) else tuple(step)
-        trace.append(StepTrace(step=i, length=length, padded_length=run_len, compiled=compiled,
-                               seconds=seconds, compile_seconds=took, real_tokens=int(sum(sizes)),
-                               useful_tokens=len(sizes) * template.seq_q if decode else int(sum(sizes)),
-                               window=int(windows[i]), real_flops=_real_flops(template, sizes)))
+        trace.append(StepTrace(compiled=compiled, seconds=seconds, compile_seconds=took, **facts))
         spent += seconds
         if budget_s is not None and spent >= budget_s:
             break
+    if run_only is not None:  # the untimed steps at the timed ones' steady median
+        ran = [t for t in trace if t.timed]
+        warm = [t.seconds for t in ran[1:] if not t.compiled] or [t.seconds for t in ran]
+        steady = statistics.median(warm)
+        trace = [t if t.timed else dataclasses.replace(t, seconds=steady) for t in trace]
 
     # Every step compiled (all lengths new): replay each shape warm, outside the trace, for a steady time.
     replay = []
@@ -250,6 +267,16 @@ def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequ
     return _summarize(name, regime, policy, template, runner, trace, replay, planned_steps=len(padded))
 
 
+def spread_steps(window_of: Sequence[int], count: int) -> list[int]:
+    """``count`` steps spread over the windows: the first ``count / windows`` (at least 2: the first
+    call and a warm one) of each window, in order."""
+    by_window: dict[int, list[int]] = {}
+    for i, w in enumerate(window_of):
+        by_window.setdefault(w, []).append(i)
+    each = max(2, -(-count // max(1, len(by_window))))
+    return sorted(i for steps in by_window.values() for i in steps[:each])
+
+
 def _summarize(name: str, regime: str, policy: str, template: Workload, runner,
                trace: list[StepTrace], replay: Sequence[tuple[int, float]] = (),
                planned_steps: int | None = None) -> RegimeResult:
@@ -259,11 +286,11 @@ def _summarize(name: str, regime: str, policy: str, template: Workload, runner,
         seen: set[int] = set()
         steady = []
         for t in trace:
-            if t.padded_length in seen:
+            if t.padded_length in seen and t.timed:
                 steady.append((t.padded_length, t.seconds))
             seen.add(t.padded_length)
     else:
-        steady = [(t.padded_length, t.seconds) for t in trace if not t.compiled]
+        steady = [(t.padded_length, t.seconds) for t in trace if not t.compiled and t.timed]
     steady = steady or list(replay)
     total = sum(t.seconds for t in trace)
     batch = template.batch
@@ -305,5 +332,6 @@ def trace_to_rows(result: RegimeResult) -> list[dict]:
         "impl": result.impl, "regime": result.regime, "policy": result.policy,
         "workload": result.workload, "step": t.step, "length": t.length,
         "padded_length": t.padded_length, "window": t.window, "tokens": _useful(t, result.batch),
-        "compiled": t.compiled, "compile_seconds": t.compile_seconds, "seconds": t.seconds, "usd": None,
+        "compiled": t.compiled, "compile_seconds": t.compile_seconds, "seconds": t.seconds, "timed": t.timed,
+        "usd": None,
     } for t in result.trace]

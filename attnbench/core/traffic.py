@@ -28,6 +28,7 @@ How a trace becomes a stream of steps (``trace_stream``; docs/workloads.md says 
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -216,9 +217,19 @@ def ks_distance(sample, population) -> float:
 
 
 def _ks_sorted(a: np.ndarray, b: np.ndarray) -> float:
-    grid = np.concatenate([a, b])
-    gaps = np.searchsorted(a, grid, side="right") / len(a) - np.searchsorted(b, grid, side="right") / len(b)
-    return float(np.max(np.abs(gaps)))
+    """KS of two sorted samples, over the population's distinct values (a trace's lengths repeat)."""
+    values, counts = np.unique(b, return_counts=True)
+    return _ks_against(a, values, np.cumsum(counts) / len(b))
+
+
+def _ks_against(a: np.ndarray, values: np.ndarray, cdf: np.ndarray) -> float:
+    """KS of the sorted sample ``a`` against a population given as its distinct ``values`` and their
+    cumulative shares ``cdf``; the CDFs only step at the two samples' values."""
+    grid = np.union1d(values, a)
+    sample_cdf = np.searchsorted(a, grid, side="right") / len(a)
+    below = np.searchsorted(values, grid, side="right") - 1
+    population_cdf = np.where(below >= 0, cdf[np.clip(below, 0, None)], 0.0)
+    return float(np.max(np.abs(sample_cdf - population_cdf)))
 
 
 def _starts(total: int, per_window: int, windows: int, offset: int) -> list[int]:
@@ -231,14 +242,16 @@ def _placed(timeline: list[tuple[int, ...]], per_window: int, windows: int) -> l
     """The window starts whose lengths are closest to the whole trace's (the smallest KS distance)
     among ``OFFSETS`` evenly spaced offsets into each stretch: lengths only, chosen before anything is
     measured and the same for every kernel, as SimPoint picks a program's representative slices."""
-    population = np.sort(np.fromiter((n for step in timeline for n in step), dtype=float))
+    values, counts = np.unique(np.fromiter((n for step in timeline for n in step), dtype=float),
+                               return_counts=True)
+    cdf = np.cumsum(counts) / counts.sum()
     stride = len(timeline) // windows
     room = max(0, stride - per_window)
     best = None
     for offset in sorted({room * k // OFFSETS for k in range(OFFSETS)}):
         starts = _starts(len(timeline), per_window, windows, offset)
         sample = [n for s in starts for step in timeline[s: s + per_window] for n in step]
-        distance = _ks_sorted(np.sort(np.asarray(sample, dtype=float)), population)
+        distance = _ks_against(np.sort(np.asarray(sample, dtype=float)), values, cdf)
         if best is None or distance < best[0]:
             best = (distance, starts)
     return best[1]
@@ -253,15 +266,7 @@ def trace_stream(trace: Trace, phase: str, max_len: int, batch: int, steps: int,
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     windows = min(windows, steps)
     per_window = -(-steps // windows)
-    factor = scale_factor(trace, phase, max_len)
-    context = [_scaled(n, factor) for n in trace.context]
-    if phase == "decode":
-        ends = _ends(trace, phase)
-        generated = [_scaled(int(e - c), factor) if e > c else 0 for e, c in zip(ends, trace.context)]
-        timeline, admitted = _decode_timeline(context, generated, batch)
-    else:
-        timeline = [tuple(context[i: i + batch]) for i in range(0, len(context) - batch + 1, batch)]
-        admitted = [(i + 1) * batch for i in range(len(timeline))]
+    factor, timeline, admitted = _timeline(trace, phase, max_len, batch)
     if per_window * windows > len(timeline):
         raise ValueError(f"{windows} windows of {per_window} steps need {per_window * windows} steps; "
                          f"{trace.name} makes {len(timeline)} at batch {batch}")
@@ -276,7 +281,23 @@ def trace_stream(trace: Trace, phase: str, max_len: int, batch: int, steps: int,
         requests=seen, population=tuple(n for step in timeline for n in step))
 
 
-def _decode_timeline(context: list[int], generated: list[int], batch: int) -> tuple[list[tuple[int, ...]], list[int]]:
+@functools.lru_cache(maxsize=8)
+def _timeline(trace: Trace, phase: str, max_len: int, batch: int) -> tuple[float, list, list]:
+    """The scale and the whole trace served at ``batch``: each step's lengths, unclipped, and the
+    requests admitted up to each step (a process's cases share it: the decode timeline is long)."""
+    factor = scale_factor(trace, phase, max_len)
+    context = [_scaled(n, factor) for n in trace.context]
+    if phase == "decode":
+        ends = _ends(trace, phase)
+        generated = [_scaled(int(e - c), factor) if e > c else 0
+                     for e, c in zip(ends, trace.context, strict=True)]
+        return (factor, *_decode_timeline(context, generated, batch))
+    timeline = [tuple(context[i: i + batch]) for i in range(0, len(context) - batch + 1, batch)]
+    return factor, timeline, [(i + 1) * batch for i in range(len(timeline))]
+
+
+def _decode_timeline(context: list[int], generated: list[int],
+                     batch: int) -> tuple[list[tuple[int, ...]], list[int]]:
     """Continuous batching over the whole trace: each step's cache lengths (one per busy slot), and
     for each step the number of requests admitted before it."""
     slots: list[list[int]] = []  # [cache length, decode steps left]

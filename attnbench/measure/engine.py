@@ -47,6 +47,8 @@ class Options:
     traffic: str = "uniform"
     stream_windows: int = 8  # the stream's trace windows: its interval is over them
     stream_budget_s: float | None = None  # the stream stops after the step that spends it
+    # A static stream's steps run (None: all): one shape, so the others are the same call (regimes.py)
+    static_stream_steps: int | None = None
     seed: int = 0
     min_seconds: float = 0.3  # steady-state timing budget
     max_extra_seconds: float = 3.0  # beyond it, sampling on while the IQR exceeds 5% of the median
@@ -257,9 +259,11 @@ def _run_regime(impl, workload, options, record):
     """The regime's stream; its first step is the case's first call (trace + compile + run)."""
     template, stream = regimes.stream_of(workload, options.regime_steps, options.seed, options.traffic,
                                          options.stream_windows)
+    subset = options.regime == "static" and options.static_stream_steps
+    run_only = regimes.spread_steps(stream.window_of, options.static_stream_steps) if subset else None
     result = regimes.run_regime(impl.name, here.make_runner(impl, template, options.seed), template,
                                 options.regime, stream.steps, options.bucket_policy, stream.window_of,
-                                options.stream_budget_s)
+                                options.stream_budget_s, run_only)
     first = result.trace[0] if result.trace else None
     record.update(regime_steps=len(result.trace), compiles=result.compiles,
                   compile_seconds_total=result.compile_seconds_total,
@@ -282,6 +286,7 @@ def stream_columns(stream, result) -> dict:
         "traffic_ks": stream.ks_distance() if stream.population else None,
         "traffic_scale": stream.factor, "traffic_clipped": stream.clipped,
         "traffic_requests": stream.requests, "stream_steps_planned": result.planned_steps,
+        "stream_steps_timed": sum(t.timed for t in result.trace),
         "distinct_shapes": len(result.shapes),
         "latency_p50_s": result.latency(50) if ran else None,
         "latency_p95_s": result.latency(95) if ran else None,
