@@ -69,8 +69,13 @@ setup-targets: $(TARGETS_STAMP)
 # ATTNBENCH_MACHINE, so that the asv process itself never touches a device. One CPU GEMM probe
 # directory for the whole run: every environment divides by the same CPU peak.
 # ATTNBENCH_SUITE=full for the long suite; ASV_ARGS="-b Training" (asv's own selection) or
-# ATTNBENCH_IMPLS=a,b for a subset.
+# ATTNBENCH_IMPLS=a,b for a subset. TRAFFIC=my-trace.csv (or azure-conv, azure-code, uniform): every
+# production stream's lengths from that trace (ATTNBENCH_TRAFFIC; docs/workloads.md), checked first.
 ASV_ARGS ?=
+TRAFFIC ?=
+ifneq ($(TRAFFIC),)
+export ATTNBENCH_TRAFFIC := $(TRAFFIC)
+endif
 # Extra asv arguments for the compiled-for tier's run in .venv-targets (benchmarks/compiled_for.py).
 TARGETS_ASV_ARGS ?=
 # Steps smaller than this are not worth reporting (per metric: --threshold-metric m=0.05); whether a
@@ -190,7 +195,7 @@ verdict: $(MAIN_STAMP)
 
 # The sweep CLI outside asv (results/runs/<stamp>-<host>/): every runnable implementation x
 # lengths x static/dynamic/bucketed, in both venvs.
-SWEEP_ARGS ?= --seq 256 1024 --steps 6 --min-seconds 0.2 --quiet
+SWEEP_ARGS ?= --seq 256 1024 --steps 200 --traffic azure-code --min-seconds 0.2 --quiet
 sweep: setup
 	$(VENV)/bin/python -m attnbench run --framework numpy jax torch $(SWEEP_ARGS)
 	$(XLA_VENV)/bin/python -m attnbench run --framework torch_xla $(SWEEP_ARGS)

@@ -10,8 +10,7 @@ from attnbench.asv.suite import METRICS
 from attnbench.report import series_name, short_env, spike_sentences, write_report
 from attnbench.report.render import noise_sentences
 from attnbench.report.select import best_native_vs_forced
-from attnbench.report.streams import STREAM_STEPS
-from attnbench.report.verdict import controls, headline, profiler_visibility, verdict_table
+from attnbench.report.verdict import controls, headline, profiler_visibility, stream_steps, verdict_table
 from attnbench.report.verdict_display import (
     DISPLAY_COLUMNS,
     SHORT_COLUMNS,
@@ -49,19 +48,21 @@ def cmd_verdict(args) -> int:
     comparison, the compile targets', and the notes every row shares, once; ``--full`` every column
     (on paper, flip, break-even, sentence, reasons); ``--png`` also draws its picture, ``--csv``
     writes every row."""
-    args.stream_steps = STREAM_STEPS if args.stream_steps is None else args.stream_steps
-    if args.stream_steps < 1:
+    if args.stream_steps is not None and args.stream_steps < 1:
         raise ValueError(f"--stream-steps must be at least 1, got {args.stream_steps}")
     margin = _margin(args)
     frame = load_results(args.results)
     table = verdict_table(args.results, frame, steps=args.stream_steps, margin=margin)
+    horizon = args.stream_steps or stream_steps(frame)
+    stream = (f"the measured {horizon:,}-step stream" if args.stream_steps in (None, horizon)
+              else f"a {horizon:,}-step stream, modelled beyond the measured {stream_steps(frame):,} steps")
     if args.csv:
         from attnbench.core.atomic import atomic_write_text
 
         atomic_write_text(args.csv, table.to_csv(index=False))
     shown = table if args.all else headline(table)
     print(f"# verdict: forced flash, native, equal within the margin, or can't tell, from the 99% interval "
-          f"of their paired cost per useful token over a {args.stream_steps:,}-step stream ({counts(shown)})")
+          f"of their paired cost per useful token over {stream} ({counts(shown)})")
     if args.full:
         rows = _rows(display(shown))
         if args.width:
@@ -214,7 +215,8 @@ def add_results_commands(sub) -> None:
                                        "workload, length")
     p.add_argument("--results", default="results", help="results folder (read only)")
     p.add_argument("--stream-steps", type=int, default=None,
-                   help="the production stream's length in steps (default: streams.STREAM_STEPS, 1000)")
+                   help="the production stream's length in steps (default: the measured stream's, the "
+                        "suite's regime_steps; longer is modelled beyond it, and the rows say so)")
     p.add_argument("--margin", type=float, default=None,
                    help="equal within +-margin (default: the run's recorded margin, else 0.10)")
     p.add_argument("--all", action="store_true", help="also the rows with no length stream (paper only)")

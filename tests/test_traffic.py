@@ -173,3 +173,28 @@ def test_a_static_stream_runs_a_spread_subset_and_counts_the_rest_at_its_steady_
     assert [w["useful_tokens"] for w in result.windows()] == [15, 40, 65, 90]
     with pytest.raises(ValueError, match="static"):
         regimes.run_regime("k", runner, template, "dynamic", [1, 2], run_only=[0])
+
+
+def test_a_static_stream_runs_its_few_timed_steps_whatever_the_budget():
+    template = Workload(batch=1, q_heads=1, head_dim=8, seq_q=64, seq_k=64, causal=True, mode="fwd")
+    result = regimes.run_regime("k", CountingRunner(), template, "static", [5, 6, 7, 8], budget_s=0.0,
+                                run_only=[0, 2])
+    assert len(result.trace) == 4 and sum(t.timed for t in result.trace) == 2
+
+
+def test_a_tuned_tile_runs_every_shorter_step_of_its_stream():
+    """The kept config is checked at the stream's longest length; a shorter step runs it (a tile longer
+    than the step pads, as at the defaults), where a workload of that length alone refuses it."""
+    pytest.importorskip("jax")
+    import attention_impls
+    from attention_impls.base import Unsupported
+    from attnbench.backends import here
+
+    impl = attention_impls.get("jax-blockwise-flash").with_config((("block_q", 256), ("block_k", 512)))
+    template = Workload(batch=1, q_heads=2, head_dim=16, seq_q=1024, seq_k=1024, causal=True, mode="fwd")
+    runner = here.make_runner(impl, template, 0)
+    for length in (37, 300):
+        runner.prepare(length)
+        runner.step(length)
+    with pytest.raises(Unsupported, match="only pad"):
+        here.make_step(impl, template.at_length(300))

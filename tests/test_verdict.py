@@ -85,6 +85,7 @@ def test_price_stream_refuses_missing_figures():
             regime="static",
             max_len=MAX_LEN,
             measured_steps=MEASURED_STEPS,
+            steps=MEASURED_STEPS,
         )
 
 

@@ -21,6 +21,12 @@ from attnbench.core.atomic import atomic_write_text
 FOLDER = "sidecars"
 SUFFIX = ".sidecar"
 LEGACY_FOLDER = "versions"
+# The stream: its trace and how well its lengths follow it, what a server sees of it, each window's
+# seconds and useful tokens (core/traffic.py, docs/metrics.md); the loader puts them on every row.
+STREAM_FIELDS = ("traffic", "traffic_label", "traffic_ks", "traffic_scale", "traffic_clipped",
+                 "traffic_requests", "regime_steps", "stream_steps_planned", "stream_steps_timed",
+                 "distinct_shapes", "latency_p50_s", "latency_p95_s", "latency_p99_s", "longest_stall_s",
+                 "padding_waste", "compiles", "window_seconds", "window_useful_tokens")
 CASE_FIELDS = ("label", "execution", "platform", "device", "status", "reason", "contended",
                "contention_reason", "ci_low_s", "ci_high_s", "ci_basis", "ci_coverage", "rounds",
                "mask", "gqa", "flops",  # what a preset's case computed (Models)
@@ -31,13 +37,7 @@ CASE_FIELDS = ("label", "execution", "platform", "device", "status", "reason", "
                # the tile config each figure ran at; a tuned kernel's rounds at its defaults
                "config", "config_source", "defaults_round_medians_s", "defaults_round_ids",
                "phase_seconds",  # where the case's seconds went (results/LOG.md)
-               # the stream: its trace and how well its lengths follow it, what a server sees of it,
-               # each window's seconds and useful tokens (core/traffic.py, docs/metrics.md)
-               "traffic", "traffic_label", "traffic_ks", "traffic_scale", "traffic_clipped",
-               "traffic_requests", "regime_steps", "stream_steps_planned", "stream_steps_timed",
-               "distinct_shapes",
-               "latency_p50_s", "latency_p95_s", "latency_p99_s", "longest_stall_s", "padding_waste",
-               "compiles", "window_seconds", "window_useful_tokens")
+               *STREAM_FIELDS)
 ROUND_FIELDS = ("round_medians_s", "round_ids", "control_round_medians_s", "control_round_ids",
                 "defaults_round_medians_s", "defaults_round_ids", "contended_rounds")
 JSON_FIELDS = (*ROUND_FIELDS, "phase_seconds", "window_seconds", "window_useful_tokens")

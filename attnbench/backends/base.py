@@ -112,10 +112,11 @@ class Backend(abc.ABC):
         target = compile_target()
         return target.platform if target is not None else self.platform()
 
-    def refusal(self, impl, workload: Workload, *, imports: bool = True) -> str | None:
+    def refusal(self, impl, workload: Workload, *, imports: bool = True, config: bool = True) -> str | None:
         """Why ``impl`` cannot run ``workload`` here, or ``None`` when it can: the framework missing,
         the platform, the kernel's own imports (``imports``), its mask features, its shapes and a
-        config it was given (``AttentionImpl.config_reason``)."""
+        config it was given (``AttentionImpl.config_reason``; ``config`` False: not asked, for a
+        stream's shorter steps, which run the config its workload kept)."""
         missing = self.missing()
         if missing:
             return missing
@@ -125,11 +126,13 @@ class Backend(abc.ABC):
             return support.note
         return ((impl.api_missing() if imports else None) or impl.feature_reason(workload)
                 or impl.shape_reason(workload, on)
-                or (impl.config_reason(impl.config_now, workload) if impl.config else None))
+                or (impl.config_reason(impl.config_now, workload) if impl.config and config else None))
 
-    def require(self, impl, workload: Workload) -> str:
-        """Raise ``Unsupported`` unless ``impl`` runs ``workload`` here; return the platform."""
-        reason = self.refusal(impl, workload)
+    def require(self, impl, workload: Workload, *, config: bool = True) -> str:
+        """Raise ``Unsupported`` unless ``impl`` runs ``workload`` here; return the platform.
+        ``config`` False: a stream's step, whose config was checked at the stream's longest length
+        (a tile longer than a shorter step pads, a chunk is clamped, as at the kernel's defaults)."""
+        reason = self.refusal(impl, workload, config=config)
         if reason:
             raise Unsupported(impl.name, reason)
         return self.platform_for()
@@ -158,8 +161,9 @@ class Backend(abc.ABC):
         """Gradients (dq, dk, dv) of ``sum(out * do)`` as float64 arrays shaped like q, k, v."""
 
     @abc.abstractmethod
-    def make_step(self, impl, workload: Workload, seed: int = 0) -> Step:
-        """Inputs placed on the device and a ``Step`` that runs ``workload.mode`` once, blocking."""
+    def make_step(self, impl, workload: Workload, seed: int = 0, *, config: bool = True) -> Step:
+        """Inputs placed on the device and a ``Step`` that runs ``workload.mode`` once, blocking
+        (``config``: as ``require``'s)."""
 
     def make_runner(self, impl, template: Workload, seed: int = 0) -> Runner:
         """A ``Runner`` that runs ``template.mode`` at any length, reusing its compiled code. This
@@ -167,7 +171,7 @@ class Backend(abc.ABC):
         platform = self.require(impl, template)
         execution = impl.execution(platform)
         eager = execution == "eager"
-        return Runner(template, execution, place=lambda w: self.make_step(impl, w, seed),
+        return Runner(template, execution, place=lambda w: self.make_step(impl, w, seed, config=False),
                       call=lambda step: step.run(),
                       count_compiles=(lambda: 0) if eager else (lambda: None),
                       count_compile_seconds=(lambda: 0.0) if eager else (lambda: None),

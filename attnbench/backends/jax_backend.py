@@ -110,11 +110,11 @@ class JaxBackend(Backend):
                 *(jnp.asarray(x) for x in (q, k, v, do, *segments)))
         return tuple(to_float64(g) for g in grads)
 
-    def make_step(self, impl, workload: Workload, seed: int = 0) -> Step:
+    def make_step(self, impl, workload: Workload, seed: int = 0, *, config: bool = True) -> Step:
         import jax
 
 
-        platform = self.require(impl, workload)
+        platform = self.require(impl, workload, config=config)
         mark = _device_peak()  # this process's high-water mark before the case (earlier cases' steps)
         x = make_inputs(workload, seed)
         scale, static = default_scale(workload.head_dim, None), static_mask(workload)
@@ -156,7 +156,7 @@ class JaxBackend(Backend):
         meter = CompileMeter()
 
         def place(workload: Workload):
-            self.require(impl, workload)
+            self.require(impl, workload, config=False)  # the config was checked at the template
             x = make_inputs(workload, seed)
             args = ((x.q, x.k, x.v) if fwd else (x.q, x.k, x.v, x.do)) + x.mask_arrays()
             return jax.block_until_ready(tuple(jax.device_put(a) for a in args))

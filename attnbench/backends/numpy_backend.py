@@ -48,8 +48,8 @@ class NumpyBackend(Backend):
         return tuple(np.asarray(g, dtype=np.float64)
                      for g in impl.attention_grads(q, k, v, do, causal=causal, scale=scale, **mask))
 
-    def make_step(self, impl, workload: Workload, seed: int = 0) -> Step:
-        self.require(impl, workload)
+    def make_step(self, impl, workload: Workload, seed: int = 0, *, config: bool = True) -> Step:
+        self.require(impl, workload, config=config)
         x = make_inputs(workload, seed)
         q, k, v, do = (a.astype(np.float64) for a in (x.q, x.k, x.v, x.do))
         scale, causal = default_scale(workload.head_dim, None), workload.causal

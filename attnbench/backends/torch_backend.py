@@ -229,8 +229,8 @@ class TorchBackend(Backend):
         self.synchronize()  # inputs really on the device (XLA transfers lazily) before any timing
         return tensors, segments
 
-    def make_step(self, impl, workload: Workload, seed: int = 0) -> Step:
-        platform = self.require(impl, workload)
+    def make_step(self, impl, workload: Workload, seed: int = 0, *, config: bool = True) -> Step:
+        platform = self.require(impl, workload, config=config)
         tensors, call = self._place(workload, seed), self._call(impl, workload)
 
         def run():
@@ -254,7 +254,7 @@ class TorchBackend(Backend):
         call = self._call(impl, template)
 
         def place(workload: Workload):
-            self.require(impl, workload)
+            self.require(impl, workload, config=False)  # the config was checked at the template
             return self._place(workload, seed)
 
         def metered_call(tensors):

@@ -97,12 +97,12 @@ class TorchXlaBackend(TorchBackend):
     def gemm_runner(self, dtype: str):
         return TorchBackend.gemm_runner(self, dtype)  # the venv's eager CPU matmul
 
-    def make_step(self, impl, workload: Workload, seed: int = 0) -> Step:
+    def make_step(self, impl, workload: Workload, seed: int = 0, *, config: bool = True) -> Step:
         """The torch step (run() ends in sync + wait), plus the forward HLO's custom calls as evidence."""
         import torch
 
 
-        step = super().make_step(impl, workload, seed)
+        step = super().make_step(impl, workload, seed, config=config)
         x = make_inputs(workload, seed)
         inputs = [to_tensor(a, self.device()) for a in (x.q, x.k, x.v)]
         segments = tuple(to_tensor(a, self.device()) for a in x.mask_arrays())

@@ -25,6 +25,7 @@ from attnbench.report.plots import (
     plot_throughput,
     plot_trace,
 )
+from attnbench.report.production import plot_lengths, stream_table
 from attnbench.report.releases import releases_part
 from attnbench.report.render import (
     MAX_TABLE_ROWS,
@@ -68,8 +69,8 @@ if TYPE_CHECKING:
 DEFAULT_OUT = os.path.join("html", "report")
 OBSERVABILITY_COLUMNS = ["machine", "framework", "impl", "label", "execution", "profiler_visible", "profiler",
                          "attributed_to", "attributed_share", "reason"]
-PLOTS = ("stream_cost.png", "throughput.png", "cost_by_length.png", "memory.png", "regime_cost.png",
-         "cost_over_commits.png", "trace_dynamic.png")
+PLOTS = ("stream_cost.png", "stream_lengths.png", "throughput.png", "cost_by_length.png", "memory.png",
+         "regime_cost.png", "cost_over_commits.png", "trace_dynamic.png")
 
 __all__ = [
     "DEFAULT_OUT", "MAX_TABLE_ROWS", "PLOTS", "REGIMES", "Report", "best_native_vs_forced",
@@ -138,11 +139,13 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     costs = regime_costs(frame)
     verdict = verdict_table(results_dir, frame)
     control = controls(frame)
+    production = stream_table(frame)
 
     os.makedirs(out_dir, exist_ok=True)
     paths = {name: os.path.join(out_dir, name) for name in ("report.md", "report.html", "tidy.csv",
                                                              "tidy.parquet")}
     makers = {"stream_cost.png": lambda: plot_stream_cost(frame),
+              "stream_lengths.png": lambda: plot_lengths(frame),
               "throughput.png": lambda: plot_throughput(frame),
               "cost_by_length.png": lambda: plot_cost_by_length(frame),
               "memory.png": lambda: plot_memory(frame),
@@ -166,7 +169,7 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
                         ("steps.csv", steps),
                         ("noise_floor.csv", noise), ("sensitivity.csv", detectable),
                         ("run_shifts.csv", shifts), ("host_changes.csv", changes),
-                        ("cost_spikes.csv", spikes),
+                        ("cost_spikes.csv", spikes), ("streams.csv", production),
                         ("trace_spikes.csv", trace_spikes)):
         tables[name] = os.path.join(out_dir, name)
         atomic_write_text(tables[name], table.to_csv(index=False))
@@ -179,6 +182,7 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     ctx["verdict"] = verdict_part(verdict, visibility=profiler_visibility(results_dir), frame=frame,
                                   controls=control)
     ctx["sensitivity"] = Table.of(detectable) if not detectable.empty else None
+    ctx["production"] = Table.of(production) if not production.empty else None
     tiles = tuning_table(results_dir)
     ctx["tuning"] = Table.of(tiles) if not tiles.empty else None
     tables["tuning.csv"] = os.path.join(out_dir, "tuning.csv")

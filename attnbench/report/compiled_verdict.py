@@ -22,7 +22,8 @@ COLUMNS = [
     "answer", "forced", "native", "ratio", "ratio_low", "ratio_high", "ratio_of",
     "paper", "paper_ratio", "paper_low", "paper_high", "paper_rounds", "flip",
     "break_even", "break_even_low", "break_even_high", "break_even_of",
-    "production_strategy", "headroom_winner", "sentence", "reasons",
+    "production_strategy", "production", "production_steps", "production_source", "production_measured",
+    "headroom_winner", "sentence", "reasons",
 ]
 
 

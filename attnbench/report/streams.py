@@ -1,7 +1,13 @@
-"""The production stream's pricing model: what a kernel costs per million useful tokens over a stream
-of ``steps`` steps from the suite's length distribution, each way through it (static, dynamic,
-bucketed), from one measured stream's figures, and where two kernels break even. Values in, values
-out: the verdict (``report/verdict.py``) reads the measured cases and ranks them with this.
+"""The production stream's pricing: what a kernel costs per million useful tokens over a stream of
+``steps`` steps, each way through it (static, dynamic, bucketed), from its measured stream's figures,
+and where two kernels break even. Values in, values out: the verdict (``report/verdict.py``) reads
+the measured cases and ranks them with this.
+
+The verdict's stream is the measured one (the suite's ``regime_steps`` steps of a trace: 200 by
+default), so its price is what was measured. Beyond the measured steps the price is modelled, and
+says so: a pad-to-max stream has one shape (its stall once, then its steady step); a trace's
+dynamic or bucketed stream keeps compiling at its measured rate per step (conservative: a trace's
+new shapes thin out); the synthetic uniform stream's new shapes follow its uniform lengths.
 """
 
 from __future__ import annotations
@@ -11,9 +17,6 @@ import math
 from attnbench.core import regimes
 from attnbench.results.noise import SCATTER_Z
 
-# The production stream: a serving or training process's first thousand steps. The measured stream
-# (the suite's regime_steps, 6 by default) is far shorter, so its compile stalls would dominate.
-STREAM_STEPS = 1000
 BUCKET_POLICY = "multiple-128"  # the engine's default, the one the suite measures
 STREAM_SEED = 0  # engine.Options.seed: the suite's streams are drawn with it
 
@@ -48,12 +51,14 @@ def price_stream(
     regime: str,
     max_len: int,
     measured_steps: int,
-    steps: int = STREAM_STEPS,
+    steps: int,
+    traced: bool = False,
 ) -> dict:
     """``usd_per_mtok`` over ``steps`` steps, expected ``compiles`` and ``stall_share``, from one measured
-    stream's figures: each compile costs the stall it cost there and recurs at the measured rate per
-    new shape, so ``steps == measured_steps`` gives back the measured ``usd_per_mtok``. A kernel that
-    compiles nothing (eager) pays its measured first-call stall once."""
+    stream's figures: ``steps == measured_steps`` gives back the measured ``usd_per_mtok``. Beyond it
+    (module doc): a kernel that compiles nothing (eager) pays its measured first-call stall once; a
+    static stream, its one compile once; a trace's other streams (``traced``) compile on at their
+    measured rate per step; the uniform stream's at its measured rate per new shape."""
     if (
         not all(v == v and v is not None for v in (steady_usd, usd_with_compiles, usd_per_mtok))
         or usd_per_mtok <= 0
@@ -69,6 +74,10 @@ def price_stream(
         stalls, expected = stall_total, 0.0
     elif steps == measured_steps:  # the measured stream itself: its own shapes, not the expected ones
         stalls, expected = stall_total, float(compiles)
+    elif regime == "static":  # one shape: compiled once, whatever the length
+        stalls, expected = stall_total, float(compiles)
+    elif traced:
+        stalls, expected = stall_total * steps / measured_steps, compiles * steps / measured_steps
     else:
         rate = compiles / measured_shapes(regime, max_len, measured_steps)
         expected = rate * expected_shapes(regime, max_len, steps)
@@ -135,10 +144,13 @@ def regime_floor(scatter: dict, machine: str, regime: str) -> float:
 
 
 def stream_figures(case: dict, regime: str, max_len: int, measured_steps: int) -> dict | None:
-    """``price_stream``'s arguments from a kernel case's measured ``regime``; None if not measured."""
+    """``price_stream``'s arguments from a kernel case's measured ``regime``; None if not measured.
+    ``measured_steps``: the suite's stream, where the case does not say how many steps its ran (a
+    stream cut by its budget ran fewer)."""
     usd = case.get(f"{regime}:usd_per_million_useful_tokens_with_compiles")
     if usd is None or usd != usd:
         return None
+    ran = case.get(f"{regime}:steps")
     return {
         "steady_usd": case[f"{regime}:usd_per_step"],
         "usd_with_compiles": case[f"{regime}:usd_per_step_with_compiles"],
@@ -146,8 +158,26 @@ def stream_figures(case: dict, regime: str, max_len: int, measured_steps: int) -
         "compiles": case[f"{regime}:compiles"],
         "regime": regime,
         "max_len": max_len,
-        "measured_steps": measured_steps,
+        "measured_steps": int(ran) if ran is not None and ran == ran and ran > 0 else measured_steps,
+        "traced": is_traced(case, regime),
     }
+
+
+def is_traced(case: dict, regime: str) -> bool:
+    """Whether the case's ``regime`` stream took its lengths from a trace (not the uniform baseline)."""
+    source = case.get(f"{regime}:traffic")
+    return isinstance(source, str) and source not in ("", "uniform")
+
+
+def modelled_beyond(case: dict, regime: str, steps: int, measured_steps: int) -> int | None:
+    """The steps the case's ``regime`` stream measured where ``steps`` asks for more (its price beyond
+    them is modelled); None where every step priced was measured. A static stream's untimed steps
+    count as measured: they are its one call again, on the same inputs (``regimes.run_regime``)."""
+    figures = stream_figures(case, regime, 0, measured_steps)
+    if figures is None:
+        return None
+    ran = figures["measured_steps"]
+    return ran if steps > ran else None
 
 
 def cheapest_at(case: dict, steps: int, max_len: int, measured_steps: int) -> float:
@@ -195,7 +225,9 @@ def scaled_regime(case: dict, regime: str, factor: float) -> dict:
     per_mtok = case.get(f"{regime}:usd_per_million_useful_tokens_with_compiles")
     if not all(v is not None and v == v for v in (steady, stalled, per_mtok)) or not stalled:
         return out
-    moved = stalled + steady * (factor - 1.0)
+    # the stream's stall per step stays; never below none (a static stream's steady steps are its own,
+    # its steady figure the rounds': the two can differ by more than the stream stalled)
+    moved = steady * factor + max(0.0, stalled - steady)
     out[f"{regime}:usd_per_step"] = steady * factor
     out[f"{regime}:usd_per_step_with_compiles"] = moved
     out[f"{regime}:usd_per_million_useful_tokens_with_compiles"] = per_mtok * moved / stalled

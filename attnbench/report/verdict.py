@@ -5,12 +5,15 @@ best native one, on paper and in production, each comparison paired round by rou
 (``run/adaptive.py``), so their ratio is taken within each round and its 99% interval is over those
 per-round ratios (``core.stats.paired_ratio``): what moved the machine in a round moved both.
 
-``answer`` (production): the USD per million useful tokens over a ``streams.STREAM_STEPS`` stream from
-the suite's length distribution, each kernel its cheapest way (static, dynamic or bucketed), compile
-stalls and padding included (``report/streams.py``). Per round, each kernel's stream is priced with
-its steady steps scaled by its step in that round, and the ratio's interval is over those per-round
-ratios, widened by what the rounds do not measure again: the compile stalls and a regime stream's
-steady steps, measured once per run (their history's scatter, ``streams.cheapest_way``).
+``answer`` (production): the USD per million useful tokens over the measured stream (the suite's
+``regime_steps`` steps of a trace of real requests, ``core/traffic.py``), each kernel its cheapest
+way (static, dynamic or bucketed), compile stalls and padding included (``report/streams.py``). Per
+round, each kernel's stream is priced with its steady steps scaled by its step in that round, and the
+ratio's interval is over those per-round ratios, widened by what the rounds do not measure again:
+the compile stalls and a regime stream's steady steps, measured once per run (their history's
+scatter, ``streams.cheapest_way``), and the trace's windows (how far the two kernels' ratio moves
+from one stretch of traffic to another). A longer stream asked for (``steps``) is modelled beyond
+the measured steps, and the row says so (``production``).
 
 Four states (``core.stats.compare_to_one``): ``forced`` or ``native`` when the interval lies wholly on
 one side of 1, ``equal`` when it lies within ``1 +- margin`` (an equivalence test), else ``can't
@@ -146,8 +149,28 @@ def _case_table(frame) -> pd.DataFrame:
             for metric in ("usd_per_step", "usd_per_step_with_compiles",
                            "usd_per_million_useful_tokens_with_compiles", "compiles", "padding_waste"):
                 row[f"{regime}:{metric}"] = float(got[metric]) if metric in got else float("nan")
+            row.update(_stream_fields(part[part["regime"] == regime], regime))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+STREAM_FIELDS = {"regime_steps": "steps", "stream_steps_planned": "planned", "traffic": "traffic",
+                 "traffic_ks": "ks", "latency_p99_s": "p99_s", "longest_stall_s": "stall_s",
+                 "distinct_shapes": "shapes", "window_seconds": "window_seconds",
+                 "window_useful_tokens": "window_tokens", "setting_stream_windows": "windows"}
+
+
+def _stream_fields(rows, regime: str) -> dict:
+    """A regime's stream as its case recorded it (the sidecar's fields, on every row of the case):
+    steps run and planned, trace, KS distance, p99 step, longest stall, shapes, per-window figures."""
+    out = {}
+    for column, name in STREAM_FIELDS.items():
+        values = rows[column].dropna() if column in rows else []
+        value = values.iloc[0] if len(values) else None
+        if name.startswith("window") and isinstance(value, str):
+            value = json.loads(value)
+        out[f"{regime}:{name}"] = value
+    return out
 
 
 def _text(value) -> str:
@@ -220,7 +243,7 @@ def _floors(frame) -> dict:
     return noise_floors(costs) if len(costs) else {}
 
 
-def _measured_steps(frame) -> int:
+def stream_steps(frame) -> int:
     """The measured stream's length: the suite's recorded ``regime_steps``."""
     settings = newest_commit(frame)
     if "setting_regime_steps" in settings and settings["setting_regime_steps"].notna().any():
@@ -249,12 +272,13 @@ def _best(cases: list[dict], priced: dict, label: str):
     return min(mine, key=lambda c: c["step_s"])
 
 
-def measured_verdicts(frame, *, steps: int = streams.STREAM_STEPS, fragility: list | dict | None = None,
+def measured_verdicts(frame, *, steps: int | None = None, fragility: list | dict | None = None,
                       margin: float | None = None) -> pd.DataFrame:
     """The verdict rows of the measured machines (the tidy table's newest commit per machine): per
     machine x framework x workload x length, the best forced-flash kernel against the best native
-    one, on paper and over a ``steps``-step stream, each comparison paired by round and read in four
-    states at ``margin`` (default: the run's recorded margin, else ``DEFAULT_MARGIN``)."""
+    one, on paper and over the measured stream (``steps``: a longer one, modelled beyond it), each
+    comparison paired by round and read in four states at ``margin`` (default: the run's recorded
+    margin, else ``DEFAULT_MARGIN``)."""
     import pandas as pd
 
     breaks = fragility if isinstance(fragility, list) else []
@@ -262,7 +286,8 @@ def measured_verdicts(frame, *, steps: int = streams.STREAM_STEPS, fragility: li
     if cases.empty:
         return pd.DataFrame(columns=COLUMNS + TUNING_COLUMNS)
     cases = cases.assign(rankable=_rankable(cases))
-    measured_steps = _measured_steps(frame)
+    measured_steps = stream_steps(frame)
+    steps = steps or measured_steps
     scatter, floors = _stream_scatter(frame), _floors(frame)
     rows = []
     group_keys = ["machine", "framework", "workload_name", "seq_len", "dtype"]
@@ -376,18 +401,22 @@ def _compare(forced, native, priced: dict, steps: int, stream_len: int, measured
         return out
     f_cost, n_cost = priced[f_name], priced[n_name]
     out.update(ratio_of=f"{f_name} / {n_name}, USD per useful token",
-               production_strategy=f"{f_name}: {_stream_words(f_cost)}; {n_name}: {_stream_words(n_cost)}")
+               production_strategy=f"{f_name}: {_stream_words(f_cost)}; {n_name}: {_stream_words(n_cost)}",
+               **production_basis(((forced, f_cost), (native, n_cost)), steps, measured_steps))
     production = _production(forced, native, steps, stream_len, measured_steps)
     if production is None or not production.carried:
         out.update(answer=CANT_TELL, ratio=f_cost["usd"] / n_cost["usd"])
     else:
-        once = math.hypot(f_cost["sd_once"], n_cost["sd_once"])  # what the rounds do not measure again
+        windows = window_spread(forced, f_cost["regime"], native, n_cost["regime"])
+        # what the rounds do not measure again, and the stretches of traffic measured
+        once = math.hypot(f_cost["sd_once"], n_cost["sd_once"], windows)
         low, high = production.low * math.exp(-SCATTER_Z * once), production.high * math.exp(SCATTER_Z * once)
         out.update(ratio=production.ratio, ratio_low=low, ratio_high=high,
                    answer=answer_of(low, high, margin))
         if once > 0.005:
             reasons.append(f"the interval holds ±{SCATTER_Z * once:.0%} for what one run measures once "
-                           "(compile stalls, a regime's steady steps)")
+                           f"(compile stalls, a regime's steady steps) and ±{SCATTER_Z * windows:.0%} of it "
+                           "for the trace's windows")
     settled = {FORCED, NATIVE, EQUAL}
     if out["paper"] in settled and out["answer"] in settled:
         opposite = {out["paper"], out["answer"]} == {FORCED, NATIVE}
@@ -398,6 +427,56 @@ def _compare(forced, native, priced: dict, steps: int, stream_len: int, measured
         reasons.append(f"only {STRATEGY['static']} measured at this length")
     out.update(_break_even(forced, native, priced, paper, steps, stream_len, measured_steps, reasons))
     return out
+
+
+TRAFFIC_NAMES = {"azure-conv": "the conversation trace", "azure-code": "the code trace",
+                 "uniform": "synthetic uniform lengths"}
+
+
+def traffic_name(source) -> str:
+    """How a stream's source reads in a sentence."""
+    if not isinstance(source, str) or not source:
+        return "an unrecorded stream"
+    return TRAFFIC_NAMES.get(source, f"trace {os.path.basename(source)}")
+
+
+def production_basis(sides, steps: int, measured_steps: int) -> dict:
+    """What the production answer rests on: ``production`` reads ``measured: 200 steps of the code
+    trace``, or where a kernel's way was measured over fewer steps than priced (a stream cut by its
+    budget, or a longer stream asked for) ``modelled beyond the measured steps: ...`` naming them;
+    ``production_steps`` is the stream priced, ``production_source`` its lengths' source and
+    ``production_measured`` the fewest steps measured where some were modelled (else None)."""
+    sources = " and ".join(sorted({traffic_name(case.get(f"{cost['regime']}:traffic"))
+                                   for case, cost in sides}))
+    short = {}
+    for case, cost in sides:
+        ran = streams.modelled_beyond(case, cost["regime"], steps, measured_steps)
+        if ran is not None:
+            short[f"{case['implementation']} {STRATEGY[cost['regime']]} measured {ran:,}"] = ran
+    head = f"{steps:,} steps of {sources}"
+    text = (f"measured: {head}" if not short
+            else f"modelled beyond the measured steps: {head} ({'; '.join(short)})")
+    return {"production": text, "production_steps": steps, "production_source": sources,
+            "production_measured": min(short.values()) if short else None}
+
+
+def window_spread(forced: dict, f_regime: str, native: dict, n_regime: str) -> float:
+    """The standard error of the two kernels' log cost ratio over the trace windows both ran, the
+    first left out (its cold start is the compile stall's, which ``sd_once`` carries): how far the
+    answer moves from one stretch of traffic to another (0 with fewer than two such windows)."""
+    def per_token(case: dict, regime: str) -> list[float]:
+        seconds, tokens = case.get(f"{regime}:window_seconds"), case.get(f"{regime}:window_tokens")
+        if not isinstance(seconds, list) or not isinstance(tokens, list):
+            return []
+        return [s / t if s and t and s > 0 and t > 0 else float("nan")
+                for s, t in zip(seconds, tokens, strict=False)]
+
+    a, b = per_token(forced, f_regime), per_token(native, n_regime)
+    logs = [math.log(x / y) for x, y in list(zip(a, b, strict=False))[1:] if x == x and y == y]
+    if len(logs) < 2:
+        return 0.0
+    mean = sum(logs) / len(logs)
+    return math.sqrt(sum((v - mean) ** 2 for v in logs) / (len(logs) - 1) / len(logs))
 
 
 def _production(forced: dict, native: dict, steps: int, stream_len: int, measured_steps: int) -> Ratio | None:
@@ -470,17 +549,20 @@ def _sentence(row: dict, forced, native, steps: int, margin: float) -> str:
                 CANT_TELL: f"On paper {f_name} and {n_name} cannot be told apart"}.get(row["paper"], "")
         return f"{verb} ({paper}); no length stream measured: no production answer."
     ratio = ratio_text(row.get("ratio"), row.get("ratio_low"), row.get("ratio_high"))
+    basis = str(row.get("production") or "")
+    over = (basis.removeprefix("measured: ") + " (measured)" if basis.startswith("measured: ")
+            else f"{steps:,} steps" + (" (modelled beyond the measured steps)" if basis else ""))
     if row["answer"] == NATIVE:
         return (f"Use native {n_name}: forced {f_name} costs {ratio} as much per useful token over "
-                f"{steps:,} steps.")
+                f"{over}.")
     if row["answer"] == FORCED:
-        return f"Force {f_name}: it costs {ratio} of native {n_name}'s per useful token over {steps:,} steps."
+        return f"Force {f_name}: it costs {ratio} of native {n_name}'s per useful token over {over}."
     if row["answer"] == EQUAL:
         return (f"Either: forced {f_name} and native {n_name} cost the same within ±{margin:.0%} ({ratio}) "
-                f"over {steps:,} steps; decide on memory, fragility or what a profiler must see.")
+                f"over {over}; decide on memory, fragility or what a profiler must see.")
     if row.get("ratio_low") != row.get("ratio_low") or row.get("ratio_low") is None:
         return f"Can't tell: forced {f_name} and native {n_name} were not timed in enough rounds together."
-    return (f"Can't tell: forced {f_name} costs {ratio} of native {n_name}'s over {steps:,} steps, from "
+    return (f"Can't tell: forced {f_name} costs {ratio} of native {n_name}'s over {over}, from "
             f"{max(0.0, 1 - row['ratio_low']):.0%} less to {max(0.0, row['ratio_high'] - 1):.0%} more: "
             f"too wide to call it either way or equal within ±{margin:.0%}.")
 
@@ -569,7 +651,7 @@ def profiler_visibility(results_dir: str) -> dict[str, bool]:
     return {r.impl: str(r.profiler_visible) == "True" for r in known.itertuples(index=False)}
 
 
-def verdict_table(results_dir: str = "results", frame=None, *, steps: int = streams.STREAM_STEPS,
+def verdict_table(results_dir: str = "results", frame=None, *, steps: int | None = None,
                   margin: float | None = None) -> pd.DataFrame:
     """Every verdict row: the measured machines' first, then the compile targets'."""
     import pandas as pd

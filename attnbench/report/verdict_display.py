@@ -22,13 +22,14 @@ from attnbench.report.verdict import (
     NATIVE,
     _case_table,
     _floors,
-    _measured_steps,
     _rankable,
     _stream_scatter,
     headline,
     other_lengths,
     paper_only,
     ratio_text,
+    stream_steps,
+    traffic_name,
 )
 from attnbench.results.noise import SCATTER_Z
 
@@ -37,11 +38,11 @@ from attnbench.results.noise import SCATTER_Z
 if TYPE_CHECKING:
     import pandas as pd
 
-SHORT_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "forced",
-                 "native", "tuning"]
+SHORT_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "production",
+                 "forced", "native", "tuning"]
 TARGET_COLUMNS = ["target", "workload", "seq", "most headroom"]
-DISPLAY_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "forced",
-                   "native", "on paper", "flip", "break-even", "most headroom", "forced config",
+DISPLAY_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "production",
+                   "forced", "native", "on paper", "flip", "break-even", "most headroom", "forced config",
                    "native config", "on paper at defaults", "tuning", "sentence", "reasons"]
 
 
@@ -91,6 +92,7 @@ def display(table) -> pd.DataFrame:
             "machine": r["machine"], "framework": r["framework"], "workload": r["workload"],
             "seq": cell(r["seq_len"]), "answer": answer_text(r),
             "forced / native cost": ratio_text(r.get("ratio"), r.get("ratio_low"), r.get("ratio_high")),
+            "production": production_short(r),
             "forced": cell(r.get("forced")), "native": cell(r.get("native")), "on paper": paper,
             "flip": cell(r.get("flip")), "break-even": even, "most headroom": cell(r.get("headroom_winner")),
             "forced config": cell(r.get("forced_config")), "native config": cell(r.get("native_config")),
@@ -98,6 +100,19 @@ def display(table) -> pd.DataFrame:
             "sentence": cell(r.get("sentence")), "reasons": cell(r["reasons"]),
         })
     return pd.DataFrame(rows, columns=DISPLAY_COLUMNS)
+
+
+def production_short(r: dict) -> str:
+    """``measured, 200 steps, code trace`` or ``modelled beyond 64 of 200 steps``: what the production
+    cost rests on, short (the row's ``production`` says it whole)."""
+    steps = r.get("production_steps")
+    if steps is None or steps != steps:
+        return "-"
+    least = r.get("production_measured")
+    if least is not None and least == least:
+        return f"modelled beyond {int(least):,} of {int(steps):,} steps"
+    source = str(r.get("production_source") or "").removeprefix("the ")
+    return f"measured, {int(steps):,} steps, {source}"
 
 
 def _at_defaults(r: dict) -> str:
@@ -256,26 +271,36 @@ def verdict_part(table, *, visibility: dict | None = None, frame=None, controls=
         "notes": notes(table, visibility, frame) + (control_lines(controls) if controls is not None else []),
         "sentences": sentences,
         "full": Table.of(top[[c for c in top.columns if c not in ("reasons", "sentence")]]),
-        "steps": f"{streams.STREAM_STEPS:,}",
+        "steps": f"{_horizon(table, frame):,}",
         "paper_only": Table.of(rest) if not rest.empty else None,
         "other_lengths": Table.of(shorter) if not shorter.empty else None,
     }
 
 
+def _horizon(table, frame) -> int:
+    """The stream the verdict's production rows were priced over."""
+    steps = table["production_steps"].dropna() if "production_steps" in table else []
+    if len(steps):
+        return int(steps.max())
+    return stream_steps(frame) if frame is not None else 0
+
+
 # -- the picture ----------------------------------------------------------------------------------
-def plot_stream_cost(frame, *, steps: int = streams.STREAM_STEPS) -> bytes | None:
-    """USD per million useful tokens against the stream's length, per framework, at each measured
-    machine's longest length stream: each kernel its cheapest way, with the uncertainty of what one
-    run measures once as a band, and the verdict's stream length marked. Bold up to the measured
-    stream's length, faint beyond it, where the model extrapolates. Where two lines cross, the
-    cheaper kernel changes."""
+def plot_stream_cost(frame, *, steps: int | None = None) -> bytes | None:
+    """USD per million useful tokens against the steps served, per framework, at each measured
+    machine's longest length stream: each kernel its cheapest way. **Measured**: bold, a point at the
+    end of each trace window, the stream's cost so far (its own seconds and useful tokens, stalls
+    included), with the uncertainty of what one run measures once as a band. **Modelled**: faint,
+    beyond the measured steps (``streams.price_stream``), dotted at the verdict's stream where a longer
+    one is asked for. Where two lines cross, the cheaper kernel changes."""
     cases = _case_table(frame)
     if cases.empty:
         return None
     cases = cases[cases["dynamic:usd_per_million_useful_tokens_with_compiles"].notna() & _rankable(cases)]
     if cases.empty:
         return None
-    measured_steps = _measured_steps(frame)
+    measured = stream_steps(frame)
+    steps = steps or measured
     scatter, floors = _stream_scatter(frame), _floors(frame)
     panels = []
     for (machine, framework), part in cases.groupby(["machine", "framework"], sort=True):
@@ -283,32 +308,61 @@ def plot_stream_cost(frame, *, steps: int = streams.STREAM_STEPS) -> bytes | Non
         panels.append((machine, framework, int(seq), part[part["seq_len"] == seq]))
     fig, axes = new_figure(1, len(panels), width=4.6, height=3.6)
     colors = colors_by_name(cases["implementation"])
-    grid = sorted({int(round(10 ** (k / 8))) for k in range(0, 41)} | {measured_steps, steps})
+    beyond = sorted({int(round(measured * 10 ** (k / 8))) for k in range(0, 17)} | {steps})
     for ax, (machine, framework, seq, part) in zip(axes[0], panels, strict=True):
+        sources = set()
         for case in part.to_dict("records"):
-            costs = [streams.cheapest_at(case, m, seq, measured_steps) for m in grid]
-            option = streams.cheapest_way(case, steps, scatter, floors, seq, measured_steps)
-            width = math.exp(SCATTER_Z * math.hypot(option["sd_once"], _step_sd(case)))
-            color = colors[case["implementation"]]
-            cut = grid.index(measured_steps) + 1  # measured up to here; the model beyond it
-            ax.plot(grid[:cut], costs[:cut], line_style(case["label"]), color=color, linewidth=1.8,
-                    label=case["implementation"])
-            ax.plot(grid[cut - 1:], costs[cut - 1:], line_style(case["label"]), color=color, linewidth=1.0,
-                    alpha=0.5)
-            ax.fill_between(grid, [c / width for c in costs], [c * width for c in costs], color=color,
-                            alpha=0.12, linewidth=0)
-        ax.axvline(measured_steps, color="grey", linewidth=0.8, linestyle=":")
-        ax.axvline(steps, color="black", linewidth=0.8, linestyle=":")
+            option = streams.cheapest_way(case, steps, scatter, floors, seq, measured)
+            color, style = colors[case["implementation"]], line_style(case["label"])
+            sources.add(case.get(f"{option['regime']}:traffic"))
+            ran, so_far = window_costs(case, option["regime"])
+            if ran:
+                width = math.exp(SCATTER_Z * math.hypot(option["sd_once"], _step_sd(case)))
+                ax.plot(ran, so_far, style, marker="o", markersize=3, color=color, linewidth=1.8,
+                        label=case["implementation"])
+                ax.fill_between(ran, [c / width for c in so_far], [c * width for c in so_far], color=color,
+                                alpha=0.12, linewidth=0)
+            start = [m for m in beyond if m >= (ran[-1] if ran else measured)]
+            modelled = [streams.cheapest_at(case, m, seq, measured) for m in start]
+            ax.plot(start, modelled, style, color=color, linewidth=1.0, alpha=0.45,
+                    label=None if ran else case["implementation"])
+        ax.axvline(measured, color="grey", linewidth=0.8, linestyle=":")
+        if steps != measured:
+            ax.axvline(steps, color="black", linewidth=0.8, linestyle=":")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel(f"stream length, steps (dotted: measured {measured_steps}, verdict {steps:,})",
-                      fontsize=8)
+        source = ", ".join(sorted(traffic_name(s) for s in sources))
+        ax.set_xlabel(f"steps served ({source}); measured up to the dotted line, {measured:,} steps"
+                      + (f", verdict at {steps:,}" if steps != measured else ""), fontsize=7)
         ax.set_ylabel("USD per million useful tokens")
         ax.set_title(f"{machine} {framework}, lengths up to {seq}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, title="solid native, dashed forced;\nbold measured, faint modelled",
-                  title_fontsize=7)
+        ax.legend(fontsize=7, title="solid native, dashed forced;\nbold: measured (a point per trace\n"
+                  "window); faint: modelled", title_fontsize=7)
     return png_bytes(fig)
+
+
+def window_costs(case: dict, regime: str) -> tuple[list[int], list[float]]:
+    """The measured stream's cost so far at the end of each trace window: (steps served, USD per
+    million useful tokens), from the case's per-window seconds and useful tokens at its price per
+    second (its steady step's USD over its seconds); empty where they were not recorded."""
+    seconds, tokens = case.get(f"{regime}:window_seconds"), case.get(f"{regime}:window_tokens")
+    usd, step_s = case.get("static:usd_per_step"), case.get("step_s")
+    ran, planned = case.get(f"{regime}:steps"), case.get(f"{regime}:planned")
+    windows = case.get(f"{regime}:windows")
+    if (not isinstance(seconds, list) or not isinstance(tokens, list) or not seconds or not usd or usd != usd
+            or not step_s or not ran or ran != ran):
+        return [], []
+    per_second = usd / step_s
+    planned = int(planned) if planned and planned == planned else int(ran)
+    count = int(windows) if windows and windows == windows else len(seconds)
+    per_window = -(-planned // count)
+    steps_so_far, costs, spent, served = [], [], 0.0, 0
+    for i, (s, t) in enumerate(zip(seconds, tokens, strict=False)):
+        spent, served = spent + s, served + t
+        steps_so_far.append(min(int(ran), (i + 1) * per_window))
+        costs.append(spent * per_second * 1e6 / served if served else float("nan"))
+    return steps_so_far, costs
 
 
 def _step_sd(case: dict) -> float:

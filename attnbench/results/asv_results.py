@@ -357,6 +357,9 @@ def _expand(base, name, spec, result, directions, labels, cases=({}, {}), timed=
                            rounds=entry.get("rounds"))
             if metric == "seconds_per_step":  # the rounds, by id: the verdict pairs kernels with them
                 row.update({k: _json_list(entry.get(k)) for k in sidecar.ROUND_FIELDS})
+            # the case's stream (what a server sees of it, its trace), on each of its rows
+            row.update({k: _json_list(entry.get(k)) if k in sidecar.JSON_FIELDS else entry.get(k)
+                        for k in sidecar.STREAM_FIELDS})
         else:
             label, execution = labels.get((impl, machine_platform), (None, None))
             row.update(label=label, execution=execution, platform=machine_platform, labels_source=RECOMPUTED)
