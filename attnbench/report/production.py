@@ -13,11 +13,15 @@ streams are rebuilt from the trace and the case's recorded settings
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from attnbench.core import presets, traffic
+from attnbench.report import streams as pricing
 from attnbench.report.plots import new_figure, png_bytes
 from attnbench.report.select import newest_commit
+from attnbench.results.noise import series_scatter
+from attnbench.results.steps import noise_floors
 
 SUITES = ("Forward", "Training", "Models")
 STREAM_COLUMNS = ["machine", "workload", "seq", "kernel", "regime", "trace", "steps", "KS", "padding",
@@ -27,6 +31,121 @@ METRICS = {"compiles": "compiles", "padding": "padding_waste", "tokens": "useful
            "usd": "usd_per_million_useful_tokens_with_compiles"}
 
 
+# -- a case's stream, as the verdict reads it -----------------------------------------------------
+STREAM_FIELDS = {"regime_steps": "steps", "stream_steps_planned": "planned", "traffic": "traffic",
+                 "traffic_ks": "ks", "latency_p99_s": "p99_s", "longest_stall_s": "stall_s",
+                 "distinct_shapes": "shapes", "window_seconds": "window_seconds",
+                 "window_useful_tokens": "window_tokens", "setting_stream_windows": "windows"}
+
+
+def stream_fields(rows, regime: str) -> dict:
+    """A regime's stream as its case recorded it (the sidecar's fields, on every row of the case):
+    steps run and planned, trace, KS distance, p99 step, longest stall, shapes, per-window figures."""
+    out = {}
+    for column, name in STREAM_FIELDS.items():
+        values = rows[column].dropna() if column in rows else []
+        value = values.iloc[0] if len(values) else None
+        if name.startswith("window") and isinstance(value, str):
+            value = json.loads(value)
+        out[f"{regime}:{name}"] = value
+    return out
+
+
+TRAFFIC_NAMES = {"azure-conv": "the conversation trace", "azure-code": "the code trace",
+                 "uniform": "synthetic uniform lengths"}
+
+
+def traffic_name(source) -> str:
+    """How a stream's source reads in a sentence."""
+    if not isinstance(source, str) or not source:
+        return "an unrecorded stream"
+    return TRAFFIC_NAMES.get(source, f"trace {os.path.basename(source)}")
+
+
+def production_basis(sides, steps: int, measured_steps: int) -> dict:
+    """What the production answer rests on: ``production`` reads ``measured: 200 steps of the code
+    trace``, or where a kernel's way was measured over fewer steps than priced (a stream cut by its
+    budget, or a longer stream asked for) ``modelled beyond the measured steps: ...`` naming them;
+    ``production_steps`` is the stream priced, ``production_source`` its lengths' source and
+    ``production_measured`` the fewest steps measured where some were modelled (else None)."""
+    sources = " and ".join(sorted({traffic_name(case.get(f"{cost['regime']}:traffic"))
+                                   for case, cost in sides}))
+    short = {}
+    for case, cost in sides:
+        ran = pricing.modelled_beyond(case, cost["regime"], steps, measured_steps)
+        if ran is not None:
+            short[f"{case['implementation']} {pricing.STRATEGY[cost['regime']]} measured {ran:,}"] = ran
+    head = f"{steps:,} steps of {sources}"
+    text = (f"measured: {head}" if not short
+            else f"modelled beyond the measured steps: {head} ({'; '.join(short)})")
+    return {"production": text, "production_steps": steps, "production_source": sources,
+            "production_measured": min(short.values()) if short else None}
+
+
+def window_spread(forced: dict, f_regime: str, native: dict, n_regime: str) -> float:
+    """The standard error of the two kernels' log cost ratio over the trace windows both ran, the
+    first left out (its cold start is the compile stall's, which ``sd_once`` carries): how far the
+    answer moves from one stretch of traffic to another (0 with fewer than two such windows)."""
+    def per_token(case: dict, regime: str) -> list[float]:
+        seconds, tokens = case.get(f"{regime}:window_seconds"), case.get(f"{regime}:window_tokens")
+        if not isinstance(seconds, list) or not isinstance(tokens, list):
+            return []
+        return [s / t if s and t and s > 0 and t > 0 else float("nan")
+                for s, t in zip(seconds, tokens, strict=False)]
+
+    a, b = per_token(forced, f_regime), per_token(native, n_regime)
+    logs = [math.log(x / y) for x, y in list(zip(a, b, strict=False))[1:] if x == x and y == y]
+    if len(logs) < 2:
+        return 0.0
+    mean = sum(logs) / len(logs)
+    return math.sqrt(sum((v - mean) ** 2 for v in logs) / (len(logs) - 1) / len(logs))
+
+
+def _series_key(r: dict) -> tuple:
+    suite = str(r["benchmark"]).split(".")[1] if "." in str(r["benchmark"]) else r["benchmark"]
+    return r["machine"], suite, r["implementation"], r["seq_len"], r["dtype"], r["regime"]
+
+
+def stream_scatter(frame) -> dict:
+    """Run-to-run relative spread of each series' steady and stalled step cost:
+    ``{(machine, suite, impl, seq_len, dtype, regime, metric): sd}``, and of each regime's steady
+    step against the same run's static one: ``{(..., regime, "regime/static"): sd}``."""
+    import numpy as np
+    import pandas as pd
+
+    part = frame[frame["suite"].isin(["Forward", "Training", "Models"])
+                 & frame["metric"].isin(["usd_per_step", "usd_per_step_with_compiles"])]
+    if part.empty:
+        return {}
+    part = part.assign(seq_len=part["seq_len"].fillna(-1), dtype=part["dtype"].fillna("-"),
+                       regime=part["regime"].fillna("static"))
+    out = {}
+    for r in series_scatter(part).to_dict("records"):
+        if r["scatter"] == r["scatter"]:
+            out[(*_series_key(r), r["metric"])] = float(r["scatter"])
+    steady = part[part["metric"] == "usd_per_step"]
+    keys = ["machine", "env_name", "benchmark", "implementation", "seq_len", "dtype", "commit_hash"]
+    static = steady[steady["regime"] == "static"].set_index(keys)["value"]
+    static = static[~static.index.duplicated()]
+    moving = steady[steady["regime"] != "static"].copy()
+    moving["static"] = static.reindex(pd.MultiIndex.from_frame(moving[keys])).to_numpy()
+    moving = moving[moving["static"] > 0]
+    if len(moving):  # the regime's steady step over its run's static one: the run's drift cancels
+        moving = moving.assign(value=np.asarray(moving["value"], dtype=float) / moving["static"],
+                               metric="regime/static")
+        for r in series_scatter(moving).to_dict("records"):
+            if r["scatter"] == r["scatter"]:
+                out[(*_series_key(r), "regime/static")] = float(r["scatter"])
+    return out
+
+
+def cost_floors(frame) -> dict:
+    """The machine's noise floor of each kind of cost figure (``results.steps.noise_floors``)."""
+    costs = frame[frame["metric"].isin(["usd_per_step", "usd_per_step_with_compiles"])]
+    return noise_floors(costs) if len(costs) else {}
+
+
+# -- the streams table and pictures --------------------------------------------------------------
 def _streams(frame):
     """One row per measured stream of each machine's newest run, with its recorded stream fields."""
     latest = newest_commit(frame)

@@ -17,6 +17,7 @@ import math
 from attnbench.core import regimes
 from attnbench.results.noise import SCATTER_Z
 
+STRATEGY = {"static": "pad to max", "dynamic": "exact lengths", "bucketed": "buckets"}  # each way, in words
 BUCKET_POLICY = "multiple-128"  # the engine's default, the one the suite measures
 STREAM_SEED = 0  # engine.Options.seed: the suite's streams are drawn with it
 

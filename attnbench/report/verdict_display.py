@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import attention_impls
 from attnbench.report import streams
 from attnbench.report.plots import colors_by_name, line_style, new_figure, png_bytes
+from attnbench.report.production import cost_floors, stream_scatter, traffic_name
 from attnbench.report.render import Table
 from attnbench.report.verdict import (
     CANT_TELL,
@@ -21,15 +22,12 @@ from attnbench.report.verdict import (
     FORCED,
     NATIVE,
     _case_table,
-    _floors,
     _rankable,
-    _stream_scatter,
     headline,
     other_lengths,
     paper_only,
     ratio_text,
     stream_steps,
-    traffic_name,
 )
 from attnbench.results.noise import SCATTER_Z
 
@@ -301,7 +299,7 @@ def plot_stream_cost(frame, *, steps: int | None = None) -> bytes | None:
         return None
     measured = stream_steps(frame)
     steps = steps or measured
-    scatter, floors = _stream_scatter(frame), _floors(frame)
+    scatter, floors = stream_scatter(frame), cost_floors(frame)
     panels = []
     for (machine, framework), part in cases.groupby(["machine", "framework"], sort=True):
         seq = part["seq_len"].max()
