@@ -103,7 +103,7 @@ class StepTrace:
     window: int = 0  # the trace window the step belongs to (core/traffic.py)
     real_flops: float | None = None  # each sequence's FLOPs at its real length (None: at length)
     # False: a static stream's step not run, the same call on the same inputs as the timed ones,
-    # counted at their steady median (``run_regime``'s ``run_only``)
+    # counted at their steady mean (``run_regime``'s ``run_only``)
     timed: bool = True
 
 
@@ -121,7 +121,9 @@ class RegimeResult:
     compiles: int | None  # compiles during the stream (None: the framework does not say)
     compile_seconds_total: float | None  # as the framework reports it (see the Runner)
     compile_cache_hits: int | None  # compiles a compiler cache served: 0 means every compile was cold
-    steady_seconds_per_step: float | None  # median of the steps that did not compile
+    # mean of the steps after the first (the cold first call) that did not compile: a stream's lengths
+    # vary, so its steps' cost is their mean (a median would move the long steps' cost into "stalls")
+    steady_seconds_per_step: float | None
     # Tokens and FLOPs the steady steps computed (padding included) per second; None: none steady.
     steady_tokens_per_s: float | None
     steady_flops_per_s: float | None
@@ -209,12 +211,12 @@ def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequ
 
     ``max_len`` is ``template.stream_length``: the sequence's length, or decode's cache, whose length
     the stream varies (a serving loop's caches grow and differ; the new queries stay fixed).
-    Steady time is the median of the non-compiling steps (compiles unreported: of repeated padded
-    lengths). ``windows``: each step's trace window. ``budget_s``: the stream stops after the step
-    that spends it (``planned_steps`` says how many it had). ``run_only`` (static only): the steps
-    run; every other step is the same call on the same inputs (one shape, inputs placed once), so it
-    is counted at the run steps' steady median, marked untimed. ``Unsupported`` (a length the kernel
-    refuses) propagates.
+    Steady time is the mean of the non-compiling steps after the first (compiles unreported: of
+    repeated padded lengths). ``windows``: each step's trace window. ``budget_s``: the stream stops
+    after the step that spends it (``planned_steps`` says how many it had). ``run_only`` (static
+    only): the steps run, whatever the budget; every other step is the same call on the same inputs
+    (one shape, inputs placed once), counted at the run steps' steady mean, marked untimed.
+    ``Unsupported`` (a length the kernel refuses) propagates.
     """
     if regime not in REGIMES:
         raise ValueError(f"unknown regime {regime!r}; valid: {', '.join(REGIMES)}")
@@ -251,10 +253,10 @@ def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequ
         spent += seconds
         if budget_s is not None and spent >= budget_s and run_only is None:  # a static stream times few
             break
-    if run_only is not None:  # the untimed steps at the timed ones' steady median
+    if run_only is not None:  # the untimed steps at the timed ones' steady mean
         ran = [t for t in trace if t.timed]
         warm = [t.seconds for t in ran[1:] if not t.compiled] or [t.seconds for t in ran]
-        steady = statistics.median(warm)
+        steady = statistics.fmean(warm)
         trace = [t if t.timed else dataclasses.replace(t, seconds=steady) for t in trace]
 
     # Every step compiled (all lengths new): replay each shape warm, outside the trace, for a steady time.
@@ -281,16 +283,17 @@ def _summarize(name: str, regime: str, policy: str, template: Workload, runner,
                trace: list[StepTrace], replay: Sequence[tuple[int, float]] = (),
                planned_steps: int | None = None) -> RegimeResult:
     """The stream's figures. ``replay``: (padded length, seconds) of warm re-runs, used as the
-    steady steps when every step of the stream compiled."""
+    steady steps when every step of the stream compiled. The first step is the cold first call in
+    every framework: never steady."""
     if any(t.compiled is None for t in trace):
         seen: set[int] = set()
         steady = []
         for t in trace:
-            if t.padded_length in seen and t.timed:
+            if t.padded_length in seen and t.timed and t.step > 0:
                 steady.append((t.padded_length, t.seconds))
             seen.add(t.padded_length)
     else:
-        steady = [(t.padded_length, t.seconds) for t in trace if not t.compiled and t.timed]
+        steady = [(t.padded_length, t.seconds) for t in trace if not t.compiled and t.timed and t.step > 0]
     steady = steady or list(replay)
     total = sum(t.seconds for t in trace)
     batch = template.batch
@@ -311,7 +314,7 @@ def _summarize(name: str, regime: str, policy: str, template: Workload, runner,
         execution=runner.execution, compiles=runner.compiles(),
         compile_seconds_total=runner.compile_seconds(),
         compile_cache_hits=runner.cache_hits(),
-        steady_seconds_per_step=statistics.median(s for _, s in steady) if steady else None,
+        steady_seconds_per_step=statistics.fmean(s for _, s in steady) if steady else None,
         steady_tokens_per_s=(template.batch * sum(template.at_length(n).seq_q for n, _ in steady)
                              / steady_seconds if steady_rate else None),
         steady_flops_per_s=sum(flops(n) for n, _ in steady) / steady_seconds if steady_rate else None,
