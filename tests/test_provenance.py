@@ -198,8 +198,13 @@ def test_the_sidecar_records_contention_and_the_timing_interval_per_case(tmp_pat
                      "round_ids": [0, 1, 2], "control_round_medians_s": None, "control_round_ids": None,
                      "rounds_stopped": "settled", "phase_seconds": None, "contended_rounds": None,
                      "config": "block_q=256,block_k=256", "config_source": "tuned",
-                     "defaults_round_medians_s": [0.0021, 0.0022], "defaults_round_ids": [1, 2]}
+                     "defaults_round_medians_s": [0.0021, 0.0022], "defaults_round_ids": [1, 2],
+                     **dict.fromkeys(sidecar.STREAM_FIELDS)}  # a record without a stream: unknown
     assert sidecar.case_entry({**record, "ci_low_s": float("nan"), "rounds": None})["ci_low_s"] is None
+    streamed = sidecar.case_entry({**record, "traffic": "azure-code", "latency_p99_s": 0.01,
+                                   "window_seconds": "[0.5, 0.25]"})
+    assert (streamed["traffic"], streamed["latency_p99_s"], streamed["window_seconds"]) == \
+        ("azure-code", 0.01, [0.5, 0.25])
 
     results = tmp_path / "results"
     new, old = "c" * 40, "d" * 40
@@ -433,7 +438,7 @@ def test_the_sidecar_records_the_suite_and_its_settings(monkeypatch):
     assert (settings["min_seconds"], settings["max_extra_seconds"]) == (0.5, 3.0)
     assert settings["regime_seqs"] == "every length" and settings["max_interpret_seq"] == "no limit"
     assert settings["case_timeout_s"] == 600.0
-    assert settings["definitions"] == "5"  # metrics.DEFINITION_CHANGES of this release
+    assert settings["definitions"] == "6"  # metrics.DEFINITION_CHANGES of this release
     assert settings["model_presets"] == ",".join(presets.PRESETS) and settings["preset_size"] == "real"
     for value in settings.values():  # one scalar cell each in the tidy table
         assert isinstance(value, (str, int, float))

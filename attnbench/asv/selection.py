@@ -1,7 +1,7 @@
 """Which of the measured suite's parameter combinations each asv environment runs, and the runs.
 
-asv starts one process per benchmark and parameter combination: 27 metrics x 168 combinations per
-environment, about 9,000 processes and two minutes of ``make bench`` here, most of them n/a (the
+asv starts one process per benchmark and parameter combination: 29 metrics x 168 combinations per
+environment, about 10,000 processes and two minutes of ``make bench`` here, most of them n/a (the
 other environment's framework, a regime at a length the suite size does not run it at, a GPU
 kernel on a CPU host). ``selection`` names the combinations an environment can run, as asv ``-b``
 regexes over ``name(params)``; asv records the others n/a without starting a process. The sweep

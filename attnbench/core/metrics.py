@@ -296,7 +296,8 @@ DEFINITION_CHANGES: list[DefinitionChange] = [
                                          "longest_stall_seconds"),
                      "a stream's lengths come from a trace of real requests (the Azure LLM inference "
                      "traces; core/traffic.py), 200 steps in 8 windows in the default suite, batched as a "
-                     "server batches them (was 6 steps of uniform lengths in [L/2, L])"),
+                     "server batches them (was 6 steps of uniform lengths in [L/2, L]); a stream's steady "
+                     "step is the mean of its non-compiling steps after the first call (was their median)"),
     DefinitionChange("6", "2026-12-03", _THROUGHPUT,
                      "dynamic and bucketed regimes: the steady steps of a trace's stream",
                      regimes=("dynamic", "bucketed")),
