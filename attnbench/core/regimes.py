@@ -187,9 +187,14 @@ def stream_of(workload: Workload, steps: int, seed: int, traffic: str = UNIFORM,
                                    requests=steps * workload.batch, population=None)
 
 
+def step_sizes(step: int | Sequence[int], batch: int) -> tuple[int, ...]:
+    """A step's real lengths, one per sequence: a bare length is every sequence of the batch alike."""
+    return (int(step),) * batch if isinstance(step, (int, np.integer)) else tuple(int(n) for n in step)
+
+
 def step_length(step: int | Sequence[int]) -> int:
     """A step's longest real length: what the regime pads from."""
-    return int(step) if isinstance(step, (int, np.integer)) else int(max(step))
+    return max(step_sizes(step, 1))
 
 
 def _real_flops(template: Workload, sizes: Sequence[int]) -> float:
@@ -234,7 +239,7 @@ def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequ
     trace: list[StepTrace] = []
     spent = 0.0
     for i, (step, length, run_len) in enumerate(zip(lengths, longest, padded, strict=True)):
-        sizes = (length,) * template.batch if isinstance(step, (int, np.integer)) else tuple(step)
+        sizes = step_sizes(step, template.batch)
         facts = dict(step=i, length=length, padded_length=run_len, real_tokens=int(sum(sizes)),
                      useful_tokens=len(sizes) * template.seq_q if decode else int(sum(sizes)),
                      window=int(windows[i]), real_flops=_real_flops(template, sizes))

@@ -14,10 +14,11 @@ How a trace becomes a stream of steps (``trace_stream``; docs/workloads.md says 
   (context for prefill, context + generated for decode), rounded up, at least 1. A workload as long as
   the trace's lengths runs them unscaled. What still exceeds ``L`` after scaling (about 1%) is clipped
   to ``L``, and counted.
-- **Windows.** The stream is ``windows`` stretches of the trace, evenly spaced over it, each taken in
-  arrival order: a server's stretch of traffic, several of them so the stream's lengths follow the
-  whole trace's (their Kolmogorov-Smirnov distance is reported), and so the stream's cost has an
-  interval over windows.
+- **Windows.** The stream is ``windows`` stretches of the trace, one in each equal part of it, each
+  taken in arrival order: a server's stretch of traffic, several of them so the stream's lengths follow
+  the whole trace's (their Kolmogorov-Smirnov distance is reported), and so the stream's cost has an
+  interval over windows. Within its part, each window sits at the offset (of ``OFFSETS`` tried) whose
+  lengths are closest to the whole trace's (``_placed``), chosen from lengths only, before anything runs.
 - **Batches as a server forms them.** Prefill: each step takes the next ``batch`` requests. Decode:
   ``batch`` slots, each holding a request whose cache grows by one token per step from its context;
   a request leaves after its generated tokens and the next one in arrival order takes its slot
@@ -196,7 +197,8 @@ class TrafficStream:
     unclipped: tuple[tuple[int, ...], ...]  # the same before clipping
     window_of: tuple[int, ...]  # each step's window
     requests: int  # requests the stream took (prefill) or admitted (decode)
-    population: tuple[int, ...]  # the whole trace's lengths under the same rule, unclipped
+    population: tuple[int, ...] | None  # the whole trace's lengths under the same rule, unclipped
+    # (None: the uniform baseline, drawn from no trace)
 
     @property
     def clipped(self) -> int:
@@ -210,15 +212,10 @@ class TrafficStream:
 
 def ks_distance(sample, population) -> float:
     """The two-sample Kolmogorov-Smirnov statistic: the largest gap between the two empirical CDFs."""
-    a, b = np.sort(np.asarray(sample, dtype=float)), np.sort(np.asarray(population, dtype=float))
+    a, b = np.sort(np.asarray(sample, dtype=float)), np.asarray(population, dtype=float)
     if not len(a) or not len(b):
         raise ValueError("ks_distance needs two non-empty samples")
-    return _ks_sorted(a, b)
-
-
-def _ks_sorted(a: np.ndarray, b: np.ndarray) -> float:
-    """KS of two sorted samples, over the population's distinct values (a trace's lengths repeat)."""
-    values, counts = np.unique(b, return_counts=True)
+    values, counts = np.unique(b, return_counts=True)  # sorted distinct values: a trace's lengths repeat
     return _ks_against(a, values, np.cumsum(counts) / len(b))
 
 
