@@ -34,7 +34,7 @@ def _is_power_of_two(n: int) -> bool:
 
 def gpu_decode_shape_reason(workload, name: str = "jax-pallas-gpu-decode") -> str | None:
     """Why the Pallas GPU decode kernel with gqa's default tiles cannot run ``workload``."""
-    if workload.documents is not None:
+    if workload.packs_documents:
         return ("segment ids of packed documents are not expressible: decode_attention takes only a "
                 "ragged cache's left padding (start_idx per sequence)")
     if workload.phase != "decode":

@@ -52,7 +52,7 @@ def tpu_ragged_paged_shape_reason(workload, name: str = "jax-pallas-tpu-ragged-p
     import jax.numpy as jnp
     from jax.experimental.pallas.ops.tpu.ragged_paged_attention import kernel
 
-    if workload.documents is not None:
+    if workload.packs_documents:
         return ("segment ids of packed documents are not expressible: the kernel takes only each "
                 "sequence's cache length (kv_lens), i.e. a ragged cache's padding")
     if workload.phase != "decode":

@@ -13,6 +13,7 @@ from attnbench import hardware
 from attnbench.asv.machine import machine_name
 from attnbench.backends import here
 from attnbench.core import presets, traffic
+from attnbench.core.regimes import PACKED, REGIMES, regime_reason
 from attnbench.core.workload import PHASE_MODES, Workload
 from attnbench.hardware import get_hardware_profile, load_hardware_profiles
 from attnbench.hardware.dtypes import machine_dtype_problem
@@ -59,8 +60,11 @@ def cmd_run(args) -> int:
     memory_cap = parse_bytes(args.memory_cap) if args.memory_cap else None
     workloads = run_workloads(args)
     template = workloads[0]
-    regimes = args.regime or (["static"] if args.workload or template.phase == "decode"
-                              else ["static", "dynamic", "bucketed"])
+    regimes = args.regime or (["static"] if args.workload or template.phase == "decode" else list(REGIMES))
+    for workload in workloads if PACKED in regimes else ():
+        reason = regime_reason(workload, PACKED)
+        if reason:
+            raise ValueError(f"--regime packed: {reason}")
     impls = [i.name for i in _impls(args.impl, args.framework) if not here.framework_missing(i)]
     if not impls:
         raise ValueError("no implementation of the chosen ones is installed in this environment")
@@ -257,9 +261,10 @@ def add_run_command(sub) -> None:
                    "one (default local)")
     p.add_argument("--size", choices=("real", "default"), default="real",
                    help="a preset's lengths: the model's own (real) or the 2-core CPU suite's (default)")
-    p.add_argument("--regime", nargs="+", choices=["static", "dynamic", "bucketed"],
-                   help="shape regimes (default all three; static only for a preset or decode; "
-                        "decode's streams vary its cache length)")
+    p.add_argument("--regime", nargs="+", choices=list(REGIMES),
+                   help="shape regimes (default all four; static only for a preset or decode; "
+                        "decode's streams vary its cache length; packed lays a stream's requests end to "
+                        "end with segment ids, for prefill and training)")
     p.add_argument("--bucket-policy", default="multiple-128", help="multiple-N or pow2")
     p.add_argument("--steps", type=int, default=8, help="steps in each regime's length stream")
     p.add_argument("--traffic", default="uniform", metavar="TRACE",

@@ -162,10 +162,11 @@ def test_asv_run_records_ok_and_skipped_not_failed(asv_run):
     from benchmarks.attention import Forward, Models, Training
 
     handed = list((tmp / "handover").rglob("*.case"))
-    # Forward: 2 lengths x 3 regimes x 4 impls; Training: 4; Models (smoke: mistral-7b decode): the 3
+    # Forward: 2 lengths x 4 regimes x 4 impls; Training: 4; Models (smoke: mistral-7b decode): the 3
     # that run natively on a CPU (jax-cudnn is left out of the presets: asv_sizes.preset_impl_names),
-    # static, and their dynamic and bucketed cases as n/a records with the size's reason
-    assert len(handed) == 2 * 3 * 4 + 4 + 3 + 3 * 2, handed
+    # static, and their dynamic, bucketed and packed cases as n/a records with the size's reason
+    # (packed: a decode has nothing to pack)
+    assert len(handed) == 2 * 4 * 4 + 4 + 3 + 3 * 3, handed
     setup = {key: seconds for key, seconds in data["durations"].items() if "setup_cache attention" in key}
     forward_s, training_s, models_s = (
         setup[f"<setup_cache attention:{cls.setup_cache.__code__.co_firstlineno}>"]

@@ -62,6 +62,8 @@ def test_docs_feature_matrix_is_the_generated_one(capsys):
      "--margin must be a fraction between 0 and 1"),
     (["verdict", "--margin", "1"], "--margin must be a fraction between 0 and 1"),
     (["confirm", "--budget", "0"], "--budget must be more than 0 seconds"),
+    (["run", "--impl", "reference-float64", "--workload", "llama-3.1-8b", "--phase", "decode", "--regime",
+      "packed"], "--regime packed: the packed regime packs prefill and training sequences"),
 ])
 def test_bad_input_exits_2_with_a_clear_message(capsys, argv, message):
     assert main(argv) == 2

@@ -17,6 +17,7 @@ from attnbench.core.regimes import (
     length_stream,
     padded_length,
     run_regime,
+    runner_template,
     trace_to_rows,
 )
 from attnbench.core.workload import Workload
@@ -79,7 +80,7 @@ def test_bad_policy_names_the_name_and_the_valid_forms(name):
 
 
 def test_padded_length_per_regime():
-    assert [padded_length(200, r, 512) for r in REGIMES] == [512, 200, 256]
+    assert [padded_length(200, r, 512) for r in REGIMES] == [512, 200, 256, 512]
     assert padded_length(200, "bucketed", 512, policy="pow2") == 256
     assert padded_length(200, "bucketed", 512, policy="multiple-64") == 256
     assert padded_length(129, "bucketed", 512, policy="multiple-64") == 192
@@ -95,7 +96,8 @@ def run_fake(fake, template, *args, **kwargs):
 
 def run_kernel(kernel, template, *args, **kwargs):
     """``run_regime`` of a real kernel's fresh runner, as the engine makes it."""
-    return run_regime(kernel.name, here.make_runner(kernel, template), template, *args, **kwargs)
+    runner = here.make_runner(kernel, runner_template(template, args[0] if args else kwargs["regime"]))
+    return run_regime(kernel.name, runner, template, *args, **kwargs)
 
 
 class FakeCompiler:
@@ -216,6 +218,7 @@ def impl(name):
 
 
 SMALL = Workload(batch=1, q_heads=2, seq_q=256, head_dim=32, causal=True)
+SHAPE_REGIMES = ("static", "dynamic", "bucketed")  # the ways that pad, each a length per step
 # A stream with repeats: 7 seeded lengths in [128, 256], then three of them again.
 STREAM = length_stream(256, 7, seed=11) + length_stream(256, 7, seed=11)[:3]
 
@@ -230,13 +233,13 @@ def first_occurrences(values):
 
 @pytest.fixture(scope="module")
 def jax_regimes():
-    return {r: run_kernel(impl("jax-xla"), SMALL, r, STREAM, policy="multiple-64") for r in REGIMES}
+    return {r: run_kernel(impl("jax-xla"), SMALL, r, STREAM, policy="multiple-64") for r in SHAPE_REGIMES}
 
 
 @needs_jax
 @pytest.mark.slow
 def test_jax_compiles_once_per_shape_in_each_regime(jax_regimes):
-    static, dynamic, bucketed = (jax_regimes[r] for r in REGIMES)
+    static, dynamic, bucketed = (jax_regimes[r] for r in SHAPE_REGIMES)
     assert len(set(STREAM)) == 7
     assert static.compiles == 1 and static.shapes == (256,)
     assert dynamic.compiles == len(set(STREAM))
@@ -256,7 +259,7 @@ def test_jax_throughput_pays_for_its_compile_stalls(jax_regimes):
         assert result.useful_tokens_per_s == pytest.approx(tokens / result.total_seconds)
         assert result.total_seconds > result.steady_seconds_per_step * len(STREAM)
         assert result.stall_seconds > 0
-    static, dynamic, _ = (jax_regimes[r] for r in REGIMES)
+    static, dynamic, _ = (jax_regimes[r] for r in SHAPE_REGIMES)
     assert dynamic.padding_waste == 0 < static.padding_waste
     assert dynamic.total_seconds > static.total_seconds  # 7 compiles cost more than padding here
 

@@ -49,7 +49,9 @@ class Runner:
     """One step function reused across sequence lengths, as a serving or training loop reuses it,
     so a new length costs whatever the framework does for a new shape. ``prepare(length)`` places and
     caches seeded inputs (``Unsupported`` for a length the kernel refuses): call it before timing
-    ``step``. The compile counts cover only work inside ``step`` (``None``: the framework does not say).
+    ``step``; a packed stream's step also names its layout (``packed``: its inputs carry the layout's
+    segment ids, same shape). The compile counts cover only work inside ``step`` (``None``: the
+    framework does not say).
     """
 
     template: Workload
@@ -62,17 +64,20 @@ class Runner:
     count_cache_hits: Callable[[], int | None] = lambda: None
     inputs: dict[int, Any] = field(default_factory=dict, repr=False)
 
-    def workload(self, length: int) -> Workload:
-        """The workload of one step at ``length`` (``Workload`` rejects a length below 1)."""
-        return self.template.at_length(length)
+    def workload(self, length: int, packed=None) -> Workload:
+        """The workload of one step at ``length`` (``Workload`` rejects a length below 1), with the
+        step's packed layout (``Workload.packed``) where it has one."""
+        workload = self.template.at_length(length)
+        return workload if packed is None else workload.replace(packed=packed)
 
-    def prepare(self, length: int) -> None:
-        if length not in self.inputs:
-            self.inputs[length] = self.place(self.workload(length))
+    def prepare(self, length: int, packed=None) -> None:
+        key = (length, packed)
+        if key not in self.inputs:
+            self.inputs[key] = self.place(self.workload(length, packed))
 
-    def step(self, length: int) -> None:
-        self.prepare(length)
-        self.call(self.inputs[length])
+    def step(self, length: int, packed=None) -> None:
+        self.prepare(length, packed)
+        self.call(self.inputs[(length, packed)])
 
     def compiles(self) -> int | None:
         return self.count_compiles()

@@ -5,6 +5,8 @@ One numpy definition shared by the float64 reference, the FLOPs count and the se
 ``j`` when every active rule keeps it: causal ``j <= p``; window ``W`` ``p - W < j <= p`` (the Mistral /
 Hugging Face convention); equal segment ids. Soft-capping changes values, not which pairs are kept.
 
+Packed layouts (``packed_segment_ids``) give each row's documents ids 0, 1, ... in order and the
+row's unfilled tail ``-1``.
 Seeded layouts (``default_rng(seed)``, per batch row): documents are cut at ``N - 1`` distinct uniform
 positions in ``1 .. S-1``; a ragged cache's row 0 is full, the others' lengths uniform in
 ``[max(seq_q, kv_len // 4), kv_len]``, left-padded with segment id ``-1`` (queries ``0``).
@@ -29,6 +31,17 @@ def document_segment_ids(batch: int, seq: int, documents: int, seed: int = DOCUM
         cuts = np.sort(rng.choice(np.arange(1, seq), size=documents - 1, replace=False))
         for cut in cuts:
             ids[b, cut:] += 1
+    return ids
+
+
+def packed_segment_ids(rows, seq: int) -> np.ndarray:
+    """``[len(rows), seq]`` int32 ids of packed documents: each row's documents in order, numbered
+    from 0, the rest of the row padding (``PADDING_SEGMENT``: it sees only itself)."""
+    ids = np.full((len(rows), seq), PADDING_SEGMENT, dtype=np.int32)
+    for b, row in enumerate(rows):
+        if sum(row) > seq:
+            raise ValueError(f"row {b}: documents of {sum(row)} tokens exceed the sequence of {seq}")
+        ids[b, : sum(row)] = np.repeat(np.arange(len(row), dtype=np.int32), row)
     return ids
 
 

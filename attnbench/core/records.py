@@ -140,5 +140,7 @@ def workload_columns(w: Workload) -> dict:
     """A workload's columns: its fields (its name as ``workload``) and what follows from them."""
     columns = dataclasses.asdict(w)
     columns["workload"] = columns.pop("name")
+    if columns.pop("packed") is not None:  # a layout is one step's of a packed stream, never a case's
+        raise ValueError("a record's workload is a case's: a packed layout belongs to one stream step")
     return {**columns, "phase": w.phase, "mask": w.mask, "mask_density": w.mask_density, "flops": w.flops,
             "dense_flops": w.dense_flops, "min_bytes": w.min_bytes, "tokens": w.tokens}

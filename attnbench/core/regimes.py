@@ -2,7 +2,9 @@
 
 A compiled backend specializes its code to shapes, so a loop meeting new lengths must choose:
 ``static`` pads to ``max_len`` (one compile), ``dynamic`` runs exact lengths (one compile each),
-``bucketed`` pads up to a bucket (one compile per bucket). ``run_regime`` runs one seeded stream
+``bucketed`` pads up to a bucket (one compile per bucket), ``packed`` (packed varlen) lays the
+stream's requests end to end in rows of ``max_len`` and tells them apart by segment ids (one shape,
+for a kernel that takes segment ids; ``pack``). ``run_regime`` runs one seeded stream
 through one ``Runner``, as a real loop keeps it, and records per step whether it compiled and how
 long it took, so compile stalls land in the throughput instead of being warmed away.
 
@@ -25,7 +27,9 @@ import numpy as np
 from attnbench.core.traffic import DEFAULT_WINDOWS, UNIFORM, TrafficStream, is_trace, load, trace_stream
 from attnbench.core.workload import Workload
 
-REGIMES = ("static", "dynamic", "bucketed")
+REGIMES = ("static", "dynamic", "bucketed", "packed")
+PACKED = "packed"
+PACKED_PHASES = ("prefill", "training")  # a decode step's queries are one token per cache: nothing to pack
 POLICY_FORMS = ("multiple-128", "pow2", "multiple-N (any N >= 1, e.g. multiple-64)")
 _MULTIPLE = re.compile(r"^multiple-([0-9]+)$")
 
@@ -83,7 +87,7 @@ def padded_length(length: int, regime: str, max_len: int, policy: str = "multipl
         raise ValueError(f"unknown regime {regime!r}; valid: {', '.join(REGIMES)}")
     if not 1 <= length <= max_len:
         raise ValueError(f"length {length} is outside [1, max_len={max_len}]")
-    if regime == "static":
+    if regime in ("static", PACKED):
         return max_len
     if regime == "dynamic":
         return length
@@ -93,7 +97,7 @@ def padded_length(length: int, regime: str, max_len: int, policy: str = "multipl
 @dataclass(frozen=True)
 class StepTrace:
     step: int
-    length: int  # real tokens per sequence
+    length: int  # real tokens per sequence: the step's longest (packed: its longest document)
     padded_length: int  # what ran
     compiled: bool | None  # the runner's compile count rose in this step (None: not reported)
     seconds: float  # wall time of the step, blocking, compile included
@@ -199,12 +203,73 @@ def step_length(step: int | Sequence[int]) -> int:
 
 def _real_flops(template: Workload, sizes: Sequence[int]) -> float:
     """A step's FLOPs at its sequences' real lengths: each sequence a batch's share at its length."""
-    per_length = {n: template.at_length(n).flops / template.batch for n in set(sizes)}
+    per_length = {n: template.at_length(n).flops / template.batch for n in set(sizes) if n}
     return float(sum(per_length[n] for n in sizes))
 
 
 def _useful(t: StepTrace, batch: int) -> int:
     return t.useful_tokens if t.useful_tokens is not None else batch * t.length
+
+
+@dataclass(frozen=True)
+class PackedStep:
+    """One step of a packed stream: per batch row, the documents (requests) laid in it, in order."""
+
+    rows: tuple[tuple[int, ...], ...]
+    window: int
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(n for row in self.rows for n in row)
+
+
+def pack(steps: Sequence, window_of: Sequence[int], batch: int, max_len: int) -> list[PackedStep]:
+    """The stream's requests packed as a varlen server packs them: in arrival order, each window on
+    its own, each request laid after the last in the current row while it fits, else in the next
+    row; a step is ``batch`` rows. The window's last step may have rows left empty (all padding).
+    A request longer than ``max_len`` cannot arrive here: a stream's lengths are clipped to it."""
+    out: list[PackedStep] = []
+    by_window: dict[int, list[int]] = {}
+    for step, w in zip(steps, window_of, strict=True):
+        by_window.setdefault(int(w), []).extend(step_sizes(step, batch))
+    for w, requests in by_window.items():
+        rows: list[list[int]] = [[]]
+        for n in requests:
+            if not 1 <= n <= max_len:
+                raise ValueError(f"a request of {n} tokens cannot be packed in rows of {max_len}")
+            if sum(rows[-1]) + n > max_len:
+                if len(rows) == batch:
+                    out.append(PackedStep(tuple(tuple(r) for r in rows), w))
+                    rows = []
+                rows.append([])
+            rows[-1].append(n)
+        rows += [[] for _ in range(batch - len(rows))]
+        out.append(PackedStep(tuple(tuple(r) for r in rows), w))
+    return out
+
+
+def regime_reason(workload: Workload, regime: str) -> str | None:
+    """Why ``regime``'s stream cannot be made of ``workload`` (``None``: it can). Only ``packed``
+    refuses: it packs prefill and training sequences, and it sets the segment ids itself."""
+    if regime != PACKED:
+        return None
+    if workload.phase not in PACKED_PHASES:
+        return (f"the packed regime packs prefill and training sequences; a {workload.phase} step's "
+                "queries are one token per cache (its ragged caches are the dynamic regime's)")
+    if workload.segmented:
+        return f"the packed regime sets the segment ids itself; the workload has its own ({workload.mask})"
+    return None
+
+
+def runner_template(workload: Workload, regime: str) -> Workload:
+    """The workload a stream's runner is built (and its kernel asked) for: ``workload`` itself, or for
+    ``packed`` every row one document of ``max_len``, so that the kernel takes segment ids."""
+    if regime != PACKED:
+        return workload
+    reason = regime_reason(workload, regime)
+    if reason:
+        raise ValueError(reason)
+    return workload.replace(packed=((workload.stream_length,),) * workload.batch)
 
 
 def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequence,
@@ -228,6 +293,8 @@ def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequ
     if run_only is not None and regime != "static":
         raise ValueError("run_only is for a static stream, whose every step is one call on one shape")
     bucket_policy(policy)  # a bad name fails before anything runs, whatever the regime
+    if regime == PACKED:
+        return _run_packed(name, runner, template, lengths, windows, budget_s)
     max_len = template.stream_length
     longest = [step_length(n) for n in lengths]
     padded = [padded_length(n, regime, max_len, policy) for n in longest]
@@ -272,6 +339,40 @@ def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequ
             runner.step(run_len)
             replay.append((run_len, clock() - start))
     return _summarize(name, regime, policy, template, runner, trace, replay, planned_steps=len(padded))
+
+
+def _run_packed(name: str, runner, template: Workload, lengths: Sequence, windows: Sequence[int] | None,
+                budget_s: float | None) -> RegimeResult:
+    """``run_regime`` for ``packed``: the stream's requests ``pack``ed, every step at ``max_len`` with
+    its layout's segment ids. A step's padding is its rows' unfilled tails; its real FLOPs are each
+    document's own causal square, the cross-document pairs a dense kernel computes and masks being
+    waste like padding's."""
+    base = template.replace(packed=None)
+    max_len = base.stream_length
+    windows = list(windows) if windows is not None else [0] * len(lengths)
+    steps = pack(lengths, windows, base.batch, max_len)
+    clock = time.perf_counter
+    trace: list[StepTrace] = []
+    spent = 0.0
+    for i, step in enumerate(steps):
+        sizes = step.sizes
+        runner.prepare(max_len, step.rows)
+        before, compile_before = runner.compiles(), runner.compile_seconds()
+        start = clock()
+        runner.step(max_len, step.rows)
+        seconds = clock() - start
+        after, compile_after = runner.compiles(), runner.compile_seconds()
+        trace.append(StepTrace(
+            step=i, length=max(sizes, default=0), padded_length=max_len,
+            compiled=None if before is None or after is None else after > before, seconds=seconds,
+            compile_seconds=(None if compile_before is None or compile_after is None
+                             else compile_after - compile_before),
+            real_tokens=sum(sizes), useful_tokens=sum(sizes), window=step.window,
+            real_flops=_real_flops(base, sizes)))
+        spent += seconds
+        if budget_s is not None and spent >= budget_s:
+            break
+    return _summarize(name, PACKED, "", base, runner, trace, planned_steps=len(steps))
 
 
 def spread_steps(window_of: Sequence[int], count: int) -> list[int]:

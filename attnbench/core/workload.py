@@ -45,6 +45,9 @@ class Workload:
     window: int | None = None
     softcap: float | None = None
     documents: int | None = None
+    # Packed varlen: each batch row's documents' lengths, in order, what is left of the row padding
+    # (``masks.packed_segment_ids``). A layout belongs to one step of a ``packed`` stream.
+    packed: tuple[tuple[int, ...], ...] | None = None
     ragged: bool = False
     name: str = CUSTOM
     # A preset's window shrunk with a suite size's shorter length: the model's own window. Provenance,
@@ -99,13 +102,16 @@ class Workload:
             if self.seq_q != self.seq_k:
                 raise ValueError("Workload.documents packs one sequence of queries and keys: it needs "
                                  f"seq_q == seq_k, got {self.seq_q} and {self.seq_k}")
+        if self.packed is not None:
+            self._check_packed()
         if not isinstance(self.ragged, bool):
             raise ValueError(f"Workload.ragged must be a bool, got {self.ragged!r}")
         if self.ragged and not self.seq_q < self.seq_k:
             raise ValueError("Workload.ragged is a decode batch's ragged KV cache: it needs seq_q < seq_k, "
                              f"got {self.seq_q} and {self.seq_k}")
-        if self.ragged and self.documents is not None:
-            raise ValueError("Workload.ragged and Workload.documents both set segment ids: choose one")
+        if sum((self.ragged, self.documents is not None, self.packed is not None)) > 1:
+            raise ValueError("Workload.ragged, Workload.documents and Workload.packed each set segment ids: "
+                             "choose one")
         if self.window_scaled_from is not None:
             scaled_from = self.window_scaled_from
             if isinstance(scaled_from, bool) or not isinstance(scaled_from, int) or self.window is None \
@@ -115,6 +121,23 @@ class Workload:
                                  f"window={self.window} and window_scaled_from={scaled_from!r}")
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Workload.name must be a preset name or {CUSTOM!r}, got {self.name!r}")
+
+    def _check_packed(self) -> None:
+        rows = self.packed
+        if not isinstance(rows, tuple) or len(rows) != self.batch \
+                or not all(isinstance(r, tuple) for r in rows):
+            raise ValueError(f"Workload.packed must be one tuple of document lengths per batch row "
+                             f"({self.batch} rows), got {rows!r}")
+        for b, row in enumerate(rows):
+            if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in row):
+                raise ValueError(f"Workload.packed row {b}: document lengths must be positive integers, "
+                                 f"got {row!r}")
+            if sum(row) > self.seq_q:
+                raise ValueError(f"Workload.packed row {b}: documents of {sum(row)} tokens exceed "
+                                 f"seq_q={self.seq_q}")
+        if self.seq_q != self.seq_k:
+            raise ValueError("Workload.packed packs one sequence of queries and keys: it needs "
+                             f"seq_q == seq_k, got {self.seq_q} and {self.seq_k}")
 
     @property
     def q_shape(self) -> tuple[int, int, int, int]:
@@ -142,12 +165,20 @@ class Workload:
     @property
     def segmented(self) -> bool:
         """Whether the mask has segment ids (documents, or a ragged cache's padding)."""
-        return self.documents is not None or self.ragged
+        return self.packs_documents or self.ragged
+
+    @property
+    def packs_documents(self) -> bool:
+        """Whether the segment ids are documents packed in a sequence (seeded, or a packed layout)."""
+        return self.documents is not None or self.packed is not None
 
     def segment_ids(self):
         """``(q_segment_ids [B, Sq], kv_segment_ids [B, Sk])`` int32 numpy arrays, or ``None``."""
         if self.documents is not None:
             ids = masks.document_segment_ids(self.batch, self.seq_q, self.documents)
+            return ids, ids.copy()
+        if self.packed is not None:
+            ids = masks.packed_segment_ids(self.packed, self.seq_q)
             return ids, ids.copy()
         if self.ragged:
             return masks.ragged_segment_ids(self.batch, self.seq_q, self.seq_k)
@@ -174,6 +205,8 @@ class Workload:
             parts.append(f"window({self.window})")
         if self.documents is not None:
             parts.append(f"documents({self.documents})")
+        if self.packed is not None:
+            parts.append("packed")
         if self.ragged:
             parts.append("ragged-cache")
         if self.softcap is not None:
@@ -244,11 +277,12 @@ class Workload:
         return self.seq_k if self.phase == "decode" else self.seq_q
 
     def at_length(self, length: int) -> Workload:
-        """This workload at another ``stream_length`` (decode: the cache; else seq_q = seq_k)."""
+        """This workload at another ``stream_length`` (decode: the cache; else seq_q = seq_k). A packed
+        layout belongs to one step: it does not carry to another length."""
         if self.phase == "decode":
             return self.replace(seq_k=length)
         documents = None if self.documents is None else min(self.documents, length)
-        return self.replace(seq_q=length, seq_k=length, documents=documents)
+        return self.replace(seq_q=length, seq_k=length, documents=documents, packed=None)
 
     def to_dict(self) -> dict:
         """The fields, less the mask fields left at their defaults: what an older release's
@@ -256,7 +290,7 @@ class Workload:
         ``window_scaled_from`` never goes: it changes nothing the other revision computes."""
         fields = dataclasses.asdict(self)
         del fields["window_scaled_from"]
-        for name in ("window", "softcap", "documents", "ragged", "name"):
+        for name in ("window", "softcap", "documents", "packed", "ragged", "name"):
             if fields[name] == _DEFAULTS[name]:
                 del fields[name]
         return fields

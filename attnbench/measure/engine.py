@@ -261,7 +261,8 @@ def _run_regime(impl, workload, options, record):
                                          options.stream_windows)
     subset = options.regime == "static" and options.static_stream_steps
     run_only = regimes.spread_steps(stream.window_of, options.static_stream_steps) if subset else None
-    result = regimes.run_regime(impl.name, here.make_runner(impl, template, options.seed), template,
+    runner = here.make_runner(impl, regimes.runner_template(template, options.regime), options.seed)
+    result = regimes.run_regime(impl.name, runner, template,
                                 options.regime, stream.steps, options.bucket_policy, stream.window_of,
                                 options.stream_budget_s, run_only)
     first = result.trace[0] if result.trace else None

@@ -126,19 +126,20 @@ def plot_regime_cost(costs) -> bytes | None:
         return None
     panels = list(costs.groupby(["machine", "seq_len"], sort=True))
     fig, axes = new_figure(len(panels), 1, width=max(6.0, 0.7 * costs["implementation"].nunique() + 2))
-    width = 0.27
-    regime_colors = {"static": "#4c72b0", "dynamic": "#dd8452", "bucketed": "#55a868"}
+    width = 0.8 / len(REGIMES)
+    regime_colors = {"static": "#4c72b0", "dynamic": "#dd8452", "bucketed": "#55a868", "packed": "#8172b3"}
     for ax, ((machine, seq), part) in zip(axes.flat, panels, strict=True):
         part = part.sort_values("implementation").reset_index(drop=True)
         for k, regime in enumerate(REGIMES):
-            ax.bar([i + (k - 1) * width for i in range(len(part))], part[f"{regime} usd/step"], width,
+            offset = (k - (len(REGIMES) - 1) / 2) * width
+            ax.bar([i + offset for i in range(len(part))], part[f"{regime} usd/step"], width,
                    label=regime, color=regime_colors[regime])
         ax.set_xticks(range(len(part)))
         ax.set_xticklabels([f"{r.implementation}{' (ff)' if r.label == 'forced-flash' else ''}"
                             for r in part.itertuples()], rotation=30, ha="right", fontsize=8)
         ax.set_yscale("log")
         ax.set_ylabel("USD per step incl. compile stalls")
-        ax.set_title(f"{machine}, S{int(seq)}: static vs dynamic vs bucketed (ff = forced-flash)",
+        ax.set_title(f"{machine}, S{int(seq)}: {' vs '.join(REGIMES)} (ff = forced-flash)",
                      fontsize=10)
         ax.legend(fontsize=8)
         ax.grid(True, axis="y", which="both", alpha=0.3)

@@ -16,7 +16,7 @@ import json
 import math
 import os
 
-from attnbench.core import presets, traffic
+from attnbench.core import presets, regimes, traffic
 from attnbench.report import streams as pricing
 from attnbench.report.plots import new_figure, png_bytes
 from attnbench.report.select import newest_commit
@@ -184,6 +184,8 @@ def stream_table(frame):
             steps += f" of {planned} (cut by the stream budget)"
         if timed is not None and ran is not None and timed < ran:
             steps += f" ({timed} timed, one shape)"
+        if first["regime"] == regimes.PACKED and ran is not None:
+            steps += " packed"  # fewer, fuller steps: the same requests as the other ways' streams
         ks, shape = first.get("traffic_ks"), _shape(first)
         padding = values.get(METRICS["padding"])
         tokens, usd = values.get(METRICS["tokens"]), values.get(METRICS["usd"])
@@ -323,7 +325,7 @@ def plot_timeline(traces, frame) -> bytes | None:
     from attnbench.report.select import newest_traces
 
     panels = []
-    for regime in ("static", "bucketed", "dynamic"):
+    for regime in ("static", "bucketed", "dynamic", "packed"):
         part = newest_traces(traces, frame, regime)
         if part.empty or "window" not in part or "usd" not in part:
             continue

@@ -10,6 +10,7 @@ import os
 import re
 from typing import TYPE_CHECKING
 
+from attnbench.core import regimes
 from attnbench.results.noise import is_contended
 
 # Imported where used: pandas (the torch_xla venv has no report libraries).
@@ -17,7 +18,7 @@ from attnbench.results.noise import is_contended
 if TYPE_CHECKING:
     import pandas as pd
 
-REGIMES = ("static", "dynamic", "bucketed")
+REGIMES = regimes.REGIMES
 
 
 def short_env(env) -> str:

@@ -1,5 +1,5 @@
 """The production stream's pricing: what a kernel costs per million useful tokens over a stream of
-``steps`` steps, each way through it (static, dynamic, bucketed), from its measured stream's figures,
+``steps`` steps, each way through it (static, dynamic, bucketed, packed), from its measured stream's figures,
 and where two kernels break even. Values in, values out: the verdict (``report/verdict.py``) reads
 the measured cases and ranks them with this.
 
@@ -8,6 +8,10 @@ default), so its price is what was measured. Beyond the measured steps the price
 says so: a pad-to-max stream has one shape (its stall once, then its steady step); a trace's
 dynamic or bucketed stream keeps compiling at its measured rate per step (conservative: a trace's
 new shapes thin out); the synthetic uniform stream's new shapes follow its uniform lengths.
+
+A packed stream serves the same requests in fewer, fuller steps (``regimes.pack``): its figures are
+per packed step, so they are priced per step of the stream it packed (``packed_per_step``), and its
+steps served are counted in that stream's steps, so that every way prices the same traffic.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import math
 from attnbench.core import regimes
 from attnbench.results.noise import SCATTER_Z
 
-STRATEGY = {"static": "pad to max", "dynamic": "exact lengths", "bucketed": "buckets"}  # each way, in words
+STRATEGY = {"static": "pad to max", "dynamic": "exact lengths", "bucketed": "buckets",
+            "packed": "packed (segment ids)"}  # each way, in words
 BUCKET_POLICY = "multiple-128"  # the engine's default, the one the suite measures
 STREAM_SEED = 0  # engine.Options.seed: the suite's streams are drawn with it
 
@@ -75,7 +80,7 @@ def price_stream(
         stalls, expected = stall_total, 0.0
     elif steps == measured_steps:  # the measured stream itself: its own shapes, not the expected ones
         stalls, expected = stall_total, float(compiles)
-    elif regime == "static":  # one shape: compiled once, whatever the length
+    elif regime in ("static", regimes.PACKED):  # one shape: compiled once, whatever the lengths
         stalls, expected = stall_total, float(compiles)
     elif traced:
         stalls, expected = stall_total * steps / measured_steps, compiles * steps / measured_steps
@@ -152,16 +157,28 @@ def stream_figures(case: dict, regime: str, max_len: int, measured_steps: int) -
     if usd is None or usd != usd:
         return None
     ran = case.get(f"{regime}:steps")
+    ran = float(ran) if ran is not None and ran == ran and ran > 0 else float(measured_steps)
+    per = packed_per_step(case, regime, measured_steps)  # 1 but for a packed stream
     return {
-        "steady_usd": case[f"{regime}:usd_per_step"],
-        "usd_with_compiles": case[f"{regime}:usd_per_step_with_compiles"],
+        "steady_usd": case[f"{regime}:usd_per_step"] * per,
+        "usd_with_compiles": case[f"{regime}:usd_per_step_with_compiles"] * per,
         "usd_per_mtok": usd,
         "compiles": case[f"{regime}:compiles"],
         "regime": regime,
         "max_len": max_len,
-        "measured_steps": int(ran) if ran is not None and ran == ran and ran > 0 else measured_steps,
+        "measured_steps": int(ran) if per == 1.0 else max(1, round(ran / per)),
         "traced": is_traced(case, regime),
     }
+
+
+def packed_per_step(case: dict, regime: str, measured_steps: int) -> float:
+    """The steps a ``regime`` stream ran per step of the stream it was made of: a packed stream's
+    planned steps over the suite's ``measured_steps`` (module doc); 1 for every other way, or where
+    the case did not record its planned steps."""
+    planned = case.get(f"{regime}:planned")
+    if regime != regimes.PACKED or not measured_steps or planned is None or not planned > 0:
+        return 1.0
+    return float(planned) / measured_steps
 
 
 def is_traced(case: dict, regime: str) -> bool:

@@ -313,7 +313,7 @@ def plot_stream_cost(frame, *, steps: int | None = None) -> bytes | None:
             option = streams.cheapest_way(case, steps, scatter, floors, seq, measured)
             color, style = colors[case["implementation"]], line_style(case["label"])
             sources.add(case.get(f"{option['regime']}:traffic"))
-            ran, so_far = window_costs(case, option["regime"])
+            ran, so_far = window_costs(case, option["regime"], measured)
             if ran:
                 width = math.exp(SCATTER_Z * math.hypot(option["sd_once"], _step_sd(case)))
                 ax.plot(ran, so_far, style, marker="o", markersize=3, color=color, linewidth=1.8,
@@ -340,10 +340,11 @@ def plot_stream_cost(frame, *, steps: int | None = None) -> bytes | None:
     return png_bytes(fig)
 
 
-def window_costs(case: dict, regime: str) -> tuple[list[int], list[float]]:
+def window_costs(case: dict, regime: str, measured_steps: int = 0) -> tuple[list[int], list[float]]:
     """The measured stream's cost so far at the end of each trace window: (steps served, USD per
     million useful tokens), from the case's per-window seconds and useful tokens at its price per
-    second (its steady step's USD over its seconds); empty where they were not recorded."""
+    second (its steady step's USD over its seconds); empty where they were not recorded. A packed
+    stream's steps served count the steps of the stream it packed (``measured_steps``: the suite's)."""
     seconds, tokens = case.get(f"{regime}:window_seconds"), case.get(f"{regime}:window_tokens")
     usd, step_s = case.get("static:usd_per_step"), case.get("step_s")
     ran, planned = case.get(f"{regime}:steps"), case.get(f"{regime}:planned")
@@ -352,13 +353,14 @@ def window_costs(case: dict, regime: str) -> tuple[list[int], list[float]]:
             or not step_s or not ran or ran != ran):
         return [], []
     per_second = usd / step_s
+    per = streams.packed_per_step(case, regime, measured_steps)
     planned = int(planned) if planned and planned == planned else int(ran)
     count = int(windows) if windows and windows == windows else len(seconds)
     per_window = -(-planned // count)
     steps_so_far, costs, spent, served = [], [], 0.0, 0
     for i, (s, t) in enumerate(zip(seconds, tokens, strict=False)):
         spent, served = spent + s, served + t
-        steps_so_far.append(min(int(ran), (i + 1) * per_window))
+        steps_so_far.append(round(min(int(ran), (i + 1) * per_window) / per))
         costs.append(spent * per_second * 1e6 / served if served else float("nan"))
     return steps_so_far, costs
 

@@ -16,6 +16,7 @@ from attnbench.results.judge import ALERT_Z
 # Imported where used: pandas (the torch_xla venv has no report libraries).
 
 KINDS = (("seconds_per_step", "static"), ("seconds_per_step", "dynamic"), ("seconds_per_step", "bucketed"),
+         ("seconds_per_step", "packed"),
          ("usd_per_million_useful_tokens_with_compiles", "static"), ("compile_seconds", "static"),
          ("first_call_seconds", "static"), ("compile_seconds", "dynamic"))
 COLUMNS = ["machine", "figure", "runs", "noise floor", "smallest step between runs",

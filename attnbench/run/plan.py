@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import attention_impls
 from attnbench.backends import here
-from attnbench.core import records, statuses
+from attnbench.core import records, regimes, statuses
 from attnbench.measure.engine import Case, case_record, measure_case, resolve_impl
 from attnbench.run.worker import Worker
 
@@ -24,7 +24,9 @@ def support(case: Case) -> dict:
     would run with; ``{"error": ...}`` when the kernel cannot even say."""
     try:
         impl = resolve_impl(case.impl, case.config)
-        answer = {"reason": here.check(impl, case.workload), "framework": impl.framework,
+        reason = regimes.regime_reason(case.workload, case.regime) \
+            or here.check(impl, regimes.runner_template(case.workload, case.regime))
+        answer = {"reason": reason, "framework": impl.framework,
                   "gqa": impl.gqa_mode(case.workload)}
         if not here.framework_missing(impl):
             platform = here.platform(impl)
