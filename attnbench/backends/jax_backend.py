@@ -20,7 +20,7 @@ from attnbench.backends import jax_steps
 from attnbench.backends.base import Backend, Runner, Step
 from attnbench.backends.profiles import OpTime, hlo_instructions, read_xplane, xla_events, xla_op_times
 from attnbench.compiled_for.compile import compile_case
-from attnbench.core.inputs import make_inputs
+from attnbench.core.inputs import make_inputs, stream_inputs
 from attnbench.core.workload import Workload
 from attnbench.hardware import Device, cpu_device
 
@@ -157,7 +157,7 @@ class JaxBackend(Backend):
 
         def place(workload: Workload):
             self.require(impl, workload, config=False)  # the config was checked at the template
-            x = make_inputs(workload, seed)
+            x = stream_inputs(workload, template, seed)
             args = ((x.q, x.k, x.v) if fwd else (x.q, x.k, x.v, x.do)) + x.mask_arrays()
             return jax.block_until_ready(tuple(jax.device_put(a) for a in args))
 

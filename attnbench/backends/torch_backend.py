@@ -19,7 +19,7 @@ import numpy as np
 from attention_impls.base import default_scale, mask_call, static_mask
 from attnbench.backends.base import Backend, Runner, Step
 from attnbench.backends.profiles import OpTime
-from attnbench.core.inputs import make_inputs
+from attnbench.core.inputs import make_inputs, stream_inputs
 from attnbench.core.workload import Workload
 from attnbench.hardware import Device, cpu_device
 from attnbench.measure.timing import DeviceClock
@@ -220,9 +220,10 @@ class TorchBackend(Backend):
                 return result
         return call
 
-    def _place(self, workload: Workload, seed: int):
-        """``((q, k, v[, do]), segment ids)`` as tensors on the device; segment ids ``()`` without."""
-        x = make_inputs(workload, seed)
+    def _place(self, workload: Workload, seed: int, template: Workload | None = None):
+        """``((q, k, v[, do]), segment ids)`` as tensors on the device; segment ids ``()`` without.
+        ``template``: a runner's, whose draws a stream step's inputs are cut from (``stream_inputs``)."""
+        x = make_inputs(workload, seed) if template is None else stream_inputs(workload, template, seed)
         arrays = (x.q, x.k, x.v) if workload.mode == "fwd" else (x.q, x.k, x.v, x.do)
         tensors = tuple(to_tensor(a, self.device()) for a in arrays)
         segments = tuple(to_tensor(a, self.device()) for a in x.mask_arrays())
@@ -255,7 +256,7 @@ class TorchBackend(Backend):
 
         def place(workload: Workload):
             self.require(impl, workload, config=False)  # the config was checked at the template
-            return self._place(workload, seed)
+            return self._place(workload, seed, template)
 
         def metered_call(tensors):
             with meter:

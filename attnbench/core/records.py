@@ -54,6 +54,13 @@ LAYOUT = {
     "latency_p50_s": "s", "latency_p95_s": "s", "latency_p99_s": METRIC, "longest_stall_s": METRIC,
     # per trace window, its seconds (stalls included) and useful tokens: the stream's interval
     "window_seconds": "s", "window_useful_tokens": "tokens",
+    # each window warm: its stalled steps at the stream's steady step (the stalls are their own figure)
+    "window_steady_seconds": "s", "stream_steady_s": "s",
+    # a priced way's later rounds (run/adaptive.py): each round's mean step of its stream sample, warm
+    "stream_round_s": "s", "stream_round_ids": "", "stream_rounds": "count", "stream_round_median_s": "s",
+    "stream_round_ci_low_s": "s", "stream_round_ci_high_s": "s", "stream_round_ci_method": "",
+    # why a stream stopped before its last step: its budget, or dearer than the kernel's static stream
+    "stream_cut": "",
     # timing
     "threads": "count", "timer": "", "first_call_s": METRIC, "first_call_compile_s": METRIC, "lower_s": "s",
     "compile_s": "s",

@@ -4,7 +4,8 @@ A compiled backend specializes its code to shapes, so a loop meeting new lengths
 ``static`` pads to ``max_len`` (one compile), ``dynamic`` runs exact lengths (one compile each),
 ``bucketed`` pads up to a bucket (one compile per bucket), ``packed`` (packed varlen) lays the
 stream's requests end to end in rows of ``max_len`` and tells them apart by segment ids (one shape,
-for a kernel that takes segment ids; ``pack``). ``run_regime`` runs one seeded stream
+for a kernel that takes segment ids; ``pack``). ``stream_sample`` picks the steps a later timing
+round replays of a stream. ``run_regime`` runs one seeded stream
 through one ``Runner``, as a real loop keeps it, and records per step whether it compiled and how
 long it took, so compile stalls land in the throughput instead of being warmed away.
 
@@ -161,6 +162,21 @@ class RegimeResult:
             w["useful_tokens"] += _useful(t, self.batch)
         return [out[k] for k in sorted(out)]
 
+    def window_steady_seconds(self) -> list[float]:
+        """Per trace window, its seconds with each stalled step (the first call, a step that compiled,
+        or where compiles go uncounted a shape's first step) at the steady step instead: what the
+        window's traffic costs warm, the stalls left to the stall figures."""
+        steady = self.steady_seconds_per_step
+        out: dict[int, float] = {}
+        seen: set[int] = set()
+        for t in self.trace:
+            stalled = (t.step == 0 or t.compiled is True
+                       or (t.compiled is None and t.padded_length not in seen))
+            seen.add(t.padded_length)
+            value = steady if stalled and steady is not None else t.seconds
+            out[t.window] = out.get(t.window, 0.0) + value
+        return [out[k] for k in sorted(out)]
+
     @property
     def stall_seconds(self) -> float | None:
         """Time the compiling steps took beyond a steady step each: what recompiles cost in wall
@@ -274,7 +290,8 @@ def runner_template(workload: Workload, regime: str) -> Workload:
 
 def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequence,
                policy: str = "multiple-128", windows: Sequence[int] | None = None,
-               budget_s: float | None = None, run_only: Sequence[int] | None = None) -> RegimeResult:
+               budget_s: float | None = None, run_only: Sequence[int] | None = None,
+               ceiling_s: float | None = None) -> RegimeResult:
     """Run ``lengths`` through ``runner`` (kernel ``name``'s, fresh: ``here.make_runner``) under
     ``regime``: each step one length (every sequence alike) or one real length per sequence (a
     trace's batch), padded as the regime pads the step's longest.
@@ -283,7 +300,9 @@ def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequ
     the stream varies (a serving loop's caches grow and differ; the new queries stay fixed).
     Steady time is the mean of the non-compiling steps after the first (compiles unreported: of
     repeated padded lengths). ``windows``: each step's trace window. ``budget_s``: the stream stops
-    after the step that spends it (``planned_steps`` says how many it had). ``run_only`` (static
+    after the step that spends it (``planned_steps`` says how many it had); ``ceiling_s`` likewise
+    for a recompiling stream's steps after the first (``_over_ceiling``).
+    ``run_only`` (static
     only): the steps run, whatever the budget; every other step is the same call on the same inputs
     (one shape, inputs placed once), counted at the run steps' steady mean, marked untimed.
     ``Unsupported`` (a length the kernel refuses) propagates.
@@ -294,7 +313,7 @@ def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequ
         raise ValueError("run_only is for a static stream, whose every step is one call on one shape")
     bucket_policy(policy)  # a bad name fails before anything runs, whatever the regime
     if regime == PACKED:
-        return _run_packed(name, runner, template, lengths, windows, budget_s)
+        return _run_packed(name, runner, template, lengths, windows, budget_s, ceiling_s)
     max_len = template.stream_length
     longest = [step_length(n) for n in lengths]
     padded = [padded_length(n, regime, max_len, policy) for n in longest]
@@ -323,7 +342,8 @@ def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequ
         took = None if compile_before is None or compile_after is None else compile_after - compile_before
         trace.append(StepTrace(compiled=compiled, seconds=seconds, compile_seconds=took, **facts))
         spent += seconds
-        if budget_s is not None and spent >= budget_s and run_only is None:  # a static stream times few
+        if run_only is None and ((budget_s is not None and spent >= budget_s) or (  # a static one times few
+                _over_ceiling(trace, spent, ceiling_s))):
             break
     if run_only is not None:  # the untimed steps at the timed ones' steady mean
         ran = [t for t in trace if t.timed]
@@ -342,7 +362,7 @@ def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequ
 
 
 def _run_packed(name: str, runner, template: Workload, lengths: Sequence, windows: Sequence[int] | None,
-                budget_s: float | None) -> RegimeResult:
+                budget_s: float | None, ceiling_s: float | None = None) -> RegimeResult:
     """``run_regime`` for ``packed``: the stream's requests ``pack``ed, every step at ``max_len`` with
     its layout's segment ids. A step's padding is its rows' unfilled tails; its real FLOPs are each
     document's own causal square, the cross-document pairs a dense kernel computes and masks being
@@ -370,9 +390,60 @@ def _run_packed(name: str, runner, template: Workload, lengths: Sequence, window
             real_tokens=sum(sizes), useful_tokens=sum(sizes), window=step.window,
             real_flops=_real_flops(base, sizes)))
         spent += seconds
-        if budget_s is not None and spent >= budget_s:
+        if (budget_s is not None and spent >= budget_s) or _over_ceiling(trace, spent, ceiling_s):
             break
     return _summarize(name, PACKED, "", base, runner, trace, planned_steps=len(steps))
+
+
+def _over_ceiling(trace: list[StepTrace], spent: float, ceiling_s: float | None) -> bool:
+    """Whether a recompiling stream (a step after the first compiled) has spent ``ceiling_s`` on its
+    steps after the first. A stream that compiles no more is never cut by it: its steps are cheap
+    to finish, and a fresh process's first steps run slow whatever the way."""
+    return (ceiling_s is not None and len(trace) > 1 and spent - trace[0].seconds >= ceiling_s
+            and any(t.compiled for t in trace[1:]))
+
+
+STREAM_SAMPLE_STEPS = 32  # a production stream's steps a later round times (``stream_sample``)
+
+
+@dataclass(frozen=True)
+class SampleStep:
+    """One step of a stream as a later round replays it: the length it runs at, and a packed step's
+    layout (None otherwise)."""
+
+    run_len: int
+    packed: tuple[tuple[int, ...], ...] | None = None
+
+
+def stream_sample(template: Workload, regime: str, lengths: Sequence, policy: str = "multiple-128",
+                  windows: Sequence[int] | None = None,
+                  count: int = STREAM_SAMPLE_STEPS) -> tuple[SampleStep, ...]:
+    """The steps of a stream that a later timing round replays warm, so that a way through the stream
+    is measured again round by round, paired, instead of once (docs/metrics.md, "Rounds"): ``count``
+    of its steps after the first (the cold first call is its stall's), spread evenly over them
+    sorted by the length they run at (a systematic sample: one from each of ``count`` equal-count
+    slices of the stream's lengths, so the sample's mean step stands for the stream's mean steady
+    step). The same steps every round, for every kernel of the stream. ``lengths`` and ``windows``
+    as ``run_regime`` takes them."""
+    if regime not in REGIMES:
+        raise ValueError(f"unknown regime {regime!r}; valid: {', '.join(REGIMES)}")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be a positive integer, got {count!r}")
+    max_len = template.stream_length
+    if regime == PACKED:
+        base = template.replace(packed=None)
+        packed = pack(lengths, list(windows) if windows is not None else [0] * len(lengths), base.batch,
+                      base.stream_length)
+        steps = [SampleStep(base.stream_length, p.rows) for p in packed]
+        order = [(sum(p.sizes), i) for i, p in enumerate(packed)]  # the real tokens a step carries
+    else:
+        steps = [SampleStep(padded_length(step_length(n), regime, max_len, policy)) for n in lengths]
+        order = [(s.run_len, i) for i, s in enumerate(steps)]
+    ranked = [i for _, i in sorted(order[1:])]
+    if not ranked:
+        return ()
+    take = min(count, len(ranked))
+    return tuple(steps[ranked[int((j + 0.5) * len(ranked) / take)]] for j in range(take))
 
 
 def spread_steps(window_of: Sequence[int], count: int) -> list[int]:

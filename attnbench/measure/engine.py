@@ -47,6 +47,10 @@ class Options:
     traffic: str = "uniform"
     stream_windows: int = 8  # the stream's trace windows: its interval is over them
     stream_budget_s: float | None = None  # the stream stops after the step that spends it
+    # A stream of another regime stops, too, once its steps after the first have cost a quarter more
+    # than the same kernel's whole static stream's did (the sweep sets it from that case: CEILING):
+    # from there it cannot be the kernel's cheapest way through the same requests
+    stream_ceiling_s: float | None = None
     # A static stream's steps run (None: all): one shape, so the others are the same call (regimes.py)
     static_stream_steps: int | None = None
     seed: int = 0
@@ -262,10 +266,18 @@ def _run_regime(impl, workload, options, record):
     subset = options.regime == "static" and options.static_stream_steps
     run_only = regimes.spread_steps(stream.window_of, options.static_stream_steps) if subset else None
     runner = here.make_runner(impl, regimes.runner_template(template, options.regime), options.seed)
+    ceiling = None if options.regime == "static" else options.stream_ceiling_s
     result = regimes.run_regime(impl.name, runner, template,
                                 options.regime, stream.steps, options.bucket_policy, stream.window_of,
-                                options.stream_budget_s, run_only)
+                                options.stream_budget_s, run_only, ceiling)
     first = result.trace[0] if result.trace else None
+    if result.planned_steps is not None and len(result.trace) < result.planned_steps:
+        spent = sum(t.seconds for t in result.trace)
+        by_budget = options.stream_budget_s is not None and spent >= options.stream_budget_s
+        record["stream_cut"] = (f"the stream budget ({options.stream_budget_s:g} s)" if by_budget else
+                                f"recompiling, its steps after the first had cost a quarter more than its "
+                                f"pad-to-max stream's ({ceiling:.3g} s) after {len(result.trace)} steps: "
+                                "not its cheapest way")
     record.update(regime_steps=len(result.trace), compiles=result.compiles,
                   compile_seconds_total=result.compile_seconds_total,
                   compile_cache_hits=result.compile_cache_hits, first_call_s=first.seconds if first else None,
@@ -295,6 +307,8 @@ def stream_columns(stream, result) -> dict:
         "longest_stall_s": result.longest_stall_seconds,
         "window_seconds": json.dumps([round(w["seconds"], 9) for w in windows]),
         "window_useful_tokens": json.dumps([w["useful_tokens"] for w in windows]),
+        "window_steady_seconds": json.dumps([round(x, 9) for x in result.window_steady_seconds()]),
+        "stream_steady_s": result.steady_seconds_per_step,
     }
 
 

@@ -116,3 +116,22 @@ def _rounds_reason(rounds: list) -> str:
     """Why every round was contended, short: how many, and the first round's reason."""
     reasons = [r.contention_reason for r in rounds if r.contention_reason]
     return f"contended in all {len(rounds)} timing rounds" + (f", e.g. {reasons[0]}" if reasons else "")
+
+
+def pool_stream_rounds(record: dict, rounds: list, *, stopped: str | None = None,
+                       complete: bool = True) -> dict:
+    """``record`` (a production stream's way: a case of another regime that a verdict prices) with
+    its later rounds kept: each round's mean step of its stream sample, warm (``stream_round_s``, by
+    ``stream_round_ids``; round 0, the first pass, is not one of them), and their median with its
+    interval (``stream_steady_*``). The record's own figures stay the first pass's stream: the
+    verdict prices each round's stream from them, its steady steps at that round's value."""
+    later = sorted((r for r in rounds if r.round > 0), key=lambda r: r.round)
+    out = dict(record, rounds_stopped=stopped, rounds_complete=complete)
+    if not later:
+        return out
+    pooled = stats.estimate([[r.median_s] for r in later])
+    out.update(stream_round_s=json.dumps([r.median_s for r in later]),
+               stream_round_ids=json.dumps([r.round for r in later]), stream_rounds=len(later),
+               stream_round_median_s=pooled.median, stream_round_ci_low_s=pooled.ci_low,
+               stream_round_ci_high_s=pooled.ci_high, stream_round_ci_method=pooled.method)
+    return out

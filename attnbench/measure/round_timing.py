@@ -7,6 +7,9 @@ same state of the machine, so the per-round ratio of two kernels cancels what mo
 that round. A worker process serves many rounds; the sweep replaces it every few rounds, so that no
 figure rests on one process (docs/metrics.md, "Rounds").
 
+A production stream's way (a case of another regime that a verdict row prices: ``run/adaptive.py``)
+is timed the same way through its sample of steps (``StreamSample``): its value is the mean step.
+
 Steps are kept for the process' life: building one (placing inputs, compiling) costs far more than a
 window, and a window only times the steady step, which the cases before it in the process do not
 change (a warm-up call comes first; results/LOG.md shows the check).
@@ -18,7 +21,7 @@ import json
 import time
 
 from attnbench.backends import here
-from attnbench.core import records
+from attnbench.core import records, regimes
 from attnbench.measure.contention import ContentionMonitor
 from attnbench.measure.engine import Case, classify_exception, resolve_impl
 from attnbench.measure.timing import time_interleaved
@@ -41,8 +44,11 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
         answer = {"key": case.key, "status": records.OK, "reason": None, "build_s": 0.0, "window_s": 0.0}
         began = time.perf_counter()
         try:
-            step = warm_step(case)
-            defaults = warm_step(case, defaults=True) if case.with_defaults else None
+            if case.regime == "static":
+                step = warm_step(case)
+                defaults = warm_step(case, defaults=True) if case.with_defaults else None
+            else:  # a production stream's way: its sample of steps, one pass per block
+                step, defaults, number = warm_stream(case), None, 1
             timed.append((answer, step, max(1, int(number)), case.key in controls, defaults))
         except Exception as exc:  # noqa: BLE001 - one case failing never stops the round
             _steps.pop(case.key, None)
@@ -52,6 +58,7 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
     if not timed:
         return out
     runs, numbers, owners = [], [], []
+    step_of = {id(answer): step for answer, step, *_ in timed}
     for answer, step, number, control, defaults in timed:
         second = "control" if control else "defaults" if defaults is not None else None
         slots = ((second, None) if control_first else (None, second)) if second else (None,)
@@ -73,7 +80,9 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
         if slot:
             answer[f"{slot}_median_s"] = timing.median_s
             continue
-        answer.update(median_s=timing.median_s, samples=json.dumps(list(timing.samples_s)), window_s=spent,
+        per = getattr(step_of[id(answer)], "steps", 1)  # a stream sample's pass: its mean step
+        answer.update(median_s=timing.median_s / per,
+                      samples=json.dumps([x / per for x in timing.samples_s]), window_s=spent,
                       contended=bool(contention.get("contended")),
                       contention_reason=contention.get("contention_reason"))
     return out
@@ -87,6 +96,41 @@ def warm_step(case: Case, defaults: bool = False):
         step = here.make_step(impl, case.workload, seed=case.options.seed)
         step.run()  # compiles (from the round's caches) and runs once, outside any window
         _steps[key] = step
+    return _steps[key]
+
+
+class StreamSample:
+    """A production stream's way as a later round replays it (``regimes.stream_sample``): one runner,
+    the sample's inputs placed and every shape compiled (from the rounds' caches) before any window;
+    ``run()`` runs each sampled step once, so a window's block is one pass and its mean step,
+    ``seconds / steps``, stands for the stream's mean steady step."""
+
+    def __init__(self, case: Case):
+        options = case.options
+        impl = resolve_impl(case.impl, case.config)
+        template, stream = regimes.stream_of(case.workload, options.regime_steps, options.seed,
+                                             options.traffic, options.stream_windows)
+        self.sample = regimes.stream_sample(template, options.regime, stream.steps, options.bucket_policy,
+                                            stream.window_of)
+        if not self.sample:
+            raise ValueError(f"{case.key}: a stream of {len(stream.steps)} step(s) has no steady step "
+                             "to time")
+        self.runner = here.make_runner(impl, regimes.runner_template(template, options.regime), options.seed)
+        for s in self.sample:
+            self.runner.prepare(s.run_len, s.packed)
+        self.run()  # compiles each shape (from the round's caches) and runs once, outside any window
+        self.steps = len(self.sample)
+
+    def run(self) -> None:
+        for s in self.sample:
+            self.runner.step(s.run_len, s.packed)
+
+
+def warm_stream(case: Case) -> StreamSample:
+    """The case's stream sample built in this process, run once; kept."""
+    key = case.key + "|stream"
+    if key not in _steps:
+        _steps[key] = StreamSample(case)
     return _steps[key]
 
 

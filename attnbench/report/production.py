@@ -35,7 +35,9 @@ METRICS = {"compiles": "compiles", "padding": "padding_waste", "tokens": "useful
 STREAM_FIELDS = {"regime_steps": "steps", "stream_steps_planned": "planned", "traffic": "traffic",
                  "traffic_ks": "ks", "latency_p99_s": "p99_s", "longest_stall_s": "stall_s",
                  "distinct_shapes": "shapes", "window_seconds": "window_seconds",
-                 "window_useful_tokens": "window_tokens", "setting_stream_windows": "windows"}
+                 "window_useful_tokens": "window_tokens", "setting_stream_windows": "windows",
+                 "window_steady_seconds": "window_steady", "stream_steady_s": "stream_steady_s",
+                 "stream_round_s": "stream_round_s", "stream_round_ids": "stream_round_ids"}
 
 
 def stream_fields(rows, regime: str) -> dict:
@@ -45,7 +47,7 @@ def stream_fields(rows, regime: str) -> dict:
     for column, name in STREAM_FIELDS.items():
         values = rows[column].dropna() if column in rows else []
         value = values.iloc[0] if len(values) else None
-        if name.startswith("window") and isinstance(value, str):
+        if (name.startswith("window") or name.startswith("stream_round")) and isinstance(value, str):
             value = json.loads(value)
         out[f"{regime}:{name}"] = value
     return out
@@ -83,18 +85,24 @@ def production_basis(sides, steps: int, measured_steps: int) -> dict:
 
 
 def window_spread(forced: dict, f_regime: str, native: dict, n_regime: str) -> float:
-    """The standard error of the two kernels' log cost ratio over the trace windows both ran, the
-    first left out (its cold start is the compile stall's, which ``sd_once`` carries): how far the
-    answer moves from one stretch of traffic to another (0 with fewer than two such windows)."""
+    """The standard error of the two kernels' log cost ratio over the trace windows both ran, each
+    window warm (its stalled steps at the steady step: the stalls are ``sd_once``'s, and where a
+    new shape first turned up is not a stretch of traffic costing more): how far the answer moves
+    from one stretch of traffic to another (0 with fewer than two such windows). A stream recorded
+    before its warm windows were (2026-12-04) has its windows with stalls, the first left out."""
+    warm = all(isinstance(case.get(f"{regime}:window_steady"), list)
+               for case, regime in ((forced, f_regime), (native, n_regime)))
+
     def per_token(case: dict, regime: str) -> list[float]:
-        seconds, tokens = case.get(f"{regime}:window_seconds"), case.get(f"{regime}:window_tokens")
+        seconds = case.get(f"{regime}:window_steady" if warm else f"{regime}:window_seconds")
+        tokens = case.get(f"{regime}:window_tokens")
         if not isinstance(seconds, list) or not isinstance(tokens, list):
             return []
         return [s / t if s and t and s > 0 and t > 0 else float("nan")
                 for s, t in zip(seconds, tokens, strict=False)]
 
     a, b = per_token(forced, f_regime), per_token(native, n_regime)
-    logs = [math.log(x / y) for x, y in list(zip(a, b, strict=False))[1:] if x == x and y == y]
+    logs = [math.log(x / y) for x, y in list(zip(a, b, strict=False))[0 if warm else 1:] if x == x and y == y]
     if len(logs) < 2:
         return 0.0
     mean = sum(logs) / len(logs)
@@ -181,7 +189,9 @@ def stream_table(frame):
         timed = _number(first.get("stream_steps_timed"))
         steps = f"{ran}" if ran is not None else "-"
         if planned is not None and ran is not None and planned > ran:
-            steps += f" of {planned} (cut by the stream budget)"
+            cut = first.get("stream_cut")
+            steps += (f" of {planned} (cut: {cut})" if isinstance(cut, str) and cut
+                      else f" of {planned} (cut by the stream budget)")
         if timed is not None and ran is not None and timed < ran:
             steps += f" ({timed} timed, one shape)"
         if first["regime"] == regimes.PACKED and ran is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from attnbench.core import regimes
+from attnbench.core.stats import min_values
 from attnbench.results.noise import SCATTER_Z
 
 STRATEGY = {"static": "pad to max", "dynamic": "exact lengths", "bucketed": "buckets",
@@ -123,7 +124,7 @@ def cheapest_way(case: dict, steps: int, scatter: dict, floors: dict, max_len: i
         measured = figures["compiles"]
         # the stall per compile, known from the measured compiles only (at least one: a first call)
         extrapolated = share * sd_stalled / math.sqrt(max(1.0, measured if measured == measured else 1.0))
-        regime_sd = 0.0 if regime == "static" else max(
+        regime_sd = 0.0 if timed_in_rounds(case, regime) else max(
             scatter.get((*key, "regime/static"), 0.0), regime_floor(scatter, case["machine"], regime))
         options.append({
             "regime": regime,
@@ -225,6 +226,26 @@ def break_even_steps(
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if cheaper(mid) else (mid, hi)
     return hi
+
+
+def way_rounds(case: dict, regime: str) -> dict[int, float]:
+    """``{round: factor}``: each later round's steady step of the case's ``regime`` way over the one
+    its stream measured. A way the rounds timed through its stream sample (a priced way,
+    ``run/adaptive.py``) has its own: the round's mean sampled step over the stream's steady step.
+    Any other way follows the case's static step: that round's over the static figure."""
+    ids, values = case.get(f"{regime}:stream_round_ids"), case.get(f"{regime}:stream_round_s")
+    steady = case.get(f"{regime}:stream_steady_s")
+    if regime != "static" and isinstance(ids, list) and isinstance(values, list) and steady and steady > 0:
+        return {int(i): float(v) / float(steady) for i, v in zip(ids, values, strict=False) if v and v > 0}
+    return {r: v / case["step_s"] for r, v in case["rounds"].items()}
+
+
+def timed_in_rounds(case: dict, regime: str) -> bool:
+    """Whether the rounds timed the case's ``regime`` way itself (enough rounds for a 99% interval):
+    then its steady steps are paired round by round, and what its stream measured once against the
+    static step adds no uncertainty of its own."""
+    values = case.get(f"{regime}:stream_round_s")
+    return regime == "static" or (isinstance(values, list) and len(values) >= min_values())
 
 
 def scaled_steady(case: dict, factor: float) -> dict:

@@ -346,7 +346,8 @@ def _compare(forced, native, priced: dict, steps: int, stream_len: int, measured
     out.update(ratio_of=f"{f_name} / {n_name}, USD per useful token",
                production_strategy=f"{f_name}: {_stream_words(f_cost)}; {n_name}: {_stream_words(n_cost)}",
                **production_basis(((forced, f_cost), (native, n_cost)), steps, measured_steps))
-    production = _production(forced, native, steps, stream_len, measured_steps)
+    production = _production(forced, f_cost["regime"], native, n_cost["regime"], steps, stream_len,
+                             measured_steps)
     if production is None or not production.carried:
         out.update(answer=CANT_TELL, ratio=f_cost["usd"] / n_cost["usd"])
     else:
@@ -372,18 +373,24 @@ def _compare(forced, native, priced: dict, steps: int, stream_len: int, measured
     return out
 
 
-def _production(forced: dict, native: dict, steps: int, stream_len: int, measured_steps: int) -> Ratio | None:
-    """The forced / native stream cost of each later round both were timed in: each kernel priced
-    with its steady steps (every way's) scaled by its static step in that round."""
-    common = sorted(set(forced["rounds"]) & set(native["rounds"]))
+def _production(forced: dict, f_regime: str, native: dict, n_regime: str, steps: int, stream_len: int,
+                measured_steps: int) -> Ratio | None:
+    """The forced / native stream cost of each later round both were timed in, each kernel priced
+    its cheapest way (``f_regime``, ``n_regime``) with that round's steady steps: a priced way's own
+    stream sample where the rounds timed it (``streams.way_rounds``), else its static step in that
+    round scaling the way's steady steps; the compile stalls stay the first pass's."""
+    f_rounds, n_rounds = streams.way_rounds(forced, f_regime), streams.way_rounds(native, n_regime)
+    common = sorted(set(f_rounds) & set(n_rounds))
     if not common:
         return None
 
-    def cost(case: dict, r: int) -> float:
-        moved = streams.scaled_steady(case, case["rounds"][r] / case["step_s"])
-        return streams.cheapest_at(moved, steps, stream_len, measured_steps)
+    def cost(case: dict, regime: str, factors: dict[int, float], r: int) -> float:
+        moved = streams.scaled_regime(case, regime, factors[r])
+        return streams.price_stream(**streams.stream_figures(moved, regime, stream_len, measured_steps),
+                                    steps=steps)["usd_per_mtok"]
 
-    return paired_ratio([cost(forced, r) for r in common], [cost(native, r) for r in common])
+    return paired_ratio([cost(forced, f_regime, f_rounds, r) for r in common],
+                        [cost(native, n_regime, n_rounds, r) for r in common])
 
 
 def _break_even(forced, native, priced, paper: Ratio | None, steps, stream_len, measured_steps,

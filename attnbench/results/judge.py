@@ -333,8 +333,10 @@ def judge(candidate: Candidate, floors: dict, periods: dict, repo: str | None,
         return verdict(SETTING_CHANGED, f"a setting {s.metric} depends on changed: {setting}")
     against = (f"{candidate.relative:+.1%} against noise ±{row['noise_relative']:.1%}"
                if row["noise_relative"] == row["noise_relative"] else f"{candidate.relative:+.1%} ({kind})")
-    last = " (the series' last)" if candidate.ends_series else ""
+    last = (" (its host's last; a later host cannot say it held)" if candidate.ends_host
+            else " (the series' last)" if candidate.ends_series else "")
     held = (f"held for {runs_after} runs{last}" if runs_after > 1 else
+            "in its host's last run only" if candidate.ends_host else
             "in the series' last run only" if candidate.ends_series else "seen in one run, then back")
     changed = code.code_changed_for(repo, str(s.commit[b]), str(s.commit[a]), implementation,
                                     str(s.keys.get("benchmark", "")))
@@ -350,7 +352,9 @@ def judge(candidate: Candidate, floors: dict, periods: dict, repo: str | None,
                        + (f" ({row['versions_changed']})" if row["versions_changed"] else ""))
     first_alone = candidate.left == (0, 1)  # the series' first figure is the whole level before
     if kind == "noise" and not seen and ((runs_after == 1 and candidate.ends_series) or first_alone):
-        where = ("in the series' last run only: `attnbench confirm` measures both commits again, paired, "
+        where = ("in its host's last run only: the runs after it ran on another host, whose figures "
+                 "cannot say whether the level held" if runs_after == 1 and candidate.ends_host else
+                 "in the series' last run only: `attnbench confirm` measures both commits again, paired, "
                  "or the next run confirms it" if runs_after == 1 else
                  "from a level of one run, the series' first: the runs before it are missing")
         tried = (f"; the paired re-measurement could not tell ({confirmations.words(found)})"

@@ -67,6 +67,7 @@ class Candidate:
     excursion: bool  # out of a one-figure level back to (or beyond) the level before it
     u: list = field(default_factory=lambda: [None, None])  # each level's uncertainty (metric units)
     sources: set = field(default_factory=set)
+    end: int | None = None  # where the new level's host period ends (None: the series' end)
 
     @property
     def step(self) -> float:
@@ -74,15 +75,24 @@ class Candidate:
 
     @property
     def runs_at_new_level(self) -> int:
-        """Consecutive figures from the step on that are nearer the new level than the old one."""
-        values = self.series.value[self.after:]
+        """Consecutive figures from the step on, on its host, that are nearer the new level than the
+        old one: a later host's figure, scaled by its run factor, cannot say a level held (kernels
+        scale apart across CPU generations: an interpreted one unlike a compiled one)."""
+        values = self.series.value[self.after:self.end]
         before, after = self.levels
         near = np.abs(values - after) < np.abs(values - before)
         return int(np.argmin(near)) if not near.all() else len(values)
 
     @property
     def ends_series(self) -> bool:
-        return self.after + self.runs_at_new_level >= len(self.series.value)
+        """Whether the new level lasts to the series' end, or to its host period's end."""
+        end = len(self.series.value) if self.end is None else self.end
+        return self.after + self.runs_at_new_level >= end
+
+    @property
+    def ends_host(self) -> bool:
+        """Whether the new level's last figure is its host's last, a later host's runs after it."""
+        return self.end is not None and self.end < len(self.series.value) and self.ends_series
 
     @property
     def relative(self) -> float:

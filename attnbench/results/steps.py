@@ -293,7 +293,10 @@ def candidates(series: Series, threshold: float, floor: float, min_size: int = 1
         prior = next((levels[(a, b)] for a, b in segments if b == left[0]), None)
         excursion = (left[1] - left[0] == 1 and prior is not None
                      and value_after <= prior + threshold * abs(prior))
-        out.append(Candidate(series, before, after, left, right, shown_levels, excursion))
+        end = next((j for j in range(after + 1, len(hosts_of or ())) if hosts_of[j] != hosts_of[after]), None)
+        if end is not None:
+            right = (right[0], min(right[1], end))
+        out.append(Candidate(series, before, after, left, right, shown_levels, excursion, end=end))
     return out
 
 # -- the tables ------------------------------------------------------------------------------------

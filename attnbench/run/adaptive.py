@@ -89,12 +89,16 @@ class RoundValue:
 
 @dataclasses.dataclass(frozen=True)
 class Member:
-    """A timed case in its comparison group: its index in the sweep, its label and block size."""
+    """A timed case in its comparison group: its index in the sweep, its label and block size.
+    ``priced``: the way its label's verdict prices in production (the cheapest stream per useful
+    token of the group's kernels of that label, ``priced_ways``): a static case (its stream is its
+    step again) or a production stream's way, which rounds time through its sample of steps."""
 
     index: int
     case: Case
     label: str | None
     number: int  # calls per block (the first window's)
+    priced: bool = False
 
 
 ROUND_BLOCK_FRACTION = 4  # a round's blocks are a quarter of the first window's (about 5 ms, not 20)
@@ -111,14 +115,54 @@ def group_key(case: Case, record: dict) -> tuple:
     return record.get("framework"), case.workload
 
 
-def groups_of(cases: list[Case], first: list[dict], timed: list[int]) -> list[list[Member]]:
-    """The timed cases by comparison group, in first-seen order."""
+def groups_of(cases: list[Case], first: list[dict], timed: list[int],
+              priced: frozenset[int] = frozenset()) -> list[list[Member]]:
+    """The timed cases by comparison group, in first-seen order; ``priced``: the cases' indices
+    ``priced_ways`` chose."""
     out: dict[tuple, list[Member]] = {}
     for i in timed:
         record = first[i]
-        member = Member(i, cases[i], record.get("label"), _number(cases[i], record))
+        number = _number(cases[i], record) if cases[i].regime == "static" else 1
+        member = Member(i, cases[i], record.get("label"), number, priced=i in priced)
         out.setdefault(group_key(cases[i], record), []).append(member)
     return list(out.values())
+
+
+def stream_cost(record: dict) -> float | None:
+    """A case's first-pass stream in seconds per useful token, compile stalls included (the figure a
+    verdict ranks ways by; a price per hour only scales it); None where its stream did not run."""
+    rate = record.get("useful_tokens_per_s")
+    return 1.0 / rate if record.get("status") == records.OK and rate and rate > 0 else None
+
+
+def priced_ways(cases: list[Case], first: list[dict]) -> dict[int, str]:
+    """In each comparison group, per label (forced-flash, native), the case whose first-pass stream
+    cost least per useful token, stalls and padding included: the kernel and way the verdict's
+    production answer prices for that label. ``{index: label}``; interpreted kernels (whose speed is
+    their interpreter's) and the float64 reference are left out, as the verdict leaves them out, and
+    so is a stream that was cut (its price is of fewer steps: from the ceiling on, not the cheapest)."""
+    best: dict[tuple, tuple[float, int]] = {}
+    for i, (case, record) in enumerate(zip(cases, first, strict=True)):
+        label = record.get("label") if record else None
+        price = stream_cost(record) if record else None
+        if (price is None or label not in (FORCED_LABEL, NATIVE_LABEL) or record.get("stream_cut")
+                or record.get("execution") == "interpret" or record.get("framework") == "numpy"):
+            continue
+        key = (*group_key(case, record), label)
+        if key not in best or price < best[key][0]:
+            best[key] = (price, i)
+    return {i: key[-1] for key, (_, i) in best.items()}
+
+
+def production_seconds(record: dict, per_step: float) -> float:
+    """The record's stream in seconds per useful token with its steady steps at ``per_step``: what its
+    first pass spent beyond its steady steps (the compile stalls, measured once) plus every step at
+    ``per_step``, over the useful tokens it served."""
+    steps = int(record.get("regime_steps") or 0)
+    total = float(record["seconds_per_step_with_compiles"]) * steps
+    steady = record.get("stream_steady_s") or record["seconds_per_step"]
+    tokens = float(record["useful_tokens_per_s"]) * total
+    return (max(0.0, total - steps * float(steady)) + steps * per_step) / tokens
 
 
 def later(values: list[RoundValue]) -> dict[int, float]:
@@ -136,14 +180,36 @@ def pair_state(forced: list[RoundValue], native: list[RoundValue], margin: float
     return paired_ratio(a, b, confidence).against_one(margin)
 
 
-def settled(group: list[Member], values: dict[int, list[RoundValue]], plan: RoundPlan) -> bool:
-    """Whether every forced-flash / native pair of the group is decided or equal within the margin,
-    at the look's confidence. A group with no such pair is settled by its base rounds."""
-    forced = [m for m in group if m.label == FORCED_LABEL]
-    native = [m for m in group if m.label == NATIVE_LABEL]
+def settled(group: list[Member], values: dict[int, list[RoundValue]], plan: RoundPlan,
+            records_of: dict[int, dict] | None = None) -> bool:
+    """Whether every forced-flash / native pair of the group's static steps (on paper) and its priced
+    pair (production: ``production_state``) is decided or equal within the margin, at the look's
+    confidence. A group with no such pair is settled by its base rounds."""
+    statics = [m for m in group if m.case.regime == "static"]
+    forced = [m for m in statics if m.label == FORCED_LABEL]
+    native = [m for m in statics if m.label == NATIVE_LABEL]
     settling = {BELOW, ABOVE, EQUAL}
-    return all(pair_state(values[f.index], values[n.index], plan.margin, plan.look_confidence) in settling
-               for f, n in itertools.product(forced, native))
+    paper = all(pair_state(values[f.index], values[n.index], plan.margin, plan.look_confidence) in settling
+                for f, n in itertools.product(forced, native))
+    return paper and production_state(group, values, plan, records_of or {}) in settling
+
+
+def production_state(group: list[Member], values: dict[int, list[RoundValue]], plan: RoundPlan,
+                     records_of: dict[int, dict]) -> str:
+    """The priced pair's paired production ratio (forced / native seconds per useful token, each
+    round's steady steps at that round's value: ``production_seconds``) against 1, at the look's
+    confidence; ``EQUAL`` (nothing to hold the group open) where the group has no priced pair or
+    its records are not at hand."""
+    priced = {m.label: m for m in group if m.priced}
+    f, n = priced.get(FORCED_LABEL), priced.get(NATIVE_LABEL)
+    if f is None or n is None or f.index not in records_of or n.index not in records_of:
+        return EQUAL
+    a, b = pair_rounds(later(values[f.index]), later(values[n.index]))
+    if not a:
+        return "unclear"
+    fr, nr = records_of[f.index], records_of[n.index]
+    return paired_ratio([production_seconds(fr, x) for x in a], [production_seconds(nr, y) for y in b],
+                        plan.look_confidence).against_one(plan.margin)
 
 
 def has_pairs(group: list[Member]) -> bool:
@@ -155,6 +221,11 @@ def round_values(record: dict) -> list[RoundValue]:
     """The rounds a record holds: its first window alone (round 0), or, once pooled, every round
     (``round_ids`` with ``round_medians_s``, those in ``contended_rounds`` flagged, and an A/A
     control's second windows)."""
+    if record.get("regime") not in (None, "static"):  # a production stream's way: its sample's rounds
+        kept = zip(_floats(record.get("stream_round_ids")), _floats(record.get("stream_round_s")),
+                   strict=False)
+        return [RoundValue(0, float(record.get("stream_steady_s") or record["seconds_per_step"]))] + [
+            RoundValue(int(i), m) for i, m in kept]
     medians, ids = _floats(record.get("round_medians_s")), _floats(record.get("round_ids"))
     if not ids or len(ids) != len(medians):  # a first pass only: its window is round 0
         samples = tuple(_floats(record.get("timing_samples_s")))
@@ -187,14 +258,16 @@ def run_rounds(groups: list[list[Member]], values: dict[int, list[RoundValue]], 
                threads: int | None = None, preload: tuple[str, ...] = (), deadline: float | None = None,
                first_round: int = 1, done_rounds: int = 0, in_process: bool = False,
                on_look: Callable[[dict[int, str]], None] | None = None,
-               spent: dict[str, float] | None = None) -> dict[int, str]:
+               spent: dict[str, float] | None = None,
+               records_of: dict[int, dict] | None = None) -> dict[int, str]:
     """Time ``groups`` in later rounds (appending to ``values``, by case index) until each is settled,
     at ``max_rounds``, or out of budget or time; returns why each case's rounds stopped.
 
     ``first_round``: the id of the next round (a resumed sweep goes on after its last one);
     ``done_rounds``: later rounds the groups already had. ``on_look(stopped)`` after every look, so
     that an interrupted sweep keeps its rounds. ``spent``: filled with where the rounds' seconds went
-    (worker starts, building steps, windows)."""
+    (worker starts, building steps, windows). ``records_of``: the first pass's records by case
+    index, which price a group's production pair (``production_state``)."""
     stopped: dict[int, str] = {}
     active = [g for g in groups if g]
     started = time.time()
@@ -223,7 +296,7 @@ def run_rounds(groups: list[list[Member]], values: dict[int, list[RoundValue]], 
                 for group in active:
                     if not has_pairs(group):
                         _stop(group, STOPPED_ALONE, stopped)
-                    elif settled(group, values, plan):
+                    elif settled(group, values, plan, records_of):
                         _stop(group, STOPPED_SETTLED, stopped)
                     else:
                         still.append(group)

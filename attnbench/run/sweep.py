@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import glob
 import io
 import json
@@ -18,7 +19,7 @@ from attnbench.core import records
 from attnbench.core.atomic import atomic_write_bytes, atomic_write_text
 from attnbench.measure.compiler_caches import KEEP_ENV
 from attnbench.measure.engine import Case, Options, case_record, measure_case
-from attnbench.measure.figures import pool_rounds
+from attnbench.measure.figures import pool_rounds, pool_stream_rounds
 from attnbench.measure.process_env import scoped_environ
 from attnbench.run import adaptive
 from attnbench.run.adaptive import RoundPlan
@@ -79,9 +80,10 @@ def _first_pass(cases, first, todo, isolate, timeout_s, memory_cap_bytes, thread
     numerics); returns the seconds its workers took to start."""
     bar = _progress(len(todo), progress)
     worker = Worker(measure_case, threads=threads, memory_cap_bytes=memory_cap_bytes) if isolate else None
+    statics = {(c.impl, c.workload, c.config): j for j, c in enumerate(cases) if c.regime == "static"}
     try:
         for i in todo:
-            case = cases[i]
+            case = with_ceiling(cases[i], first, statics)
             if bar:
                 bar.set_description(f"{case.impl} S={case.workload.seq_q} {case.regime}")
             left = None if deadline is None else deadline - time.time()
@@ -112,11 +114,36 @@ def _first_pass(cases, first, todo, isolate, timeout_s, memory_cap_bytes, thread
     return getattr(worker, "start_seconds", 0.0) if worker else 0.0
 
 
+CEILING = 1.25  # a stream of another regime stops past this much of its kernel's static stream
+
+
+def with_ceiling(case: Case, first: list, statics: dict) -> Case:
+    """``case`` with its stream's ceiling (``Options.stream_ceiling_s``): a stream of another regime
+    stops once its steps after the first have cost ``CEILING`` times what the same kernel's whole
+    static stream's steps after its first did (measured before it: the suite measures static cases
+    first). From there it cannot be the kernel's cheapest way through the same requests: its costs
+    only add up. The first calls are left out of both, as a case of another regime runs in a fresh
+    process and a static case may not; the quarter is room for the noise of two streams measured
+    once. A static case, or one whose static stream is not at hand, as it is."""
+    j = statics.get((case.impl, case.workload, case.config))
+    static = first[j] if j is not None else None
+    if case.regime == "static" or not static or static.get("status") != records.OK:
+        return case
+    per_step, steps, first_call = (static.get(k) for k in ("seconds_per_step_with_compiles", "regime_steps",
+                                                            "first_call_s"))
+    if not per_step or not steps or first_call is None or static.get("stream_steps_planned") != steps:
+        return case
+    after_first = float(per_step) * int(steps) - float(first_call)
+    return dataclasses.replace(case, options=dataclasses.replace(
+        case.options, stream_ceiling_s=CEILING * max(after_first, 0.0)))
+
+
 def _later_rounds(cases, first, plan: RoundPlan, isolate, threads, on_record, deadline, spent,
                   compiled: str | None = None) -> None:
     """The timed cases' later rounds (``adaptive.run_rounds``), each case's record pooled over them."""
+    priced = adaptive.priced_ways(cases, first)
     timed = [i for i, (case, record) in enumerate(zip(cases, first, strict=True))
-             if timed_in_rounds(case, record) and record.get("rounds_complete") is not True]
+             if (timed_in_rounds(case, record) or i in priced) and record.get("rounds_complete") is not True]
     if not timed:
         return
     values = {i: adaptive.round_values(first[i]) for i in timed}
@@ -125,23 +152,26 @@ def _later_rounds(cases, first, plan: RoundPlan, isolate, threads, on_record, de
 
     def keep(stopped: dict[int, str], complete: bool = False) -> None:
         for i in timed:
-            first[i] = pool_rounds(first[i], values[i], stopped=stopped.get(i), complete=complete)
+            pool = pool_rounds if cases[i].regime == "static" else pool_stream_rounds
+            first[i] = pool(first[i], values[i], stopped=stopped.get(i), complete=complete)
             if on_record:
                 on_record(i, first[i])
 
     frameworks = tuple(sorted({f for i in timed for f in preload(cases[i].impl)}))
     with round_compile_caches(compiled):
-        stopped = adaptive.run_rounds(adaptive.groups_of(cases, first, timed), values, plan, threads=threads,
+        groups = adaptive.groups_of(cases, first, timed, frozenset(priced))
+        stopped = adaptive.run_rounds(groups, values, plan, threads=threads,
                                       preload=frameworks, deadline=deadline, first_round=next_round,
-                                      done_rounds=done, on_look=keep, in_process=not isolate, spent=spent)
+                                      done_rounds=done, on_look=keep, in_process=not isolate, spent=spent,
+                                      records_of={i: first[i] for i in timed})
     keep(stopped, complete=True)
 
 
 def timed_in_rounds(case: Case, record: dict | None) -> bool:
-    """Whether a case gets later timing rounds: static, ok, and not interpreted (an interpreter's
-    speed decides nothing, and rounds would pay its slow trace again). A dynamic or bucketed case's
-    stream is not timed again: here a round of every stream cost ten of the static steps' (results/
-    LOG.md); the verdict holds its steady steps to their history's scatter instead."""
+    """Whether a static case gets later timing rounds: ok, and not interpreted (an interpreter's
+    speed decides nothing, and rounds would pay its slow trace again). A case of another regime
+    gets them only as a priced way (``adaptive.priced_ways``), through its stream's sample of steps:
+    a round of every stream cost ten of the static steps' here (results/LOG.md)."""
     return (record is not None and case.regime == "static" and record.get("status") == records.OK
             and bool(record.get("timing_samples_s")) and record.get("execution") != "interpret")
 
