@@ -288,6 +288,14 @@ def test_the_verdicts_production_ratio_follows_the_priced_ways_own_rounds():
     untimed = streams.cheapest_way(bare, 6, history, {}, 1024, 6)
     assert timed["regime"] == untimed["regime"] == "dynamic"
     assert timed["sd_once"] < untimed["sd_once"]
+    # the stalls' scatter counts once for the stream measured; their extrapolation only beyond it
+    key = ("cpu-test", "Forward", "jax-xla", 1024.0, "float32", "dynamic")
+    stalls = {(*key, "usd_per_step_with_compiles"): 0.2}
+    measured = streams.cheapest_way(table, 6, stalls, {}, 1024, 6)
+    longer = streams.cheapest_way(table, 60, stalls, {}, 1024, 6)
+    assert measured["regime"] == longer["regime"] == "dynamic"
+    assert measured["sd_once"] == pytest.approx(measured["stall_share"] * 0.2)
+    assert longer["sd_once"] > longer["stall_share"] * 0.2
 
 
 def test_warm_windows_leave_no_window_out():

@@ -140,7 +140,7 @@ SIZES = {size.name: size for size in (
               regime_steps=200, stream_budget_s=15.0, static_stream_steps=16, min_seconds=0.1,
               max_extra_seconds=0.1,
               max_interpret_seq=256, max_reference_seq=256, regime_seqs=(1024,), rounds=17,
-              max_rounds=41, round_seconds=0.05, round_budget_s=150.0,
+              max_rounds=41, round_seconds=0.05, round_budget_s=300.0,
               controls=("jax-xla", "torch-sdpa-flash", "torch-xla-sdpa"),
               model_presets=DEFAULT_PRESETS, preset_size="default",
               preset_interpret=False, preset_reference=False, fresh_process=False,

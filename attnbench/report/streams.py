@@ -102,8 +102,9 @@ def cheapest_way(case: dict, steps: int, scatter: dict, floors: dict, max_len: i
     """The kernel's cheapest way through the stream (strategy, USD per million useful tokens,
     compiles, stall share, padding waste) and the uncertainty of what one run measures once, which
     the later rounds do not measure again (``sd_once``, relative): the compile stalls (their series'
-    run-to-run scatter, never below the machine's floor for that kind of figure, plus their
-    extrapolation from the compiles measured to the stream's), and, for a dynamic or bucketed way, its
+    run-to-run scatter, never below the machine's floor for that kind of figure, plus, where a
+    dynamic or bucketed stream is priced beyond its steps, their extrapolation from the compiles
+    measured to the stream's), and, for a dynamic or bucketed way, its
     steady steps against the same run's static step (the scatter of that ratio over the runs, never
     below its kind's median). ``sd_steady``: the steady step's run-to-run scatter (a break-even's
     uncertainty where no paired rounds exist). None where no regime was measured."""
@@ -122,8 +123,12 @@ def cheapest_way(case: dict, steps: int, scatter: dict, floors: dict, max_len: i
         sd_stalled = max(scatter.get((*key, "usd_per_step_with_compiles"), fallback), floor)
         share = priced["stall_share"]
         measured = figures["compiles"]
-        # the stall per compile, known from the measured compiles only (at least one: a first call)
-        extrapolated = share * sd_stalled / math.sqrt(max(1.0, measured if measured == measured else 1.0))
+        # the stall per compile, known from the measured compiles only (at least one: a first call),
+        # where the price compiles on beyond the steps measured; the measured stream's own stalls are
+        # its run-to-run scatter alone (price_stream charges a static, packed or eager stream's once)
+        beyond = (steps > figures["measured_steps"] and regime not in ("static", regimes.PACKED)
+                  and measured == measured and measured and measured > 0)
+        extrapolated = share * sd_stalled / math.sqrt(max(1.0, measured)) if beyond else 0.0
         regime_sd = 0.0 if timed_in_rounds(case, regime) else max(
             scatter.get((*key, "regime/static"), 0.0), regime_floor(scatter, case["machine"], regime))
         options.append({
