@@ -301,8 +301,7 @@ def run_regime(name: str, runner, template: Workload, regime: str, lengths: Sequ
     Steady time is the mean of the non-compiling steps after the first (compiles unreported: of
     repeated padded lengths). ``windows``: each step's trace window. ``budget_s``: the stream stops
     after the step that spends it (``planned_steps`` says how many it had); ``ceiling_s`` likewise
-    for a recompiling stream's steps after the first (``_over_ceiling``).
-    ``run_only`` (static
+    for a recompiling stream's steps after the first (``_over_ceiling``). ``run_only`` (static
     only): the steps run, whatever the budget; every other step is the same call on the same inputs
     (one shape, inputs placed once), counted at the run steps' steady mean, marked untimed.
     ``Unsupported`` (a length the kernel refuses) propagates.

@@ -275,9 +275,9 @@ def _run_regime(impl, workload, options, record):
         spent = sum(t.seconds for t in result.trace)
         by_budget = options.stream_budget_s is not None and spent >= options.stream_budget_s
         record["stream_cut"] = (f"the stream budget ({options.stream_budget_s:g} s)" if by_budget else
-                                f"recompiling, its steps after the first had cost a quarter more than its "
-                                f"pad-to-max stream's ({ceiling:.3g} s) after {len(result.trace)} steps: "
-                                "not its cheapest way")
+                                f"recompiling, its steps after the first passed the ceiling its pad-to-max "
+                                f"stream set ({ceiling:.3g} s) after {len(result.trace)} steps: not its "
+                                "cheapest way")
     record.update(regime_steps=len(result.trace), compiles=result.compiles,
                   compile_seconds_total=result.compile_seconds_total,
                   compile_cache_hits=result.compile_cache_hits, first_call_s=first.seconds if first else None,

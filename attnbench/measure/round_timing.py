@@ -45,11 +45,12 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
         began = time.perf_counter()
         try:
             if case.regime == "static":
-                step = warm_step(case)
+                step, per = warm_step(case), 1
                 defaults = warm_step(case, defaults=True) if case.with_defaults else None
             else:  # a production stream's way: its sample of steps, one pass per block
                 step, defaults, number = warm_stream(case), None, 1
-            timed.append((answer, step, max(1, int(number)), case.key in controls, defaults))
+                per = step.steps  # a block's seconds over these: the sample's mean step
+            timed.append((answer, step, max(1, int(number)), case.key in controls, defaults, per))
         except Exception as exc:  # noqa: BLE001 - one case failing never stops the round
             _steps.pop(case.key, None)
             answer.update(status=classify_exception(exc), reason=f"{type(exc).__name__}: {exc}"[:500])
@@ -58,14 +59,13 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
     if not timed:
         return out
     runs, numbers, owners = [], [], []
-    step_of = {id(answer): step for answer, step, *_ in timed}
-    for answer, step, number, control, defaults in timed:
+    for answer, step, number, control, defaults, per in timed:
         second = "control" if control else "defaults" if defaults is not None else None
         slots = ((second, None) if control_first else (None, second)) if second else (None,)
         for slot in slots:
             runs.append((defaults if slot == "defaults" else step).run)
             numbers.append(number)
-            owners.append((answer, slot))
+            owners.append((answer, slot, per))
     began = time.perf_counter()
     try:
         with ContentionMonitor() as monitor:
@@ -76,11 +76,10 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
         return out
     contention = monitor.result.columns()
     spent = (time.perf_counter() - began) / len(timed)
-    for (answer, slot), timing in zip(owners, timings, strict=True):
+    for (answer, slot, per), timing in zip(owners, timings, strict=True):
         if slot:
             answer[f"{slot}_median_s"] = timing.median_s
             continue
-        per = getattr(step_of[id(answer)], "steps", 1)  # a stream sample's pass: its mean step
         answer.update(median_s=timing.median_s / per,
                       samples=json.dumps([x / per for x in timing.samples_s]), window_s=spent,
                       contended=bool(contention.get("contended")),

@@ -127,7 +127,7 @@ def cheapest_way(case: dict, steps: int, scatter: dict, floors: dict, max_len: i
         # where the price compiles on beyond the steps measured; the measured stream's own stalls are
         # its run-to-run scatter alone (price_stream charges a static, packed or eager stream's once)
         beyond = (steps > figures["measured_steps"] and regime not in ("static", regimes.PACKED)
-                  and measured == measured and measured and measured > 0)
+                  and (measured or 0) > 0)  # None and NaN (uncounted) are not above 0
         extrapolated = share * sd_stalled / math.sqrt(max(1.0, measured)) if beyond else 0.0
         regime_sd = 0.0 if timed_in_rounds(case, regime) else max(
             scatter.get((*key, "regime/static"), 0.0), regime_floor(scatter, case["machine"], regime))
