@@ -30,7 +30,9 @@ STREAM_FIELDS = ("traffic", "traffic_label", "traffic_ks", "traffic_scale", "tra
                  # each window warm (its stalls at the steady step), the stream's steady step, and a
                  # priced way's later rounds of its stream sample (run/adaptive.py)
                  "window_steady_seconds", "stream_steady_s", "stream_round_s", "stream_round_ids",
-                 "stream_rounds", "stream_cut")
+                 "stream_rounds", "stream_cut",
+                 # a probed static way's first call, again in a fresh process every round
+                 "first_call_round_s", "first_call_round_ids")
 CASE_FIELDS = ("label", "execution", "platform", "device", "status", "reason", "contended",
                "contention_reason", "ci_low_s", "ci_high_s", "ci_basis", "ci_coverage", "rounds",
                "mask", "gqa", "flops",  # what a preset's case computed (Models)
@@ -45,7 +47,8 @@ CASE_FIELDS = ("label", "execution", "platform", "device", "status", "reason", "
 ROUND_FIELDS = ("round_medians_s", "round_ids", "control_round_medians_s", "control_round_ids",
                 "defaults_round_medians_s", "defaults_round_ids", "contended_rounds")
 JSON_FIELDS = (*ROUND_FIELDS, "phase_seconds", "window_seconds", "window_useful_tokens",
-               "window_steady_seconds", "stream_round_s", "stream_round_ids")
+               "window_steady_seconds", "stream_round_s", "stream_round_ids", "first_call_round_s",
+               "first_call_round_ids")
 TEXT_FIELDS = ("reason", "contention_reason")  # cut to MAX_REASON characters
 MAX_REASON = 500
 

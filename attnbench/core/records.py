@@ -59,6 +59,8 @@ LAYOUT = {
     # a priced way's later rounds (run/adaptive.py): each round's mean step of its stream sample, warm
     "stream_round_s": "s", "stream_round_ids": "", "stream_rounds": "count", "stream_round_median_s": "s",
     "stream_round_ci_low_s": "s", "stream_round_ci_high_s": "s", "stream_round_ci_method": "",
+    # a probed static way's first call again, in a fresh process, in each later round
+    "first_call_round_s": "s", "first_call_round_ids": "",
     # why a stream stopped before its last step: its budget, or dearer than the kernel's static stream
     "stream_cut": "",
     # timing

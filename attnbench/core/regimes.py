@@ -187,12 +187,17 @@ class RegimeResult:
         return sum(max(0.0, s - self.steady_seconds_per_step) for s in slow)
 
 
+def stream_template(workload: Workload) -> Workload:
+    """The runner's template of a case's stream: the workload, square when the case is."""
+    return workload.replace(seq_k=workload.seq_q) if workload.seq_k == workload.seq_q else workload
+
+
 def stream_of(workload: Workload, steps: int, seed: int, traffic: str = UNIFORM,
               windows: int = DEFAULT_WINDOWS) -> tuple[Workload, TrafficStream]:
     """A case's stream: the runner's template (square when the case is) and its steps, each step's
     real lengths one per sequence: from a trace (``core/traffic.py``: a built-in's name or a CSV path),
     or the synthetic ``uniform`` baseline (``length_stream``, every sequence of a step alike)."""
-    template = workload.replace(seq_k=workload.seq_q) if workload.seq_k == workload.seq_q else workload
+    template = stream_template(workload)
     max_len = workload.stream_length
     if is_trace(traffic):
         return template, trace_stream(load(traffic), workload.phase, max_len, workload.batch, steps, windows)

@@ -82,7 +82,8 @@ def pool_rounds(record: dict, rounds: list, *, stopped: str | None = None, compl
     with the interval over them, at ``stats.CONFIDENCE``.
 
     Every round is kept with its id (``round_ids``; those another process shared listed in
-    ``contended_rounds``): the verdict pairs two kernels by round, shared rounds included. A figure's
+    ``contended_rounds``): the verdict pairs two kernels by round, shared rounds included; so are a
+    probed way's stall probes (``first_call_round_s`` by ``first_call_round_ids``). A figure's
     own median leaves the shared rounds out while a clean one exists; if all were contended, all are
     kept and flagged. Step-time figures are derived again; compile and memory figures stay the
     record's. ``stopped``: why its rounds ended; ``complete``: False while the sweep may add more
@@ -94,6 +95,7 @@ def pool_rounds(record: dict, rounds: list, *, stopped: str | None = None, compl
     pooled = stats.estimate([list(r.samples) or [r.median_s] for r in used])
     controls = [(r.round, r.control_median_s) for r in rounds if r.control_median_s]
     defaults = [(r.round, r.defaults_median_s) for r in rounds if r.defaults_median_s]
+    probes = [(r.round, r.first_call_s) for r in rounds if r.first_call_s]
     out.update(seconds_per_step=pooled.median, ci_low_s=pooled.ci_low, ci_high_s=pooled.ci_high,
                ci_basis=pooled.basis, ci_coverage=pooled.coverage, ci_confidence=pooled.confidence,
                ci_method=pooled.method, iqr_s=pooled.q75 - pooled.q25, samples=len(pooled.samples),
@@ -105,6 +107,8 @@ def pool_rounds(record: dict, rounds: list, *, stopped: str | None = None, compl
                control_round_ids=json.dumps([i for i, _ in controls]) if controls else None,
                defaults_round_medians_s=json.dumps([m for _, m in defaults]) if defaults else None,
                defaults_round_ids=json.dumps([i for i, _ in defaults]) if defaults else None,
+               first_call_round_s=json.dumps([s for _, s in probes]) if probes else None,
+               first_call_round_ids=json.dumps([i for i, _ in probes]) if probes else None,
                timing_samples_s=json.dumps(list(pooled.samples)), contended=not clean,
                contention_reason=_rounds_reason(rounds) if not clean else None)
     if out.get("tokens") and out.get("flops"):

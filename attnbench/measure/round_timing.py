@@ -22,6 +22,7 @@ import time
 
 from attnbench.backends import here
 from attnbench.core import records, regimes
+from attnbench.measure.compiler_caches import compiler_caches
 from attnbench.measure.contention import ContentionMonitor
 from attnbench.measure.engine import Case, classify_exception, resolve_impl
 from attnbench.measure.timing import time_interleaved
@@ -58,7 +59,7 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
         out.append(answer)
     if not timed:
         return out
-    runs, numbers, owners = [], [], []
+    runs, numbers, owners, keep = [], [], [], []
     for answer, step, number, control, defaults, per in timed:
         second = "control" if control else "defaults" if defaults is not None else None
         slots = ((second, None) if control_first else (None, second)) if second else (None,)
@@ -66,10 +67,12 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
             runs.append((defaults if slot == "defaults" else step).run)
             numbers.append(number)
             owners.append((answer, slot, per))
+            keep.append(per == 1)  # a stream sample's pass: its one block is the round's value
     began = time.perf_counter()
     try:
         with ContentionMonitor() as monitor:
-            timings = time_interleaved(runs, numbers=numbers, min_seconds=window_s, min_samples=min_samples)
+            timings = time_interleaved(runs, numbers=numbers, min_seconds=window_s, min_samples=min_samples,
+                                       keep_timing=keep)
     except Exception as exc:  # noqa: BLE001 - a step that fails mid-window fails the group's round
         for answer, *_ in timed:
             answer.update(status=classify_exception(exc), reason=f"{type(exc).__name__}: {exc}"[:500])
@@ -131,6 +134,38 @@ def warm_stream(case: Case) -> StreamSample:
     if key not in _steps:
         _steps[key] = StreamSample(case)
     return _steps[key]
+
+
+def first_calls(cases: list[Case]) -> list[dict]:
+    """A round's stall probe, in a fresh process (``run/adaptive.py``): each static case's first call
+    again (trace + compile + first run of its stream's one shape, on a fresh runner, with the cold
+    compiler caches of its first pass), after one call of its kernel at another shape (batch + 1),
+    so that what a kernel pays once per process (its module's first trace) is not charged to its
+    shape's compile, as in the first pass, where a kernel's other lengths ran before it. Per case
+    ``{"key", "status", "reason", "first_call_s"}``; one failing case never stops the others."""
+    out, warmed = [], set()
+    for case in cases:
+        answer = {"key": case.key, "status": records.OK, "reason": None, "first_call_s": None}
+        try:
+            impl = resolve_impl(case.impl, case.config)
+            template = regimes.stream_template(case.workload)
+            length = template.stream_length
+            with compiler_caches(case.options.compile_cache):
+                if (case.impl, case.config) not in warmed:
+                    other = here.make_runner(impl, template.replace(batch=template.batch + 1),
+                                             case.options.seed)
+                    other.prepare(length)
+                    other.step(length)
+                    warmed.add((case.impl, case.config))
+                runner = here.make_runner(impl, template, case.options.seed)
+                runner.prepare(length)
+                start = time.perf_counter()
+                runner.step(length)
+                answer["first_call_s"] = time.perf_counter() - start
+        except Exception as exc:  # noqa: BLE001 - one case failing never stops the probe
+            answer.update(status=classify_exception(exc), reason=f"{type(exc).__name__}: {exc}"[:500])
+        out.append(answer)
+    return out
 
 
 def forget() -> None:

@@ -105,7 +105,8 @@ def time_window(run, *, number: int, min_seconds: float, min_samples: int = 3) -
 
 
 def time_interleaved(runs: list, *, numbers: list[int], min_seconds: float, min_samples: int = 5,
-                     enough_seconds: float = 0.05, least_samples: int = 1) -> list[Timing]:
+                     enough_seconds: float = 0.05, least_samples: int = 1,
+                     keep_timing: list[bool] | None = None) -> list[Timing]:
     """Several steps already warm in this process, timed together: one warm-up call each, then one
     block of each in turn (``numbers[i]`` calls of ``runs[i]``), round and round, until every step has
     ``min_samples`` blocks (or, a slow step, ``least_samples`` blocks lasting ``enough_seconds``: one
@@ -113,7 +114,9 @@ def time_interleaved(runs: list, *, numbers: list[int], min_seconds: float, min_
     ``min_seconds`` per step have passed. Short blocks, milliseconds apart, see the same machine: the
     ratio of two steps' medians cancels what drifted over the window, and a burst of the host's other
     tenants (tens of milliseconds here) spoils a block or two, not the median of five (the paired
-    ratios this gives: results/LOG.md, "Paired, adaptive rounds")."""
+    ratios this gives: results/LOG.md, "Paired, adaptive rounds"). ``keep_timing[i]`` False: once
+    done, run ``i`` is no longer timed while the others finish (a stream sample's pass, a second or
+    less of 32 different steps, whose one block is the round's value: docs/metrics.md)."""
     clock = time.perf_counter
     for run in runs:
         run()
@@ -122,14 +125,21 @@ def time_interleaved(runs: list, *, numbers: list[int], min_seconds: float, min_
     def done(mine: list[float]) -> bool:
         return len(mine) >= min_samples or (len(mine) >= least_samples and sum(mine) >= enough_seconds)
 
+    keep = list(keep_timing) if keep_timing is not None else [True] * len(runs)
     begin = clock()
     while not all(done([x * n for x in mine]) for mine, n in zip(samples, numbers, strict=True)) \
             or clock() - begin < min_seconds * len(runs):
-        for run, number, mine in zip(runs, numbers, samples, strict=True):
+        ran = False
+        for run, number, mine, again in zip(runs, numbers, samples, keep, strict=True):
+            if not again and mine and done([x * number for x in mine]):
+                continue
+            ran = True
             start = clock()
             for _ in range(number):
                 run()
             mine.append((clock() - start) / number)
+        if not ran:  # every run done and none kept timing: nothing left to spread over the window
+            break
     return [_timing(float("nan"), mine, number, "wall")
             for mine, number in zip(samples, numbers, strict=True)]
 

@@ -37,7 +37,9 @@ STREAM_FIELDS = {"regime_steps": "steps", "stream_steps_planned": "planned", "tr
                  "distinct_shapes": "shapes", "window_seconds": "window_seconds",
                  "window_useful_tokens": "window_tokens", "setting_stream_windows": "windows",
                  "window_steady_seconds": "window_steady", "stream_steady_s": "stream_steady_s",
-                 "stream_round_s": "stream_round_s", "stream_round_ids": "stream_round_ids"}
+                 "stream_round_s": "stream_round_s", "stream_round_ids": "stream_round_ids",
+                 "first_call_round_s": "first_call_round_s",
+                 "first_call_round_ids": "first_call_round_ids"}
 
 
 def stream_fields(rows, regime: str) -> dict:
@@ -47,7 +49,7 @@ def stream_fields(rows, regime: str) -> dict:
     for column, name in STREAM_FIELDS.items():
         values = rows[column].dropna() if column in rows else []
         value = values.iloc[0] if len(values) else None
-        if (name.startswith("window") or name.startswith("stream_round")) and isinstance(value, str):
+        if (name.startswith(("window", "stream_round", "first_call_round"))) and isinstance(value, str):
             value = json.loads(value)
         out[f"{regime}:{name}"] = value
     return out

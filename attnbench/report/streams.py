@@ -129,6 +129,8 @@ def cheapest_way(case: dict, steps: int, scatter: dict, floors: dict, max_len: i
         beyond = (steps > figures["measured_steps"] and regime not in ("static", regimes.PACKED)
                   and (measured or 0) > 0)  # None and NaN (uncounted) are not above 0
         extrapolated = share * sd_stalled / math.sqrt(max(1.0, measured)) if beyond else 0.0
+        if stalls_in_rounds(case, regime):  # the stall measured again in every round: paired there
+            sd_stalled = 0.0
         regime_sd = 0.0 if timed_in_rounds(case, regime) else max(
             scatter.get((*key, "regime/static"), 0.0), regime_floor(scatter, case["machine"], regime))
         options.append({
@@ -245,6 +247,21 @@ def way_rounds(case: dict, regime: str) -> dict[int, float]:
     return {r: v / case["step_s"] for r, v in case["rounds"].items()}
 
 
+def stall_rounds(case: dict, regime: str) -> dict[int, float]:
+    """``{round: seconds}``: a probed static way's first call, measured again in a fresh process in
+    each later round (``run/adaptive.py``, "stall probes"); empty for any other way."""
+    ids, values = case.get(f"{regime}:first_call_round_ids"), case.get(f"{regime}:first_call_round_s")
+    if regime != "static" or not isinstance(ids, list) or not isinstance(values, list):
+        return {}
+    return {int(i): float(v) for i, v in zip(ids, values, strict=False) if v and v > 0}
+
+
+def stalls_in_rounds(case: dict, regime: str) -> bool:
+    """Whether the rounds measured the way's compile stall again (enough rounds for a 99% interval):
+    then the stall is paired round by round, and its history's scatter adds nothing."""
+    return len(stall_rounds(case, regime)) >= min_values()
+
+
 def timed_in_rounds(case: dict, regime: str) -> bool:
     """Whether the rounds timed the case's ``regime`` way itself (enough rounds for a 99% interval):
     then its steady steps are paired round by round, and what its stream measured once against the
@@ -261,9 +278,12 @@ def scaled_steady(case: dict, factor: float) -> dict:
     return out
 
 
-def scaled_regime(case: dict, regime: str, factor: float) -> dict:
+def scaled_regime(case: dict, regime: str, factor: float, first_call_s: float | None = None,
+                  steps: int | None = None) -> dict:
     """``case`` with ``regime``'s steady step cost times ``factor`` and its stalls unchanged (the
-    stalled cost moves by the same amount; tokens per step stay)."""
+    stalled cost moves by the same amount; tokens per step stay), or, given a round's probed
+    ``first_call_s`` of a static way whose stream ran ``steps`` steps, that first call's excess over
+    the round's step spread over them."""
     out = dict(case)
     steady, stalled = case.get(f"{regime}:usd_per_step"), case.get(f"{regime}:usd_per_step_with_compiles")
     per_mtok = case.get(f"{regime}:usd_per_million_useful_tokens_with_compiles")
@@ -271,7 +291,11 @@ def scaled_regime(case: dict, regime: str, factor: float) -> dict:
         return out
     # the stream's stall per step stays; never below none (a static stream's steady steps are its own,
     # its steady figure the rounds': the two can differ by more than the stream stalled)
-    moved = steady * factor + max(0.0, stalled - steady)
+    stall = max(0.0, stalled - steady)
+    if first_call_s is not None and steps and case.get("step_s"):
+        step_s = case["step_s"] * factor  # this round's step, in seconds
+        stall = max(0.0, first_call_s - step_s) / steps * (steady / case["step_s"])
+    moved = steady * factor + stall
     out[f"{regime}:usd_per_step"] = steady * factor
     out[f"{regime}:usd_per_step_with_compiles"] = moved
     out[f"{regime}:usd_per_million_useful_tokens_with_compiles"] = per_mtok * moved / stalled

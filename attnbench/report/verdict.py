@@ -11,7 +11,8 @@ way (static, dynamic or bucketed), compile stalls and padding included (``report
 round, each kernel's stream is priced with its steady steps scaled by its step in that round, and the
 ratio's interval is over those per-round ratios, widened by what the rounds do not measure again:
 the compile stalls and a regime stream's steady steps, measured once per run (their history's
-scatter, ``streams.cheapest_way``), and the trace's windows (how far the two kernels' ratio moves
+scatter, ``streams.cheapest_way``; a static way's stall that the rounds probed again in a fresh
+process each round is paired with them instead), and the trace's windows (how far the two kernels' ratio moves
 from one stretch of traffic to another). A longer stream asked for (``steps``) is modelled beyond
 the measured steps, and the row says so (``production``).
 
@@ -378,19 +379,27 @@ def _production(forced: dict, f_regime: str, native: dict, n_regime: str, steps:
     """The forced / native stream cost of each later round both were timed in, each kernel priced
     its cheapest way (``f_regime``, ``n_regime``) with that round's steady steps: a priced way's own
     stream sample where the rounds timed it (``streams.way_rounds``), else its static step in that
-    round scaling the way's steady steps; the compile stalls stay the first pass's."""
+    round scaling the way's steady steps; the compile stalls stay the first pass's, but for a static
+    way whose first call the rounds probed again (``streams.stall_rounds``): that round's."""
     f_rounds, n_rounds = streams.way_rounds(forced, f_regime), streams.way_rounds(native, n_regime)
-    common = sorted(set(f_rounds) & set(n_rounds))
+    f_stalls, n_stalls = streams.stall_rounds(forced, f_regime), streams.stall_rounds(native, n_regime)
+    common = set(f_rounds) & set(n_rounds)
+    for probes in (f_stalls, n_stalls):  # a probed way pairs over the rounds its probe measured
+        if len(probes) >= min_values():
+            common &= set(probes)
+    common = sorted(common)
     if not common:
         return None
 
-    def cost(case: dict, regime: str, factors: dict[int, float], r: int) -> float:
-        moved = streams.scaled_regime(case, regime, factors[r])
+    def cost(case: dict, regime: str, factors: dict[int, float], probes: dict[int, float], r: int) -> float:
+        ran = streams.stream_figures(case, regime, stream_len, measured_steps)["measured_steps"]
+        moved = streams.scaled_regime(case, regime, factors[r],
+                                      probes.get(r) if len(probes) >= min_values() else None, ran)
         return streams.price_stream(**streams.stream_figures(moved, regime, stream_len, measured_steps),
                                     steps=steps)["usd_per_mtok"]
 
-    return paired_ratio([cost(forced, f_regime, f_rounds, r) for r in common],
-                        [cost(native, n_regime, n_rounds, r) for r in common])
+    return paired_ratio([cost(forced, f_regime, f_rounds, f_stalls, r) for r in common],
+                        [cost(native, n_regime, n_rounds, n_stalls, r) for r in common])
 
 
 def _break_even(forced, native, priced, paper: Ratio | None, steps, stream_len, measured_steps,

@@ -29,7 +29,8 @@ from collections.abc import Callable
 from attnbench.core import records
 from attnbench.core.stats import ABOVE, BELOW, CONFIDENCE, EQUAL, check_margin, pair_rounds, paired_ratio
 from attnbench.measure.engine import Case
-from attnbench.measure.round_timing import time_round
+from attnbench.measure.round_timing import first_calls, time_round
+from attnbench.run.plan import preload
 from attnbench.run.worker import Worker
 
 FORCED_LABEL, NATIVE_LABEL = "forced-flash", "native"  # a kernel's label (attention_impls/base.py)
@@ -85,6 +86,7 @@ class RoundValue:
     contention_reason: str | None = None
     control_median_s: float | None = None  # the A/A control's second window, if this case is one
     defaults_median_s: float | None = None  # the kernel at its defaults, if this case runs a tuned config
+    first_call_s: float | None = None  # the round's stall probe of a probed way (``Member.probe``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +101,7 @@ class Member:
     label: str | None
     number: int  # calls per block (the first window's)
     priced: bool = False
+    probe: bool = False  # its compile stall is measured again in every round (``stall_probed``)
 
 
 ROUND_BLOCK_FRACTION = 4  # a round's blocks are a quarter of the first window's (about 5 ms, not 20)
@@ -116,14 +119,16 @@ def group_key(case: Case, record: dict) -> tuple:
 
 
 def groups_of(cases: list[Case], first: list[dict], timed: list[int],
-              priced: frozenset[int] = frozenset()) -> list[list[Member]]:
+              priced: frozenset[int] = frozenset(), probes: bool = True) -> list[list[Member]]:
     """The timed cases by comparison group, in first-seen order; ``priced``: the cases' indices
-    ``priced_ways`` chose."""
+    ``priced_ways`` chose; ``probes``: whether a priced static way's stall may be probed (a sweep
+    in one process cannot compile anything cold again)."""
     out: dict[tuple, list[Member]] = {}
     for i in timed:
         record = first[i]
         number = _number(cases[i], record) if cases[i].regime == "static" else 1
-        member = Member(i, cases[i], record.get("label"), number, priced=i in priced)
+        member = Member(i, cases[i], record.get("label"), number, priced=i in priced,
+                        probe=probes and i in priced and stall_probed(cases[i], record))
         out.setdefault(group_key(cases[i], record), []).append(member)
     return list(out.values())
 
@@ -154,15 +159,43 @@ def priced_ways(cases: list[Case], first: list[dict]) -> dict[int, str]:
     return {i: key[-1] for key, (_, i) in best.items()}
 
 
-def production_seconds(record: dict, per_step: float) -> float:
-    """The record's stream in seconds per useful token with its steady steps at ``per_step``: what its
-    first pass spent beyond its steady steps (the compile stalls, measured once) plus every step at
-    ``per_step``, over the useful tokens it served."""
+PROBE_SHARE = 0.10  # a static way's compile stall worth probing: this share of its stream's cost
+PROBE_MAX_S = 2.0  # and a first call this short (FlexAttention's 18 s compile is not repeated per round)
+
+
+def first_pass_stall(record: dict) -> tuple[float, float]:
+    """``(stall seconds, stream seconds)`` of a record's first-pass stream: what it spent beyond its
+    steady steps (the compile stalls, measured once), and all it spent."""
     steps = int(record.get("regime_steps") or 0)
     total = float(record["seconds_per_step_with_compiles"]) * steps
     steady = record.get("stream_steady_s") or record["seconds_per_step"]
+    return max(0.0, total - steps * float(steady)), total
+
+
+def stall_probed(case: Case, record: dict) -> bool:
+    """Whether a priced static way's compile stall is measured again in every round (a stall probe,
+    ``round_timing.first_calls``): it compiled, its stall is at least ``PROBE_SHARE`` of its stream's
+    cost, and its first call took at most ``PROBE_MAX_S``. Otherwise its stall stays the first pass's,
+    with its history's scatter (``report/streams.cheapest_way``)."""
+    if case.regime != "static" or not (record.get("compiles") or 0) > 0 or record.get("status") != records.OK:
+        return False
+    first = record.get("first_call_s")
+    if first is None or first != first or first > PROBE_MAX_S or not record.get("useful_tokens_per_s"):
+        return False
+    stall, total = first_pass_stall(record)
+    return total > 0 and stall / total >= PROBE_SHARE
+
+
+def production_seconds(record: dict, per_step: float, first_call: float | None = None) -> float:
+    """The record's stream in seconds per useful token with its steady steps at ``per_step``: its
+    compile stalls (the first pass's, or ``first_call`` beyond one step at ``per_step``: a round's
+    probe of a static way) plus every step at ``per_step``, over the useful tokens it served."""
+    steps = int(record.get("regime_steps") or 0)
+    stall, total = first_pass_stall(record)
+    if first_call is not None:
+        stall = max(0.0, first_call - per_step)
     tokens = float(record["useful_tokens_per_s"]) * total
-    return (max(0.0, total - steps * float(steady)) + steps * per_step) / tokens
+    return (stall + steps * per_step) / tokens
 
 
 def later(values: list[RoundValue]) -> dict[int, float]:
@@ -204,11 +237,17 @@ def production_state(group: list[Member], values: dict[int, list[RoundValue]], p
     f, n = priced.get(FORCED_LABEL), priced.get(NATIVE_LABEL)
     if f is None or n is None or f.index not in records_of or n.index not in records_of:
         return EQUAL
-    a, b = pair_rounds(later(values[f.index]), later(values[n.index]))
-    if not a:
+    fv = {v.round: v for v in values[f.index] if v.round > 0}
+    nv = {v.round: v for v in values[n.index] if v.round > 0}
+    common = sorted(set(fv) & set(nv))
+    if not common:
         return "unclear"
-    fr, nr = records_of[f.index], records_of[n.index]
-    return paired_ratio([production_seconds(fr, x) for x in a], [production_seconds(nr, y) for y in b],
+
+    def seconds(member: Member, value: RoundValue) -> float:
+        probed = value.first_call_s if member.probe else None
+        return production_seconds(records_of[member.index], value.median_s, probed)
+
+    return paired_ratio([seconds(f, fv[r]) for r in common], [seconds(n, nv[r]) for r in common],
                         plan.look_confidence).against_one(plan.margin)
 
 
@@ -235,9 +274,11 @@ def round_values(record: dict) -> list[RoundValue]:
                         _floats(record.get("control_round_medians_s")), strict=False))
     defaults = dict(zip(_floats(record.get("defaults_round_ids")),
                         _floats(record.get("defaults_round_medians_s")), strict=False))
+    probes = dict(zip(_floats(record.get("first_call_round_ids")),
+                      _floats(record.get("first_call_round_s")), strict=False))
     busy = set(_floats(record.get("contended_rounds")))
     return [RoundValue(int(i), m, contended=i in busy, control_median_s=controls.get(i),
-                       defaults_median_s=defaults.get(i))
+                       defaults_median_s=defaults.get(i), first_call_s=probes.get(i))
             for i, m in zip(ids, medians, strict=True)]
 
 
@@ -273,7 +314,7 @@ def run_rounds(groups: list[list[Member]], values: dict[int, list[RoundValue]], 
     started = time.time()
     worker = InProcess(time_round) if in_process else Worker(time_round, threads=threads)
     failures: dict[int, int] = {}
-    tally = {"build_s": 0.0, "window_s": 0.0}
+    tally = {"build_s": 0.0, "window_s": 0.0, "probe_s": 0.0}
     rounds_here = 0
     try:
         for r in range(done_rounds + 1, plan.max_rounds + 1):
@@ -291,6 +332,10 @@ def run_rounds(groups: list[list[Member]], values: dict[int, list[RoundValue]], 
                     continue
                 _time_group(worker, members, round_id, values, plan, preload, deadline, failures, stopped,
                             tally)
+            probed = [m for g in order if has_pairs(g) for m in g if m.probe and m.index not in stopped]
+            if probed and not in_process:
+                tally["probe_s"] += _probe_stalls(probed if r % 2 else probed[::-1], round_id, values,
+                                                  threads, deadline)
             if r >= plan.min_rounds and (r - plan.min_rounds) % plan.look_every == 0:
                 still = []
                 for group in active:
@@ -312,6 +357,7 @@ def run_rounds(groups: list[list[Member]], values: dict[int, list[RoundValue]], 
             spent.update({"rounds": float(rounds_here),
                           "round worker starts": getattr(worker, "start_seconds", 0.0),
                           "round builds": tally["build_s"], "round windows": tally["window_s"],
+                          "stall probes": tally["probe_s"],
                           "later rounds": time.time() - started})
     return stopped
 
@@ -326,7 +372,7 @@ def _time_group(worker, members: list[Member], round_id: int, values: dict, plan
     if failure is not None:  # the worker died or hung: this round of the group is lost
         answers = [{"key": m.case.key, "status": failure.status, "reason": failure.reason} for m in members]
     for member, answer in zip(members, answers, strict=True):
-        for key in tally:
+        for key in ("build_s", "window_s"):
             tally[key] += answer.get(key) or 0.0
         if answer.get("status") != records.OK:
             failures[member.index] = failures.get(member.index, 0) + 1
@@ -338,6 +384,25 @@ def _time_group(worker, members: list[Member], round_id: int, values: dict, plan
             contended=bool(answer.get("contended")), contention_reason=answer.get("contention_reason"),
             control_median_s=answer.get("control_median_s"),
             defaults_median_s=answer.get("defaults_median_s")))
+
+
+def _probe_stalls(members: list[Member], round_id: int, values: dict, threads: int | None,
+                  deadline: float | None) -> float:
+    """The round's stall probe: the probed ways' first calls again, cold, in a fresh process
+    (``round_timing.first_calls``), each put on the member's value of this round; returns the seconds
+    it took, the process' start included. A probe that fails leaves the round without it (the
+    verdict pairs a probed way's production over the rounds that have one)."""
+    began = time.perf_counter()
+    with Worker(first_calls, threads=threads) as probe:
+        frameworks = tuple(sorted({f for m in members for f in preload(m.case.impl)}))
+        answers, failure = probe.call(([m.case for m in members],), ROUND_TIMEOUT_S, preload=frameworks,
+                                      deadline=deadline)
+    if failure is None:
+        for member, answer in zip(members, answers, strict=True):
+            mine = values[member.index]
+            if answer.get("status") == records.OK and mine and mine[-1].round == round_id:
+                mine[-1] = dataclasses.replace(mine[-1], first_call_s=answer["first_call_s"])
+    return time.perf_counter() - began
 
 
 def _floats(raw) -> list[float]:

@@ -159,7 +159,7 @@ def _later_rounds(cases, first, plan: RoundPlan, isolate, threads, on_record, de
 
     frameworks = tuple(sorted({f for i in timed for f in preload(cases[i].impl)}))
     with round_compile_caches(compiled):
-        groups = adaptive.groups_of(cases, first, timed, frozenset(priced))
+        groups = adaptive.groups_of(cases, first, timed, frozenset(priced), probes=isolate)
         stopped = adaptive.run_rounds(groups, values, plan, threads=threads,
                                       preload=frameworks, deadline=deadline, first_round=next_round,
                                       done_rounds=done, on_look=keep, in_process=not isolate, spent=spent,
