@@ -186,3 +186,22 @@ def test_the_verdict_prices_a_probed_ways_stall_from_its_rounds():
     assert streams.cheapest_way(table, 6, history, {}, 1024, 6)["sd_once"] == 0.0
     unprobed = streams.cheapest_way(bare, 6, history, {}, 1024, 6)
     assert unprobed["sd_once"] == pytest.approx(0.5 * 0.2, rel=0.05)
+
+
+def test_a_static_streams_stall_is_taken_against_its_own_steady_step():
+    from attnbench.report import streams
+
+    # the rounds' step (12 ms) above the 16 steps the stream timed (10 ms): the stall is the first
+    # call beyond the stream's own steady step, not beyond the rounds' figure
+    case = {"step_s": 0.012, "static:usd_per_step": 12e-6, "static:stream_steady_s": 0.010,
+            "static:usd_per_step_with_compiles": (1.0 + 199 * 0.010) / 200 * 1e-3,
+            "static:usd_per_million_useful_tokens_with_compiles": 1.0}
+    assert streams.stall_per_step(case, "static") == pytest.approx((1.0 - 0.010) / 200 * 1e-3)
+    without = {k: v for k, v in case.items() if k != "static:stream_steady_s"}
+    assert streams.stall_per_step(without, "static") == pytest.approx(
+        case["static:usd_per_step_with_compiles"] - 12e-6)  # what it was: 2 ms a step ate 0.4 s
+    figures = streams.stream_figures(case, "static", 256, 200)
+    assert figures["usd_with_compiles"] - figures["steady_usd"] == pytest.approx((1.0 - 0.010) / 200 * 1e-3)
+    moved = streams.scaled_regime(case, "static", 1.0)
+    assert streams.stream_figures(moved, "static", 256, 200)["usd_with_compiles"] == pytest.approx(
+        figures["usd_with_compiles"])  # scaled by 1: the same stream, its stall counted once
