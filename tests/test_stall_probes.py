@@ -195,7 +195,7 @@ def test_a_static_streams_stall_is_taken_against_its_own_steady_step():
     # call beyond the stream's own steady step, not beyond the rounds' figure
     case = {"step_s": 0.012, "static:usd_per_step": 12e-6, "static:stream_steady_s": 0.010,
             "static:usd_per_step_with_compiles": (1.0 + 199 * 0.010) / 200 * 1e-3,
-            "static:usd_per_million_useful_tokens_with_compiles": 1.0}
+            "static:usd_per_million_useful_tokens_with_compiles": 1.0, "static:compiles": 1}
     assert streams.stall_per_step(case, "static") == pytest.approx((1.0 - 0.010) / 200 * 1e-3)
     without = {k: v for k, v in case.items() if k != "static:stream_steady_s"}
     assert streams.stall_per_step(without, "static") == pytest.approx(
