@@ -131,8 +131,12 @@ def _flagged(steps) -> set:
 def _scaled(frame, factor: float):
     """The same history on a host whose every timing is ``factor`` times as long: time-like figures
     times it, rates over it (by the metric's exponent); MFU, over the run's own probe, and memory
-    and counts as they were."""
+    and counts as they were. The run's CPU GEMM probe is a rate too: over it, so that the host
+    changes it shows are the same changes."""
     out = frame.copy()
+    for column in ("host_gemm_peak_tflops", "host_gemm_median_tflops"):
+        if column in out:
+            out[column] = pd.to_numeric(out[column], errors="coerce") / factor
     for metric in out["metric"].unique():
         if metric not in metrics.names():
             continue
@@ -192,3 +196,20 @@ def test_a_30_percent_slowdown_planted_in_the_committed_history_is_found_at_its_
     assert len(hit)
     assert "1f0c2bdf" in hit.iloc[0]["why"] and "attnbench/" in hit.iloc[0]["why"]
     assert _flagged(steps) - COMMITTED == _flagged(hit)  # nothing else moved
+
+
+def test_a_stream_that_timed_another_number_of_its_steps_is_explained_not_flagged():
+    """A dynamic stream's figures are of the steps it timed: a run whose stream a ceiling or budget cut
+    at another step count measured other work (its compile count, its padding), a setting change; the
+    same count, a static case, or a count one run did not record explain nothing."""
+    from attnbench.results.judge import stream_steps_changed
+
+    rows = pd.DataFrame({"stream_steps_timed": [float("nan"), 200.0, 200.0, 25.0],
+                         "stream_cut": [None, "", "", "the ceiling its pad-to-max stream set (4 s)"]})
+    assert stream_steps_changed(rows, 2, 3, "dynamic") == (
+        "stream steps timed 200 -> 25 (cut: the ceiling its pad-to-max stream set (4 s))")
+    assert stream_steps_changed(rows, 3, 2, "bucketed") == "stream steps timed 25 -> 200"
+    assert stream_steps_changed(rows, 1, 2, "dynamic") == ""
+    assert stream_steps_changed(rows, 0, 1, "dynamic") == ""
+    assert stream_steps_changed(rows, 2, 3, "static") == ""
+    assert stream_steps_changed(rows, 2, 3, None) == ""

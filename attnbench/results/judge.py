@@ -214,6 +214,20 @@ def settings_changed(rows, before: int, after: int, metric: str, regime: str | N
     return "; ".join(changes)
 
 
+def stream_steps_changed(rows, before: int, after: int, regime: str | None) -> str:
+    """``stream steps N -> M`` where a stream (the dynamic and bucketed regimes) timed another number
+    of its trace's steps across the step: its figures (counts, padding, rates, costs) are of another
+    prefix of the trace, other work; a cut stream stops where its budget or ceiling says."""
+    if (regime or "static") == "static" or "stream_steps_timed" not in rows:
+        return ""
+    a, b = (rows["stream_steps_timed"].iloc[i] for i in (before, after))
+    a, b = ("unrecorded" if x is None or x != x else f"{x:g}" for x in (a, b))
+    if a == b or "unrecorded" in (a, b):
+        return ""
+    cut = rows["stream_cut"].iloc[after] if "stream_cut" in rows else None
+    return f"stream steps timed {a} -> {b}" + (f" (cut: {cut})" if isinstance(cut, str) and cut else "")
+
+
 def config_changed(rows, before: int, after: int, implementation: str) -> str:
     """``tile config A -> B`` where the kernel ran at another tile config across the step (``make tune``
     moved it); a run that recorded none ran at the kernel's defaults (before tuning existed)."""
@@ -328,7 +342,7 @@ def judge(candidate: Candidate, floors: dict, periods: dict, repo: str | None,
         return verdict(DEFINITION_CHANGED, "; ".join(f"definitions {c.version} ({c.date}): {c.reason}"
                                                      for c in changes))
     setting = settings_changed(rows, b, a, s.metric, _text(s.regime[a])) \
-        or config_changed(rows, b, a, implementation)
+        or stream_steps_changed(rows, b, a, _text(s.regime[a])) or config_changed(rows, b, a, implementation)
     if setting:
         return verdict(SETTING_CHANGED, f"a setting {s.metric} depends on changed: {setting}")
     against = (f"{candidate.relative:+.1%} against noise ±{row['noise_relative']:.1%}"
