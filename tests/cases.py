@@ -22,3 +22,14 @@ def measure_sweep(cases, options: Options, *, fresh_process: bool = True, **kwar
     out.update(zip(admitted, measured, strict=True))
     return [out[i] for i in range(len(every))]
 
+
+
+def eight_round_sweep(cases) -> list[dict]:
+    """``cases`` swept in one warm worker over eight rounds of 10 ms windows, their streams 16 steps of
+    the azure-code trace in four windows: small enough for a test, every round's task in it."""
+    from attnbench.run.adaptive import RoundPlan
+
+    options = Options(min_seconds=0.02, regime_steps=16, numerics=False, traffic="azure-code",
+                      stream_windows=4)
+    return measure_sweep(cases, options, rounds=RoundPlan(min_rounds=8, max_rounds=8, window_s=0.01),
+                         progress=False, fresh_process=False)

@@ -228,15 +228,11 @@ def test_a_round_times_a_stream_way_by_its_samples_mean_step():
 @needs_torch
 @pytest.mark.slow
 def test_a_sweep_times_a_priced_stream_way_in_its_rounds_and_the_rest_once():
-    from tests.cases import measure_sweep
+    from tests.cases import eight_round_sweep
 
-    options = Options(min_seconds=0.02, regime_steps=16, numerics=False, traffic="azure-code",
-                      stream_windows=4)
-    plan = RoundPlan(min_rounds=8, max_rounds=8, window_s=0.01)
     cases = [(impl, TEMPLATE, regime) for regime in ("static", "dynamic")
              for impl in ("torch-blockwise-flash", "torch-sdpa-flash")]
-    rows = measure_sweep([*cases, ("torch-sdpa-math", TEMPLATE, "dynamic")],
-                         options, rounds=plan, progress=False, fresh_process=False)
+    rows = eight_round_sweep([*cases, ("torch-sdpa-math", TEMPLATE, "dynamic")])
     assert all(r["status"] == records.OK for r in rows)
     priced = [r for r in rows if r["regime"] == "dynamic" and r.get("stream_rounds")]
     assert priced, "an eager kernel's exact lengths are its cheapest way: priced, timed in the rounds"

@@ -113,13 +113,9 @@ def test_a_probe_times_each_static_ways_first_call_cold_and_a_failure_alone():
 @needs_jax
 @pytest.mark.slow
 def test_a_sweep_probes_its_priced_static_ways_stalls_in_every_round():
-    from tests.cases import measure_sweep
+    from tests.cases import eight_round_sweep
 
-    options = Options(min_seconds=0.02, regime_steps=16, numerics=False, traffic="azure-code",
-                      stream_windows=4)
-    plan = RoundPlan(min_rounds=8, max_rounds=8, window_s=0.01)
-    rows = measure_sweep([(impl, TEMPLATE, "static") for impl in ("jax-blockwise-flash", "jax-xla")],
-                         options, rounds=plan, progress=False, fresh_process=False)
+    rows = eight_round_sweep([(impl, TEMPLATE, "static") for impl in ("jax-blockwise-flash", "jax-xla")])
     assert all(r["status"] == records.OK for r in rows)
     for row in rows:  # 16 steps of a millisecond after a compile of a tenth of a second: probed
         probes = json.loads(row["first_call_round_s"])
