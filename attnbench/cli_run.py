@@ -147,21 +147,25 @@ def run_config(args, impls: list[str]) -> tuple:
 
 
 def run_round_plan(args):
-    """The later timing rounds ``--rounds``, ``--max-rounds``, ``--budget``, ``--margin`` and
-    ``--round-seconds`` ask for (None: one window per case); ``ValueError`` naming a bad one."""
+    """The later timing rounds ``--rounds``, ``--max-rounds``, ``--budget``, ``--margin``,
+    ``--precision`` and ``--round-seconds`` ask for (None: one window per case); ``ValueError``
+    naming a bad one."""
     if args.rounds < 1:
         raise ValueError(f"--rounds must be at least 1 (the first window), got {args.rounds}")
     if args.budget is not None and not args.budget > 0:
         raise ValueError(f"--budget must be more than 0 seconds, got {args.budget:g}")
     if not 0 < args.margin < 1:
         raise ValueError(f"--margin must be a fraction between 0 and 1 (0.1 for +-10%), got {args.margin:g}")
+    if args.precision is not None and not 0 < args.precision < 1:
+        raise ValueError(f"--precision must be a fraction between 0 and 1 (0.05 for +-5%), "
+                         f"got {args.precision:g}")
     most = args.max_rounds or args.rounds
     if most < args.rounds:
         raise ValueError(f"--max-rounds ({most}) must be at least --rounds ({args.rounds})")
     if most < 2:
         return None
     return RoundPlan(min_rounds=args.rounds - 1, max_rounds=most - 1, budget_s=args.budget,
-                     margin=args.margin, window_s=args.round_seconds)
+                     margin=args.margin, precision=args.precision, window_s=args.round_seconds)
 
 
 def check_traffic(args, workloads: list[Workload]) -> None:
@@ -285,11 +289,16 @@ def add_run_command(sub) -> None:
     p.add_argument("--rounds", type=int, default=1,
                    help="timing rounds of every static case, its first window included; the later ones "
                         "paired by comparison group in warm workers and pooled (default 1)")
-    p.add_argument("--max-rounds", type=int, help="more rounds, up to this many, for a group whose forced / "
-                   "native pairs are neither decided nor equal within --margin (default: --rounds)")
+    p.add_argument("--max-rounds", type=int,
+                   help="more rounds, up to this many, for the kernels of a forced / native pair neither "
+                        "decided nor equal within --margin, or a figure wider than --precision "
+                        "(default: --rounds)")
     p.add_argument("--budget", type=float, help="seconds the later rounds may take in all (default: none)")
     p.add_argument("--margin", type=float, default=0.10,
                    help="two kernels equal within +-margin settle a pair (default 0.10)")
+    p.add_argument("--precision", type=float,
+                   help="a static step's rounds go on, up to --max-rounds or --budget, until its 99%% "
+                        "interval is within +-precision of its median (0.05: 5%%; default: off)")
     p.add_argument("--round-seconds", type=float, default=0.1, help="each case's window per later round")
     p.add_argument("--timer", choices=("wall", "cuda-events", "device"), default="wall",
                    help="static timing: wall clock around blocking calls (every backend), or CUDA events "

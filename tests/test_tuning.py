@@ -239,7 +239,8 @@ def test_a_round_times_a_tuned_kernel_and_its_defaults_side_by_side():
 
 def test_the_verdict_names_the_tuned_configs_and_says_when_tuning_changed_the_answer():
     """Tuned, forced wins on paper; at defaults (timed beside it each round) it loses: the row says both."""
-    from attnbench.report import verdict, verdict_display
+    from attnbench.report import answers, verdict_display
+    from attnbench.report.tuning import tuning_columns
 
     def case(impl, label, steps, defaults=None, config="", source=""):
         rounds = {i + 1: s for i, s in enumerate(steps)}
@@ -251,24 +252,24 @@ def test_the_verdict_names_the_tuned_configs_and_says_when_tuning_changed_the_an
     forced = case("jax-blockwise-flash", "forced-flash", [0.8 * d for d in drift], [1.3 * d for d in drift],
                   "block_q=256,block_k=256", "tuned")
     native = case("jax-xla-chunked", "native", drift, config="query_chunk=256,key_chunk=512", source="tuned")
-    out = verdict.tuning_columns(forced, native, verdict.FORCED, 0.1)
+    out = tuning_columns(forced, native, answers.FORCED, 0.1)
     assert out["forced_config"] == "tuned block_q=256,block_k=256"
     assert out["native_config"] == "defaults query_chunk=256,key_chunk=512 (kept by tuning)"
-    assert out["paper_at_defaults"] == verdict.NATIVE and out["paper_at_defaults_ratio"] == pytest.approx(1.3)
+    assert out["paper_at_defaults"] == answers.NATIVE and out["paper_at_defaults_ratio"] == pytest.approx(1.3)
     assert out["tuning"] == ("tuned jax-blockwise-flash: changed the paper answer, native at defaults, "
                              "forced tuned")
-    assert verdict_display.tuning_short({**out, "paper": verdict.FORCED}) == (
+    assert verdict_display.tuning_short({**out, "paper": answers.FORCED}) == (
         "flipped: on paper native at defaults, forced tuned")
-    same = verdict.tuning_columns(forced, native, verdict.NATIVE, 0.1)
+    same = tuning_columns(forced, native, answers.NATIVE, 0.1)
     assert same["tuning"] == "tuned jax-blockwise-flash: the same paper answer at defaults (native)"
-    unsure = verdict.tuning_columns(forced, native, verdict.CANT_TELL, 0.1)
+    unsure = tuning_columns(forced, native, answers.CANT_TELL, 0.1)
     assert unsure["tuning"] == "tuned jax-blockwise-flash: on paper native at defaults, can't tell tuned"
-    assert verdict_display.tuning_short({**unsure, "paper": verdict.CANT_TELL}) == (
+    assert verdict_display.tuning_short({**unsure, "paper": answers.CANT_TELL}) == (
         "on paper native at defaults, can't tell tuned")
-    assert verdict_display.tuning_short({**same, "paper": verdict.NATIVE}) == (
+    assert verdict_display.tuning_short({**same, "paper": answers.NATIVE}) == (
         "on paper native, at defaults too")
-    untuned = verdict.tuning_columns(case("a", "forced-flash", drift), case("b", "native", drift),
-                                     verdict.FORCED, 0.1)
+    untuned = tuning_columns(case("a", "forced-flash", drift), case("b", "native", drift),
+                             answers.FORCED, 0.1)
     assert untuned["tuning"] == "not tuned" and untuned["paper_at_defaults"] == "-"
     assert verdict_display.compact_config(out["forced_config"]) == "256x256"
 

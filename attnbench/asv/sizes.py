@@ -48,6 +48,8 @@ class SuiteSize:
     round_seconds: float = 0.1
     round_budget_s: float | None = None
     margin: float = 0.10
+    # a static step's 99% relative half-width its rounds go on for (within the budget); None: off
+    precision: float | None = None
     timer: str = "wall"
     fresh_process: bool = True  # False: consecutive static cases share a worker
     preset_fresh_process: bool | None = None  # a preset's static case; None: as fresh_process
@@ -102,16 +104,18 @@ class SuiteSize:
                        step_checks=regime == "static")  # a regime's static case checks its step
 
     def round_plan(self, *, budget_s: float | None = None, margin: float | None = None,
-                   controls: tuple[str, ...] = ()) -> RoundPlan | None:
-        """The later rounds of this size's sweeps (None: one window per case), with the user's budget
-        and margin where given (``ATTNBENCH_BUDGET_S``, ``ATTNBENCH_MARGIN``)."""
+                   precision: float | None = None, controls: tuple[str, ...] = ()) -> RoundPlan | None:
+        """The later rounds of this size's sweeps (None: one window per case), with the user's budget,
+        margin and precision where given (``ATTNBENCH_BUDGET_S``, ``ATTNBENCH_MARGIN``,
+        ``ATTNBENCH_PRECISION``)."""
         later = self.rounds - 1
         if later < 1:
             return None
         return RoundPlan(min_rounds=later, max_rounds=(self.max_rounds or self.rounds) - 1,
                          budget_s=self.round_budget_s if budget_s is None else budget_s,
-                         margin=self.margin if margin is None else margin, window_s=self.round_seconds,
-                         controls=controls)
+                         margin=self.margin if margin is None else margin,
+                         precision=self.precision if precision is None else precision,
+                         window_s=self.round_seconds, controls=controls)
 
     @property
     def preset_fresh(self) -> bool:
@@ -140,7 +144,7 @@ SIZES = {size.name: size for size in (
               regime_steps=200, stream_budget_s=15.0, static_stream_steps=16, min_seconds=0.1,
               max_extra_seconds=0.1,
               max_interpret_seq=256, max_reference_seq=256, regime_seqs=(1024,), rounds=17,
-              max_rounds=41, round_seconds=0.05, round_budget_s=300.0,
+              max_rounds=41, round_seconds=0.05, round_budget_s=300.0, precision=0.05,
               controls=("jax-xla", "torch-sdpa-flash", "torch-xla-sdpa"),
               model_presets=DEFAULT_PRESETS, preset_size="default",
               preset_interpret=False, preset_reference=False, fresh_process=False,
@@ -217,14 +221,15 @@ def check_user_traffic(size: SuiteSize | None = None) -> None:
                 traffic.check_context(trace, presets.get(name).context, phase)
 BUDGET_ENV = "ATTNBENCH_BUDGET_S"  # seconds the later rounds of one environment's sweep may take
 MARGIN_ENV = "ATTNBENCH_MARGIN"  # "equal within +-margin" (0.1: 10%)
+PRECISION_ENV = "ATTNBENCH_PRECISION"  # a static step's 99% relative half-width to time down to (0.05: 5%)
 
 
 def user_round_settings() -> dict:
-    """``{"budget_s": ..., "margin": ...}`` the user set (``ATTNBENCH_BUDGET_S``, ``ATTNBENCH_MARGIN``),
-    each None when unset; ``ValueError`` naming the variable for a budget of 0 or less or a margin
-    outside (0, 1)."""
+    """``{"budget_s": ..., "margin": ..., "precision": ...}`` the user set (``ATTNBENCH_BUDGET_S``,
+    ``ATTNBENCH_MARGIN``, ``ATTNBENCH_PRECISION``), each None when unset; ``ValueError`` naming the
+    variable for a budget of 0 or less, or a margin or precision outside (0, 1)."""
     out = {}
-    for key, var in (("budget_s", BUDGET_ENV), ("margin", MARGIN_ENV)):
+    for key, var in (("budget_s", BUDGET_ENV), ("margin", MARGIN_ENV), ("precision", PRECISION_ENV)):
         raw = os.environ.get(var, "").strip()
         if not raw:
             out[key] = None
@@ -237,6 +242,8 @@ def user_round_settings() -> dict:
             raise ValueError(f"{var} must be more than 0 seconds, got {raw}")
         if key == "margin" and not 0 < value < 1:
             raise ValueError(f"{var} must be a fraction between 0 and 1 (0.1 for +-10%), got {raw}")
+        if key == "precision" and not 0 < value < 1:
+            raise ValueError(f"{var} must be a fraction between 0 and 1 (0.05 for +-5%), got {raw}")
         out[key] = value
     return out
 DEPRECATED_SUITE_ENV = "ATTNBENCH_PROFILE"  # its old name; still read, with a note on stderr

@@ -76,6 +76,7 @@ def provenance_settings(size: SuiteSize | None = None) -> dict:
             "rounds": size.rounds, "max_rounds": size.max_rounds or size.rounds,
             "round_seconds": size.round_seconds, "timer": size.timer,
             "round_budget_s": _budget_text(size), "margin": _margin(size),
+            "precision": user_round_settings()["precision"] or size.precision or "none",
             "controls": seqs(size.controls) or "none",
             "regime_dtypes": seqs(size.regime_dtypes or ()) or "every dtype",
             "workers": workers(size.fresh_process),
@@ -104,7 +105,8 @@ def round_plan(size: SuiteSize, planned: list[Case]):
                      and case.workload.mode == "fwd" and case.workload.seq_q == longest
                      and case.workload.batch == 1)
     user = user_round_settings()
-    return size.round_plan(budget_s=user["budget_s"], margin=user["margin"], controls=controls)
+    return size.round_plan(budget_s=user["budget_s"], margin=user["margin"], precision=user["precision"],
+                           controls=controls)
 
 
 def measure_suite(cases: list[tuple[str, Workload, str]], benchmark: str | None = None, *,

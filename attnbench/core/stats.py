@@ -173,6 +173,15 @@ def check_margin(margin: float) -> float:
     return float(margin)
 
 
+def check_precision(precision: float) -> float:
+    """``precision`` (a 99% relative half-width to time a figure down to) if it is a fraction in (0, 1),
+    else ``ValueError`` naming it."""
+    if not isinstance(precision, (int, float)) or not 0.0 < precision < 1.0:
+        raise ValueError(f"the precision must be a fraction between 0 and 1 (0.05 for +-5%), "
+                         f"got {precision!r}")
+    return float(precision)
+
+
 def compare_to_one(low: float, high: float, margin: float) -> str:
     """A ratio's interval read against 1: ``EQUAL`` when both ends lie within ``1 +- margin`` (any
     difference is smaller than the margin: an equivalence test at the interval's confidence), else

@@ -31,20 +31,10 @@ from typing import TYPE_CHECKING
 
 from attnbench.compiled_for.records import load_kept
 from attnbench.core import presets, regimes
-from attnbench.core.stats import (
-    ABOVE,
-    BELOW,
-    Ratio,
-    compare_to_one,
-    min_values,
-    pair_rounds,
-    paired_ratio,
-)
-from attnbench.core.stats import (
-    EQUAL as SAME,
-)
+from attnbench.core.stats import Ratio, min_values, pair_rounds, paired_ratio
 from attnbench.releases.table import breaks_to_cite, broken, load_table
 from attnbench.report import streams
+from attnbench.report.answers import CANT_TELL, EQUAL, FORCED, NATIVE, answer_of
 from attnbench.report.compiled import load_compiled_records, load_max_batch
 from attnbench.report.compiled_verdict import COLUMNS, FORWARD, compiled_verdicts, same_workload
 from attnbench.report.production import (
@@ -56,6 +46,7 @@ from attnbench.report.production import (
 )
 from attnbench.report.select import newest_commit
 from attnbench.report.streams import STRATEGY
+from attnbench.report.tuning import TUNING_COLUMNS, tuning_columns
 from attnbench.results.asv_results import load_results
 from attnbench.results.noise import SCATTER_Z, is_contended
 from attnbench.results.observability import load_observability
@@ -67,10 +58,8 @@ if TYPE_CHECKING:
 
 UNRECORDED_REGIME_STEPS = 6  # the default suite's stream, for runs that recorded no settings
 MEMORY = ("device_peak_bytes", "host_profiler_peak_bytes", "compiler_peak_bytes")
-FORCED, NATIVE, EQUAL, CANT_TELL = "forced", "native", "equal", "can't tell"  # an answer's four states
 FORCED_LABEL, NATIVE_LABEL = "forced-flash", "native"  # the kernels' labels (attention_impls/base.py)
 DEFAULT_MARGIN = 0.10  # "equal within +-10%", where the run recorded no margin
-STATE = {BELOW: FORCED, ABOVE: NATIVE, SAME: EQUAL}
 
 
 # -- what the measured rows say -------------------------------------------------------------------
@@ -199,12 +188,6 @@ def _name(case) -> str:
     return f"{case['implementation']} ({case['label']})"
 
 
-def answer_of(low: float, high: float, margin: float) -> str:
-    """The state of a forced / native ratio's interval: ``forced`` (wholly below 1), ``native``
-    (wholly above), ``equal`` (within ``1 +- margin``), else ``can't tell``."""
-    return STATE.get(compare_to_one(low, high, margin), CANT_TELL)
-
-
 def _best(cases: list[dict], priced: dict, label: str):
     """The cheapest kernel of ``label`` in production (the fastest on paper where none is priced)."""
     mine = [c for c in cases if c["label"] == label]
@@ -259,60 +242,6 @@ def measured_verdicts(frame, *, steps: int | None = None, fragility: list | dict
         row["reasons"] = "; ".join(reasons)
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS + TUNING_COLUMNS)
-
-
-# -- what tuning changed -----------------------------------------------------------------------------
-TUNING_COLUMNS = ["forced_config", "native_config", "paper_at_defaults", "paper_at_defaults_ratio",
-                  "paper_at_defaults_low", "paper_at_defaults_high", "tuning"]
-
-
-def config_words(case: dict | None) -> str:
-    """``tuned block_q=256,block_k=256`` / ``defaults block_q=128,block_k=128 (kept by tuning)`` /
-    ``defaults ... (not tuned here)``; "" for a kernel without tile knobs."""
-    if case is None or not case.get("config"):
-        return ""
-    source = case.get("config_source")
-    if source == "tuned" and case.get("defaults_rounds"):
-        return f"tuned {case['config']}"
-    if source == "tuned":
-        return f"defaults {case['config']} (kept by tuning)"
-    return f"{source or 'defaults'} {case['config']}" + (" (not tuned here)" if source == "defaults" else "")
-
-
-def _rounds_at_defaults(case: dict) -> dict[int, float]:
-    """A case's rounds with its kernel at its defaults: the defaults timed beside its tuned config, or
-    its own where it ran at them."""
-    return case["defaults_rounds"] if case.get("defaults_rounds") else case["rounds"]
-
-
-def tuning_columns(forced: dict | None, native: dict | None, paper: str | None, margin: float) -> dict:
-    """The row's configs, and its paper answer with both kernels at their defaults (paired in the same
-    rounds as the tuned one), where tuning changed either kernel's config."""
-    out = {"forced_config": config_words(forced), "native_config": config_words(native),
-           "paper_at_defaults": "-", "tuning": "-"}
-    if forced is None or native is None:
-        return out
-    changed = [c["implementation"] for c in (forced, native) if c.get("defaults_rounds")]
-    if not changed:
-        tuned_any = any(c.get("config_source") == "tuned" for c in (forced, native))
-        out["tuning"] = "defaults kept" if tuned_any else "not tuned"
-        return out
-    a, b = pair_rounds(_rounds_at_defaults(forced), _rounds_at_defaults(native))
-    ratio = paired_ratio(a, b) if a else None
-    if ratio is None or not ratio.carried:
-        out.update(paper_at_defaults=CANT_TELL, tuning=f"tuned {', '.join(changed)}; at defaults: can't tell")
-        return out
-    at_defaults = answer_of(ratio.low, ratio.high, margin)
-    out.update(paper_at_defaults=at_defaults, paper_at_defaults_ratio=ratio.ratio,
-               paper_at_defaults_low=ratio.low, paper_at_defaults_high=ratio.high)
-    settled, moved = (FORCED, NATIVE, EQUAL), f"tuned {', '.join(changed)}"
-    if paper in settled and at_defaults in settled and paper != at_defaults:
-        out["tuning"] = f"{moved}: changed the paper answer, {at_defaults} at defaults, {paper} tuned"
-    elif paper == at_defaults:
-        out["tuning"] = f"{moved}: the same paper answer at defaults ({paper})"
-    else:
-        out["tuning"] = f"{moved}: on paper {at_defaults} at defaults, {paper} tuned"
-    return out
 
 
 def paired(a: dict, b: dict) -> Ratio | None:

@@ -6,12 +6,15 @@ against each other. A round times every active group, its kernels back to back i
 (``measure/round_timing.py``), so the per-round ratio of two kernels cancels what moved the machine
 in that round (``core.stats.paired_ratio``).
 
-Each group gets ``min_rounds``; then, at every ``look_every`` rounds, a group stays active only while
-one of its forced-flash / native pairs is neither decided (the ratio's interval wholly on one side of
-1) nor shown equal within ``margin``. Rounds stop at ``max_rounds`` or when ``budget_s`` is spent.
-Each look is made at a stricter confidence (``look_confidence``: the confidence shared over the most
-looks the plan can make), so that looking often does not make a decision easier to reach than the
-99% the verdict states.
+Each group gets ``min_rounds``; then, at every ``look_every`` rounds, each case stays only while a
+round would still tell something it is measured for (``still_needed``): both kernels of a forced-flash /
+native pair (on paper, and the priced pair in production) that is neither decided (the ratio's
+interval wholly on one side of 1) nor shown equal within ``margin``; an A/A control until it comes out
+equal; a static step whose own 99% interval is wider than ``precision``. Rounds stop at
+``max_rounds`` or when ``budget_s`` is spent. Each look is made at a stricter confidence
+(``look_confidence``: the confidence shared over the most looks the plan can make), so that looking
+often does not make a decision easier to reach than the 99% the verdict states; a pair settled at a
+look stays settled.
 
 Values in, values out: the rounds come back as ``RoundValue`` lists per case, and the sweep pools
 them (``measure.figures.pool_rounds``).
@@ -23,10 +26,11 @@ import dataclasses
 import itertools
 import json
 import math
+import statistics
 import time
 from collections.abc import Callable
 
-from attnbench.core import records
+from attnbench.core import records, stats
 from attnbench.core.stats import ABOVE, BELOW, CONFIDENCE, EQUAL, check_margin, pair_rounds, paired_ratio
 from attnbench.measure.engine import Case
 from attnbench.measure.round_timing import first_calls, time_round
@@ -48,6 +52,7 @@ class RoundPlan:
     look_every: int = 4  # rounds between two looks at a group, after min_rounds
     budget_s: float | None = None  # seconds the later rounds may take in all; None: max_rounds only
     margin: float = 0.10  # equal within +-margin settles a pair
+    precision: float | None = None  # a static step's 99% relative half-width it is timed down to; None: off
     confidence: float = CONFIDENCE
     window_s: float = 0.1  # each case's window per round
     min_samples: int = 5  # blocks per kernel per round (a step of 50 ms or more: one)
@@ -60,6 +65,8 @@ class RoundPlan:
         if self.budget_s is not None and not self.budget_s > 0:
             raise ValueError(f"the rounds' time budget must be more than 0 seconds, got {self.budget_s!r}")
         check_margin(self.margin)
+        if self.precision is not None:
+            stats.check_precision(self.precision)
         if self.look_every < 1 or self.restart_every < 1 or self.window_s <= 0:
             raise ValueError("look_every and restart_every must be at least 1 and window_s positive")
 
@@ -251,6 +258,71 @@ def production_state(group: list[Member], values: dict[int, list[RoundValue]], p
                         plan.look_confidence).against_one(plan.margin)
 
 
+SETTLING = frozenset({BELOW, ABOVE, EQUAL})
+
+
+def control_state(values: list[RoundValue], margin: float, confidence: float) -> str:
+    """An A/A control's paired ratio (its second window over its first, round by round) against 1."""
+    a = [v.control_median_s for v in values if v.round > 0 and v.control_median_s]
+    b = [v.median_s for v in values if v.round > 0 and v.control_median_s]
+    return paired_ratio(a, b, confidence).against_one(margin) if a else "unclear"
+
+
+def relative_half_width(values: list[RoundValue], confidence: float = CONFIDENCE) -> float:
+    """The 99% relative half-width of a static step's figure over these rounds, as ``pool_rounds``
+    makes it (the uncontended rounds' medians, all of them if none is; round 0 included); infinite
+    with fewer values than carry the confidence."""
+    clean = [v.median_s for v in values if not v.contended] or [v.median_s for v in values]
+    if len(clean) < stats.min_values(confidence):
+        return math.inf
+    low, high = stats.median_ci(clean, confidence)
+    middle = statistics.median(clean)
+    return (high - low) / 2.0 / middle if middle > 0 else math.inf
+
+
+def still_needed(group: list[Member], values: dict[int, list[RoundValue]], plan: RoundPlan,
+                 records_of: dict[int, dict], settled_pairs: set[tuple]) -> set[int]:
+    """The members of ``group`` that more rounds would still tell something: both kernels of each
+    forced-flash / native pair of its static steps (on paper) and of its priced pair (production)
+    that is neither decided nor equal within the margin at the look's confidence; an A/A control
+    until it is settled; a static member whose own figure's 99% interval is wider than
+    ``plan.precision``. A pair settled at a look joins ``settled_pairs`` and stays settled (the
+    decision a sequential test stops on stands)."""
+    out: set[int] = set()
+    statics = [m for m in group if m.case.regime == "static"]
+    for f, n in itertools.product([m for m in statics if m.label == FORCED_LABEL],
+                                  [m for m in statics if m.label == NATIVE_LABEL]):
+        key = ("paper", f.index, n.index)
+        if key not in settled_pairs:
+            if pair_state(values[f.index], values[n.index], plan.margin, plan.look_confidence) in SETTLING:
+                settled_pairs.add(key)
+            else:
+                out |= {f.index, n.index}
+    priced = {m.label: m.index for m in group if m.priced}
+    key = ("production", priced.get(FORCED_LABEL), priced.get(NATIVE_LABEL))
+    if None not in key and key not in settled_pairs:
+        if production_state(group, values, plan, records_of) in SETTLING:
+            settled_pairs.add(key)
+        else:
+            out |= set(key[1:])
+    for m in statics:
+        key = ("control", m.index)
+        if m.case.key in plan.controls and key not in settled_pairs:
+            if control_state(values[m.index], plan.margin, plan.look_confidence) in SETTLING:
+                settled_pairs.add(key)
+            else:
+                out.add(m.index)
+        if plan.precision is not None and relative_half_width(values[m.index]) > plan.precision:
+            out.add(m.index)
+    return out
+
+
+def production_settled(group: list[Member], settled_pairs: set[tuple]) -> bool:
+    """Whether the group's priced pair was settled at a look (its stall probes can stop)."""
+    priced = {m.label: m.index for m in group if m.priced}
+    return ("production", priced.get(FORCED_LABEL), priced.get(NATIVE_LABEL)) in settled_pairs
+
+
 def has_pairs(group: list[Member]) -> bool:
     labels = {m.label for m in group}
     return FORCED_LABEL in labels and NATIVE_LABEL in labels
@@ -310,6 +382,7 @@ def run_rounds(groups: list[list[Member]], values: dict[int, list[RoundValue]], 
     (worker starts, building steps, windows). ``records_of``: the first pass's records by case
     index, which price a group's production pair (``production_state``)."""
     stopped: dict[int, str] = {}
+    settled_pairs: set[tuple] = set()
     active = [g for g in groups if g]
     started = time.time()
     worker = InProcess(time_round) if in_process else Worker(time_round, threads=threads)
@@ -332,25 +405,24 @@ def run_rounds(groups: list[list[Member]], values: dict[int, list[RoundValue]], 
                     continue
                 _time_group(worker, members, round_id, values, plan, preload, deadline, failures, stopped,
                             tally)
-            probed = [m for g in order if has_pairs(g) for m in g if m.probe and m.index not in stopped]
+            # a way's stall is probed while its group's production pair is open (it is what decides it)
+            probed = [m for g in order if has_pairs(g) and not production_settled(g, settled_pairs)
+                      for m in g if m.probe and m.index not in stopped]
             if probed and not in_process:
                 tally["probe_s"] += _probe_stalls(probed if r % 2 else probed[::-1], round_id, values,
                                                   threads, deadline)
             if r >= plan.min_rounds and (r - plan.min_rounds) % plan.look_every == 0:
-                still = []
+                first_look = r == plan.min_rounds
                 for group in active:
-                    if not has_pairs(group):
-                        _stop(group, STOPPED_ALONE, stopped)
-                    elif settled(group, values, plan, records_of):
-                        _stop(group, STOPPED_SETTLED, stopped)
-                    else:
-                        still.append(group)
-                active = still
+                    needed = still_needed(group, values, plan, records_of or {}, settled_pairs)
+                    why = STOPPED_SETTLED if has_pairs(group) or not first_look else STOPPED_ALONE
+                    _stop([m for m in group if m.index not in needed], why, stopped)
+                active = [g for g in active if any(m.index not in stopped for m in g)]
                 if on_look:
                     on_look(dict(stopped))
         why = STOPPED_BUDGET if _out_of_time(plan, started, deadline) and active else STOPPED_MAX
         for group in active:
-            _stop(group, why if has_pairs(group) else STOPPED_ALONE, stopped)
+            _stop(group, why, stopped)
     finally:
         worker.close()
         if spent is not None:

@@ -27,7 +27,8 @@ IDENTITY = ("impl", "batch", "q_heads", "kv_heads", "seq_q", "seq_k", "head_dim"
 # cmd_run's options that change what a case's record means without changing which case it is
 MEASUREMENT_OPTIONS = ("steps", "min_seconds", "bucket_policy", "no_numerics", "compile_cache", "timer",
                        "threads", "timeout", "memory_cap", "no_isolate", "hardware_profile", "price_per_hour",
-                       "spot_price_per_hour", "rounds", "max_rounds", "margin", "round_seconds")
+                       "spot_price_per_hour", "rounds", "max_rounds", "margin", "precision",
+                       "round_seconds")
 
 
 def case_identity(impl: str, workload, regime: str) -> tuple[str, ...]:
