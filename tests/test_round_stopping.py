@@ -114,3 +114,33 @@ def test_rounds_stop_per_case_and_probes_stop_once_production_settles(monkeypatc
     assert [v.round for v in values[1]] == list(range(13))  # settled and precise at the first look
     assert len(values[2]) == 21 and len(values[0]) == 21  # its open pair keeps the forced kernel
     assert probed_rounds == list(range(1, 13))  # the production pair settled at round 12
+
+
+def test_a_ways_stall_is_probed_sixteen_times_at_most(monkeypatch):
+    """A production pair that stays open (two kernels too close to tell) keeps its rounds, but its ways'
+    stall probes stop at ``PROBE_ROUNDS``."""
+    forced = _member(0, "jax-a", FORCED_LABEL, priced=True, probe=True)
+    native = _member(1, "jax-b", NATIVE_LABEL, priced=True, probe=True)
+    probed_rounds: list[int] = []
+
+    def time_group(worker, members, round_id, values, *rest):
+        for m in members:  # 1.02x apart with a 20% wobble: never decided, never equal
+            level = 0.010 * (1.02 if m.index == 0 else 1.0)
+            values[m.index].append(RoundValue(round_id, level * (1 + 0.2 * (-1) ** (round_id + m.index))))
+
+    def probe(members, round_id, values, *rest):
+        probed_rounds.append(round_id)
+        for m in members:
+            values[m.index][-1] = RoundValue(round_id, values[m.index][-1].median_s, first_call_s=0.1)
+        return 0.0
+
+    monkeypatch.setattr(adaptive, "_time_group", time_group)
+    monkeypatch.setattr(adaptive, "_probe_stalls", probe)
+    monkeypatch.setattr(adaptive, "Worker", lambda *a, **k: adaptive.InProcess(None))
+    records_of = {i: {"regime_steps": 100, "seconds_per_step_with_compiles": 0.011, "stream_steady_s": 0.010,
+                      "seconds_per_step": 0.010, "useful_tokens_per_s": 100.0 / 1.1} for i in (0, 1)}
+    values = {i: [RoundValue(0, 0.010)] for i in (0, 1)}
+    plan = RoundPlan(min_rounds=12, max_rounds=24, look_every=4)
+    stopped = adaptive.run_rounds([[forced, native]], values, plan, records_of=records_of)
+    assert stopped == {0: adaptive.STOPPED_MAX, 1: adaptive.STOPPED_MAX} and len(values[0]) == 25
+    assert probed_rounds == list(range(1, adaptive.PROBE_ROUNDS + 1))

@@ -168,6 +168,10 @@ def priced_ways(cases: list[Case], first: list[dict]) -> dict[int, str]:
 
 PROBE_SHARE = 0.10  # a static way's compile stall worth probing: this share of its stream's cost
 PROBE_MAX_S = 2.0  # and a first call this short (FlexAttention's 18 s compile is not repeated per round)
+# A way's probes at most: twice the 8 a 99% interval needs. A probe is a process start and two compiles
+# (3-8 s a round here), and at 9b16b70 a close row kept torch_xla's probes going for 40 rounds (180 s)
+# while the rounds right after a probe ran slow (results/LOG.md, "Rounds sized per case").
+PROBE_ROUNDS = 16
 
 
 def first_pass_stall(record: dict) -> tuple[float, float]:
@@ -405,9 +409,11 @@ def run_rounds(groups: list[list[Member]], values: dict[int, list[RoundValue]], 
                     continue
                 _time_group(worker, members, round_id, values, plan, preload, deadline, failures, stopped,
                             tally)
-            # a way's stall is probed while its group's production pair is open (it is what decides it)
+            # a way's stall is probed while its group's production pair is open (it is what decides
+            # it), PROBE_ROUNDS times at most
             probed = [m for g in order if has_pairs(g) and not production_settled(g, settled_pairs)
-                      for m in g if m.probe and m.index not in stopped]
+                      for m in g if m.probe and m.index not in stopped
+                      and _probes(values[m.index]) < PROBE_ROUNDS]
             if probed and not in_process:
                 tally["probe_s"] += _probe_stalls(probed if r % 2 else probed[::-1], round_id, values,
                                                   threads, deadline)
@@ -475,6 +481,10 @@ def _probe_stalls(members: list[Member], round_id: int, values: dict, threads: i
             if answer.get("status") == records.OK and mine and mine[-1].round == round_id:
                 mine[-1] = dataclasses.replace(mine[-1], first_call_s=answer["first_call_s"])
     return time.perf_counter() - began
+
+
+def _probes(values: list[RoundValue]) -> int:
+    return sum(1 for v in values if v.first_call_s is not None)
 
 
 def _floats(raw) -> list[float]:
