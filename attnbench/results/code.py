@@ -6,7 +6,10 @@ backend, and the measurement path every case runs through: the engine and its ti
 the sweep, the value types, the hardware profiles and probes, and the asv suite. The rest of the
 package (the command line, the reports, the analysis, the checks, the fleet, the release matrix,
 provenance and environment naming) measures nothing. Both layouts are known: the modules were flat
-under ``attnbench/`` until they were grouped by role.
+under ``attnbench/`` until they were grouped by role. The later timing rounds' code (``ROUNDS_ONLY``)
+runs after a case's first pass and pools only a static case's step time and the figures that follow
+it (``Metric.time_exponent``): a first-pass figure (a stream's latency, compiles and padding, memory,
+a first call, a stream regime's figures) does not measure it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import subprocess
 from dataclasses import dataclass
 
 import attention_impls
+from attnbench.core import metrics
 
 MEASURED_ROOTS = ("attention_impls", "attnbench", "benchmarks")
 _PATH_MODULES = ("(measure/)?(engine|timing|stats|contention|compiler_caches|process_env|cost|isolation"
@@ -29,6 +33,7 @@ MEASUREMENT_PATH = re.compile(
     rf"^(benchmarks/attention\.py|attnbench/({'|'.join(_PATH_MODULES)})\.py"
     r"|attnbench/(hardware/)?hardware_profiles\.toml"
     r"|attention_impls/(base|registry|__init__|_compile_target)\.py)$")
+ROUNDS_ONLY = re.compile(r"^attnbench/(run/)?adaptive\.py$|^attnbench/(measure/)?round_timing\.py$")
 COMPILED_FOR = re.compile(r"^(benchmarks/compiled_for\.py|attnbench/compiled_for/.*)$")
 BACKEND = {"jax": ("jax_backend", "jax_steps"), "torch": ("torch_backend",),
            "torch_xla": ("torch_xla_backend",), "numpy": ("numpy_backend",)}
@@ -98,8 +103,12 @@ def kernel_modules(repo: str, commit: str, implementation: str) -> frozenset[str
     return frozenset(seen)
 
 
-def measures(path: str, *, framework: str | None, modules: frozenset[str] | None, compiled_for: bool) -> bool:
-    """Whether a changed file is code the series measures (see the module docstring)."""
+def measures(path: str, *, framework: str | None, modules: frozenset[str] | None, compiled_for: bool,
+             rounds: bool = True) -> bool:
+    """Whether a changed file is code the series measures (see the module docstring); ``rounds``:
+    whether the series' figure is pooled from the later timing rounds."""
+    if not rounds and ROUNDS_ONLY.match(path):
+        return False
     if MEASUREMENT_PATH.match(path):
         return True
     if compiled_for and COMPILED_FOR.match(path):
@@ -121,9 +130,10 @@ class CodeChange:
 
 
 def code_changed_for(repo: str | None, before: str, after: str, implementation: str | None,
-                     benchmark: str | None = None) -> CodeChange | None:
+                     benchmark: str | None = None, metric: str | None = None,
+                     regime: str | None = None) -> CodeChange | None:
     """What changed between two commits in the code ``implementation``'s series in ``benchmark``
-    measures; None where git cannot say."""
+    measures (its ``metric`` in ``regime``, where known); None where git cannot say."""
     files = files_changed(repo, before, after)
     if files is None:
         return None
@@ -132,9 +142,18 @@ def code_changed_for(repo: str | None, before: str, after: str, implementation: 
     if implementation:
         modules = kernel_modules(repo, before, implementation) | kernel_modules(repo, after, implementation)
     compiled_for = str(benchmark or "").startswith("compiled_for.")
-    kept = tuple(f for f in files
-                 if measures(f, framework=framework, modules=modules, compiled_for=compiled_for))
+    rounds = pooled_from_rounds(metric, regime)
+    kept = tuple(f for f in files if measures(f, framework=framework, modules=modules,
+                                              compiled_for=compiled_for, rounds=rounds))
     return CodeChange(kept, commits_touching(repo, before, after, kept) if kept else ())
+
+
+def pooled_from_rounds(metric: str | None, regime: str | None) -> bool:
+    """Whether a series' figure can come from the later timing rounds: a static case's step time or a
+    figure that follows it; True where the metric is unknown (the safe side)."""
+    if metric is None or metric not in metrics.names():
+        return True
+    return regime in (None, "", "static") and bool(metrics.get(metric).time_exponent)
 
 
 @functools.lru_cache(maxsize=4096)

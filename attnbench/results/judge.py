@@ -353,7 +353,7 @@ def judge(candidate: Candidate, floors: dict, periods: dict, repo: str | None,
             "in its host's last run only" if candidate.ends_host else
             "in the series' last run only" if candidate.ends_series else "seen in one run, then back")
     changed = code.code_changed_for(repo, str(s.commit[b]), str(s.commit[a]), implementation,
-                                    str(s.keys.get("benchmark", "")))
+                                    str(s.keys.get("benchmark", "")), s.metric, _text(s.regime[a]))
     what = ("which code changed is unknown (git does not know these commits)" if changed is None
             else f"measured code changed: {', '.join(changed.files[:3])}")
     if changed is not None:
