@@ -624,6 +624,27 @@ def test_a_run_after_a_pair_too_sparse_to_compare_keeps_the_factor_before_it():
     assert factors[(*key, COMMITS[3])].variance == 0.0  # every series moved alike: no spread
 
 
+def test_a_run_of_one_kernel_has_no_shift_of_its_own():
+    """Run 1 measured three kernels, run 2 (``ATTNBENCH_IMPLS=k1``) only k1, 25% slower at each of its
+    four lengths: its series all moved, but together they are k1, not the machine, so 1 -> 2 gets no
+    shift and k1's step is judged whole."""
+    from attnbench.results.noise import run_shifts
+
+    rows = []
+    for position, impls in enumerate(("k1 k2 k3", "k1")):
+        for impl in impls.split():
+            for seq in (128, 256, 512, 1024):
+                rows.append({"machine": "m", "env_name": "e",
+                             "benchmark": "attention.Forward.track_seconds_per_step",
+                             "implementation": impl, "seq_len": seq, "regime": "static", "dtype": "float32",
+                             "metric": "seconds_per_step", "status": "ok", "commit_hash": COMMITS[position],
+                             "commit_position": position, "value": seq * (1.25 if position else 1.0)})
+    assert run_shifts(pd.DataFrame(rows)).empty
+    three = [dict(r, implementation=f"k{i}") for r in rows if r["commit_position"] == 1 for i in (1, 2, 3)]
+    both = [r for r in rows if r["commit_position"] == 0] + three
+    assert run_shifts(pd.DataFrame(both))["shift"].tolist() == pytest.approx([0.25])  # three kernels: the run
+
+
 def test_cost_spikes_are_judged_against_the_run_of_the_whole_results():
     """The cost rows hold no step times of their own: their run factors come from the whole frame's
     seconds per step, so k1's cost spike lands on the commit that slowed it, as its steps do."""

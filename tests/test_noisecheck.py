@@ -57,3 +57,19 @@ def test_summary_counts_recorded_contention_flags_and_the_slowdown_steps():
     assert "worst 10.0%; against its run (B moved +2.0% as a whole): worst 7.8%, 2 of 3 within 5%" in text
     assert ("flagged for it: True (torch-sdpa-flash S=1024 static seconds_per_step; "
             "its seconds_per_step: True)") in text
+
+
+def test_the_planted_slowdown_passes_every_keyword_through():
+    """The throw-away slowdown wraps a kernel's ``attention`` whatever a case hands it: causal and
+    scale, and the segment ids of a packed stream or a decode's ragged caches (a patch that named only
+    ``causal`` and ``scale`` broke those cases with a TypeError)."""
+    import ast
+
+    from attnbench.checks.noisecheck import SLOWDOWN_PATCH
+
+    [method] = ast.parse("class Kernel:\n" + SLOWDOWN_PATCH.format(fraction=0.15)).body[0].body
+    assert method.name == "attention" and method.args.kwarg.arg == "features"
+    assert not method.args.kwonlyargs
+    [call] = [n for n in ast.walk(method)
+              if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "attention"]
+    assert [k.arg for k in call.keywords] == [None]  # **features, forwarded whole

@@ -39,11 +39,11 @@ from attnbench.run.compare import compare
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOWDOWN_PATCH = '''
-    def attention(self, q, k, v, *, causal, scale):  # noisecheck: a deliberate slowdown
+    def attention(self, q, k, v, **features):  # noisecheck: a deliberate slowdown
         import time as _time
 
         start = _time.perf_counter()
-        out = SdpaBackendKernel.attention(self, q, k, v, causal=causal, scale=scale)
+        out = SdpaBackendKernel.attention(self, q, k, v, **features)
         _time.sleep({fraction} * (_time.perf_counter() - start))
         return out
 '''

@@ -24,6 +24,9 @@ SCATTER_Z = 2.576
 MEDIAN_SE = 1.2533  # standard error of a median over n normal draws: 1.2533 sigma / sqrt(n)
 IQR_SIGMA = 1.349  # interquartile range -> standard deviation of a normal distribution
 MIN_RUN_SERIES = 3  # series a run shift needs; fewer and the run keeps the factor before it
+# kernels those series must span: one kernel's series moving together are that kernel, not the machine
+# (a run of one kernel, ATTNBENCH_IMPLS=..., would otherwise take its own change for the run's)
+MIN_RUN_KERNELS = 3
 SERIES = ["machine", "env_name", "benchmark", "implementation", "seq_len", "workload", "phase", "regime",
           "dtype", "target", "mode", "length"]
 PARAMS = SERIES[3:]
@@ -168,7 +171,8 @@ def run_shifts(frame, metric: str = "seconds_per_step"):
     """How far each whole run moved in ``metric``: per machine x environment x benchmark class and
     consecutive commit pair, the median (``shift``), quartiles and standard error (``se``, of the
     median: 1.2533 x IQR / 1.349 / sqrt(series)) of after / before - 1 over the static series
-    measured at both. Every series moving together is the machine or shared code, not a kernel."""
+    measured at both. Every series moving together is the machine or shared code, not a kernel: so
+    the series must span ``MIN_RUN_KERNELS`` kernels (a run of one kernel has no shift of its own)."""
     import pandas as pd
 
     columns = ["machine", "env_name", "benchmark", "metric", "commit_before", "commit_after", "series",
@@ -189,7 +193,7 @@ def run_shifts(frame, metric: str = "seconds_per_step"):
         for before, after in zip(commits, commits[1:], strict=False):
             ratio = (table[after] / table[before]).dropna()
             ratio = ratio[np.isfinite(ratio) & (ratio > 0)]  # a 0 before (compiles, bytes) is no shift
-            if len(ratio) < MIN_RUN_SERIES:
+            if len(ratio) < MIN_RUN_SERIES or _kernels(ratio) < MIN_RUN_KERNELS:
                 continue
             q25, q75 = float(ratio.quantile(0.25)), float(ratio.quantile(0.75))
             rows.append({"machine": machine, "env_name": env, "benchmark": benchmark, "metric": metric,
@@ -197,6 +201,15 @@ def run_shifts(frame, metric: str = "seconds_per_step"):
                          "shift": float(ratio.median()) - 1.0, "q25": q25 - 1.0, "q75": q75 - 1.0,
                          "se": MEDIAN_SE * (q75 - q25) / IQR_SIGMA / math.sqrt(len(ratio))})
     return pd.DataFrame(rows, columns=columns)
+
+
+def _kernels(ratio) -> int:
+    """How many implementations a pivot's rows (indexed by ``PARAMS``) span; all of them count as one
+    where the index does not name them."""
+    names = getattr(ratio.index, "names", None) or []
+    if "implementation" not in names:
+        return MIN_RUN_KERNELS
+    return int(ratio.index.get_level_values("implementation").nunique())
 
 
 def correction_shifts(frame):
