@@ -639,10 +639,12 @@ def test_a_run_of_one_kernel_has_no_shift_of_its_own():
                              "implementation": impl, "seq_len": seq, "regime": "static", "dtype": "float32",
                              "metric": "seconds_per_step", "status": "ok", "commit_hash": COMMITS[position],
                              "commit_position": position, "value": seq * (1.25 if position else 1.0)})
-    assert run_shifts(pd.DataFrame(rows)).empty
+    [kept] = run_shifts(pd.DataFrame(rows)).to_dict("records")
+    assert kept["kept"] is True and kept["shift"] == 0.0 and kept["series"] == 4  # the factor before it
     three = [dict(r, implementation=f"k{i}") for r in rows if r["commit_position"] == 1 for i in (1, 2, 3)]
     both = [r for r in rows if r["commit_position"] == 0] + three
-    assert run_shifts(pd.DataFrame(both))["shift"].tolist() == pytest.approx([0.25])  # three kernels: the run
+    [moved] = run_shifts(pd.DataFrame(both)).to_dict("records")  # three kernels: the run moved
+    assert moved["shift"] == pytest.approx(0.25) and moved["kept"] is False
 
 
 def test_cost_spikes_are_judged_against_the_run_of_the_whole_results():

@@ -177,7 +177,8 @@ def summarize(frame, steps, sha: dict, slow_impl: str) -> dict:
 
     # The report judges each figure against its run's overall shift; what is left is the kernels' spread.
     shifts = run_shifts(frame)
-    at_b = shifts[shifts["commit_after"].astype(str).str.startswith(short["B"])]
+    at_b = shifts[shifts["commit_after"].astype(str).str.startswith(short["B"])
+                  & ~shifts["kept"].astype(bool)]
     run_shift_b = float(at_b["shift"].iloc[0]) if len(at_b) else None
     timing = frame[(frame["metric"] == "seconds_per_step") & (frame["regime"] == "static")]
     spread = []

@@ -171,13 +171,17 @@ def host_sentences(hosts, changes) -> list[str]:
     return out
 
 
+KEPT_WORDS = "kept the factor before it (too few series or kernels to say)"
+
+
 def shift_rows(shifts) -> list[dict]:
     """``noise.correction_shifts`` as display rows, newest pair first."""
     return [{"machine": r["machine"], "env": short_env(r["env_name"]),
              "benchmark": str(r["benchmark"]).removeprefix("attention.").split(".")[0],
              "metric": r.get("metric", "seconds_per_step"),
              "commits": f"{str(r['commit_before'])[:8]} -> {str(r['commit_after'])[:8]}",
-             "series": r["series"], "whole run moved": f"{r['shift']:+.1%}",
+             "series": r["series"],
+             "whole run moved": (KEPT_WORDS if r.get("kept") in (True, "True") else f"{r['shift']:+.1%}"),
              "middle half of the series": f"{r['q25']:+.1%} .. {r['q75']:+.1%}",
              "standard error": f"±{r['se']:.1%}" if r.get("se") == r.get("se") else "-"}
             for _, r in shifts.iloc[::-1].iterrows()]

@@ -23,7 +23,7 @@ from attnbench.core import metrics
 SCATTER_Z = 2.576
 MEDIAN_SE = 1.2533  # standard error of a median over n normal draws: 1.2533 sigma / sqrt(n)
 IQR_SIGMA = 1.349  # interquartile range -> standard deviation of a normal distribution
-MIN_RUN_SERIES = 3  # series a run shift needs; fewer and the run keeps the factor before it
+MIN_RUN_SERIES = 3  # series a run shift needs; fewer and the run keeps the factor before it (a kept row)
 # kernels those series must span: one kernel's series moving together are that kernel, not the machine
 # (a run of one kernel, ATTNBENCH_IMPLS=..., would otherwise take its own change for the run's)
 MIN_RUN_KERNELS = 3
@@ -176,7 +176,7 @@ def run_shifts(frame, metric: str = "seconds_per_step"):
     import pandas as pd
 
     columns = ["machine", "env_name", "benchmark", "metric", "commit_before", "commit_after", "series",
-               "shift", "q25", "q75", "se"]
+               "shift", "q25", "q75", "se", "kept"]
     ok = usable(frame[(frame["metric"] == metric)]) if len(frame) else frame
     if "regime" in ok:
         ok = ok[ok["regime"].isna() | (ok["regime"] == "static")]
@@ -193,13 +193,15 @@ def run_shifts(frame, metric: str = "seconds_per_step"):
         for before, after in zip(commits, commits[1:], strict=False):
             ratio = (table[after] / table[before]).dropna()
             ratio = ratio[np.isfinite(ratio) & (ratio > 0)]  # a 0 before (compiles, bytes) is no shift
+            pair = {"machine": machine, "env_name": env, "benchmark": benchmark, "metric": metric,
+                    "commit_before": before, "commit_after": after, "series": len(ratio)}
             if len(ratio) < MIN_RUN_SERIES or _kernels(ratio) < MIN_RUN_KERNELS:
+                # too few to say how the run moved: it keeps the factor before it (``kept``)
+                rows.append({**pair, "shift": 0.0, "q25": 0.0, "q75": 0.0, "se": 0.0, "kept": True})
                 continue
             q25, q75 = float(ratio.quantile(0.25)), float(ratio.quantile(0.75))
-            rows.append({"machine": machine, "env_name": env, "benchmark": benchmark, "metric": metric,
-                         "commit_before": before, "commit_after": after, "series": len(ratio),
-                         "shift": float(ratio.median()) - 1.0, "q25": q25 - 1.0, "q75": q75 - 1.0,
-                         "se": MEDIAN_SE * (q75 - q25) / IQR_SIGMA / math.sqrt(len(ratio))})
+            rows.append({**pair, "shift": float(ratio.median()) - 1.0, "q25": q25 - 1.0, "q75": q75 - 1.0,
+                         "se": MEDIAN_SE * (q75 - q25) / IQR_SIGMA / math.sqrt(len(ratio)), "kept": False})
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -233,11 +235,21 @@ class RunFactor:
 
 def run_factors(shifts) -> dict:
     """``{(machine, env_name, class, metric, commit): RunFactor}``: each run against the first of its
-    chain of ``run_shifts`` pairs; a run after a pair with too few series keeps the previous one."""
+    chain of ``run_shifts`` pairs; a run after a pair with too few series keeps the previous one (a
+    ``kept`` pair). A class whose every pair was kept has no chain of its own (its figures follow
+    their environment's busiest class: ``steps._factor_chains``)."""
     factors, last = {}, {}
-    for row in shifts.to_dict("records"):
-        group = (row["machine"], row["env_name"], str(row["benchmark"]).rsplit(".", 1)[0],
-                 row.get("metric", "seconds_per_step"))
+    rows = shifts.to_dict("records")
+
+    def group_of(row) -> tuple:
+        return (row["machine"], row["env_name"], str(row["benchmark"]).rsplit(".", 1)[0],
+                row.get("metric", "seconds_per_step"))
+
+    measured = {group_of(row) for row in rows if row.get("kept") is not True}
+    for row in rows:
+        group = group_of(row)
+        if group not in measured:
+            continue
         before = factors.setdefault((*group, row["commit_before"]), last.get(group, RunFactor(1.0, 0.0)))
         se = row.get("se")
         se = se if se == se and se is not None else 0.0
