@@ -647,6 +647,29 @@ def test_a_run_of_one_kernel_has_no_shift_of_its_own():
     assert moved["shift"] == pytest.approx(0.25) and moved["kept"] is False
 
 
+def test_a_newest_run_too_sparse_to_compare_keeps_the_factor_before_it():
+    """Runs 1-2 measured k1..k3 (run 2 +20%), run 3 only k1 (a planted slowdown run with
+    ATTNBENCH_IMPLS): run 3 has no shift of its own and keeps run 2's factor, not 1.0."""
+    from attnbench.results.noise import run_factors, run_shifts
+
+    rows = []
+    for position, (impls, speed) in enumerate([("k1 k2 k3", 1.0), ("k1 k2 k3", 1.2), ("k1", 1.5)]):
+        for impl in impls.split():
+            for seq in (256, 512, 1024):
+                rows.append({"machine": "m", "env_name": "e",
+                             "benchmark": "attention.Forward.track_seconds_per_step",
+                             "implementation": impl, "seq_len": seq, "regime": "static", "dtype": "float32",
+                             "metric": "seconds_per_step", "status": "ok", "commit_hash": COMMITS[position],
+                             "commit_position": position, "value": speed})
+    shifts = run_shifts(pd.DataFrame(rows))
+    assert shifts["kept"].tolist() == [False, True]
+    factors = run_factors(shifts)
+    key = ("m", "e", "attention.Forward", "seconds_per_step")
+    assert [factors[(*key, COMMITS[i])].factor for i in range(3)] == pytest.approx([1.0, 1.2, 1.2])
+    only_kept = run_factors(shifts[shifts["kept"]])
+    assert only_kept == {}  # a class with no measured shift has no chain of its own
+
+
 def test_cost_spikes_are_judged_against_the_run_of_the_whole_results():
     """The cost rows hold no step times of their own: their run factors come from the whole frame's
     seconds per step, so k1's cost spike lands on the commit that slowed it, as its steps do."""
