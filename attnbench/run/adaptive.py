@@ -169,8 +169,8 @@ def priced_ways(cases: list[Case], first: list[dict]) -> dict[int, str]:
 PROBE_SHARE = 0.10  # a static way's compile stall worth probing: this share of its stream's cost
 PROBE_MAX_S = 2.0  # and a first call this short (FlexAttention's 18 s compile is not repeated per round)
 # A way's probes at most: twice the 8 a 99% interval needs. A probe is a process start and two compiles
-# (3-8 s a round here), and at 9b16b70 a close row kept torch_xla's probes going for 40 rounds (180 s)
-# while the rounds right after a probe ran slow (results/LOG.md, "Rounds sized per case").
+# (3-8 s a round here), and at 9b16b70 a close row kept torch_xla's probes going for 40 rounds (181 s)
+# (results/LOG.md, "Rounds sized per case").
 PROBE_ROUNDS = 16
 
 
