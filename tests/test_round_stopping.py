@@ -81,19 +81,10 @@ def test_an_aa_control_stays_until_it_comes_out_equal():
     assert adaptive.still_needed(group, steady, plan, {}, settled) == set() and ("control", 0) in settled
 
 
-def test_rounds_stop_per_case_and_probes_stop_once_production_settles(monkeypatch):
-    """``run_rounds`` with the windows and probes faked: a settled, precise case stops at the first
-    look while an imprecise one of the same group goes on; probes run only while production is open."""
-    forced = _member(0, "jax-a", FORCED_LABEL, priced=True, probe=True)
-    native = _member(1, "jax-b", NATIVE_LABEL, priced=True, probe=True)
-    native_wide = _member(2, "jax-c", NATIVE_LABEL)
-    level = {0: 0.010, 1: 0.020, 2: 0.0105}  # 0 vs 2: too close for their wobble
+def _faked_rounds(monkeypatch, time_group) -> list[int]:
+    """``run_rounds`` with its windows from ``time_group`` and its stall probes faked (each probe a
+    first call of 0.1 s); returns the list the probed rounds' ids are appended to."""
     probed_rounds: list[int] = []
-
-    def time_group(worker, members, round_id, values, plan, *rest):
-        for m in members:
-            wobble = 0.25 if m.index == 2 else 0.005  # case 2's figure, and its pair with 0, stay wide
-            values[m.index].append(RoundValue(round_id, level[m.index] * (1 + wobble * (-1) ** round_id)))
 
     def probe(members, round_id, values, *rest):
         probed_rounds.append(round_id)
@@ -104,6 +95,22 @@ def test_rounds_stop_per_case_and_probes_stop_once_production_settles(monkeypatc
     monkeypatch.setattr(adaptive, "_time_group", time_group)
     monkeypatch.setattr(adaptive, "_probe_stalls", probe)
     monkeypatch.setattr(adaptive, "Worker", lambda *a, **k: adaptive.InProcess(None))
+    return probed_rounds
+
+
+def test_rounds_stop_per_case_and_probes_stop_once_production_settles(monkeypatch):
+    """``run_rounds`` with the windows and probes faked: a settled, precise case stops at the first
+    look while an imprecise one of the same group goes on; probes run only while production is open."""
+    forced = _member(0, "jax-a", FORCED_LABEL, priced=True, probe=True)
+    native = _member(1, "jax-b", NATIVE_LABEL, priced=True, probe=True)
+    native_wide = _member(2, "jax-c", NATIVE_LABEL)
+    level = {0: 0.010, 1: 0.020, 2: 0.0105}  # 0 vs 2: too close for their wobble
+    def time_group(worker, members, round_id, values, plan, *rest):
+        for m in members:
+            wobble = 0.25 if m.index == 2 else 0.005  # case 2's figure, and its pair with 0, stay wide
+            values[m.index].append(RoundValue(round_id, level[m.index] * (1 + wobble * (-1) ** round_id)))
+
+    probed_rounds = _faked_rounds(monkeypatch, time_group)
     records_of = {i: {"regime_steps": 100, "seconds_per_step_with_compiles": level[i] + 0.001,
                       "stream_steady_s": level[i], "seconds_per_step": level[i],
                       "useful_tokens_per_s": 100.0 / (100 * (level[i] + 0.001))} for i in (0, 1)}
@@ -121,22 +128,12 @@ def test_a_ways_stall_is_probed_sixteen_times_at_most(monkeypatch):
     stall probes stop at ``PROBE_ROUNDS``."""
     forced = _member(0, "jax-a", FORCED_LABEL, priced=True, probe=True)
     native = _member(1, "jax-b", NATIVE_LABEL, priced=True, probe=True)
-    probed_rounds: list[int] = []
-
     def time_group(worker, members, round_id, values, *rest):
         for m in members:  # 1.02x apart with a 20% wobble: never decided, never equal
             level = 0.010 * (1.02 if m.index == 0 else 1.0)
             values[m.index].append(RoundValue(round_id, level * (1 + 0.2 * (-1) ** (round_id + m.index))))
 
-    def probe(members, round_id, values, *rest):
-        probed_rounds.append(round_id)
-        for m in members:
-            values[m.index][-1] = RoundValue(round_id, values[m.index][-1].median_s, first_call_s=0.1)
-        return 0.0
-
-    monkeypatch.setattr(adaptive, "_time_group", time_group)
-    monkeypatch.setattr(adaptive, "_probe_stalls", probe)
-    monkeypatch.setattr(adaptive, "Worker", lambda *a, **k: adaptive.InProcess(None))
+    probed_rounds = _faked_rounds(monkeypatch, time_group)
     records_of = {i: {"regime_steps": 100, "seconds_per_step_with_compiles": 0.011, "stream_steady_s": 0.010,
                       "seconds_per_step": 0.010, "useful_tokens_per_s": 100.0 / 1.1} for i in (0, 1)}
     values = {i: [RoundValue(0, 0.010)] for i in (0, 1)}
