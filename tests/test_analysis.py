@@ -627,7 +627,7 @@ def test_a_run_after_a_pair_too_sparse_to_compare_keeps_the_factor_before_it():
 def test_a_run_of_one_kernel_has_no_shift_of_its_own():
     """Run 1 measured three kernels, run 2 (``ATTNBENCH_IMPLS=k1``) only k1, 25% slower at each of its
     four lengths: its series all moved, but together they are k1, not the machine, so 1 -> 2 gets no
-    shift and k1's step is judged whole."""
+    shift of its own (a kept row) and k1's step is judged whole; two kernels moving alike are the run."""
     from attnbench.results.noise import run_shifts
 
     rows = []
@@ -641,9 +641,9 @@ def test_a_run_of_one_kernel_has_no_shift_of_its_own():
                              "commit_position": position, "value": seq * (1.25 if position else 1.0)})
     [kept] = run_shifts(pd.DataFrame(rows)).to_dict("records")
     assert kept["kept"] is True and kept["shift"] == 0.0 and kept["series"] == 4  # the factor before it
-    three = [dict(r, implementation=f"k{i}") for r in rows if r["commit_position"] == 1 for i in (1, 2, 3)]
-    both = [r for r in rows if r["commit_position"] == 0] + three
-    [moved] = run_shifts(pd.DataFrame(both)).to_dict("records")  # three kernels: the run moved
+    two = [dict(r, implementation=f"k{i}") for r in rows if r["commit_position"] == 1 for i in (1, 2)]
+    both = [r for r in rows if r["commit_position"] == 0] + two
+    [moved] = run_shifts(pd.DataFrame(both)).to_dict("records")  # two kernels (torch_xla's): the run
     assert moved["shift"] == pytest.approx(0.25) and moved["kept"] is False
 
 
@@ -878,3 +878,21 @@ def test_a_one_run_excursion_is_no_step():
     stays = synthetic({"seconds_per_step": [1.0, 1.0, 1.0, 0.6, 1.4, 1.4, 1.4]})
     stays["ci_low"], stays["ci_high"] = stays["value"] * 0.99, stays["value"] * 1.01
     assert len(find_regressions(stays)) == 1  # 0.6 -> 1.4 lands 40% above where it was: a step
+
+
+def test_only_a_static_step_and_what_follows_it_measure_the_rounds_code():
+    """The later rounds pool a static case's step time and the figures that follow it (its twins
+    too); a first-pass figure was measured before any round ran."""
+    from attnbench.results import code
+
+    rounds_file = "attnbench/run/adaptive.py"
+    for metric in ("seconds_per_step", "tokens_per_s", "mfu", "mfu_shortfall", "usd_per_step"):
+        assert code.pooled_from_rounds(metric, "static")
+    for metric, regime in (("latency_p99_seconds", "packed"), ("compiles", "static"),
+                           ("first_call_seconds", "static"), ("seconds_per_step", "dynamic")):
+        assert not code.pooled_from_rounds(metric, regime)
+        assert not code.measures(rounds_file, framework="torch", modules=None, compiled_for=False,
+                                 rounds=code.pooled_from_rounds(metric, regime))
+    assert code.pooled_from_rounds(None, None) and code.pooled_from_rounds("no-such-metric", "packed")
+    assert code.measures("attnbench/measure/engine.py", framework="torch", modules=None, compiled_for=False,
+                         rounds=False)  # the first pass's own code is measured by every figure

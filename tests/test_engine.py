@@ -302,9 +302,16 @@ def test_a_sweep_with_rounds_times_static_cases_again_and_pools_them():
 
 
 def test_a_sweep_cut_mid_adaptation_resumes_from_the_rounds_it_kept():
-    """The sweep files each timed case after every look at its rounds (``rounds_complete`` false);
-    cut there, a sweep handed those records goes on from their rounds, numbered after them."""
-    plan = RoundPlan(min_rounds=4, max_rounds=8, look_every=2, window_s=0.01)
+    """The sweep files each timed case after every look at its rounds (``rounds_complete`` false
+    while it goes on); cut there, a sweep handed those records goes on from their rounds, numbered
+    after them. A case the look stopped is filed complete: a resumed sweep leaves it out."""
+    stops = RoundPlan(min_rounds=4, max_rounds=8, look_every=2, window_s=0.01)  # nothing to weigh it against
+    [alone] = measure_cases([Case("reference-float64", SMALL, FAST)], rounds=stops, isolate=False,
+                            on_record=lambda i, record: None, progress=False)
+    assert alone["rounds_complete"] is True and json.loads(alone["round_ids"]) == [0, 1, 2, 3, 4]
+    assert alone["rounds_stopped"].startswith("base rounds")
+    # a precision no figure reaches: the case stays in the rounds at every look, to the most
+    plan = RoundPlan(min_rounds=4, max_rounds=8, look_every=2, window_s=0.01, precision=1e-9)
     cases = [Case("reference-float64", SMALL, FAST)]
     saved = {}
 
@@ -323,7 +330,8 @@ def test_a_sweep_cut_mid_adaptation_resumes_from_the_rounds_it_kept():
     assert cut["rounds_complete"] is False and kept == [0, 1, 2, 3, 4]
     [done] = measure_cases(cases, rounds=plan, isolate=False, prior={0: cut}, progress=False)
     ids = json.loads(done["round_ids"])
-    assert ids[:5] == kept and ids[5:] == [5, 6] and done["rounds_complete"] is True
+    assert ids[:5] == kept and ids[5:] == [5, 6, 7, 8] and done["rounds_complete"] is True
+    assert done["rounds_stopped"] == "max rounds"
     assert json.loads(done["round_medians_s"])[:5] == json.loads(cut["round_medians_s"])  # nothing lost
 
 

@@ -141,3 +141,36 @@ def test_a_ways_stall_is_probed_sixteen_times_at_most(monkeypatch):
     stopped = adaptive.run_rounds([[forced, native]], values, plan, records_of=records_of)
     assert stopped == {0: adaptive.STOPPED_MAX, 1: adaptive.STOPPED_MAX} and len(values[0]) == 25
     assert probed_rounds == list(range(1, adaptive.PROBE_ROUNDS + 1))
+
+
+def test_a_production_pair_is_read_over_its_probed_rounds_and_spent_probes_hold_nothing():
+    """A probed way's production ratio is paired over the rounds that have its probe, as the verdict
+    pairs it; once a way has its ``PROBE_ROUNDS`` probes, later rounds cannot move that ratio, so an
+    open production pair no longer holds its kernels."""
+    plan = RoundPlan(min_rounds=8, max_rounds=40)
+    forced = _member(0, "jax-a", FORCED_LABEL, priced=True, probe=True)
+    native = _member(1, "jax-b", NATIVE_LABEL, priced=True, probe=True)
+    group = [forced, native]
+    record = {"regime_steps": 100, "seconds_per_step_with_compiles": 0.012, "stream_steady_s": 0.011,
+              "seconds_per_step": 0.011, "useful_tokens_per_s": 100.0 / 1.2}
+    records_of = {0: record, 1: record}
+
+    def series(step, probe, probed_rounds):
+        return [RoundValue(0, step)] + [
+            RoundValue(r, step * (1 + 0.01 * (-1) ** r),
+                       first_call_s=probe(r) if r <= probed_rounds else None) for r in range(1, 25)]
+    # on paper 0.010 against 0.012, decided; in production the forced kernel's probed compile, 0.05 or
+    # 0.55 s by turns, against a steady 0.2 s: its 100 steps' cost moves by a fifth either way
+    values = {0: series(0.010, lambda r: 0.30 + 0.25 * (-1) ** r, 16), 1: series(0.012, lambda r: 0.10, 16)}
+    assert adaptive.pair_state(values[0], values[1], plan.margin, plan.look_confidence) == "below"
+    assert adaptive.production_state(group, values, plan, records_of) == "unclear"
+    assert adaptive.probes_spent(group, values)
+    settled: set = set()
+    assert adaptive.still_needed(group, values, plan, records_of, settled) == set()
+    assert ("production", 0, 1) not in settled  # not settled: the verdict will say can't tell
+    fewer = {i: [v if v.round <= 8 else RoundValue(v.round, v.median_s) for v in values[i]] for i in values}
+    assert not adaptive.probes_spent(group, fewer)  # 8 probes: more rounds would add probes
+    assert adaptive.still_needed(group, fewer, plan, records_of, set()) == {0, 1}
+    # the unprobed rounds do not count: the same probed rounds with 20 more quiet ones read the same
+    quiet = {i: values[i] + [RoundValue(r, values[i][1].median_s) for r in range(25, 45)] for i in values}
+    assert adaptive.production_state(group, quiet, plan, records_of) == "unclear"

@@ -34,7 +34,7 @@ from pathlib import Path
 from attnbench.core.atomic import atomic_write_text
 from attnbench.core.workload import Workload
 from attnbench.report import write_report
-from attnbench.results.noise import run_shifts
+from attnbench.results.noise import is_kept, run_shifts
 from attnbench.run.compare import compare
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,7 +178,7 @@ def summarize(frame, steps, sha: dict, slow_impl: str) -> dict:
     # The report judges each figure against its run's overall shift; what is left is the kernels' spread.
     shifts = run_shifts(frame)
     at_b = shifts[shifts["commit_after"].astype(str).str.startswith(short["B"])
-                  & ~shifts["kept"].astype(bool)]
+                  & ~shifts["kept"].map(is_kept)]
     run_shift_b = float(at_b["shift"].iloc[0]) if len(at_b) else None
     timing = frame[(frame["metric"] == "seconds_per_step") & (frame["regime"] == "static")]
     spread = []

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import attnbench.report.select as select
 from attnbench.core import metrics
 from attnbench.report.select import series_name, short_env
-from attnbench.results.noise import SCATTER_Z, is_contended
+from attnbench.results.noise import SCATTER_Z, is_contended, is_kept
 from attnbench.results.steps import DEFAULT_THRESHOLD, REGRESSION, UNCONFIRMED, WITHIN_NOISE
 from attnbench.results.table import cell
 
@@ -171,20 +171,23 @@ def host_sentences(hosts, changes) -> list[str]:
     return out
 
 
-KEPT_WORDS = "kept the factor before it (too few series or kernels to say)"
+KEPT_WORDS = "kept the factor before it (too few series or kernels to say)"  # noise.run_shifts' kept
 
 
 def shift_rows(shifts) -> list[dict]:
-    """``noise.correction_shifts`` as display rows, newest pair first."""
-    return [{"machine": r["machine"], "env": short_env(r["env_name"]),
-             "benchmark": str(r["benchmark"]).removeprefix("attention.").split(".")[0],
-             "metric": r.get("metric", "seconds_per_step"),
-             "commits": f"{str(r['commit_before'])[:8]} -> {str(r['commit_after'])[:8]}",
-             "series": r["series"],
-             "whole run moved": (KEPT_WORDS if r.get("kept") in (True, "True") else f"{r['shift']:+.1%}"),
-             "middle half of the series": f"{r['q25']:+.1%} .. {r['q75']:+.1%}",
-             "standard error": f"±{r['se']:.1%}" if r.get("se") == r.get("se") else "-"}
-            for _, r in shifts.iloc[::-1].iterrows()]
+    """``noise.correction_shifts`` as display rows, newest pair first; a ``kept`` pair measured
+    nothing of its own and shows none."""
+    rows = []
+    for _, r in shifts.iloc[::-1].iterrows():
+        kept = is_kept(r.get("kept"))
+        rows.append({"machine": r["machine"], "env": short_env(r["env_name"]),
+                     "benchmark": str(r["benchmark"]).removeprefix("attention.").split(".")[0],
+                     "metric": r.get("metric", "seconds_per_step"),
+                     "commits": f"{str(r['commit_before'])[:8]} -> {str(r['commit_after'])[:8]}",
+                     "series": r["series"], "whole run moved": KEPT_WORDS if kept else f"{r['shift']:+.1%}",
+                     "middle half of the series": "-" if kept else f"{r['q25']:+.1%} .. {r['q75']:+.1%}",
+                     "standard error": f"±{r['se']:.1%}" if r.get("se") == r.get("se") and not kept else "-"})
+    return rows
 
 
 def definition_rows() -> list[dict]:

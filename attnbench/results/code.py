@@ -153,7 +153,9 @@ def pooled_from_rounds(metric: str | None, regime: str | None) -> bool:
     figure that follows it; True where the metric is unknown (the safe side)."""
     if metric is None or metric not in metrics.names():
         return True
-    return regime in (None, "", "static") and bool(metrics.get(metric).time_exponent)
+    column = metrics.get(metric).column  # a twin (mfu_shortfall) reads the same column as what it follows
+    follows = any(m.time_exponent for m in metrics.METRICS if m.column == column)
+    return regime in (None, "", "static") and follows
 
 
 @functools.lru_cache(maxsize=4096)

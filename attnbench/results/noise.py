@@ -25,8 +25,9 @@ MEDIAN_SE = 1.2533  # standard error of a median over n normal draws: 1.2533 sig
 IQR_SIGMA = 1.349  # interquartile range -> standard deviation of a normal distribution
 MIN_RUN_SERIES = 3  # series a run shift needs; fewer and the run keeps the factor before it (a kept row)
 # kernels those series must span: one kernel's series moving together are that kernel, not the machine
-# (a run of one kernel, ATTNBENCH_IMPLS=..., would otherwise take its own change for the run's)
-MIN_RUN_KERNELS = 3
+# (a run of one kernel, ATTNBENCH_IMPLS=..., would otherwise take its own change for the run's); two,
+# as torch_xla's environment has two
+MIN_RUN_KERNELS = 2
 SERIES = ["machine", "env_name", "benchmark", "implementation", "seq_len", "workload", "phase", "regime",
           "dtype", "target", "mode", "length"]
 PARAMS = SERIES[3:]
@@ -172,7 +173,8 @@ def run_shifts(frame, metric: str = "seconds_per_step"):
     consecutive commit pair, the median (``shift``), quartiles and standard error (``se``, of the
     median: 1.2533 x IQR / 1.349 / sqrt(series)) of after / before - 1 over the static series
     measured at both. Every series moving together is the machine or shared code, not a kernel: so
-    the series must span ``MIN_RUN_KERNELS`` kernels (a run of one kernel has no shift of its own)."""
+    the series must span ``MIN_RUN_KERNELS`` kernels (a run of one kernel has no shift of its own:
+    a ``kept`` row, shift 0)."""
     import pandas as pd
 
     columns = ["machine", "env_name", "benchmark", "metric", "commit_before", "commit_after", "series",
@@ -214,6 +216,11 @@ def _kernels(ratio) -> int:
     return int(ratio.index.get_level_values("implementation").nunique())
 
 
+def is_kept(value) -> bool:
+    """Whether a ``run_shifts`` row's ``kept`` (a bool, numpy's, a CSV's text, or missing) is true."""
+    return value is not None and value == value and str(value) == "True"
+
+
 def correction_shifts(frame):
     """``run_shifts`` of every metric some figure is corrected by (``correction_metric``)."""
     import pandas as pd
@@ -245,7 +252,7 @@ def run_factors(shifts) -> dict:
         return (row["machine"], row["env_name"], str(row["benchmark"]).rsplit(".", 1)[0],
                 row.get("metric", "seconds_per_step"))
 
-    measured = {group_of(row) for row in rows if row.get("kept") is not True}
+    measured = {group_of(row) for row in rows if not is_kept(row.get("kept"))}
     for row in rows:
         group = group_of(row)
         if group not in measured:

@@ -10,7 +10,8 @@ Each group gets ``min_rounds``; then, at every ``look_every`` rounds, each case 
 round would still tell something it is measured for (``still_needed``): both kernels of a forced-flash /
 native pair (on paper, and the priced pair in production) that is neither decided (the ratio's
 interval wholly on one side of 1) nor shown equal within ``margin``; an A/A control until it comes out
-equal; a static step whose own 99% interval is wider than ``precision``. Rounds stop at
+equal (or, by the 1% chance a true A/A pair has, decided); a static step whose own 99% interval is
+wider than ``precision``. Rounds stop at
 ``max_rounds`` or when ``budget_s`` is spent. Each look is made at a stricter confidence
 (``look_confidence``: the confidence shared over the most looks the plan can make), so that looking
 often does not make a decision easier to reach than the 99% the verdict states; a pair settled at a
@@ -228,14 +229,10 @@ def settled(group: list[Member], values: dict[int, list[RoundValue]], plan: Roun
             records_of: dict[int, dict] | None = None) -> bool:
     """Whether every forced-flash / native pair of the group's static steps (on paper) and its priced
     pair (production: ``production_state``) is decided or equal within the margin, at the look's
-    confidence. A group with no such pair is settled by its base rounds."""
-    statics = [m for m in group if m.case.regime == "static"]
-    forced = [m for m in statics if m.label == FORCED_LABEL]
-    native = [m for m in statics if m.label == NATIVE_LABEL]
-    settling = {BELOW, ABOVE, EQUAL}
-    paper = all(pair_state(values[f.index], values[n.index], plan.margin, plan.look_confidence) in settling
-                for f, n in itertools.product(forced, native))
-    return paper and production_state(group, values, plan, records_of or {}) in settling
+    confidence, or (production) can no longer move (``probes_spent``): ``still_needed`` of its pairs
+    alone. A group with no such pair is settled by its base rounds."""
+    pairs_only = dataclasses.replace(plan, precision=None, controls=())
+    return not still_needed(group, values, pairs_only, records_of or {}, set())
 
 
 def production_state(group: list[Member], values: dict[int, list[RoundValue]], plan: RoundPlan,
@@ -251,6 +248,10 @@ def production_state(group: list[Member], values: dict[int, list[RoundValue]], p
     fv = {v.round: v for v in values[f.index] if v.round > 0}
     nv = {v.round: v for v in values[n.index] if v.round > 0}
     common = sorted(set(fv) & set(nv))
+    for member, mine in ((f, fv), (n, nv)):  # a probed way: over the rounds with a probe, as the verdict
+        probed = {r for r, v in mine.items() if v.first_call_s is not None}
+        if member.probe and probed:
+            common = [r for r in common if r in probed]
     if not common:
         return "unclear"
 
@@ -307,7 +308,7 @@ def still_needed(group: list[Member], values: dict[int, list[RoundValue]], plan:
     if None not in key and key not in settled_pairs:
         if production_state(group, values, plan, records_of) in SETTLING:
             settled_pairs.add(key)
-        else:
+        elif not probes_spent(group, values):  # spent: more rounds cannot move its probed rounds' ratio
             out |= set(key[1:])
     for m in statics:
         key = ("control", m.index)
@@ -319,6 +320,13 @@ def still_needed(group: list[Member], values: dict[int, list[RoundValue]], plan:
         if plan.precision is not None and relative_half_width(values[m.index]) > plan.precision:
             out.add(m.index)
     return out
+
+
+def probes_spent(group: list[Member], values: dict[int, list[RoundValue]]) -> bool:
+    """Whether a probed way of the group's priced pair has its ``PROBE_ROUNDS`` probes: the production
+    ratio is paired over the probed rounds (``production_state``, as the verdict), so later rounds
+    cannot move it."""
+    return any(m.priced and m.probe and _probes(values[m.index]) >= PROBE_ROUNDS for m in group)
 
 
 def production_settled(group: list[Member], settled_pairs: set[tuple]) -> bool:

@@ -151,9 +151,10 @@ def _later_rounds(cases, first, plan: RoundPlan, isolate, threads, on_record, de
     next_round = 1 + max((v.round for i in timed for v in values[i]), default=0)
 
     def keep(stopped: dict[int, str], complete: bool = False) -> None:
+        # a case stopped at a look is done: a resumed sweep leaves it out (its pairs were settled)
         for i in timed:
             pool = pool_rounds if cases[i].regime == "static" else pool_stream_rounds
-            first[i] = pool(first[i], values[i], stopped=stopped.get(i), complete=complete)
+            first[i] = pool(first[i], values[i], stopped=stopped.get(i), complete=complete or i in stopped)
             if on_record:
                 on_record(i, first[i])
 
