@@ -180,14 +180,14 @@ def test_a_group_stays_open_while_its_production_pair_cannot_decide():
     values = _values(0.010, 0.020, 0.015, stream_wobble=-0.15)
     assert adaptive.pair_state(values[0], values[1], plan.margin, plan.look_confidence) == "below"
     assert adaptive.production_state(group, values, plan, records_of) == "unclear"
-    assert not adaptive.settled(group, values, plan, records_of)
+    assert adaptive.still_needed(group, values, plan, records_of, set())
     # the two meet within the margin, round by round: equal settles it
     values = _values(0.010, 0.020, 0.015)
     assert adaptive.production_state(group, values, plan, records_of) == "equal"
     # the stream's rounds say it is dearer: production decided too, the group settles
     values = _values(0.010, 0.020, 0.030)
     assert adaptive.production_state(group, values, plan, records_of) == "below"
-    assert adaptive.settled(group, values, plan, records_of)
+    assert not adaptive.still_needed(group, values, plan, records_of, set())
     # without the first pass's records the production pair holds nothing open
     assert adaptive.production_state(group, _values(0.010, 0.020, 0.015, stream_wobble=-0.15), plan,
                                      {}) == "equal"

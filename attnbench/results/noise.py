@@ -208,8 +208,8 @@ def run_shifts(frame, metric: str = "seconds_per_step"):
 
 
 def _kernels(ratio) -> int:
-    """How many implementations a pivot's rows (indexed by ``PARAMS``) span; all of them count as one
-    where the index does not name them."""
+    """How many implementations a pivot's rows (indexed by ``PARAMS``) span; a frame without an
+    implementation column passes (``MIN_RUN_KERNELS``)."""
     names = getattr(ratio.index, "names", None) or []
     if "implementation" not in names:
         return MIN_RUN_KERNELS

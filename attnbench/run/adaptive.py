@@ -27,7 +27,6 @@ import dataclasses
 import itertools
 import json
 import math
-import statistics
 import time
 from collections.abc import Callable
 
@@ -225,16 +224,6 @@ def pair_state(forced: list[RoundValue], native: list[RoundValue], margin: float
     return paired_ratio(a, b, confidence).against_one(margin)
 
 
-def settled(group: list[Member], values: dict[int, list[RoundValue]], plan: RoundPlan,
-            records_of: dict[int, dict] | None = None) -> bool:
-    """Whether every forced-flash / native pair of the group's static steps (on paper) and its priced
-    pair (production: ``production_state``) is decided or equal within the margin, at the look's
-    confidence, or (production) can no longer move (``probes_spent``): ``still_needed`` of its pairs
-    alone. A group with no such pair is settled by its base rounds."""
-    pairs_only = dataclasses.replace(plan, precision=None, controls=())
-    return not still_needed(group, values, pairs_only, records_of or {}, set())
-
-
 def production_state(group: list[Member], values: dict[int, list[RoundValue]], plan: RoundPlan,
                      records_of: dict[int, dict]) -> str:
     """The priced pair's paired production ratio (forced / native seconds per useful token, each
@@ -277,12 +266,10 @@ def relative_half_width(values: list[RoundValue], confidence: float = CONFIDENCE
     """The 99% relative half-width of a static step's figure over these rounds, as ``pool_rounds``
     makes it (the uncontended rounds' medians, all of them if none is; round 0 included); infinite
     with fewer values than carry the confidence."""
-    clean = [v.median_s for v in values if not v.contended] or [v.median_s for v in values]
+    clean = [v for v in values if not v.contended] or values
     if len(clean) < stats.min_values(confidence):
         return math.inf
-    low, high = stats.median_ci(clean, confidence)
-    middle = statistics.median(clean)
-    return (high - low) / 2.0 / middle if middle > 0 else math.inf
+    return stats.estimate([list(v.samples) or [v.median_s] for v in clean], confidence).relative_half_width
 
 
 def still_needed(group: list[Member], values: dict[int, list[RoundValue]], plan: RoundPlan,
@@ -303,8 +290,7 @@ def still_needed(group: list[Member], values: dict[int, list[RoundValue]], plan:
                 settled_pairs.add(key)
             else:
                 out |= {f.index, n.index}
-    priced = {m.label: m.index for m in group if m.priced}
-    key = ("production", priced.get(FORCED_LABEL), priced.get(NATIVE_LABEL))
+    key = _production_pair(group)
     if None not in key and key not in settled_pairs:
         if production_state(group, values, plan, records_of) in SETTLING:
             settled_pairs.add(key)
@@ -331,8 +317,14 @@ def probes_spent(group: list[Member], values: dict[int, list[RoundValue]]) -> bo
 
 def production_settled(group: list[Member], settled_pairs: set[tuple]) -> bool:
     """Whether the group's priced pair was settled at a look (its stall probes can stop)."""
+    return _production_pair(group) in settled_pairs
+
+
+def _production_pair(group: list[Member]) -> tuple:
+    """``("production", forced index, native index)`` of the group's priced ways (None where a label
+    has none): the key ``still_needed`` files a settled production pair under."""
     priced = {m.label: m.index for m in group if m.priced}
-    return ("production", priced.get(FORCED_LABEL), priced.get(NATIVE_LABEL)) in settled_pairs
+    return "production", priced.get(FORCED_LABEL), priced.get(NATIVE_LABEL)
 
 
 def has_pairs(group: list[Member]) -> bool:
