@@ -13,7 +13,7 @@ from attnbench.core import records
 from attnbench.core.workload import Workload
 from attnbench.measure.engine import Case, Options
 from attnbench.measure.figures import pool_rounds
-from attnbench.measure.timing import time_interleaved
+from attnbench.measure.round_timing import time_interleaved
 from attnbench.run import adaptive
 from attnbench.run.adaptive import FORCED_LABEL, NATIVE_LABEL, Member, RoundPlan, RoundValue
 from tests.conftest import FRAMEWORKS

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
+from attnbench.measure.round_timing import balanced_cycle, time_interleaved
 from attnbench.measure.timing import DeviceClock, time_calls, time_step
 
 
@@ -44,3 +47,46 @@ def test_a_device_clock_times_one_call_per_sample_by_its_own_seconds():
     assert t.timer == "cuda-events" and t.steps_per_sample == 1
     assert t.first_call_s == 0.010 and t.median_s == 0.001
     assert t.samples == len(t.samples_s) >= 5 and len(calls) == 1 + 1 + t.samples
+
+
+# -- the later rounds' balanced cycle ---------------------------------------------------------------
+def _follows(order: list[int]) -> list[tuple[int, int]]:
+    """(before, after) for each neighbour in ``order`` repeated: the last wraps round to the first."""
+    return [(order[k - 1], order[k]) for k in range(len(order))]
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 7])
+def test_a_balanced_cycle_puts_each_step_after_every_other_once_and_never_after_itself(n):
+    order = balanced_cycle(n)
+    assert sorted(_follows(order)) == sorted((i, j) for i in range(n) for j in range(n) if i != j)
+
+
+def test_an_apart_pair_never_follows_each_other_and_both_follow_the_same_steps():
+    """An A/A control's two windows (2 and 3 here): each after each other step once, never after its twin."""
+    order = balanced_cycle(4, frozenset({frozenset((2, 3))}))
+    follows = _follows(order)
+    assert (2, 3) not in follows and (3, 2) not in follows
+    assert sorted(a for a, b in follows if b == 2) == sorted(a for a, b in follows if b == 3) == [0, 1]
+    # two kernels and a control: the other kernel between the twins, [0, 1, 0, 2]
+    assert _follows(balanced_cycle(3, frozenset({frozenset((1, 2))}))).count((0, 1)) == 1
+    assert balanced_cycle(2, frozenset({frozenset((0, 1))})) == [0, 1]  # nothing else to put between
+
+
+def test_interleaved_blocks_go_round_the_balanced_cycle_and_a_pass_once_comes_first():
+    calls: list[str] = []
+
+    def run(name):
+        def call():
+            calls.append(name)
+            if name == "once":  # a stream sample's pass: one block of 50 ms or more is its value
+                time.sleep(0.06)
+        return call
+
+    names = ["a", "b", "c", "c2", "once"]
+    time_interleaved([run(x) for x in names], numbers=[1] * 5, min_seconds=0.0, min_samples=3,
+                     keep_timing=[True, True, True, True, False], apart=frozenset({frozenset((2, 3))}))
+    timed = calls[len(names):]  # after one warm-up call each
+    lap = [names[i] for i in balanced_cycle(4, frozenset({frozenset((2, 3))}))]
+    assert timed[0] == "once" and timed.count("once") == 1  # the stream's pass: once, outside the cycle
+    assert timed[1:] == lap * (len(timed[1:]) // len(lap)) and len(timed[1:]) % len(lap) == 0  # whole laps
+    assert all(timed[1:].count(x) >= 3 for x in "abc")

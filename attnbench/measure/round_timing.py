@@ -2,10 +2,12 @@
 and kept warm, timed together, their blocks interleaved.
 
 The sweep (``run/adaptive.py``) hands one comparison group per call: the kernels a verdict row weighs
-against each other. Their blocks alternate, tens of milliseconds apart, in the same process and the
+against each other. Their blocks take turns, tens of milliseconds apart, in the same process and the
 same state of the machine, so the per-round ratio of two kernels cancels what moved the machine in
-that round. A worker process serves many rounds; the sweep replaces it every few rounds, so that no
-figure rests on one process (docs/metrics.md, "Rounds").
+that round; they go round in a balanced cycle (``balanced_cycle``), each kernel's block after
+every other kernel's equally often, so that no figure depends on which kernel it was timed after. A
+worker process serves many rounds; the sweep replaces it every few rounds, so that no figure rests on
+one process (docs/metrics.md, "Rounds").
 
 A production stream's way (a case of another regime that a verdict row prices: ``run/adaptive.py``)
 is timed the same way through its sample of steps (``StreamSample``): its value is the mean step.
@@ -25,7 +27,7 @@ from attnbench.core import records, regimes
 from attnbench.measure.compiler_caches import compiler_caches
 from attnbench.measure.contention import ContentionMonitor
 from attnbench.measure.engine import Case, classify_exception, resolve_impl
-from attnbench.measure.timing import time_interleaved
+from attnbench.measure.timing import Timing, summary
 
 _steps: dict[str, object] = {}  # this process' built steps, by case key
 
@@ -34,9 +36,9 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
                controls: tuple[str, ...] = (), control_first: bool = False) -> list[dict]:
     """One round of a group: ``(case, calls per block)`` each, interleaved; per case ``{"key",
     "status", "median_s", "samples", "contended", "contention_reason", "reason", "build_s",
-    "window_s"}``. A case in ``controls`` (keys) is timed as two members of the cycle, side by side
-    (``control_median_s``: the second, or the first with ``control_first``, which the sweep alternates
-    by round so that the pair's order cancels): an A/A pair whose ratio must come out equal. A case
+    "window_s"}``. A case in ``controls`` (keys) is timed as two members of the cycle, never one right
+    after the other (``control_median_s``: the second, or the first with ``control_first``, which the
+    sweep alternates by round): an A/A pair whose ratio must come out equal. A case
     ``with_defaults`` (a tuned config) has the kernel at its defaults timed beside it, the two in the
     same alternating order (``defaults_median_s``): what tuning changed, paired by round. A case whose
     step cannot be built answers its status and reason; the others are timed without it."""
@@ -59,10 +61,12 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
         out.append(answer)
     if not timed:
         return out
-    runs, numbers, owners, keep = [], [], [], []
+    runs, numbers, owners, keep, apart = [], [], [], [], set()
     for answer, step, number, control, defaults, per in timed:
         second = "control" if control else "defaults" if defaults is not None else None
         slots = ((second, None) if control_first else (None, second)) if second else (None,)
+        if control:  # the same step twice: never one window's block right after the other's
+            apart.add(frozenset((len(runs), len(runs) + 1)))
         for slot in slots:
             runs.append((defaults if slot == "defaults" else step).run)
             numbers.append(number)
@@ -72,7 +76,7 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
     try:
         with ContentionMonitor() as monitor:
             timings = time_interleaved(runs, numbers=numbers, min_seconds=window_s, min_samples=min_samples,
-                                       keep_timing=keep)
+                                       keep_timing=keep, apart=frozenset(apart))
     except Exception as exc:  # noqa: BLE001 - a step that fails mid-window fails the group's round
         for answer, *_ in timed:
             answer.update(status=classify_exception(exc), reason=f"{type(exc).__name__}: {exc}"[:500])
@@ -88,6 +92,84 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
                       contended=bool(contention.get("contended")),
                       contention_reason=contention.get("contention_reason"))
     return out
+
+
+def time_interleaved(runs: list, *, numbers: list[int], min_seconds: float, min_samples: int = 5,
+                     enough_seconds: float = 0.05, least_samples: int = 1,
+                     keep_timing: list[bool] | None = None,
+                     apart: frozenset[frozenset[int]] = frozenset()) -> list[Timing]:
+    """Several steps already warm in this process, timed together: one warm-up call each, then
+    blocks (``numbers[i]`` calls of ``runs[i]``) in a **balanced cycle** (``balanced_cycle``), round
+    and round, whole cycles, until every step has ``min_samples`` blocks (or, a slow step,
+    ``least_samples`` blocks lasting ``enough_seconds``: one block of a step of 50 ms or more) and
+    ``min_seconds`` per step have passed. Short blocks, milliseconds apart, see the same machine: the
+    ratio of two steps' medians cancels what moved it over the window, and a burst of the host's
+    other tenants (tens of milliseconds here) spoils a block or two, not the median (the paired
+    ratios this gives: results/LOG.md, "Paired, adaptive rounds").
+
+    Why a balanced cycle: a block reads what ran just before it. Here jax-xla's 1024-token step read
+    16% slower right after itself than after another kernel, and jax-xla-chunked 15% slower after
+    jax-xla than after jax-blockwise-flash (results/LOG.md, "Balanced rounds"): in a fixed order each
+    step always follows the same neighbour, and a round's ratio flips with the order. In the cycle
+    every step follows every other equally often and never itself, so its median does not depend on
+    the order it was handed in. ``apart``: pairs of indices that never follow each other (the two
+    windows of an A/A control: the same step, which after itself would read its slow case).
+
+    ``keep_timing[i]`` False: run ``i`` is timed first in each pass only until done, outside the
+    cycle (a stream sample's pass, a second or less of 32 different steps, whose one block is the
+    round's value: docs/metrics.md)."""
+    clock = time.perf_counter
+    for run in runs:
+        run()
+    samples: list[list[float]] = [[] for _ in runs]
+    keep = list(keep_timing) if keep_timing is not None else [True] * len(runs)
+    once = [i for i, kept in enumerate(keep) if not kept]
+    kept = [i for i, kept in enumerate(keep) if kept]
+    position = {i: p for p, i in enumerate(kept)}
+    cycle = [kept[p] for p in balanced_cycle(len(kept), frozenset(
+        frozenset(position[i] for i in pair) for pair in apart if all(i in position for i in pair)))]
+
+    def block(i: int) -> None:
+        start = clock()
+        for _ in range(numbers[i]):
+            runs[i]()
+        samples[i].append((clock() - start) / numbers[i])
+
+    def done(i: int) -> bool:
+        mine = [x * numbers[i] for x in samples[i]]
+        return len(mine) >= min_samples or (len(mine) >= least_samples and sum(mine) >= enough_seconds)
+
+    begin = clock()
+    while not all(done(i) for i in range(len(runs))) or clock() - begin < min_seconds * len(runs):
+        waiting = [i for i in once if not done(i)]
+        if not waiting and not cycle:  # every run done and none kept timing: nothing to fill the window
+            break
+        for i in waiting + cycle:
+            block(i)
+    return [summary(float("nan"), mine, number, "wall")
+            for mine, number in zip(samples, numbers, strict=True)]
+
+
+def balanced_cycle(n: int, apart: frozenset[frozenset[int]] = frozenset()) -> list[int]:
+    """An order of ``range(n)`` to repeat in which each index follows every other index once (the
+    last wraps round to the first) and never itself, nor an index it is ``apart`` from: an Eulerian
+    circuit of the complete directed graph on ``n`` nodes without those edges (Hierholzer's
+    algorithm; taking both edges of a pair keeps every node's in-degree equal to its out-degree).
+    Each index appears ``n - 1`` times, less one per index it is apart from. Fewer than 3 indices,
+    or a graph the apart pairs leave without one circuit through every index: ``range(n)`` once."""
+    succ = {i: [j for j in range(n) if j != i and frozenset((i, j)) not in apart] for i in range(n)}
+    if n < 3 or not all(succ.values()):
+        return list(range(n))
+    stack, circuit = [0], []
+    while stack:
+        here = stack[-1]
+        if succ[here]:
+            stack.append(succ[here].pop(0))
+        else:
+            circuit.append(stack.pop())
+    circuit.reverse()
+    lap = circuit[:-1]  # the circuit ends where it began
+    return lap if set(lap) == set(range(n)) else list(range(n))  # apart pairs that cut the graph in two
 
 
 def warm_step(case: Case, defaults: bool = False):

@@ -59,7 +59,7 @@ def time_step(run, *, warmup: int = 1, block_seconds: float = 0.02, min_seconds:
 
     samples = _sample(block, [elapsed / number], min_seconds=min_seconds, min_samples=min_samples,
                       max_samples=max_samples, max_seconds=max_seconds, target_rel_iqr=target_rel_iqr)
-    return _timing(first_call, samples, number, "wall")
+    return summary(first_call, samples, number, "wall")
 
 
 def _sample(take, samples: list[float], *, min_seconds, min_samples, max_samples, max_seconds,
@@ -78,7 +78,8 @@ def _sample(take, samples: list[float], *, min_seconds, min_samples, max_samples
     return samples
 
 
-def _timing(first_call: float, samples: list[float], number: int, timer: str) -> Timing:
+def summary(first_call: float, samples: list[float], number: int, timer: str) -> Timing:
+    """The ``Timing`` of these samples (seconds per step, in measurement order)."""
     quartiles = _quartiles(samples)
     return Timing(first_call_s=first_call, median_s=statistics.median(samples),
                   iqr_s=quartiles[2] - quartiles[0], samples=len(samples), steps_per_sample=number,
@@ -101,47 +102,7 @@ def time_window(run, *, number: int, min_seconds: float, min_samples: int = 3) -
 
     samples = _sample(block, [], min_seconds=min_seconds, min_samples=min_samples,
                       max_samples=1 << 16, max_seconds=math.inf, target_rel_iqr=None)
-    return _timing(float("nan"), samples, number, "wall")
-
-
-def time_interleaved(runs: list, *, numbers: list[int], min_seconds: float, min_samples: int = 5,
-                     enough_seconds: float = 0.05, least_samples: int = 1,
-                     keep_timing: list[bool] | None = None) -> list[Timing]:
-    """Several steps already warm in this process, timed together: one warm-up call each, then one
-    block of each in turn (``numbers[i]`` calls of ``runs[i]``), round and round, until every step has
-    ``min_samples`` blocks (or, a slow step, ``least_samples`` blocks lasting ``enough_seconds``: one
-    block of a step of 50 ms or more) and
-    ``min_seconds`` per step have passed. Short blocks, milliseconds apart, see the same machine: the
-    ratio of two steps' medians cancels what drifted over the window, and a burst of the host's other
-    tenants (tens of milliseconds here) spoils a block or two, not the median of five (the paired
-    ratios this gives: results/LOG.md, "Paired, adaptive rounds"). ``keep_timing[i]`` False: once
-    done, run ``i`` is no longer timed while the others finish (a stream sample's pass, a second or
-    less of 32 different steps, whose one block is the round's value: docs/metrics.md)."""
-    clock = time.perf_counter
-    for run in runs:
-        run()
-    samples: list[list[float]] = [[] for _ in runs]
-
-    def done(mine: list[float]) -> bool:
-        return len(mine) >= min_samples or (len(mine) >= least_samples and sum(mine) >= enough_seconds)
-
-    keep = list(keep_timing) if keep_timing is not None else [True] * len(runs)
-    begin = clock()
-    while not all(done([x * n for x in mine]) for mine, n in zip(samples, numbers, strict=True)) \
-            or clock() - begin < min_seconds * len(runs):
-        ran = False
-        for run, number, mine, again in zip(runs, numbers, samples, keep, strict=True):
-            if not again and mine and done([x * number for x in mine]):
-                continue
-            ran = True
-            start = clock()
-            for _ in range(number):
-                run()
-            mine.append((clock() - start) / number)
-        if not ran:  # every run done and none kept timing: nothing left to spread over the window
-            break
-    return [_timing(float("nan"), mine, number, "wall")
-            for mine, number in zip(samples, numbers, strict=True)]
+    return summary(float("nan"), samples, number, "wall")
 
 
 @dataclass(frozen=True)
@@ -163,7 +124,7 @@ def time_calls(clock: DeviceClock, *, warmup: int = 1, min_seconds: float = 0.3,
         clock.timed_call()
     samples = _sample(clock.timed_call, [], min_seconds=min_seconds, min_samples=min_samples,
                       max_samples=max_samples, max_seconds=max_seconds, target_rel_iqr=target_rel_iqr)
-    return _timing(first_call, samples, 1, clock.name)
+    return summary(first_call, samples, 1, clock.name)
 
 
 def _quartiles(samples: list[float]) -> list[float]:
