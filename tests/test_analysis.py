@@ -427,6 +427,17 @@ def test_only_the_kernels_own_code_counts_for_its_series(tmp_path):
     assert step["verdict"] == NO_CODE_CHANGE
 
 
+def test_a_newest_step_confirm_cannot_measure_again_does_not_send_the_reader_to_it(tmp_path):
+    """``compare`` times the static step: a compile time's step waits for the next run, and says so."""
+    commits = _git_repo(tmp_path)
+    repo = str(tmp_path)
+    series = _series(commits, _step_at(6), metric="compile_seconds")
+    [waiting] = find_steps(series, repo=repo).to_dict("records")
+    assert waiting["verdict"] == UNCONFIRMED and "cannot measure again" in waiting["why"]
+    assert "`attnbench confirm` measures both commits" not in waiting["why"]
+    assert to_confirm(series, find_steps(series, repo=repo), "cpu-2core", repo) == []
+
+
 def _confirmed(commits, verdict, ratio, low, high, implementation="jax-xla"):
     """What ``attnbench confirm`` writes for the step from commit 5 to 6 of ``_series``'s case."""
     key = confirmations.case_key("cpu-2core", "env", "Forward", implementation, 256, None, None, "float32")

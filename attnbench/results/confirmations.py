@@ -16,6 +16,8 @@ import json
 import os
 import warnings
 
+from attnbench.core import metrics
+
 FOLDER, SUFFIX = "confirmations", ".confirm"
 SLOWER, FASTER, NO_CHANGE = "slower", "faster", "no change"  # run/compare.py's verdicts
 
@@ -35,6 +37,14 @@ def _text(value) -> str:
 
 def case_key(machine, env_name, suite, impl, seq_len, workload, phase, dtype) -> tuple:
     return tuple(_text(v) for v in (machine, env_name, suite, impl, seq_len, workload, phase, dtype))
+
+
+def settles(metric: str, regime) -> bool:
+    """Whether a paired re-measurement can settle a step of this figure: ``compare`` times a case's
+    static step, so only a figure that follows the steady step (``Metric.time_exponent``: seconds,
+    rates, costs) of a static case; not a compile time, a stall or a stream's figure."""
+    return (metric in metrics.names() and bool(metrics.get(metric).time_exponent)
+            and (not isinstance(regime, str) or regime == "static"))
 
 
 def suite_of(benchmark) -> str:

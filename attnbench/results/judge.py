@@ -366,10 +366,13 @@ def judge(candidate: Candidate, floors: dict, periods: dict, repo: str | None,
                        + (f" ({row['versions_changed']})" if row["versions_changed"] else ""))
     first_alone = candidate.left == (0, 1)  # the series' first figure is the whole level before
     if kind == "noise" and not seen and ((runs_after == 1 and candidate.ends_series) or first_alone):
+        again = ("`attnbench confirm` measures both commits again, paired, or the next run confirms it"
+                 if confirmations.settles(s.metric, _text(s.regime[a]))
+                 else "a figure `attnbench confirm` cannot measure again (it times the static step): "
+                      "the next run confirms it")
         where = ("in its host's last run only: the runs after it ran on another host, whose figures "
                  "cannot say whether the level held" if runs_after == 1 and candidate.ends_host else
-                 "in the series' last run only: `attnbench confirm` measures both commits again, paired, "
-                 "or the next run confirms it" if runs_after == 1 else
+                 f"in the series' last run only: {again}" if runs_after == 1 else
                  "from a level of one run, the series' first: the runs before it are missing")
         tried = (f"; the paired re-measurement could not tell ({confirmations.words(found)})"
                  if found is not None else "")

@@ -370,9 +370,8 @@ def to_confirm(frame, steps, machine: str, repo: str, done: dict | None = None) 
     found: dict[tuple, dict] = {}
     for r in steps[(steps["machine"] == machine) & (steps["commit_after"] == newest)].to_dict("records"):
         metric = r["metric"]
-        if (metric not in metrics.names() or not metrics.get(metric).time_exponent
+        if (not confirmations.settles(metric, r.get("regime"))
                 or r["verdict"] not in CONFIRMABLE or r.get("judged") != "noise"
-                or (isinstance(r.get("regime"), str) and r["regime"] != "static")
                 or confirmations.lookup(done, r, machine, str(r["commit_before"]), str(newest))):
             continue
         if not code.paired_measurement_at(repo, str(r["commit_before"])):
