@@ -108,7 +108,7 @@ def time_interleaved(runs: list, *, numbers: list[int], min_seconds: float, min_
     ratios this gives: results/LOG.md, "Paired, adaptive rounds").
 
     Why a balanced cycle: a block reads what ran just before it. Here jax-xla's 1024-token step read
-    16% slower right after itself than after another kernel, and jax-xla-chunked 15% slower after
+    16% slower right after itself than after another kernel, and jax-xla-chunked 16% slower after
     jax-xla than after jax-blockwise-flash (results/LOG.md, "Balanced rounds"): in a fixed order each
     step always follows the same neighbour, and a round's ratio flips with the order. In the cycle
     every step follows every other equally often and never itself, so its median does not depend on
@@ -124,10 +124,7 @@ def time_interleaved(runs: list, *, numbers: list[int], min_seconds: float, min_
     samples: list[list[float]] = [[] for _ in runs]
     keep = list(keep_timing) if keep_timing is not None else [True] * len(runs)
     once = [i for i, kept in enumerate(keep) if not kept]
-    kept = [i for i, kept in enumerate(keep) if kept]
-    position = {i: p for p, i in enumerate(kept)}
-    cycle = [kept[p] for p in balanced_cycle(len(kept), frozenset(
-        frozenset(position[i] for i in pair) for pair in apart if all(i in position for i in pair)))]
+    cycle = balanced_cycle([i for i, kept in enumerate(keep) if kept], apart)
 
     def block(i: int) -> None:
         start = clock()
@@ -150,17 +147,17 @@ def time_interleaved(runs: list, *, numbers: list[int], min_seconds: float, min_
             for mine, number in zip(samples, numbers, strict=True)]
 
 
-def balanced_cycle(n: int, apart: frozenset[frozenset[int]] = frozenset()) -> list[int]:
-    """An order of ``range(n)`` to repeat in which each index follows every other index once (the
-    last wraps round to the first) and never itself, nor an index it is ``apart`` from: an Eulerian
-    circuit of the complete directed graph on ``n`` nodes without those edges (Hierholzer's
-    algorithm; taking both edges of a pair keeps every node's in-degree equal to its out-degree).
-    Each index appears ``n - 1`` times, less one per index it is apart from. Fewer than 3 indices,
-    or a graph the apart pairs leave without one circuit through every index: ``range(n)`` once."""
-    succ = {i: [j for j in range(n) if j != i and frozenset((i, j)) not in apart] for i in range(n)}
-    if n < 3 or not all(succ.values()):
-        return list(range(n))
-    stack, circuit = [0], []
+def balanced_cycle(nodes: list[int], apart: frozenset[frozenset[int]] = frozenset()) -> list[int]:
+    """An order of ``nodes`` to repeat in which each node follows every other node once (the last
+    wraps round to the first) and never itself, nor a node it is ``apart`` from: an Eulerian circuit
+    of the complete directed graph on ``nodes`` without those edges (Hierholzer's algorithm; taking
+    both edges of a pair keeps every node's in-degree equal to its out-degree). Each node appears
+    ``len(nodes) - 1`` times, less one per node it is apart from. Fewer than 3 nodes, or a graph the
+    apart pairs leave without one circuit through every node: ``nodes`` once."""
+    succ = {i: [j for j in nodes if j != i and frozenset((i, j)) not in apart] for i in nodes}
+    if len(nodes) < 3 or not all(succ.values()):
+        return list(nodes)
+    stack, circuit = [nodes[0]], []
     while stack:
         here = stack[-1]
         if succ[here]:
@@ -169,7 +166,7 @@ def balanced_cycle(n: int, apart: frozenset[frozenset[int]] = frozenset()) -> li
             circuit.append(stack.pop())
     circuit.reverse()
     lap = circuit[:-1]  # the circuit ends where it began
-    return lap if set(lap) == set(range(n)) else list(range(n))  # apart pairs that cut the graph in two
+    return lap if set(lap) == set(nodes) else list(nodes)  # apart pairs that cut the graph in two
 
 
 def warm_step(case: Case, defaults: bool = False):
