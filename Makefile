@@ -124,7 +124,7 @@ TUNE = machine=$$($(HARNESS) -m attnbench machine-name) && \
 	for py in $(EXISTING_PYTHONS); do PYTHONPATH=$(CURDIR) $$py -m attnbench tune --machine $$machine $(1) || exit 1; done
 tune: $(BENCH_SETUP)
 	@$(call TUNE,$(TUNE_ARGS))
-	@# The compile targets' candidates, compiled ahead of time (nothing runs there; about 4 min here).
+	@# The compile targets' candidates, compiled ahead of time (nothing runs there; about 5 min here).
 	@if [ -x $(TARGETS_VENV)/bin/python ]; then JAX_PLATFORMS=cpu $(TARGETS_VENV)/bin/python -m attnbench tune-targets; \
 	else echo "compile-target tuning skipped: $(TARGETS_VENV) is not built here (make setup-targets builds it)"; fi
 
@@ -275,7 +275,7 @@ list: setup
 	$(XLA_VENV)/bin/python -m attnbench list --framework torch_xla
 
 # The release matrix (attnbench/releases/, docs/releases.md): every jax and torch
-# kernel over five jax releases, two torch releases and three libtpu releases; its own command, not
+# kernel over five jax releases, four torch releases and three libtpu releases; its own command, not
 # part of make bench. asv builds and caches the jax releases' venvs (.asv/releases-env); the torch
 # releases are the venvs make setup builds. Writes results/releases/releases.csv and html/releases/.
 releases: $(MAIN_STAMP) $(XLA_STAMP) html-deps
@@ -284,7 +284,7 @@ releases: $(MAIN_STAMP) $(XLA_STAMP) html-deps
 # The presets' headroom on the compile targets: the largest batch that compiles and fits, at the
 # presets' real lengths, on v5e, v6e and the H200 (the verdict's compile-target preset rows read
 # results/compiled-for/runs/). Compiler output, deterministic for the compilers' versions; about
-# 10 minutes here, so a command of its own beside make bench (whose CompiledForModels class tracks
+# 8 minutes here, so a command of its own beside make bench (whose CompiledForModels class tracks
 # batch 1 per commit).
 HEADROOM_IMPLS := jax-xla jax-xla-chunked jax-blockwise-flash jax-pallas-tpu-flash jax-pallas-tpu-splash \
                   jax-pallas-tpu-ragged-paged jax-cudnn jax-pallas-gpu-decode

@@ -88,6 +88,23 @@ def test_make_bench_refuses_a_bad_budget_or_margin_in_one_line(monkeypatch, caps
     assert len(err) == 1 and message in err[0] and err[0].startswith("make bench: ")
 
 
+def test_make_bench_refuses_a_trace_without_generated_tokens_before_its_decode_streams(monkeypatch, capsys,
+                                                                                       tmp_path):
+    """Every stream of the suite takes the user's trace, the presets' decode streams too: a file of
+    context lengths only is refused in `make bench`'s first step, not by each decode case mid-run."""
+    from attnbench.asv import selection
+
+    trace = tmp_path / "lengths.csv"
+    trace.write_text("ContextTokens\n300\n1200\n")
+    monkeypatch.setenv("ATTNBENCH_TRAFFIC", str(trace))
+    monkeypatch.setenv("ATTNBENCH_SUITE", "default")
+    assert selection.main(["check"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"make bench: {trace}:1: a decode stream needs a GeneratedTokens column"]
+    trace.write_text("ContextTokens,GeneratedTokens\n300,20\n1200,40\n")
+    assert selection.main(["check"]) == 0
+
+
 def test_a_bug_is_not_reported_as_bad_input(monkeypatch):
     """A bare KeyError inside a command is the project's bug: its traceback, not "bad input", exit 2."""
     import attnbench.cli as cli

@@ -1,8 +1,8 @@
 """The suite measured where asv's bookkeeping does not fit, and filed with asv where it does.
 
 On a lent accelerator the minutes are few, and asv spends many of them after measuring: it starts a
-process per benchmark and parameter combination (the gpu suite with every kernel: 27 ``track_``
-metrics per combination, 219-233 s in a mimic of the H200 image here; docs/device.md). So
+process per benchmark and parameter combination (the gpu suite with every kernel: 29 ``track_``
+metrics per combination; with 27 of them, 219-233 s in a mimic of the H200 image here; docs/device.md). So
 ``tools/device-run.sh`` measures there without asv, and asv files the records back here:
 
 * ``measure --into DIR`` (on the device): each measured benchmark class's ``setup_cache``, that is

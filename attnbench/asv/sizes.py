@@ -79,7 +79,7 @@ class SuiteSize:
     stream_windows: int = 8  # a stream's trace windows, its interval's values (8: a 99% sign test)
     stream_budget_s: float | None = None  # a stream stops after the step that spends it
     # A static stream's steps run (None: all). Pad-to-max runs one shape, the call the rounds time, on
-    # inputs placed once: the other steps are that call again, counted at the run steps' median.
+    # inputs placed once: the other steps are that call again, counted at the run steps' steady mean.
     static_stream_steps: int | None = None
 
     def traffic_for(self, workload: Workload) -> str:
@@ -209,7 +209,8 @@ def user_traffic() -> str | None:
 def check_user_traffic(size: SuiteSize | None = None) -> None:
     """The user's trace read and checked before anything runs: ``TraceError`` (a ``ValueError``)
     naming the file and line of a malformed row, or of a request longer than the context of a model
-    the suite runs (for decode, its context plus its generated tokens)."""
+    the suite runs (for decode, its context plus its generated tokens), or of a file without
+    ``GeneratedTokens`` where the suite runs a decode stream (every stream takes the user's trace)."""
     source = user_traffic()
     if not source or not traffic.is_trace(source):
         return
@@ -217,7 +218,7 @@ def check_user_traffic(size: SuiteSize | None = None) -> None:
     size = suite_size() if size is None else size
     for name in size.model_presets:
         for phase in size.model_phases:
-            if phase in presets.get(name).phases and (phase != "decode" or trace.generated is not None):
+            if phase in presets.get(name).phases:
                 traffic.check_context(trace, presets.get(name).context, phase)
 BUDGET_ENV = "ATTNBENCH_BUDGET_S"  # seconds the later rounds of one environment's sweep may take
 MARGIN_ENV = "ATTNBENCH_MARGIN"  # "equal within +-margin" (0.1: 10%)

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import attnbench.report.select as select
 from attnbench.core import metrics
 from attnbench.report.select import series_name, short_env
-from attnbench.results.noise import SCATTER_Z, is_contended, is_kept
+from attnbench.results.judge import ALERT_Z
+from attnbench.results.noise import is_contended, is_kept
 from attnbench.results.steps import DEFAULT_THRESHOLD, REGRESSION, UNCONFIRMED, WITHIN_NOISE
 from attnbench.results.table import cell
 
@@ -283,7 +284,7 @@ def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best,
         "contended": contended,
         "definitions": Table.of(definition_rows()),
         "definitions_version": metrics.DEFINITIONS,
-        "scatter_z": f"{SCATTER_Z:g}",
+        "alert_z": f"{ALERT_Z:g}",
         "images": {name: base64.b64encode(png).decode("ascii") for name, png in pngs.items()},
     }
 

@@ -208,9 +208,10 @@ def _cannot_regress(values, threshold) -> bool:
 
 
 # The Potts penalty of a breakpoint, in noise floors (relative SDs) of the series' kind: a 30% step in
-# the middle of 12 figures of 5% noise is found 97-99% of the time, a noise-only series split 1.5%
-# (simulated, docs/reports.md); asv's own choice of the penalty (detect_steps) found such a step in
-# about half of the series, as it reads a step in a short series as correlated noise.
+# the middle of 12 figures of 5% noise is found 97-99% of the time, a noise-only series split in
+# about 3% (by a step beyond 10% in about 1.2%; simulated, docs/reports.md); asv's own choice of the
+# penalty (detect_steps) found such a step in about half of the series, as it reads a step in a short
+# series as correlated noise.
 POTTS_GAMMA = 4.0
 
 
