@@ -104,15 +104,16 @@ def cmd_summary(args) -> int:
     return print_summary(frame, verdict_table(args.results, frame), args)
 
 
-def print_summary(frame, verdict, args) -> int:
+def print_summary(frame, verdict, args, *, control=None, cases=None) -> int:
     """``summary``'s text from a loaded frame and its verdict table (``report --summary`` prints it
-    from the report's own, without loading the results again)."""
+    from the report's own, its controls and case table too, without loading the results again)."""
     table = headline(verdict)
     width = None if getattr(args, "wide", False) else SUMMARY_WIDTH
     if not table.empty:
         print(_wrap(f"# verdict ({counts(table)}; attnbench verdict --full: every column)", width))
         print(_render(_unique(_rows(short(table))), SHORT_COLUMNS, args))
-        lines = notes(table, profiler_visibility(args.results), frame) + control_lines(controls(frame))
+        control = controls(frame, cases=cases) if control is None else control
+        lines = notes(table, profiler_visibility(args.results), frame, cases) + control_lines(control)
         for line in lines:
             print(_wrap(f"- {line}", width, indent="  "))
         print()
@@ -205,7 +206,7 @@ def cmd_report(args) -> int:
     print(f"        {report.html} (self-contained), plots and tidy.csv/tidy.parquet in {report.out_dir}")
     if args.summary:
         print()
-        return print_summary(report.frame, report.verdict, args)
+        return print_summary(report.frame, report.verdict, args, control=report.controls, cases=report.cases)
     return 0
 
 

@@ -120,7 +120,7 @@ def test_the_verdict_picture_marks_measured_points_and_the_modelled_rest():
                      regimes={"static": (1e-6, 1.1e-6, 1), "dynamic": (5e-7, 9e-7, 3)})
         rows += _stream_rows(_stream_rows(case, "static"), "dynamic")
     frame = _frame(rows)
-    case = verdict._case_table(frame).iloc[0].to_dict()
+    case = verdict.case_table(frame).iloc[0].to_dict()
     steps, costs = verdict_display.window_costs(case, "dynamic")
     assert steps == [3, 6] and len(costs) == 2 and all(c > 0 for c in costs)
     assert verdict_display.plot_stream_cost(frame)[:4] == b"\x89PNG"

@@ -277,7 +277,7 @@ def test_the_verdicts_production_ratio_follows_the_priced_ways_own_rounds():
     assert not streams.timed_in_rounds(case, "dynamic") and streams.timed_in_rounds(case, "static")
     # timed in the rounds, a way's steady steps carry no run-to-run term of their own
     priced = pd.DataFrame(with_stream_rounds(pd.DataFrame(native).to_dict("records"), 1.0))
-    table = verdict._case_table(priced).to_dict("records")[0]
+    table = verdict.case_table(priced).to_dict("records")[0]
     history = {("cpu-test", "Forward", "jax-xla", 1024.0, "float32", "dynamic", "regime/static"): 0.3}
     timed = streams.cheapest_way(table, 6, history, {}, 1024, 6)
     bare = {k: v for k, v in table.items() if "stream_round" not in k}

@@ -172,13 +172,13 @@ def test_the_verdict_prices_a_probed_ways_stall_from_its_rounds():
     assert same["ratio"] == pytest.approx(plain["ratio"], rel=0.02)
     assert dearer["ratio"] == pytest.approx(1.5 * same["ratio"], rel=0.05)
     assert dearer["answer"] == "native"
-    table = verdict._case_table(pd.DataFrame(probed(forced, 0.07))).to_dict("records")[0]
+    table = verdict.case_table(pd.DataFrame(probed(forced, 0.07))).to_dict("records")[0]
     assert sorted(streams.stall_rounds(table, "static")) == list(range(1, ROUNDS + 1))
     assert streams.stall_rounds(table, "dynamic") == {} and streams.stalls_in_rounds(table, "static")
     # probed in every round, the stall's history adds nothing; unprobed, it does
     key = ("cpu-test", "Forward", "jax-blockwise-flash", 1024.0, "float32", "static")
     history = {(*key, "usd_per_step_with_compiles"): 0.2}
-    bare = verdict._case_table(pd.DataFrame(forced)).to_dict("records")[0]
+    bare = verdict.case_table(pd.DataFrame(forced)).to_dict("records")[0]
     assert streams.cheapest_way(table, 6, history, {}, 1024, 6)["sd_once"] == 0.0
     unprobed = streams.cheapest_way(bare, 6, history, {}, 1024, 6)
     assert unprobed["sd_once"] == pytest.approx(0.5 * 0.2, rel=0.05)

@@ -50,7 +50,7 @@ from attnbench.report.select import (
     workload_tables,
 )
 from attnbench.report.tuning import tuning_table
-from attnbench.report.verdict import controls, profiler_visibility, verdict_table
+from attnbench.report.verdict import case_table, controls, profiler_visibility, verdict_table
 from attnbench.report.verdict_display import plot_stream_cost, verdict_part
 from attnbench.results import confirmations
 from attnbench.results.asv_results import load_results, ordering_note
@@ -99,6 +99,8 @@ class Report:
     noise: pd.DataFrame | None = field(default=None, repr=False)  # steps.noise_floor
     ordering: str | None = None  # asv_results.ordering_note's sentence; starts "WARNING" if unordered
     verdict: pd.DataFrame | None = field(default=None, repr=False)  # report.verdict.verdict_table
+    controls: pd.DataFrame | None = field(default=None, repr=False)  # report.verdict.controls
+    cases: pd.DataFrame | None = field(default=None, repr=False)  # report.verdict.case_table
 
     @property
     def paths(self) -> list[str]:
@@ -137,14 +139,15 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     trace_spikes = find_trace_spikes(traces, factor=trace_factor)
     best = best_native_vs_forced(frame)
     costs = regime_costs(frame)
-    verdict = verdict_table(results_dir, frame)
-    control = controls(frame)
+    cases = case_table(frame)  # the newest run's kernel cases: the verdict, controls, notes and picture
+    verdict = verdict_table(results_dir, frame, cases=cases)
+    control = controls(frame, cases=cases)
     production = stream_table(frame)
 
     os.makedirs(out_dir, exist_ok=True)
     paths = {name: os.path.join(out_dir, name) for name in ("report.md", "report.html", "tidy.csv",
                                                              "tidy.parquet")}
-    makers = {"stream_cost.png": lambda: plot_stream_cost(frame),
+    makers = {"stream_cost.png": lambda: plot_stream_cost(frame, cases=cases),
               "stream_lengths.png": lambda: plot_lengths(frame),
               "throughput.png": lambda: plot_throughput(frame),
               "cost_by_length.png": lambda: plot_cost_by_length(frame),
@@ -180,7 +183,7 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     # "Compiled for, not measured" (report/compiled.py): the compile-for records, when there are any.
 
     ctx["verdict"] = verdict_part(verdict, visibility=profiler_visibility(results_dir), frame=frame,
-                                  controls=control)
+                                  controls=control, cases=cases)
     ctx["sensitivity"] = Table.of(detectable) if not detectable.empty else None
     ctx["production"] = Table.of(production) if not production.empty else None
     tiles = tuning_table(results_dir)
@@ -211,4 +214,5 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     return Report(out_dir=out_dir, markdown=paths["report.md"], html=paths["report.html"],
                   tidy_csv=paths["tidy.csv"], tidy_parquet=paths["tidy.parquet"], plots=plots, tables=tables,
                   regressions=regressions, cost_spikes=spikes, trace_spikes=trace_spikes, frame=frame,
-                  steps=steps, noise=noise, ordering=ordering, verdict=verdict)
+                  steps=steps, noise=noise, ordering=ordering, verdict=verdict,
+                  controls=control, cases=cases)

@@ -101,10 +101,11 @@ def _rounds(row, medians: str = "round_medians_s", ids: str = "round_ids") -> di
     return {int(i): float(m) for i, m in pairs if int(i) > 0}
 
 
-def _case_table(frame) -> pd.DataFrame:
+def case_table(frame) -> pd.DataFrame:
     """One row per kernel case of each machine's newest commit (Forward, Training, Models): static
     step time, interval and later rounds, memory peak, and per regime the figures
-    ``streams.price_stream`` takes."""
+    ``streams.price_stream`` takes. The verdict, its controls, notes and picture read it: a report
+    makes it once and hands it to each (``cases=``)."""
     import pandas as pd
 
     latest = newest_commit(frame)
@@ -200,16 +201,16 @@ def _best(cases: list[dict], priced: dict, label: str):
 
 
 def measured_verdicts(frame, *, steps: int | None = None, fragility: list | dict | None = None,
-                      margin: float | None = None) -> pd.DataFrame:
+                      margin: float | None = None, cases=None) -> pd.DataFrame:
     """The verdict rows of the measured machines (the tidy table's newest commit per machine): per
     machine x framework x workload x length, the best forced-flash kernel against the best native
     one, on paper and over the measured stream (``steps``: a longer one, modelled beyond it), each
     comparison paired by round and read in four states at ``margin`` (default: the run's recorded
-    margin, else ``DEFAULT_MARGIN``)."""
+    margin, else ``DEFAULT_MARGIN``); ``cases``: ``case_table(frame)`` already made."""
     import pandas as pd
 
     breaks = fragility if isinstance(fragility, list) else []
-    cases = _case_table(frame)
+    cases = case_table(frame) if cases is None else cases
     if cases.empty:
         return pd.DataFrame(columns=COLUMNS + TUNING_COLUMNS)
     cases = cases.assign(rankable=_rankable(cases))
@@ -445,14 +446,15 @@ def _stream_words(option: dict) -> str:
     return ", ".join(words)
 
 
-def controls(frame, margin: float | None = None) -> pd.DataFrame:
+def controls(frame, margin: float | None = None, cases=None) -> pd.DataFrame:
     """The A/A controls of each machine's newest run: a kernel timed twice in each of its rounds
     (``SuiteSize.controls``), compared with itself as a verdict row compares two kernels. Each must
-    come out ``equal``; ``forced`` or ``native`` would be a measurement that invents differences."""
+    come out ``equal``; ``forced`` or ``native`` would be a measurement that invents differences.
+    ``cases``: ``case_table(frame)`` already made."""
     import pandas as pd
 
     rows = []
-    cases = _case_table(frame)
+    cases = case_table(frame) if cases is None else cases
     for case in cases.to_dict("records") if not cases.empty else []:
         if not case["control"]:
             continue
@@ -490,14 +492,15 @@ def profiler_visibility(results_dir: str) -> dict[str, bool]:
 
 
 def verdict_table(results_dir: str = "results", frame=None, *, steps: int | None = None,
-                  margin: float | None = None) -> pd.DataFrame:
-    """Every verdict row: the measured machines' first, then the compile targets'."""
+                  margin: float | None = None, cases=None) -> pd.DataFrame:
+    """Every verdict row: the measured machines' first, then the compile targets'; ``cases``:
+    ``case_table(frame)`` already made."""
     import pandas as pd
 
     if frame is None:
         frame = load_results(results_dir)
     fragility = release_breaks(results_dir)
-    measured = measured_verdicts(frame, steps=steps, fragility=fragility, margin=margin)
+    measured = measured_verdicts(frame, steps=steps, fragility=fragility, margin=margin, cases=cases)
     compiled = compiled_verdicts(load_compiled_records(results_dir), load_max_batch(results_dir),
                                  fragility=fragility, tuning=load_kept(results_dir))
     parts = [p for p in (measured, compiled) if not p.empty]

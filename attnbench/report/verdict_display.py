@@ -21,8 +21,8 @@ from attnbench.report.verdict import (
     EQUAL,
     FORCED,
     NATIVE,
-    _case_table,
     _rankable,
+    case_table,
     headline,
     other_lengths,
     paper_only,
@@ -186,9 +186,10 @@ def counts(table) -> str:
             f"{states.get(EQUAL, 0)} equal within the margin, {states.get(CANT_TELL, 0)} can't tell")
 
 
-def notes(table, visibility: dict | None = None, frame=None) -> list[str]:
+def notes(table, visibility: dict | None = None, frame=None, cases=None) -> list[str]:
     """What the rows share, said once: which forced kernels are this project's re-implementations,
-    which native ones are tiled online softmaxes too, what a profiler sees, what was not ranked."""
+    which native ones are tiled online softmaxes too, what a profiler sees, what was not ranked
+    (from ``frame``'s cases: ``cases``, where ``case_table(frame)`` is already made)."""
     shown = table[table["basis"] == "measured"] if not table.empty else table
     forced = sorted({_kernel(k) for k in shown.get("forced", []) if isinstance(k, str)})
     native = sorted({_kernel(k) for k in shown.get("native", []) if isinstance(k, str)})
@@ -224,8 +225,8 @@ def notes(table, visibility: dict | None = None, frame=None) -> list[str]:
                        + "; ".join(p for p in (f"invisible to their framework's profiler: {', '.join(unseen)}"
                                                if unseen else "",
                                                f"visible: {', '.join(seen)}" if seen else "") if p) + ".")
-    if frame is not None:
-        cases = _case_table(frame)
+    if frame is not None or cases is not None:
+        cases = case_table(frame) if cases is None else cases
         if not cases.empty:
             interpreted = sorted(set(cases[cases["execution"] == "interpret"]["implementation"]))
             if interpreted:
@@ -249,7 +250,8 @@ def control_lines(table) -> list[str]:
             for r in table.to_dict("records")]
 
 
-def verdict_part(table, *, visibility: dict | None = None, frame=None, controls=None) -> dict | None:
+def verdict_part(table, *, visibility: dict | None = None, frame=None, controls=None,
+                 cases=None) -> dict | None:
     """The report's section ``## Verdict``: the short table, each row's sentence and reasons, the notes
     said once, the A/A controls, the full table, and the paper-only rows for later."""
     if table is None or table.empty:
@@ -266,7 +268,8 @@ def verdict_part(table, *, visibility: dict | None = None, frame=None, controls=
         "table": Table.of(short(headline(table))),
         "targets": Table.of(targets(headline(table))) if not targets(headline(table)).empty else None,
         "counts": counts(table),
-        "notes": notes(table, visibility, frame) + (control_lines(controls) if controls is not None else []),
+        "notes": notes(table, visibility, frame, cases)
+        + (control_lines(controls) if controls is not None else []),
         "sentences": sentences,
         "full": Table.of(top[[c for c in top.columns if c not in ("reasons", "sentence")]]),
         "steps": f"{_horizon(table, frame):,}",
@@ -284,14 +287,15 @@ def _horizon(table, frame) -> int:
 
 
 # -- the picture ----------------------------------------------------------------------------------
-def plot_stream_cost(frame, *, steps: int | None = None) -> bytes | None:
+def plot_stream_cost(frame, *, steps: int | None = None, cases=None) -> bytes | None:
     """USD per million useful tokens against the steps served, per framework, at each measured
     machine's longest length stream: each kernel its cheapest way. **Measured**: bold, a point at the
     end of each trace window, the stream's cost so far (its own seconds and useful tokens, stalls
     included), with the uncertainty of what one run measures once as a band. **Modelled**: faint,
     beyond the measured steps (``streams.price_stream``), dotted at the verdict's stream where a longer
-    one is asked for. Where two lines cross, the cheaper kernel changes."""
-    cases = _case_table(frame)
+    one is asked for. Where two lines cross, the cheaper kernel changes. ``cases``:
+    ``case_table(frame)`` already made."""
+    cases = case_table(frame) if cases is None else cases
     if cases.empty:
         return None
     cases = cases[cases["dynamic:usd_per_million_useful_tokens_with_compiles"].notna() & _rankable(cases)]

@@ -368,6 +368,7 @@ def to_confirm(frame, steps, machine: str, repo: str, done: dict | None = None) 
         return []
     order = noise.order_column(mine)
     newest = mine.loc[mine[order].idxmax(), "commit_hash"]
+    newest_steps = mine[(mine["commit_hash"] == newest) & (mine["metric"] == "seconds_per_step")]
     found: dict[tuple, dict] = {}
     for r in steps[(steps["machine"] == machine) & (steps["commit_after"] == newest)].to_dict("records"):
         metric = r["metric"]
@@ -377,7 +378,7 @@ def to_confirm(frame, steps, machine: str, repo: str, done: dict | None = None) 
             continue
         if not code.paired_measurement_at(repo, str(r["commit_before"])):
             continue  # measured whole by its own engine there: no paired re-measurement
-        if _ran_tuned(mine, newest, r):
+        if _ran_tuned(newest_steps, r):
             continue  # compare builds a kernel at its defaults: a tuned config's step waits for its run
         suite = confirmations.suite_of(r["benchmark"])
         changed = code.code_changed_for(repo, str(r["commit_before"]), str(newest), r.get("implementation"),
@@ -395,14 +396,14 @@ def to_confirm(frame, steps, machine: str, repo: str, done: dict | None = None) 
     return list(found.values())
 
 
-def _ran_tuned(rows, commit: str, step: dict) -> bool:
-    """Whether the step's case ran at a tuned config other than its kernel's defaults at ``commit``
-    (its static step time's row says so: ``config_source`` tuned, and rounds at the defaults beside)."""
+def _ran_tuned(rows, step: dict) -> bool:
+    """Whether the step's case ran at a tuned config other than its kernel's defaults, as ``rows`` (the
+    static step times of the step's newest commit) say: ``config_source`` tuned, and rounds at the
+    defaults beside."""
     if "config_source" not in rows or "defaults_round_ids" not in rows:
         return False
-    same = ((rows["commit_hash"] == commit) & (rows["implementation"] == step.get("implementation"))
-            & (rows["benchmark"].str.rsplit(".", n=1).str[0] == str(step["benchmark"]).rsplit(".", 1)[0])
-            & (rows["metric"] == "seconds_per_step"))
+    same = ((rows["implementation"] == step.get("implementation"))
+            & (rows["benchmark"].str.rsplit(".", n=1).str[0] == str(step["benchmark"]).rsplit(".", 1)[0]))
     for field in ("seq_len", "workload", "phase", "dtype"):
         value = step.get(field)
         if field in rows and isinstance(value, (str, int, float)) and value == value:
