@@ -109,6 +109,23 @@ def unindexed_pages(root: Path = ROOT) -> set[str]:
     return {p.name for p in docs.glob("*.md") if p.name != "README.md"} - linked
 
 
+def undocumented_commands(commands: set[str], cli_md: Path = ROOT / "docs" / "cli.md") -> set[str]:
+    """``commands`` that docs/cli.md's "Every `attnbench` command" table has no row for."""
+    table = cli_md.read_text().split("## Every `attnbench` command", 1)[-1].split("\n## ", 1)[0]
+    rows = {m.group(1) for m in re.finditer(r"^\| `([a-z][a-z-]*)[ `]", table, re.MULTILINE)}
+    return commands - rows
+
+
+def parser_commands() -> set[str]:
+    """The subcommands ``python -m attnbench`` takes (its parser's)."""
+    import argparse
+
+    from attnbench.cli import build_parser
+
+    actions = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return set(actions[0].choices)
+
+
 # -- the repository ----------------------------------------------------------------------------------
 
 def test_readme_is_short():
@@ -127,6 +144,13 @@ def test_every_attnbench_variable_is_documented():
     assert len(names) >= 15, f"found only {sorted(names)}: is the search looking in the right places?"
     missing = undocumented_env_names()
     assert not missing, f"not in docs/environment.md: {sorted(missing)}"
+
+
+def test_every_attnbench_command_has_a_row_in_cli_md():
+    commands = parser_commands()
+    assert {"run", "report", "tune-targets"} <= commands
+    missing = undocumented_commands(commands)
+    assert not missing, f"docs/cli.md's command table has no row for {sorted(missing)}"
 
 
 def test_the_docs_index_links_every_page():
@@ -176,3 +200,11 @@ def test_a_page_missing_from_the_index_is_found(tmp_path):
 def test_a_long_readme_is_counted(tmp_path):
     root = _tree(tmp_path, "line\n" * (README_MAX_LINES + 1), {})
     assert readme_lines(root) == README_MAX_LINES + 1 > README_MAX_LINES
+
+
+def test_a_command_missing_from_cli_md_is_found(tmp_path):
+    page = tmp_path / "cli.md"
+    page.write_text("# CLI\n\n## Every `attnbench` command\n\n| command | what |\n|---|---|\n"
+                    "| `list` | kernels |\n| `cases FOLDER` | records |\n\n## Other entry points\n\n"
+                    "| `tune` | not in the table |\n")
+    assert undocumented_commands({"list", "cases", "tune"}, page) == {"tune"}

@@ -5,7 +5,7 @@
 #   .whl/*.whl        what measuring needs and the image lacks (`environment check --need measure`):
 #                     absl-py (jax's Mosaic GPU attention imports it through jax._src.test_util, else
 #                     the Hopper kernel is refused), threadpoolctl (the reference's BLAS threads) and
-#                     asv_runner (the median's interval, measure/stats.py), pure Python; asv is not
+#                     asv_runner (the median's interval, core/stats.py), pure Python; asv is not
 #                     needed there: the records are filed with asv back here
 #   .whl/head.bundle  this checkout's history up to HEAD (git bundle): the results are filed under a
 #                     commit, and the copied tree may travel without .git
