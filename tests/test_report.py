@@ -154,6 +154,20 @@ def test_cli_report_prints_spikes_and_where_the_report_is(synthetic, tmp_path, c
 
 
 @pytest.mark.slow
+def test_report_summary_prints_what_summary_prints(committed_results, tmp_path, capsys):
+    """`make bench` ends with `report --summary`, which hands the summary the report's own verdict, A/A
+    controls and case table instead of making them again: the same text as `summary` alone (on the
+    committed results, whose newest run has verdict rows and A/A controls)."""
+    results = committed_results
+    assert main(["summary", "--results", str(results)]) == 0
+    alone = capsys.readouterr().out
+    assert main(["report", "--results", str(results), "--out", str(tmp_path / "out"), "--summary"]) == 0
+    printed = capsys.readouterr().out
+    assert "# verdict" in alone and "A/A control" in alone
+    assert printed.endswith("\n" + alone)
+
+
+@pytest.mark.slow
 def test_results_outside_git_are_ordered_by_the_dates_asv_recorded(synthetic, tmp_path, capsys):
     """A copy of results/ outside any git checkout: commits ordered by the result files' ``date``,
     the same spike found, and the report says how it ordered them. Without dates either: a loud
