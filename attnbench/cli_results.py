@@ -10,7 +10,14 @@ from attnbench.asv.suite import METRICS
 from attnbench.report import series_name, short_env, spike_sentences, write_report
 from attnbench.report.render import noise_sentences
 from attnbench.report.select import best_native_vs_forced
-from attnbench.report.verdict import controls, headline, profiler_visibility, stream_steps, verdict_table
+from attnbench.report.verdict import (
+    case_table,
+    controls,
+    headline,
+    profiler_visibility,
+    stream_steps,
+    verdict_table,
+)
 from attnbench.report.verdict_display import (
     DISPLAY_COLUMNS,
     SHORT_COLUMNS,
@@ -52,7 +59,8 @@ def cmd_verdict(args) -> int:
         raise ValueError(f"--stream-steps must be at least 1, got {args.stream_steps}")
     margin = _margin(args)
     frame = load_results(args.results)
-    table = verdict_table(args.results, frame, steps=args.stream_steps, margin=margin)
+    cases = case_table(frame)  # the newest run's cases: the table, its notes, controls and picture read them
+    table = verdict_table(args.results, frame, steps=args.stream_steps, margin=margin, cases=cases)
     horizon = args.stream_steps or stream_steps(frame)
     stream = (f"the measured {horizon:,}-step stream" if args.stream_steps in (None, horizon)
               else f"a {horizon:,}-step stream, modelled beyond the measured {stream_steps(frame):,} steps")
@@ -77,15 +85,15 @@ def cmd_verdict(args) -> int:
             print("\n# compile targets (compiler only: nothing ran there): most tokens per chip in the "
                   "largest batch that fits")
             print(_render(_rows(compiled), TARGET_COLUMNS, args))
-        lines = notes(shown, profiler_visibility(args.results), frame) + control_lines(
-            controls(frame, margin))
+        lines = notes(shown, profiler_visibility(args.results), frame, cases) + control_lines(
+            controls(frame, margin, cases))
         if lines:
             print()
             print("\n".join(f"- {line}" for line in lines))
     if args.png:
         from attnbench.core.atomic import atomic_write_bytes
 
-        png = plot_stream_cost(frame, steps=args.stream_steps)
+        png = plot_stream_cost(frame, steps=args.stream_steps, cases=cases)
         if png is None:
             print("no length stream measured: no picture", file=sys.stderr)
         else:
@@ -101,7 +109,8 @@ def cmd_summary(args) -> int:
     note = ordering_note(frame)[1]
     if note:  # which commit is "newest" comes from git, else the commit dates asv recorded
         print(f"attnbench summary: {note}", file=sys.stderr)
-    return print_summary(frame, verdict_table(args.results, frame), args)
+    cases = case_table(frame)
+    return print_summary(frame, verdict_table(args.results, frame, cases=cases), args, cases=cases)
 
 
 def print_summary(frame, verdict, args, *, control=None, cases=None) -> int:
