@@ -57,7 +57,7 @@ export ACCEL
 
 .PHONY: confirm headroom setup tune bench html serve-html sweep html-deps browser-deps existing-bench existing-test test lint test-main test-xla list matrix system-check clean \
         fleet-deps fleet-launch fleet-collect fleet-plan setup-targets test-targets releases notebook verdict test-fast \
-        device-file rehearse-device
+        device-file rehearse-device published
 
 setup: $(MAIN_STAMP) $(XLA_STAMP) $(TARGETS_STAMP)
 setup-targets: $(TARGETS_STAMP)
@@ -298,6 +298,26 @@ headroom: $(TARGETS_STAMP)
 	    --workload $$preset --phase $$phase --seq $$seqs --impl $(HEADROOM_IMPLS) --dtype bfloat16 \
 	    --max-batch 4096 --timeout 900 --quiet --out $(HEADROOM_OUT)/$$stamp-$$preset-$$phase || exit 1; \
 	done
+
+# Published evidence (docs/published.md): Tokamax's device timings read into results/published/tokamax.csv,
+# then the aligned shapes they were timed at (attnbench/published/shapes.py) compiled for the chips with
+# Tokamax's kernels and this project's, into results/compiled-for/runs/<stamp>-published-{tpu,gpu}/: the
+# verdict's compile-target rows at those shapes put the chip's published figure beside the compiler's
+# evidence. The TPU and GPU kernels go to their own targets (an interpreter off its chip says nothing);
+# torch-sdpa-flash on the TPUs is the refused record of torch on a TPU without a chip.
+PUBLISHED_TPU_IMPLS := jax-tokamax-mosaic-tpu jax-tokamax-xla-chunked jax-tokamax-xla jax-pallas-tpu-splash torch-sdpa-flash \
+                       jax-pallas-tpu-flash jax-xla jax-xla-chunked jax-blockwise-flash
+PUBLISHED_GPU_IMPLS := jax-tokamax-cudnn jax-tokamax-mosaic-gpu jax-tokamax-triton jax-tokamax-xla-chunked \
+                       jax-tokamax-xla jax-cudnn jax-pallas-gpu-mha jax-xla jax-xla-chunked jax-blockwise-flash
+published: $(MAIN_STAMP) $(TARGETS_STAMP)
+	$(VENV)/bin/python -m attnbench published
+	@stamp=$$(date -u +%Y%m%dT%H%M%SZ); \
+	JAX_PLATFORMS=cpu $(TARGETS_VENV)/bin/python -m attnbench compile-for --published-shapes \
+	  --target tpu-v5e tpu-v6e tpu-v5p --impl $(PUBLISHED_TPU_IMPLS) --timeout 900 --quiet \
+	  --out $(HEADROOM_OUT)/$$stamp-published-tpu && \
+	JAX_PLATFORMS=cpu $(TARGETS_VENV)/bin/python -m attnbench compile-for --published-shapes \
+	  --target h100-sxm h200 --impl $(PUBLISHED_GPU_IMPLS) --timeout 900 --quiet \
+	  --out $(HEADROOM_OUT)/$$stamp-published-gpu
 
 # The prepared run on a lent accelerator (docs/device.md): tools/device-run.sh measures there and brings
 # back measured-<machine>.tar.gz; device-file files it here with asv (FROM=that tarball or its folder).

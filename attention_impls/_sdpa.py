@@ -24,7 +24,9 @@ from attnbench.core.workload import Workload
 
 # Imported where used: torch (each venv holds only some frameworks, and the asv process none).
 
-NO_TPU = unsupported("torch SDPA on a TPU goes through torch_xla: see torch-xla-sdpa")
+NO_TPU = unsupported("torch SDPA on a TPU goes through torch_xla (see torch-xla-sdpa) or TorchTPU "
+                     "(torch-tpu 0.2.0, not installed here: it compiles only with a chip attached, "
+                     "docs/compiled-for.md#torch-on-a-tpu)")
 # sdp_utils_cpp.cpp select_sdp_backend_cpp: CPU tensors only ever get FLASH_ATTENTION or MATH.
 CUDA_ONLY = ("{kernel} is a CUDA-only kernel: on CPU torch's SDPA dispatcher has only FLASH_ATTENTION "
              "and MATH, so sdpa_kernel([{backend}]) raises 'No viable backend for "

@@ -156,6 +156,9 @@ class AttentionImpl(abc.ABC):
     # the call passes. The release matrix reads their presence and signatures in each release
     # (attnbench/releases/api.py): an API change is told from the releases themselves.
     public_calls: dict[str, tuple[str, ...]] = {}
+    # The library beyond the framework the kernel comes from ("tokamax"), pinned in the project's venvs:
+    # the release matrix varies the framework alone and leaves such kernels out (docs/releases.md).
+    library: str = ""
     # Names only the project's way into an interpreter on a CPU uses, never the call on the kernel's
     # own hardware: a release that lacks one breaks the project's adapter, not the kernel.
     interpreter_calls: dict[str, tuple[str, ...]] = {}

@@ -49,6 +49,22 @@ def head_dim_limit(capability: tuple[int, int] | None) -> int:
     return HEAD_DIM_MAX_PRE_HOPPER
 
 
+def cudnn_layout_reason(workload, platform: str) -> str | None:
+    """Why cuDNN's fused attention cannot take ``workload``'s dtype or head dim (jax's ``check_layout``
+    and ``check_is_flash_attention``), whoever calls it; ``None`` when it can."""
+    if workload.dtype not in CUDNN_DTYPES:
+        return (f"cuDNN fused attention takes float16/bfloat16 inputs only, not {workload.dtype} "
+                "(jax check_layout)")
+    capability = gpu_compute_capability() if platform == "gpu" else None
+    limit = head_dim_limit(capability)
+    if workload.head_dim % 8 or workload.head_dim > limit:
+        where = f"sm{capability[0]}{capability[1]}" if capability else "this GPU"
+        return (f"cuDNN flash attention needs head_dim a multiple of 8 and <= {limit} on {where} "
+                f"(256 from Hopper sm90 on, 128 before); got {workload.head_dim} "
+                "(jax check_is_flash_attention)")
+    return None
+
+
 @register
 class JaxCudnn(AttentionImpl):
     name = "jax-cudnn"
@@ -75,16 +91,9 @@ class JaxCudnn(AttentionImpl):
 
             if jax.default_backend() == "rocm":
                 return "cuDNN is NVIDIA-only; this jax GPU backend is ROCm"
-        if workload.dtype not in CUDNN_DTYPES:
-            return (f"cuDNN fused attention takes float16/bfloat16 inputs only, not {workload.dtype} "
-                    "(jax check_layout)")
-        capability = gpu_compute_capability() if platform == "gpu" else None
-        limit = head_dim_limit(capability)
-        if workload.head_dim % 8 or workload.head_dim > limit:
-            where = f"sm{capability[0]}{capability[1]}" if capability else "this GPU"
-            return (f"cuDNN flash attention needs head_dim a multiple of 8 and <= {limit} on {where} "
-                    f"(256 from Hopper sm90 on, 128 before); got {workload.head_dim} "
-                    "(jax check_is_flash_attention)")
+        layout = cudnn_layout_reason(workload, platform)
+        if layout:
+            return layout
         window = (", and its sliding window: sliding_window_length counts from the same 0"
                   if workload.window is not None else "")
         top_left = top_left_causal_reason(

@@ -21,6 +21,7 @@ from attnbench.compiled_for.cli import add_parser as add_compile_for
 from attnbench.core import presets
 from attnbench.core.errors import UnknownName
 from attnbench.core.workload import DTYPE_BYTES, Workload
+from attnbench.published.cli import add_parser as add_published
 from attnbench.releases.run import add_parser as add_releases
 from attnbench.results.table import cell, render
 from attnbench.run.case_cache import read_folder
@@ -206,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tune_command(sub)
 
     add_compile_for(sub)  # compile-for: the compiled-for tier (attnbench/compiled_for/)
+    add_published(sub)  # published: Tokamax's device timings as a table (attnbench/published/)
 
     add_releases(sub)  # releases: the release matrix (attnbench/releases/)
 

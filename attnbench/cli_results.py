@@ -20,6 +20,7 @@ from attnbench.report.verdict import (
 )
 from attnbench.report.verdict_display import (
     DISPLAY_COLUMNS,
+    PUBLISHED_COLUMNS,
     SHORT_COLUMNS,
     TARGET_COLUMNS,
     control_lines,
@@ -27,6 +28,7 @@ from attnbench.report.verdict_display import (
     display,
     notes,
     plot_stream_cost,
+    published_targets,
     short,
     targets,
 )
@@ -85,6 +87,11 @@ def cmd_verdict(args) -> int:
             print("\n# compile targets (compiler only: nothing ran there): most tokens per chip in the "
                   "largest batch that fits")
             print(_render(_rows(compiled), TARGET_COLUMNS, args))
+        chips = published_targets(shown)
+        if not chips.empty:
+            print("\n# the published shapes on the compile targets: compiled here, timed only by Tokamax's "
+                  "authors on the chip (published)")
+            print(_render(_rows(chips), PUBLISHED_COLUMNS, args))
         lines = notes(shown, profiler_visibility(args.results), frame, cases) + control_lines(
             controls(frame, margin, cases))
         if lines:

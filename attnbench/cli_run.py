@@ -19,6 +19,7 @@ from attnbench.hardware import get_hardware_profile, load_hardware_profiles
 from attnbench.hardware.dtypes import machine_dtype_problem
 from attnbench.measure.engine import Case, Options
 from attnbench.measure.process_env import pin_threads
+from attnbench.published import shapes
 from attnbench.results import tuned
 from attnbench.results.table import cell, render
 from attnbench.run import provenance, resume, sweep
@@ -60,7 +61,8 @@ def cmd_run(args) -> int:
     memory_cap = parse_bytes(args.memory_cap) if args.memory_cap else None
     workloads = run_workloads(args)
     template = workloads[0]
-    regimes = args.regime or (["static"] if args.workload or template.phase == "decode" else list(REGIMES))
+    static_only = args.workload or template.phase == "decode" or args.published_shapes
+    regimes = args.regime or (["static"] if static_only else list(REGIMES))
     for workload in workloads if PACKED in regimes else ():
         reason = regime_reason(workload, PACKED)
         if reason:
@@ -186,6 +188,17 @@ def check_traffic(args, workloads: list[Workload]) -> None:
 def run_workloads(args) -> list[Workload]:
     """The workloads ``run`` measures: a preset's or the custom template's, one per ``--seq`` (or
     ``--kv-len``); bad combinations raise ``ValueError`` naming the valid choices."""
+    if getattr(args, "published_shapes", False):
+        given = [name for name, value in (("--workload", args.workload), ("--seq", args.seq),
+                                          ("--kv-len", args.kv_len), ("--batch", args.batch),
+                                          ("--heads", args.heads), ("--kv-heads", args.kv_heads),
+                                          ("--head-dim", args.head_dim), ("--window", args.window),
+                                          ("--softcap", args.softcap), ("--documents", args.documents))
+                 if value is not None]
+        if given or args.dtype != shapes.DTYPE or args.mode != "fwd" or not args.causal:
+            raise ValueError(f"--published-shapes are the aligned shapes, causal forward in {shapes.DTYPE}, "
+                             f"as published: drop {', '.join(given) or '--dtype/--mode/--no-causal'}")
+        return list(shapes.ALIGNED)
     if args.softcap is not None and args.softcap <= 0:
         raise ValueError(f"--softcap must be a positive number, got {args.softcap}")
     if args.window is not None and not args.causal:
@@ -251,6 +264,9 @@ def add_run_command(sub) -> None:
     p.add_argument("--framework", nargs="*", help="only these frameworks (numpy, jax, torch, torch_xla)")
     p.add_argument("--workload", help="a model preset (python -m attnbench workloads): its heads, head dim "
                    "and mask; the options below override it")
+    p.add_argument("--published-shapes", action="store_true",
+                   help="the five shapes Tokamax publishes chip timings for (attnbench/published/shapes.py; "
+                        "with --dtype bfloat16): measured beside the published figure on the same chip")
     p.add_argument("--phase", choices=("prefill", "training", "decode"),
                    help="prefill (forward), training (forward + backward), decode (queries vs a KV cache)")
     p.add_argument("--seq", type=int, nargs="+", help="max length per case (decode: new query tokens, "

@@ -295,3 +295,53 @@ def test_cudnn_lowers_window_and_segment_ids_to_its_own_options_for_an_h200():
                                                                  q_segment_ids=a, kv_segment_ids=b))
         text = segments.lower(q, kv, kv, ids, ids).as_text()
         assert "__cudnn$fmhaScaleBiasSoftmax" in text
+
+
+# -- Tokamax's kernels ----------------------------------------------------------------------------------
+TOKAMAX_1K = Workload(batch=2, seq_q=1024, q_heads=8, head_dim=128, dtype="bfloat16", causal=True)
+
+
+def test_tokamax_mosaic_tpu_compiles_to_its_splash_kernel_at_its_heuristic_tiles_for_v5e_and_v6e():
+    for target in ("tpu-v5e", "tpu-v6e"):
+        record = compile_case(target, "jax-tokamax-mosaic-tpu", TOKAMAX_1K)
+        assert record["status"] == classify.OK and record["fits"] is True, record["reason"]
+        assert record["execution"] == "compiled" and record["label"] == "native"
+        assert record["kernel_evidence"] == "tpu_custom_call: splash_mha_fwd_no_residuals"
+        # the 0.0.12 wheel caches no v5e or v6e attention: Tokamax's heuristic config, from the HLO
+        assert record["library_config"].startswith("PallasMosaicTpuFlashAttention block_q=128,block_kv=128,")
+
+
+def test_tokamax_gpu_kernels_compile_to_their_own_calls_for_an_h200_and_refuse_a_tpu():
+    expected = {"jax-tokamax-triton": "__gpu$xla.gpu.triton: pallas_flash_attention",
+                "jax-tokamax-mosaic-gpu": "mosaic_gpu_v2: ", "jax-tokamax-cudnn": "__cudnn$fmhaSoftmax: "}
+    for impl, evidence in expected.items():
+        record = compile_case("h200", impl, TOKAMAX_1K)
+        assert record["status"] == classify.OK, (impl, record["reason"])
+        assert record["kernel_evidence"].startswith(evidence), (impl, record["kernel_evidence"])
+        refused = compile_case("tpu-v5e", impl, TOKAMAX_1K)
+        assert refused["status"] == classify.UNSUPPORTED and "TPU" in refused["reason"]
+    mosaic_tpu = compile_case("h200", "jax-tokamax-mosaic-tpu", TOKAMAX_1K)
+    assert mosaic_tpu["status"] == classify.UNSUPPORTED and "TPU v5 or newer" in mosaic_tpu["reason"]
+
+
+def test_tokamax_gpu_kernels_take_their_declared_masks_and_backward_for_an_h200():
+    masked = TOKAMAX_1K.replace(batch=1, kv_heads=4, window=256, softcap=30.0, documents=3)
+    for impl in ("jax-tokamax-triton", "jax-tokamax-mosaic-gpu"):
+        for workload in (masked, TOKAMAX_1K.replace(mode="fwd_bwd")):
+            record = compile_case("h200", impl, workload)
+            assert record["status"] == classify.OK, (impl, workload.describe(), record["reason"])
+
+
+def test_published_shapes_compile_from_the_cli(tmp_path, capsys):
+    from attnbench.cli import main
+
+    out = tmp_path / "published"
+    assert main(["compile-for", "--published-shapes", "--target", "h200", "--impl", "jax-tokamax-cudnn",
+                 "--quiet", "--out", str(out)]) == 0
+    with open(out / "records.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {(int(r["batch"]), int(r["q_heads"]), int(r["kv_heads"]), int(r["seq_q"]), int(r["head_dim"]))
+            for r in rows} == {(1, 16, 16, 16384, 128), (2, 16, 16, 8192, 128), (8, 16, 16, 2048, 128),
+                               (2, 32, 32, 8192, 64), (32, 32, 8, 4096, 128)}
+    assert all(r["status"] == "ok" and r["kernel_evidence"].startswith("__cudnn$") for r in rows)
+    assert "the published shapes" in capsys.readouterr().out

@@ -95,7 +95,11 @@ def test_the_gpu_grid_holds_only_kernels_that_give_a_number_on_a_gpu(monkeypatch
     assert {"torch-xla-sdpa", "jax-pallas-tpu-flash", "jax-pallas-tpu-splash"} <= set(left_out)
     assert "torch_xla is not in the GPU image" in left_out["torch-xla-sdpa"]
     assert left_out["jax-pallas-tpu-splash"].startswith("interpret-only on a GPU: ")
-    assert asv_sizes.left_out_kernels(asv_sizes.SIZES["default"]) == {}  # other sizes keep every kernel
+    # the image has no tokamax: its kernels are left out, with the reason
+    assert "jax-tokamax-cudnn" in left_out and "leaves out tokamax's kernels" in left_out["jax-tokamax-cudnn"]
+    # the default keeps every kernel but those of a library beyond the frameworks (Tokamax's)
+    default = asv_sizes.left_out_kernels(asv_sizes.SIZES["default"])
+    assert set(default) == {n for n in attention_impls.names() if attention_impls.get(n).library == "tokamax"}
 
 
 def test_the_gpu_run_measures_the_headline_first_then_a_preset_then_the_rest(monkeypatch):

@@ -67,7 +67,9 @@ def test_every_kernel_of_the_matrix_declares_the_public_names_its_call_uses():
         assert impl.public_calls, name
         for call in api.calls_of(impl):
             module, _, attribute = call.partition(":")
-            assert module.split(".")[0] in api.FRAMEWORK_MODULES and attribute, (name, call)
+            # a library's kernel (Tokamax's: left out of the matrix) calls its library's names
+            owners = (impl.library, *api.FRAMEWORK_MODULES) if impl.library else api.FRAMEWORK_MODULES
+            assert module.split(".")[0] in owners and attribute, (name, call)
 
 
 def _cell(release, status=matrix.OK, surface=None, reason=None, impl="jax-pallas-tpu-flash", env="none",

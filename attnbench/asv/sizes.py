@@ -69,6 +69,9 @@ class SuiteSize:
     # kernels whose Forward case at the longest length is timed twice a round: an A/A control pair
     controls: tuple[str, ...] = ()
     kernels_for: str | None = None  # a size made for one kind of machine leaves out what cannot run there
+    # the libraries beyond the frameworks (AttentionImpl.library: "tokamax") whose kernels the size
+    # measures; None: every one
+    libraries: tuple[str, ...] | None = None
     frameworks: tuple[str, ...] | None = None  # None: every framework
     # Each stream's lengths (core/traffic.py): a trace's name or "uniform", the synthetic baseline.
     # Forward and Training: B1 sequences from the code trace; the presets: the conversation trace for
@@ -158,13 +161,16 @@ SIZES = {size.name: size for size in (
               preset_regimes=("static", "dynamic"),
               # FlexAttention compiles each new shape afresh (~7 s here: Forward's dynamic stream
               # shows it), so exact lengths are its dearest way; its preset rows price pad-to-max
-              preset_stream_left_out=("torch-flex-attention",)),
+              preset_stream_left_out=("torch-flex-attention",),
+              # make bench keeps its time: Tokamax's kernels are measured in full, and compiled for
+              # the chips by the compiled-for tier (make published)
+              libraries=()),
     SuiteSize("smoke", forward_seqs=(128, 256), training_seqs=(128,), dtypes=("float32",),  # the tests'
               regime_steps=3, forward_traffic="uniform", prefill_traffic="uniform", decode_traffic="uniform",
               min_seconds=0.05, max_extra_seconds=0.5,
               max_interpret_seq=256, max_reference_seq=None, regime_seqs=None, rounds=2,
               round_seconds=0.05, model_presets=("mistral-7b",), model_phases=("decode",),
-              preset_size="smoke", preset_interpret=False, regime_presets=()),
+              preset_size="smoke", preset_interpret=False, regime_presets=(), libraries=()),
     SuiteSize("full", forward_seqs=(256, 512, 1024, 2048, 4096, 8192), training_seqs=(512, 1024, 2048),
               dtypes=("float32", "bfloat16"), regime_steps=400, stream_windows=16, stream_budget_s=120.0,
               min_seconds=0.5,
@@ -182,6 +188,9 @@ SIZES = {size.name: size for size in (
               round_seconds=0.1, timer="device", fresh_process=False, length_first=True,
               model_presets=DEFAULT_PRESETS, preset_size="real", preset_interpret=False,
               regime_presets=("llama-3.1-8b",), kernels_for="gpu",
+              # the H200 image has no tokamax, and its wheel's dependencies (flax, qwix, orbax,
+              # tensorstore) are not carried to it (docs/device.md)
+              libraries=(),
               frameworks=("numpy", "jax", "torch"),
               first=({"impl": GPU_HEADLINE_KERNELS, "name": (CUSTOM,), "seq_q": (4096, 16384),
                       "dtype": ("bfloat16",), "mode": ("fwd",), "regime": ("static",)},
@@ -319,17 +328,23 @@ def impl_names(size: SuiteSize | None = None) -> list[str]:
 
 
 def left_out_kernels(size: SuiteSize | None = None) -> dict[str, str]:
-    """``{kernel: reason}`` of those a size made for one kind of machine (``kernels_for``) leaves out
-    of its grid, from declarations only: a kernel that cannot give a number there (interpreted,
-    unsupported) or whose framework the size does not run. asv starts no process for them; the sidecar
+    """``{kernel: reason}`` of those a size leaves out of its grid, from declarations only: a kernel
+    from a library the size does not measure (``libraries``), and in a size made for one kind of
+    machine (``kernels_for``) a kernel that cannot give a number there (interpreted, unsupported) or
+    whose framework the size does not run. asv starts no process for them; the sidecar
     keeps the reasons (``left_out``)."""
     size = suite_size() if size is None else size
-    platform, frameworks = size.kernels_for, size.frameworks
-    if not platform:
-        return {}
+    platform, frameworks, libraries = size.kernels_for, size.frameworks, size.libraries
     out = {}
     for name in attention_impls.names():
         impl = attention_impls.get(name)
+        if impl.library and libraries is not None and impl.library not in libraries:
+            out[name] = (f"the {suite_name()} suite leaves out {impl.library}'s kernels: {SUITE_ENV}=full "
+                         "measures them, and make published compiles them for the chips "
+                         "(docs/kernels.md#tokamaxs-kernels)")
+            continue
+        if not platform:
+            continue
         support = impl.platform_support[platform]
         if frameworks and impl.framework not in frameworks:
             out[name] = (f"the {suite_name()} suite runs {', '.join(frameworks)} only: {impl.framework} "

@@ -28,6 +28,7 @@ from attnbench.compiled_for.worker import ENVIRONMENT
 from attnbench.core import presets
 from attnbench.core.workload import Workload
 from attnbench.measure.process_env import scoped_environ
+from attnbench.published import shapes
 from attnbench.results.table import cell, render
 
 DEFAULT_OUT = os.path.join("results", "compiled-for", "runs")
@@ -68,6 +69,10 @@ def add_parser(sub) -> None:
                         "preset's")
     p.add_argument("--phase", nargs="+", choices=["prefill", "training", "decode"],
                    help="the preset's phases (default: every phase it has)")
+    p.add_argument("--published-shapes", action="store_true",
+                   help="the aligned shapes Tokamax publishes device timings for (attnbench/published/"
+                        "shapes.py: causal forward, bfloat16), each at its own batch, heads and head dim, "
+                        "instead of --seq/--batch/--heads/--head-dim")
     p.add_argument("--layer", choices=["local", "global"],
                    help="a model that alternates them (Gemma-2): its windowed or its global layers")
     p.add_argument("--max-seq", type=parse_length, metavar="HI",
@@ -173,7 +178,15 @@ def _fmt(column: str, value) -> str:
 
 def _grids(args) -> list[tuple[Workload, list[int], list[str]]]:
     """``[(template, lengths, modes)]``: the B1 H8 D64 shape at ``--seq``; or, with ``--workload``, each
-    of the preset's phases at its lengths (``--seq``, else the phase's real ones, within its context)."""
+    of the preset's phases at its lengths (``--seq``, else the phase's real ones, within its context);
+    or, with ``--published-shapes``, each aligned shape at its own length."""
+    if getattr(args, "published_shapes", False):
+        if args.workload:
+            raise ValueError("--published-shapes and --workload are two kinds of case: pass one")
+        if args.dtype != [shapes.DTYPE] or args.mode != ["fwd"]:
+            raise ValueError(f"--published-shapes are causal forward in {shapes.DTYPE}, as published: "
+                             "leave out --dtype and --mode")
+        return [(w, [w.seq_q], [w.mode]) for w in shapes.ALIGNED]
     if not args.workload:
         seqs = args.seq or [1024, 4096, 16384, 65536]
         template = Workload(batch=args.batch, q_heads=args.heads, kv_heads=args.kv_heads,
@@ -233,8 +246,12 @@ def _compile_for(args) -> int:
                          on_record=write)
     kv = f"/{template.kv_heads}kv" if template.is_gqa else ""
     causal = " causal" if template.causal else ""
-    what = (f"{args.workload} ({', '.join(t.phase for t, _, _ in grids)})" if args.workload else
-            f"B{template.batch} H{template.q_heads}{kv} D{template.head_dim}{causal}")
+    if args.workload:
+        what = f"{args.workload} ({', '.join(t.phase for t, _, _ in grids)})"
+    elif args.published_shapes:
+        what = "the published shapes (" + ", ".join(shapes.label(t) for t, _, _ in grids) + ")"
+    else:
+        what = f"B{template.batch} H{template.q_heads}{kv} D{template.head_dim}{causal}"
     print(f"# compiled for, not measured: {what}; peak and HBM per device; the roofline is a model")
     print(render([{c: _fmt(c, r.get(c)) for c in SUMMARY} for r in rows], SUMMARY, markdown=args.markdown))
     print(f"wrote {path}")

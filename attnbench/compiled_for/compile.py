@@ -54,8 +54,18 @@ def target_devices(target: Target):
     return _TOPOLOGIES[target.name]
 
 
+# torch on a TPU without a chip (torch-tpu 0.2.0, tried here: docs/compiled-for.md#torch-on-a-tpu).
+TORCH_ON_TPU = (
+    "torch reaches a TPU through torch_xla or TorchTPU (torch-tpu 0.2.0), and neither compiles without a "
+    "chip: torch-tpu's torch.compile(backend='tpu') and its export need a live PjRt client "
+    "('RuntimeError: failed to retrieve the PjRt client: TPU initialization failed: No jellyfish device "
+    "found.', at _internal/export/export.py fx_to_mlir), and it has no deviceless or topology compile")
+
+
 def support_reason(impl, workload: Workload, target: Target, devices: int) -> str | None:
     """Why ``impl`` cannot express ``workload`` on ``target`` (call inside ``compiling_for``)."""
+    if impl.framework == "torch" and target.platform == "tpu":
+        return TORCH_ON_TPU
     if impl.framework != "jax":
         return (f"the compiled-for tier compiles jax programs only ({impl.name} is {impl.framework}; "
                 "torch_xla: see docs/compiled-for.md)")
@@ -218,6 +228,7 @@ def _read_compiled(record: dict, compiled, target: Target, workload: Workload, p
     calls = hlo.kernel_calls(hlo.custom_calls(module))
     copies = hlo.inserted_copies(module)
     record.update(kernel_evidence=hlo.kernel_evidence(module, interpret=record["execution"] == "interpret"),
+                  library_config=hlo.tokamax_configs(text) or None,
                   custom_calls=", ".join(sorted({c.target for c in calls})) or "none",
                   fusions=hlo.fusion_counts(module)[0], inserted_copies=len(copies),
                   inserted_copy_bytes=sum(c.bytes for c in copies),

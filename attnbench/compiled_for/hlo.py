@@ -43,7 +43,7 @@ class Instruction:
     root: bool = False
 
     def attr(self, key: str) -> str | None:
-        found = re.search(rf'\b{re.escape(key)}="([^"]*)"', self.attrs)
+        found = re.search(rf'\b{re.escape(key)}="((?:[^"\\]|\\.)*)"', self.attrs)  # \" stays inside
         return found.group(1) if found else None
 
     @property
@@ -281,6 +281,30 @@ def kernel_evidence(module: Module, *, interpret: bool = False) -> str:
     if interpret:
         text += " - the Pallas interpreter: the kernel body as plain XLA ops"
     return text
+
+
+# Tokamax names every op it traces "tokamax:<json>" (ops/op.py: the op with the config it chose, and
+# its arguments), so the compiled program's metadata says which config a Tokamax kernel was built at.
+_TOKAMAX_SCOPE = re.compile(
+    r'tokamax:(\{\\"op\\":\{\\"__type\\":\\"([\w.]+)\\",\\"config\\":(\{[^{}]*\}|null))')
+
+
+def tokamax_configs(text: str) -> str:
+    """``Op block_q=128,...`` per Tokamax op in the compiled HLO text (its metadata's op names), each
+    once; ``""`` when none. A config of ``null`` is an op without knobs."""
+    seen: dict[str, str] = {}
+    for _, op_type, config in _TOKAMAX_SCOPE.findall(text):
+        op = op_type.rsplit(".", 1)[-1]
+        if config == "null":
+            words = "no config"
+        else:
+            try:
+                values = json.loads(config.replace('\\"', '"'))
+            except json.JSONDecodeError:
+                continue
+            words = ",".join(f"{k}={json.dumps(v)}" for k, v in values.items()) or "no config"
+        seen.setdefault(f"{op} {words}", op)
+    return "; ".join(seen)
 
 
 def flops_source(module: Module) -> str:

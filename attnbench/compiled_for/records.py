@@ -19,7 +19,7 @@ COLUMNS = [
     "status", "fits", "reason",
     "peak_bytes", "hbm_bytes", "argument_bytes", "output_bytes", "temp_bytes", "alias_bytes",
     "generated_code_bytes", "compiler_hbm_bytes", "compiler_required_bytes",
-    "kernel_evidence", "custom_calls", "fusions",
+    "kernel_evidence", "library_config", "custom_calls", "fusions",
     "inserted_copies", "inserted_copy_bytes", "inserted_copy_detail",
     "flops", "compiler_flops", "compiler_flops_source", "compiler_bytes_accessed",
     "roofline_bytes", "roofline_bytes_source", "peak_tflops", "hbm_tb_s", "price_per_chip_hour",

@@ -135,7 +135,10 @@ def frameworks_here() -> tuple[str, ...]:
 
 
 def kernel_names(framework: str) -> list[str]:
-    return [n for n in attention_impls.names() if attention_impls.get(n).framework == framework]
+    """The framework's kernels the matrix varies: not those from a library beyond it (``library``),
+    whose own pin the release environments do not hold."""
+    return [n for n in attention_impls.names()
+            if attention_impls.get(n).framework == framework and not attention_impls.get(n).library]
 
 
 def run_cells(frameworks: tuple[str, ...] | None = None, progress: bool = False,

@@ -23,8 +23,10 @@ VERSION = "1"  # the benchmarks' explicit asv version
 
 
 def impl_names() -> list[str]:
-    """Every jax and torch kernel (params must not differ between environments)."""
-    return [n for n in attention_impls.names() if attention_impls.get(n).framework in ("jax", "torch")]
+    """Every jax and torch kernel but those from a library beyond the framework (``library``: the
+    release environments do not hold its pin); params must not differ between environments."""
+    return [n for n in attention_impls.names()
+            if attention_impls.get(n).framework in ("jax", "torch") and not attention_impls.get(n).library]
 
 
 def cells_path(context: dict) -> str:

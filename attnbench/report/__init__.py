@@ -26,6 +26,7 @@ from attnbench.report.plots import (
     plot_trace,
 )
 from attnbench.report.production import plot_lengths, stream_table
+from attnbench.report.published import published_part
 from attnbench.report.releases import releases_part
 from attnbench.report.render import (
     MAX_TABLE_ROWS,
@@ -203,6 +204,12 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
         plots.update(ctx["compiled_for"]["plots"])
         ctx["images"].update({name: base64.b64encode(png).decode("ascii")
                               for name, png in ctx["compiled_for"]["images"].items()})
+
+    ctx["published"] = published_part(results_dir)  # "On the chip, published", when the table exists
+    if ctx["published"]:
+        tables["published_on_chip.csv"] = os.path.join(out_dir, "published_on_chip.csv")
+        chips = ctx["published"]["on_chip_frame"]
+        atomic_write_text(tables["published_on_chip.csv"], chips.to_csv(index=False))
 
     ctx["releases"] = releases_part(results_dir, out_dir)  # "Fragility across releases", when measured
     if ctx["releases"]:

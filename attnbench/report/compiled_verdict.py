@@ -23,7 +23,7 @@ COLUMNS = [
     "paper", "paper_ratio", "paper_low", "paper_high", "paper_rounds", "flip",
     "break_even", "break_even_low", "break_even_high", "break_even_of",
     "production_strategy", "production", "production_steps", "production_source", "production_measured",
-    "headroom_winner", "sentence", "reasons",
+    "headroom_winner", "published", "published_source", "sentence", "reasons",
 ]
 
 

@@ -44,6 +44,7 @@ from attnbench.report.production import (
     stream_scatter,
     window_spread,
 )
+from attnbench.report.published import load_published, published_verdicts
 from attnbench.report.select import newest_commit
 from attnbench.report.streams import STRATEGY
 from attnbench.report.tuning import TUNING_COLUMNS, tuning_columns
@@ -501,9 +502,11 @@ def verdict_table(results_dir: str = "results", frame=None, *, steps: int | None
         frame = load_results(results_dir)
     fragility = release_breaks(results_dir)
     measured = measured_verdicts(frame, steps=steps, fragility=fragility, margin=margin, cases=cases)
-    compiled = compiled_verdicts(load_compiled_records(results_dir), load_max_batch(results_dir),
-                                 fragility=fragility, tuning=load_kept(results_dir))
-    parts = [p for p in (measured, compiled) if not p.empty]
+    records = load_compiled_records(results_dir)
+    compiled = compiled_verdicts(records, load_max_batch(results_dir), fragility=fragility,
+                                 tuning=load_kept(results_dir))
+    published = published_verdicts(records, load_published(results_dir))  # the aligned shapes' rows
+    parts = [p for p in (measured, compiled, published) if not p.empty]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS + TUNING_COLUMNS)
 
 
@@ -533,5 +536,5 @@ def other_lengths(table) -> pd.DataFrame:
 
 def paper_only(table):
     """The measured rows with no length stream: a paper comparison only."""
-    keep = (table["basis"] != "compiler only") & table["ratio"].isna()
+    keep = (table["basis"] == "measured") & table["ratio"].isna()
     return table[keep].reset_index(drop=True)

@@ -39,9 +39,11 @@ if TYPE_CHECKING:
 SHORT_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "production",
                  "forced", "native", "tuning"]
 TARGET_COLUMNS = ["target", "workload", "seq", "most headroom"]
+# The compile targets at the published shapes (report/published.py): the fastest published figure.
+PUBLISHED_COLUMNS = ["target", "shape", "published on this chip (fastest first; not measured here)", "source"]
 DISPLAY_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "production",
-                   "forced", "native", "on paper", "flip", "break-even", "most headroom", "forced config",
-                   "native config", "on paper at defaults", "tuning", "sentence", "reasons"]
+                   "forced", "native", "on paper", "flip", "break-even", "most headroom", "published",
+                   "forced config", "native config", "on paper at defaults", "tuning", "sentence", "reasons"]
 
 
 def cell(value) -> str:
@@ -93,6 +95,7 @@ def display(table) -> pd.DataFrame:
             "production": production_short(r),
             "forced": cell(r.get("forced")), "native": cell(r.get("native")), "on paper": paper,
             "flip": cell(r.get("flip")), "break-even": even, "most headroom": cell(r.get("headroom_winner")),
+            "published": cell(r.get("published")),
             "forced config": cell(r.get("forced_config")), "native config": cell(r.get("native_config")),
             "on paper at defaults": _at_defaults(r), "tuning": cell(r.get("tuning")),
             "sentence": cell(r.get("sentence")), "reasons": cell(r["reasons"]),
@@ -173,6 +176,18 @@ def targets(table) -> pd.DataFrame:
              "most headroom": cell(r.get("headroom_winner"))}
             for r in table.to_dict("records") if r["basis"] == "compiler only"]
     return pd.DataFrame(rows, columns=TARGET_COLUMNS)
+
+
+def published_targets(table) -> pd.DataFrame:
+    """One row per compile target and published shape (basis ``compiler + published``): the chip's
+    published figures, fastest first, and their source; ``none`` where the chip has none."""
+    import pandas as pd
+
+    rows = [{"target": r["machine"], "shape": f"{r['workload']} S{cell(r['seq_len'])}",
+             PUBLISHED_COLUMNS[2]: cell(r.get("published")) if cell(r.get("published")) != "-" else
+             "none for this chip", "source": cell(r.get("published_source"))}
+            for r in table.to_dict("records") if r["basis"] == "compiler + published"]
+    return pd.DataFrame(rows, columns=PUBLISHED_COLUMNS)
 
 
 def counts(table) -> str:
