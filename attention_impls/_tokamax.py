@@ -1,9 +1,9 @@
 """What the six Tokamax kernels share: one call, ``tokamax.dot_product_attention(implementation=...)``.
 
-Tokamax (openxla/tokamax, Apache-2.0, pinned at 0.0.12: its newest real wheel) gathers the kernels a
-team chooses between: XLA, XLA chunked, Mosaic TPU (splash-based), Triton, Mosaic GPU and cuDNN. Each
-``jax-tokamax-<implementation>`` file declares one of them; this module holds their call and the rules
-their public API has in common:
+Tokamax (openxla/tokamax, Apache-2.0, pinned at 0.0.12: its newest release for Python 3.11) gathers
+the kernels a team chooses between: XLA, XLA chunked, Mosaic TPU (splash-based), Triton, Mosaic GPU
+and cuDNN. Each ``jax-tokamax-<implementation>`` file declares one of them; this module holds their
+call and the rules their public API has in common:
 
 - Its causal mask is top-left aligned (``base.Mask.as_array``: ``q_index >= k_index``, and
   ``local_window_size`` counts from the same 0), so ``Sq != Sk`` with causal is refused, never emulated.

@@ -3,9 +3,9 @@
 Tokamax's caches time the same attention problems on every chip (16k tokens a step: B x S = 16384 at
 heads x head_dim = 2048, causal or not, and Llama-shaped grouped heads). Five of them, causal forward
 in bfloat16, are this project's *aligned* shapes: ``make published`` compiles them for the chips
-(records beside the published figure), and an accelerator run's ``Published`` class measures them
-(``benchmarks/attention.py``), so that a figure measured on a lent device lands row for row beside
-the published one.
+(records beside the published figure), and ``attnbench run --published-shapes`` measures them, so
+that a figure measured on a chip lands row for row beside the published one (the report's
+``measured here``).
 """
 
 from __future__ import annotations
