@@ -310,8 +310,13 @@ def summary_sentence(part: pd.DataFrame, target: str) -> str:
 
 
 def compiled_part(results_dir: str, out_dir: str | None = None) -> dict | None:
-    """The section's context (``templates/compiled.j2``) and PNGs (written into ``out_dir``)."""
+    """The section's context (``templates/compiled.j2``) and PNGs (written into ``out_dir``). The
+    records at the published shapes are left to their own section (``report/published.py``): their
+    lengths are another shape's, never one column of this section's tables."""
+    from attnbench.report.published import at_aligned_shapes
+
     records = load_compiled_records(results_dir)
+    records = records[~at_aligned_shapes(records)] if not records.empty else records
     if records.empty:
         return None
     targets, images, plots = [], {}, {}

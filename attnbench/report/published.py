@@ -92,6 +92,22 @@ def _sources(rows) -> str:
     return "; ".join(out)
 
 
+def record_keys(records) -> list[tuple]:
+    """Each compiled record's shape ``key`` (``shapes.key``)."""
+    return [shapes.key(batch=r.batch, q_heads=r.q_heads, kv_heads=r.kv_heads, seq_q=r.seq_q, seq_k=r.seq_k,
+                       head_dim=r.head_dim, dtype=r.dtype, causal=r.causal) for r in records.itertuples()]
+
+
+def at_aligned_shapes(records):
+    """A boolean Series: which compiled records are the forward of an aligned shape (``make published``'s)."""
+    aligned = {shapes.workload_key(w) for w in shapes.ALIGNED}
+    named = records["workload"].fillna("custom") if "workload" in records else "custom"
+    import pandas as pd
+
+    custom = (named == "custom") & (records["mode"] == "fwd")
+    return custom & pd.Series([k in aligned for k in record_keys(records)], index=records.index, dtype=bool)
+
+
 def published_verdicts(records, published) -> pd.DataFrame:
     """One compile-target row per target x aligned shape compiled there (``make published``): the
     compiler's evidence per kernel, and the published figures of that chip at that shape with their
@@ -101,13 +117,8 @@ def published_verdicts(records, published) -> pd.DataFrame:
     if records is None or records.empty:
         return pd.DataFrame(columns=COLUMNS)
     aligned = {shapes.workload_key(w): w for w in shapes.ALIGNED}
-    named = records["workload"].fillna("custom") if "workload" in records else "custom"
-    records = records.assign(workload=named)
-    records = records[(records["workload"] == "custom") & (records["mode"] == "fwd")]
-    keys = [shapes.key(batch=r.batch, q_heads=r.q_heads, kv_heads=r.kv_heads, seq_q=r.seq_q, seq_k=r.seq_k,
-                       head_dim=r.head_dim, dtype=r.dtype, causal=r.causal) for r in records.itertuples()]
-    records = records.assign(key=keys)
-    records = records[records["key"].isin(aligned)]
+    records = records[at_aligned_shapes(records)]
+    records = records.assign(key=record_keys(records))
     figures = aligned_rows(published)
     rows = []
     for (target, key), part in records.groupby(["target", "key"], sort=True):
@@ -280,6 +291,33 @@ def measured_beside(chips, published, measured) -> pd.DataFrame:
     return chips.assign(**{"measured here": cells})
 
 
+COMPILED_COLUMNS = ["target", "shape", "kernel", "status", "peak", "layout copies", "kernel (compiled HLO)",
+                    "built at"]
+
+
+def compiled_at_aligned(records) -> pd.DataFrame:
+    """The compiler's word at the aligned shapes (``make published``): per target, shape and kernel, the
+    status, peak, layout copies, the kernel it became and the config a library kernel chose."""
+    import pandas as pd
+
+    if records is None or records.empty:
+        return pd.DataFrame(columns=COMPILED_COLUMNS)
+    aligned = {shapes.workload_key(w): w for w in shapes.ALIGNED}
+    part = records[at_aligned_shapes(records)]
+    rows = []
+    for r, key in zip(part.to_dict("records"), record_keys(part), strict=True):
+        ok = r["status"] == "ok"
+        config = r.get("library_config")
+        copies = r["inserted_copy_bytes"] if ok else 0
+        rows.append({"target": r["target"], "shape": shapes.label(aligned[key]), "kernel": r["impl"],
+                     "status": r["status"], "peak": mb(r["peak_bytes"]) if ok else "-",
+                     "layout copies": mb(copies) if copies else "-",
+                     "kernel (compiled HLO)": r["kernel_evidence"] if ok else str(r.get("reason") or "")[:90],
+                     "built at": config.split(" ", 1)[-1] if isinstance(config, str) and "=" in config
+                     else "-"})
+    return pd.DataFrame(rows, columns=COMPILED_COLUMNS).sort_values(["target", "shape", "kernel"])
+
+
 def published_part(results_dir: str) -> dict | None:
     """The report's section "On the chip, published" (``None`` without a published table): the
     chips' own comparisons at the aligned shapes and the tiles the tuning kept, as ``Table``s."""
@@ -288,9 +326,13 @@ def published_part(results_dir: str) -> dict | None:
     published = load_published(results_dir)
     if published.empty:
         return None
+    from attnbench.report.compiled import load_compiled_records
+
     chips = measured_beside(on_the_chip(published), published, measured_at_aligned(results_dir))
     spread = tile_spread(published)
+    compiled = compiled_at_aligned(load_compiled_records(results_dir))
     sources = sorted(published["source"].unique())
     return {"rows": len(published), "devices": sorted(published["device"].unique()), "sources": sources,
             "on_chip": Table.of(chips) if not chips.empty else None, "on_chip_frame": chips,
-            "spread": Table.of(spread) if not spread.empty else None}
+            "spread": Table.of(spread) if not spread.empty else None,
+            "compiled": Table.of(compiled) if not compiled.empty else None}
