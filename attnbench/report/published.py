@@ -92,6 +92,9 @@ def _sources(rows) -> str:
     return "; ".join(out)
 
 
+SHAPE_FIELDS = {"batch", "q_heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype", "causal", "mode"}
+
+
 def record_keys(records) -> list[tuple]:
     """Each compiled record's shape ``key`` (``shapes.key``)."""
     return [shapes.key(batch=r.batch, q_heads=r.q_heads, kv_heads=r.kv_heads, seq_q=r.seq_q, seq_k=r.seq_k,
@@ -104,6 +107,8 @@ def at_aligned_shapes(records):
     named = records["workload"].fillna("custom") if "workload" in records else "custom"
     import pandas as pd
 
+    if not SHAPE_FIELDS <= set(records.columns):  # a table without the shape (an older or a made-up one)
+        return pd.Series(False, index=records.index, dtype=bool)
     custom = (named == "custom") & (records["mode"] == "fwd")
     return custom & pd.Series([k in aligned for k in record_keys(records)], index=records.index, dtype=bool)
 
