@@ -55,3 +55,26 @@ def workload_key(workload: Workload) -> tuple:
     return key(batch=workload.batch, q_heads=workload.q_heads, kv_heads=workload.kv_heads,
                seq_q=workload.seq_q, seq_k=workload.seq_k, head_dim=workload.head_dim, dtype=workload.dtype,
                causal=workload.causal)
+
+
+# The columns a table of records (compiled, or measured by a sweep) needs to say its shape.
+SHAPE_FIELDS = {"batch", "q_heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype", "causal", "mode"}
+
+
+def record_keys(records) -> list[tuple]:
+    """Each record's shape ``key`` (a DataFrame with ``SHAPE_FIELDS``)."""
+    return [key(batch=r.batch, q_heads=r.q_heads, kv_heads=r.kv_heads, seq_q=r.seq_q, seq_k=r.seq_k,
+                head_dim=r.head_dim, dtype=r.dtype, causal=r.causal) for r in records.itertuples()]
+
+
+def at_aligned_shapes(records):
+    """A boolean Series: which records are the forward of an aligned shape (``make published``'s
+    compiles); all False for a table without the shape's columns (an older or a made-up one)."""
+    import pandas as pd
+
+    if not SHAPE_FIELDS <= set(records.columns):
+        return pd.Series(False, index=records.index, dtype=bool)
+    aligned = {workload_key(w) for w in ALIGNED}
+    named = records["workload"].fillna("custom") if "workload" in records else "custom"
+    custom = (named == "custom") & (records["mode"] == "fwd")
+    return custom & pd.Series([k in aligned for k in record_keys(records)], index=records.index, dtype=bool)

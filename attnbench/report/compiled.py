@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from attnbench.compiled_for.records import load_kept
 from attnbench.core.atomic import atomic_write_bytes
+from attnbench.published.shapes import at_aligned_shapes
 from attnbench.report.plots import colors_by_name, new_figure, png_bytes
 from attnbench.report.render import Table
 
@@ -313,8 +314,6 @@ def compiled_part(results_dir: str, out_dir: str | None = None) -> dict | None:
     """The section's context (``templates/compiled.j2``) and PNGs (written into ``out_dir``). The
     records at the published shapes are left to their own section (``report/published.py``): their
     lengths are another shape's, never one column of this section's tables."""
-    from attnbench.report.published import at_aligned_shapes
-
     records = load_compiled_records(results_dir)
     records = records[~at_aligned_shapes(records)] if not records.empty else records
     if records.empty:

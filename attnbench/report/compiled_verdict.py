@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from attnbench.core.workload import CUSTOM
+from attnbench.published.shapes import at_aligned_shapes
 from attnbench.report.compiled import grid as grid_lengths
 
 # Imported where used: pandas (the torch_xla venv has no report libraries).
@@ -169,8 +170,6 @@ def _compiled_cases(records) -> pd.DataFrame:
     sequence): the B1 H8 D64 grid's lengths (not a bisection's), and each preset's cases at its own
     batch. Older tables have no ``workload``: the B1 H8 D64 shape's."""
     import pandas as pd
-
-    from attnbench.report.published import at_aligned_shapes
 
     records = records[~at_aligned_shapes(records)]  # the published shapes' rows are report/published.py's
     named = records["workload"].fillna(CUSTOM) if "workload" in records else CUSTOM

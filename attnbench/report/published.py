@@ -92,27 +92,6 @@ def _sources(rows) -> str:
     return "; ".join(out)
 
 
-SHAPE_FIELDS = {"batch", "q_heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype", "causal", "mode"}
-
-
-def record_keys(records) -> list[tuple]:
-    """Each compiled record's shape ``key`` (``shapes.key``)."""
-    return [shapes.key(batch=r.batch, q_heads=r.q_heads, kv_heads=r.kv_heads, seq_q=r.seq_q, seq_k=r.seq_k,
-                       head_dim=r.head_dim, dtype=r.dtype, causal=r.causal) for r in records.itertuples()]
-
-
-def at_aligned_shapes(records):
-    """A boolean Series: which compiled records are the forward of an aligned shape (``make published``'s)."""
-    aligned = {shapes.workload_key(w) for w in shapes.ALIGNED}
-    named = records["workload"].fillna("custom") if "workload" in records else "custom"
-    import pandas as pd
-
-    if not SHAPE_FIELDS <= set(records.columns):  # a table without the shape (an older or a made-up one)
-        return pd.Series(False, index=records.index, dtype=bool)
-    custom = (named == "custom") & (records["mode"] == "fwd")
-    return custom & pd.Series([k in aligned for k in record_keys(records)], index=records.index, dtype=bool)
-
-
 def published_verdicts(records, published) -> pd.DataFrame:
     """One compile-target row per target x aligned shape compiled there (``make published``): the
     compiler's evidence per kernel, and the published figures of that chip at that shape with their
@@ -122,8 +101,8 @@ def published_verdicts(records, published) -> pd.DataFrame:
     if records is None or records.empty:
         return pd.DataFrame(columns=COLUMNS)
     aligned = {shapes.workload_key(w): w for w in shapes.ALIGNED}
-    records = records[at_aligned_shapes(records)]
-    records = records.assign(key=record_keys(records))
+    records = records[shapes.at_aligned_shapes(records)]
+    records = records.assign(key=shapes.record_keys(records))
     figures = aligned_rows(published)
     rows = []
     for (target, key), part in records.groupby(["target", "key"], sort=True):
@@ -308,9 +287,9 @@ def compiled_at_aligned(records) -> pd.DataFrame:
     if records is None or records.empty:
         return pd.DataFrame(columns=COMPILED_COLUMNS)
     aligned = {shapes.workload_key(w): w for w in shapes.ALIGNED}
-    part = records[at_aligned_shapes(records)]
+    part = records[shapes.at_aligned_shapes(records)]
     rows = []
-    for r, key in zip(part.to_dict("records"), record_keys(part), strict=True):
+    for r, key in zip(part.to_dict("records"), shapes.record_keys(part), strict=True):
         ok = r["status"] == "ok"
         config = r.get("library_config")
         copies = r["inserted_copy_bytes"] if ok else 0
