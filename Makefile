@@ -57,7 +57,7 @@ export ACCEL
 
 .PHONY: confirm headroom setup tune bench html serve-html sweep html-deps browser-deps existing-bench existing-test test lint test-main test-xla list matrix system-check clean \
         fleet-deps fleet-launch fleet-collect fleet-plan setup-targets test-targets releases notebook verdict test-fast \
-        device-file rehearse-device published
+        device-file rehearse-device published calibrate
 
 setup: $(MAIN_STAMP) $(XLA_STAMP) $(TARGETS_STAMP)
 setup-targets: $(TARGETS_STAMP)
@@ -319,12 +319,21 @@ published: $(MAIN_STAMP) $(TARGETS_STAMP)
 	  --target h100-sxm h200 --impl $(PUBLISHED_GPU_IMPLS) --timeout 900 --quiet \
 	  --out $(HEADROOM_OUT)/$$stamp-published-gpu
 
+# The compile targets' time model (docs/compiled-for.md#predicted-speed): each published forward row's
+# kernel compiled at its shape for its chip, joined to the published time, fitted per chip family and
+# scored leave-one-shape-out, into results/compiled-for/calibration/ (8 min 25 s here, 717 compiles).
+calibrate: $(MAIN_STAMP) $(TARGETS_STAMP)
+	JAX_PLATFORMS=cpu $(TARGETS_VENV)/bin/python -m attnbench calibrate --quiet
+
 # The prepared run on a lent accelerator (docs/device.md): tools/device-run.sh measures there and brings
 # back measured-<machine>.tar.gz; device-file files it here with asv (FROM=that tarball or its folder).
 FROM ?=
 device-file: $(MAIN_STAMP)
 	@test -n "$(FROM)" || { echo "FROM is required: make device-file FROM=<measured-MACHINE.tar.gz from tools/device-run.sh>"; exit 2; }
 	$(VENV)/bin/python -m attnbench.asv.carried file $(FROM)
+	@# The time model scored against what the device measured, appended to results/LOG.md (when the
+	@# device is a calibrated compile target with predicted records: else it says why, and filing stands).
+	-$(VENV)/bin/python -m attnbench calibrate --score-device
 
 # The device run rehearsed here in a mimic of the H200 image's Python (tools/device-rehearse.sh; builds
 # .venv-device, about 5.6 GB, once). Not part of make test.

@@ -21,6 +21,7 @@ from attnbench.compiled_for.cli import add_parser as add_compile_for
 from attnbench.core import presets
 from attnbench.core.errors import UnknownName
 from attnbench.core.workload import DTYPE_BYTES, Workload
+from attnbench.predicted.cli import add_parser as add_calibrate
 from attnbench.published.cli import add_parser as add_published
 from attnbench.releases.run import add_parser as add_releases
 from attnbench.results.table import cell, render
@@ -208,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_compile_for(sub)  # compile-for: the compiled-for tier (attnbench/compiled_for/)
     add_published(sub)  # published: Tokamax's device timings as a table (attnbench/published/)
+    add_calibrate(sub)  # calibrate: the compile targets' time model fitted on them (attnbench/predicted/)
 
     add_releases(sub)  # releases: the release matrix (attnbench/releases/)
 

@@ -84,8 +84,8 @@ def cmd_verdict(args) -> int:
         print(_render(_rows(short(shown)), SHORT_COLUMNS, args))
         compiled = targets(shown)
         if not compiled.empty:
-            print("\n# compile targets (compiler only: nothing ran there): most tokens per chip in the "
-                  "largest batch that fits")
+            print("\n# compile targets (nothing ran there): most tokens per chip in the largest batch that "
+                  "fits (compiler); forced / native step time from the time model (predicted, not measured)")
             print(_render(_rows(compiled), TARGET_COLUMNS, args))
         chips = published_targets(shown)
         if not chips.empty:

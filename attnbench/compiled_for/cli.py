@@ -28,6 +28,8 @@ from attnbench.compiled_for.worker import ENVIRONMENT
 from attnbench.core import presets
 from attnbench.core.workload import Workload
 from attnbench.measure.process_env import scoped_environ
+from attnbench.predicted import calibration
+from attnbench.predicted.predict import Calibrated
 from attnbench.published import shapes
 from attnbench.results.table import cell, render
 
@@ -85,6 +87,12 @@ def add_parser(sub) -> None:
                    help="seconds per compile before its worker is killed")
     p.add_argument("--out", help=f"output folder (default {DEFAULT_OUT}/<UTC stamp>)")
     p.add_argument("--format", choices=["csv", "parquet"], default="csv")
+    p.add_argument("--predict", action="store_true",
+                   help="require the predicted time on every target (one line, exit 2, when a target's "
+                        "family has no calibration); without it, an uncalibrated target's prediction "
+                        "columns stay empty and predicted_basis says why")
+    p.add_argument("--calibration", default=calibration.TABLE, metavar="PATH",
+                   help=f"the time model's calibration table (default {calibration.TABLE}; make calibrate)")
     p.add_argument("--keep-hlo", action="store_true", help="also write each compiled HLO text to DIR/hlo/")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--markdown", action="store_true")
@@ -169,6 +177,8 @@ def _fmt(column: str, value) -> str:
         return f"{value / 1e9:.3g} GB" if value >= 1e8 else f"{value / 1e6:.3g} MB"
     if column == "model_roofline_seconds":
         return f"{value * 1e3:.3g} ms (model)"
+    if column == "predicted_seconds":
+        return f"{value * 1e3:.3g} ms (predicted)"
     if column.endswith("_bytes_at_max") and isinstance(value, (int, float)):
         return _fmt("_bytes", value)
     if column in ("reason", "stopped_by", "skipped") and isinstance(value, str) and value:
@@ -220,6 +230,11 @@ def cmd_compile_for(args) -> int:
 
 def _compile_for(args) -> int:
     targets = get_targets(args.target)  # an unknown name: KeyError naming the known ones
+    model = Calibrated.load(args.calibration)  # a malformed table: CalibrationError (a ValueError)
+    if args.predict:
+        uncalibrated = [model.why_not(t) for t in targets if model.why_not(t)]
+        if uncalibrated:
+            raise ValueError(f"--predict: {uncalibrated[0]}")
     for platform in sorted({t.platform for t in targets}):
         problem = compile_targets.environment_problem(platform)
         if problem:
@@ -238,7 +253,8 @@ def _compile_for(args) -> int:
     hlo_dir = os.path.join(out_dir, "hlo") if args.keep_hlo else None
     done: list[dict] = []
 
-    def write(_i, record):  # the table, rewritten atomically as each case ends
+    def write(i, record):  # the table, rewritten atomically as each case ends
+        record.update(model.columns(record, cases[i].target))
         done.append(record)
         run.write_table(done, path)
 

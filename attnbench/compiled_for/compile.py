@@ -20,7 +20,7 @@ import attention_impls
 from attention_impls._compile_target import compiling_for
 from attention_impls.base import default_scale, static_mask
 from attnbench.backends import jax_steps
-from attnbench.compiled_for import classify, hlo
+from attnbench.compiled_for import classify, hlo, hlo_cost
 from attnbench.compiled_for.records import new_record
 from attnbench.compiled_for.roofline import roofline, roofline_bytes
 from attnbench.compiled_for.targets import Target, gpu_target_config, library_versions, load_targets
@@ -253,7 +253,25 @@ def _read_compiled(record: dict, compiled, target: Target, workload: Workload, p
                      peak_tflops=peak.value if peak else None,
                      hbm_tb_s=profile.hbm_tb_s.value if profile.hbm_tb_s else None,
                      price_per_chip_hour=price.value if price else None, chips=target.chips)
+    record.update(_program_cost(module, target, workload, peak, per_chip))
     record.update(roofline_bytes=bytes_per_chip, roofline_bytes_source=source,
                   peak_tflops=peak.value if peak else None,
                   hbm_tb_s=profile.hbm_tb_s.value if profile.hbm_tb_s else None,
                   price_per_chip_hour=price.value if price else None, **model.as_record())
+
+
+def _program_cost(module, target: Target, workload: Workload, peak, per_chip: int) -> dict:
+    """The ``hlo_`` columns: each op of one device's program at one device's share of the chip's peaks.
+    A dtype without a peak in the profile (float16 on a TPU) is costed at bfloat16's, and says so."""
+    profile = target.profile
+    notes = []
+    if peak is None and profile.peak("bfloat16") is not None:
+        peak = profile.peak("bfloat16")
+        notes.append(f"no {workload.dtype} peak in profile {target.hardware_profile}: bfloat16's used")
+    devices = per_chip * target.chips
+    cost = hlo_cost.program_cost(
+        module, peak_flops=peak.value * 1e12 / per_chip if peak else None,
+        bandwidth=profile.hbm_tb_s.value * 1e12 / per_chip if profile.hbm_tb_s else None,
+        silent_kernel_flops=workload.flops / devices)
+    cost.notes[:0] = notes
+    return cost.as_record()

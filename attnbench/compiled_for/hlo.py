@@ -41,6 +41,7 @@ class Instruction:
     operands: list[str]
     attrs: str
     root: bool = False
+    arguments: str = ""  # the text inside the opcode's parentheses: a constant's literal, a parameter's index
 
     def attr(self, key: str) -> str | None:
         found = re.search(rf'\b{re.escape(key)}="((?:[^"\\]|\\.)*)"', self.attrs)  # \" stays inside
@@ -120,8 +121,8 @@ def _parse_instruction(name: str, body: str, root: bool) -> Instruction | None:
         return None
     opcode = found.group(1)
     end = _balanced(rest, found.end() - 1)
-    operands = _OPERAND.findall(rest[found.end():end - 1])
-    return Instruction(name, shape, opcode, operands, rest[end:], root)
+    arguments = rest[found.end():end - 1]
+    return Instruction(name, shape, opcode, _OPERAND.findall(arguments), rest[end:], root, arguments)
 
 
 def parse_module(text: str) -> Module:
@@ -220,7 +221,8 @@ def kernel_name(instr: Instruction) -> str:
     return parts[-1] if parts else base
 
 
-def _cost_estimate(instr: Instruction) -> dict | None:
+def declared_cost(instr: Instruction) -> dict | None:
+    """A Pallas kernel's own ``cost_estimate`` ({flops, transcendentals, bytes_accessed}); None if none."""
     found = re.search(r'"cost_estimate"\s*:\s*(\{[^{}]*\})', instr.attrs)
     if not found:
         return None
@@ -237,7 +239,7 @@ def custom_calls(module: Module) -> list[CustomCall]:
         for instr in instrs:
             if instr.opcode == "custom-call":
                 target = instr.attr("custom_call_target") or "?"
-                out.append(CustomCall(instr.name, target, kernel_name(instr), _cost_estimate(instr)))
+                out.append(CustomCall(instr.name, target, kernel_name(instr), declared_cost(instr)))
     return out
 
 

@@ -25,12 +25,16 @@ COLUMNS = [
     "roofline_bytes", "roofline_bytes_source", "peak_tflops", "hbm_tb_s", "price_per_chip_hour",
     "model_roofline_seconds", "model_roofline_bound", "model_compute_seconds", "model_memory_seconds",
     "model_roofline_usd", "model_compiler_seconds",
+    "hlo_flops", "hlo_bytes", "hlo_launches", "hlo_kernel_seconds", "hlo_matmul_seconds", "hlo_other_seconds",
+    "hlo_compute_bound_seconds", "hlo_memory_bound_seconds", "hlo_cost_notes",
+    "predicted_seconds", "predicted_seconds_low", "predicted_seconds_high", "predicted_bound",
+    "predicted_share_of_peak", "predicted_ranks", "predicted_basis",
     "lower_seconds", "compile_seconds",
     "jax", "jaxlib", "libtpu", "jax_cuda12_plugin", "cudnn", "cuda_nvcc",
 ]
 # The columns the CLI prints.
 SUMMARY = ["target", "impl", "seq_q", "mode", "dtype", "status", "fits", "peak_bytes", "hbm_bytes",
-           "inserted_copy_bytes", "model_roofline_seconds", "kernel_evidence", "reason"]
+           "inserted_copy_bytes", "model_roofline_seconds", "predicted_seconds", "kernel_evidence", "reason"]
 MAX_SEQ_COLUMNS = ["target", "impl", "mode", "dtype", "block", "execution", "max_feasible_seq",
                    "tried_up_to", "lengths_tried", "compiles", "stopped_by"]
 # ``compile-for --max-batch``; ``stopped_by`` is the record one batch above the maximum.

@@ -51,6 +51,7 @@ class Target:
     device_name: str = ""  # GPU: the name the device reports
     spec: dict[str, SpecFigure] = field(default_factory=dict, repr=False)  # GPU: per-SM figures
     notes: str = ""
+    family: str = ""  # the time model's calibration family (attnbench/predicted)
 
     @property
     def profile(self) -> HardwareProfile:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from attnbench.core.atomic import atomic_write_bytes, atomic_write_text
-from attnbench.report.compiled import compiled_part
+from attnbench.report.compiled import compiled_part, load_compiled_records
 from attnbench.report.plots import (
     plot_cost_by_length,
     plot_cost_over_commits,
@@ -25,6 +25,7 @@ from attnbench.report.plots import (
     plot_throughput,
     plot_trace,
 )
+from attnbench.report.predicted import predicted_part
 from attnbench.report.production import plot_lengths, stream_table
 from attnbench.report.published import published_part
 from attnbench.report.releases import releases_part
@@ -210,6 +211,9 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
         tables["published_on_chip.csv"] = os.path.join(out_dir, "published_on_chip.csv")
         chips = ctx["published"]["on_chip_frame"]
         atomic_write_text(tables["published_on_chip.csv"], chips.to_csv(index=False))
+
+    # "Predicted speed on the chips", when a calibration table exists
+    ctx["predicted"] = predicted_part(results_dir, cases, load_compiled_records(results_dir))
 
     ctx["releases"] = releases_part(results_dir, out_dir)  # "Fragility across releases", when measured
     if ctx["releases"]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from attention_impls.base import FORCED_FLASH as FORCED_LABEL
+from attention_impls.base import NATIVE as NATIVE_LABEL
 from attnbench.core.workload import CUSTOM
 from attnbench.published.shapes import at_aligned_shapes
 from attnbench.report.compiled import grid as grid_lengths
@@ -24,7 +26,9 @@ COLUMNS = [
     "paper", "paper_ratio", "paper_low", "paper_high", "paper_rounds", "flip",
     "break_even", "break_even_low", "break_even_high", "break_even_of",
     "production_strategy", "production", "production_steps", "production_source", "production_measured",
-    "headroom_winner", "published", "published_source", "sentence", "reasons",
+    "headroom_winner", "published", "published_source",
+    "predicted", "predicted_forced", "predicted_native", "predicted_ratio", "predicted_ratio_low",
+    "predicted_ratio_high", "predicted_extrapolated", "predicted_note", "sentence", "reasons",
 ]
 
 
@@ -127,6 +131,7 @@ def compiled_verdicts(records, max_batch=None, *, fragility: list | None = None,
                         f"and its layout copies write {mb(copies)} per step there"
                     )
         reasons.extend(_compiled_visibility(real))
+        predicted = predicted_ratio(real)
         tiles = tuned_words(tuning, target, name, phase, int(seq))
         short = tuned_words(tuning, target, name, phase, int(seq), short=True)
         if tiles:
@@ -154,11 +159,13 @@ def compiled_verdicts(records, max_batch=None, *, fragility: list | None = None,
                 "paper": "-",
                 "flip": "-",
                 "headroom_winner": headroom,
+                **predicted,
                 "sentence": (f"On {target} the compiler fits the most tokens per chip with {headroom}; "
                              "nothing ran there, so which is cheaper also depends on speed, which only the "
                              "hardware measures." if headroom else
                              f"On {target} the compiler's word only: what compiles and fits, at batch 1.")
-                + (f" Tiles kept for {target}: {'; '.join(short)}." if tiles else ""),
+                + (f" Tiles kept for {target}: {'; '.join(short)}." if tiles else "")
+                + (f" {predicted['predicted_note']}." if predicted.get("predicted_note") else ""),
                 "reasons": "; ".join(reasons),
             }
         )
@@ -209,3 +216,52 @@ def _compiled_visibility(real) -> list[str]:
 def _batch_words(row: dict) -> str:
     capped = str(row.get("capped")) == "True"  # the search's upper end fits: at least that
     return f"{row['impl']} {'>=' if capped else ''}{int(row['max_batch'])}"
+
+
+def predicted_ratio(real) -> dict:
+    """The predicted forced / native step time on a compile target (``attnbench.predicted``): the
+    fastest predicted kernel of each side that compiles and fits, the ratio's range pairing each
+    kernel's range worst against worst; ``forced``/``native`` when that range lies wholly on one side
+    of 1, else ``can't tell``. Never measured; never reached where the family's model fails its bars."""
+    from attnbench.report.answers import CANT_TELL, FORCED, NATIVE
+
+    out = {"predicted": "-"}
+    if "predicted_seconds" not in real:
+        out["predicted_note"] = "No predicted time: these records were compiled before the time model"
+        return out
+    fits = real[(real["status"] == "ok") & (real["fits"].astype(str) == "True")]
+    have = fits[fits["predicted_seconds"].notna()]
+    if have.empty:
+        if "mode" in fits and len(fits) and (fits["mode"] == "fwd_bwd").all():
+            out["predicted_note"] = ("No predicted time: the time model is calibrated on forward programs "
+                                     "only (the published backward times are the backward's share)")
+            return out
+        why = fits["predicted_basis"].dropna()
+        out["predicted_note"] = ("No predicted time: " + str(why.iloc[0]).removeprefix("no prediction: ")
+                                 if len(why) else "No predicted time: these records carry none")
+        return out
+    if "predicted_ranks" in have and not have["predicted_ranks"].astype(str).eq("True").all():
+        out["predicted_note"] = ("Speed not predicted here: the time model misses its bars on this chip "
+                                 "family (docs/compiled-for.md#predicted-speed), so memory, not speed")
+        return out
+    forced = have[have["label"] == FORCED_LABEL].sort_values("predicted_seconds")
+    native = have[have["label"] == NATIVE_LABEL].sort_values("predicted_seconds")
+    if forced.empty or native.empty:
+        side = "forced-flash" if forced.empty else "native"
+        out["predicted_note"] = f"No predicted ratio: no {side} kernel here has a predicted time"
+        return out
+    f, n = forced.iloc[0], native.iloc[0]
+    ratio = f["predicted_seconds"] / n["predicted_seconds"]
+    low = f["predicted_seconds_low"] / n["predicted_seconds_high"]
+    high = f["predicted_seconds_high"] / n["predicted_seconds_low"]
+    state = FORCED if high < 1 else NATIVE if low > 1 else CANT_TELL
+    outside = [str(r.get("predicted_basis") or "").partition("outside the calibration (")[2].partition(")")[0]
+               for r in (f, n)]
+    extrapolated = "; ".join(dict.fromkeys(o for o in outside if o))
+    out.update(predicted=state, predicted_forced=f["impl"], predicted_native=n["impl"], predicted_ratio=ratio,
+               predicted_ratio_low=low, predicted_ratio_high=high, predicted_extrapolated=bool(extrapolated),
+               predicted_note=(f"Predicted, not measured: {f['impl']} / {n['impl']} = {ratio:.2f} "
+                               f"({low:.2f}-{high:.2f}), {state}"
+                               + (f"; extrapolated ({extrapolated}): the range is the calibration's "
+                                  "error, not measured there" if extrapolated else "")))
+    return out

@@ -18,7 +18,7 @@ import os
 from typing import TYPE_CHECKING
 
 from attnbench.published import shapes
-from attnbench.report.compiled_verdict import COLUMNS, mb
+from attnbench.report.compiled_verdict import COLUMNS, mb, predicted_ratio
 
 # Imported where used: pandas (the torch_xla venv has no report libraries).
 
@@ -126,12 +126,33 @@ def published_verdicts(records, published) -> pd.DataFrame:
         else:
             sentence = (f"On {target} at {shapes.label(workload)}: no published timing for this chip "
                         "(Tokamax's caches cover the H100, TPU v5p, v6e and 7x); the compiler's word only.")
+        predicted = predicted_ratio(real)
+        beside = _predicted_beside(real, here)
+        if beside:
+            reasons.append("predicted beside published: " + "; ".join(beside))
         rows.append({"machine": target, "basis": BASIS, "framework": "jax",
                      "workload": shapes.label(workload).replace(f" S{workload.seq_q}", ""),
                      "seq_len": int(workload.seq_q), "dtype": workload.dtype, "answer": "-", "paper": "-",
-                     "flip": "-", "published": published_text, "published_source": source,
+                     "flip": "-", "published": published_text, "published_source": source, **predicted,
                      "sentence": sentence, "reasons": "; ".join(reasons)})
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _predicted_beside(real, here) -> list[str]:
+    """``kernel predicted 1.2 ms, published 1.0 ms (1.20x)`` per kernel with both, at this chip and shape
+    (the prediction at the config compiled here, the published time at its own config)."""
+    if here is None or here.empty or "predicted_seconds" not in real:
+        return []
+    published = here.drop_duplicates("kernel").set_index("kernel")["median_ms"]
+    words = []
+    for r in real.sort_values("impl").to_dict("records"):
+        predicted = r.get("predicted_seconds")
+        if predicted is None or predicted != predicted or r["impl"] not in published.index:
+            continue
+        ms = predicted * 1e3
+        words.append(f"{r['impl']} predicted {ms:.3g} ms, published {published[r['impl']]:.3g} ms "
+                     f"({ms / published[r['impl']]:.2f}x)")
+    return words
 
 
 def _compiled_words(r: dict) -> str:

@@ -38,9 +38,10 @@ if TYPE_CHECKING:
 
 SHORT_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "production",
                  "forced", "native", "tuning"]
-TARGET_COLUMNS = ["target", "workload", "seq", "most headroom"]
+TARGET_COLUMNS = ["target", "workload", "seq", "most headroom", "predicted forced / native"]
 # The compile targets at the published shapes (report/published.py): the fastest published figure.
-PUBLISHED_COLUMNS = ["target", "shape", "published on this chip (fastest first; not measured here)", "source"]
+PUBLISHED_COLUMNS = ["target", "shape", "published on this chip (fastest first; not measured here)", "source",
+                     "predicted forced / native"]
 DISPLAY_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "production",
                    "forced", "native", "on paper", "flip", "break-even", "most headroom", "published",
                    "forced config", "native config", "on paper at defaults", "tuning", "sentence", "reasons"]
@@ -173,7 +174,7 @@ def targets(table) -> pd.DataFrame:
     import pandas as pd
 
     rows = [{"target": r["machine"], "workload": r["workload"], "seq": cell(r["seq_len"]),
-             "most headroom": cell(r.get("headroom_winner"))}
+             "most headroom": cell(r.get("headroom_winner")), "predicted forced / native": predicted_cell(r)}
             for r in table.to_dict("records") if r["basis"] == "compiler only"]
     return pd.DataFrame(rows, columns=TARGET_COLUMNS)
 
@@ -185,9 +186,20 @@ def published_targets(table) -> pd.DataFrame:
 
     rows = [{"target": r["machine"], "shape": f"{r['workload']} S{cell(r['seq_len'])}",
              PUBLISHED_COLUMNS[2]: cell(r.get("published")) if cell(r.get("published")) != "-" else
-             "none for this chip", "source": cell(r.get("published_source"))}
+             "none for this chip", "source": cell(r.get("published_source")),
+             "predicted forced / native": predicted_cell(r)}
             for r in table.to_dict("records") if r["basis"] == "compiler + published"]
     return pd.DataFrame(rows, columns=PUBLISHED_COLUMNS)
+
+
+def predicted_cell(row: dict) -> str:
+    """``0.42 (0.30-0.61) forced, predicted`` or ``-``: the time model's ratio, never called measured."""
+    ratio = row.get("predicted_ratio")
+    if ratio is None or ratio != ratio:
+        return "-"
+    extrapolated = str(row.get("predicted_extrapolated")) == "True"
+    return (f"{ratio:.2f} ({row['predicted_ratio_low']:.2f}-{row['predicted_ratio_high']:.2f}) "
+            f"{row['predicted']}, predicted" + (", extrapolated" if extrapolated else ""))
 
 
 def counts(table) -> str:
