@@ -331,3 +331,14 @@ def test_a_device_run_is_scored_row_by_row_against_the_records_predictions():
     [line] = score_summary(scores)
     assert line.startswith("h200: 2 rows, median error x1.") and "1/2 measured times inside" in line
     assert "worst jax-xla fwd 4096 (predicted / measured 0.50)" in line
+
+
+def test_a_record_beyond_the_fitted_features_is_called_an_extrapolation():
+    fitted = Calibrated(calibration_rows())
+    most = max(r["hlo_launches"] for r in fitted.families["hopper"].rows)
+    columns = fitted.columns(record(impl="jax-a", seq_q=1024, seq_k=1024, hlo_launches=most * 10),
+                             load_targets()["h200"])
+    assert "outside the calibration (hlo_launches" in columns["predicted_basis"]
+    inside = fitted.columns(record(impl="jax-a", seq_q=1024, seq_k=1024, hlo_kernel_seconds=1e-4,
+                                  hlo_launches=1), load_targets()["h200"])
+    assert "outside the calibration" not in inside["predicted_basis"]

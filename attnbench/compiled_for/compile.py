@@ -262,7 +262,8 @@ def _read_compiled(record: dict, compiled, target: Target, workload: Workload, p
 
 def _program_cost(module, target: Target, workload: Workload, peak, per_chip: int) -> dict:
     """The ``hlo_`` columns: each op of one device's program at one device's share of the chip's peaks.
-    A dtype without a peak in the profile (float16 on a TPU) is costed at bfloat16's, and says so."""
+    A dtype without a peak in the profile (float16: the profiles hold bfloat16's) is costed at
+    bfloat16's, and says so."""
     profile = target.profile
     notes = []
     if peak is None and profile.peak("bfloat16") is not None:

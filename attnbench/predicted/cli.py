@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import sys
 
 from attnbench.predicted import calibration
@@ -97,14 +98,14 @@ def score_lines(fitted: Calibrated) -> list[str]:
                      f"x{math.exp(lo_hi[0]):.2f}-x{math.exp(lo_hi[1]):.2f} | "
                      f"{score.pairs_ordered}/{score.pairs} ({score.order_share:.0%}) | "
                      f"{'pass' if score.passes else 'FAIL'} | {factors}")
-    errors = sorted(abs(e) for f in fitted.families.values() for e in f.score.errors)
+    errors = [abs(e) for f in fitted.families.values() for e in f.score.errors]
     pairs = sum(f.score.pairs for f in fitted.families.values())
     ordered = sum(f.score.pairs_ordered for f in fitted.families.values())
     if errors:
-        lines.append(f"all | - | {len(errors)} | x{math.exp(errors[len(errors) // 2]):.2f} | - | "
+        lines.append(f"all | - | {len(errors)} | x{math.exp(statistics.median(errors)):.2f} | - | "
                      f"{ordered}/{pairs} ({ordered / max(pairs, 1):.0%}) | - | -")
     lines.append("")
-    lines.append("family | target | kernel | rows | median error (signed) | median |error|")
+    lines.append("family | target | kernel | rows | median of the signed errors | median of |error|")
     for name, family in fitted.families.items():
         groups: dict = {}
         for row, predicted in zip(family.rows, family.score.predicted, strict=True):
@@ -112,9 +113,8 @@ def score_lines(fitted: Calibrated) -> list[str]:
                 groups.setdefault((row["target"], row["kernel"]), []).append(
                     math.log(predicted / (row["median_ms"] / 1e3)))
         for (target, kernel), errors in sorted(groups.items()):
-            errors.sort()
-            median = errors[len(errors) // 2]
-            absolute = sorted(abs(e) for e in errors)[len(errors) // 2]
+            median = statistics.median(errors)
+            absolute = statistics.median(abs(e) for e in errors)
             lines.append(f"{name} | {target} | {kernel} | {len(errors)} | x{math.exp(median):.2f} | "
                          f"x{math.exp(absolute):.2f}")
     return lines
@@ -164,7 +164,7 @@ def append_log(lines: list[str], path: str) -> None:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     entry = (f"\n## The time model scored against a device run ({stamp}, attnbench calibrate "
              "--score-device)\n\nPredicted (compile-for records) / measured (the device run's static step, "
-             "Forward and Training, jax kernels, B1 H8 D64 causal):\n\n"
+             "the Forward class's jax kernels, B1 H8 D64 causal):\n\n"
              + "\n".join(f"- {line}" for line in lines) + "\n")
     atomic_write_text(path, text.rstrip("\n") + "\n" + entry)
 

@@ -38,6 +38,10 @@ class Family:
             value = record.get(column)
             if value is not None and value == value and value not in ("", 0):
                 out.append(words)
+        for name, value in zip(model.FEATURES, record_features(record), strict=True):
+            most = max((r[name] or 0.0) for r in self.rows)
+            if value > most * 1.001:  # beyond by more than the rounding of a sum
+                out.append(f"{name} {value:.3g} beyond the fitted rows' {most:.3g}")
         lengths = [r["seq_q"] for r in self.rows]
         if lengths and not min(lengths) <= int(record.get("seq_q") or 0) <= max(lengths):
             out.append(f"length beyond the fitted {int(min(lengths))}-{int(max(lengths))}")

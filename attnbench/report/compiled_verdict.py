@@ -220,9 +220,10 @@ def _batch_words(row: dict) -> str:
 
 def predicted_ratio(real) -> dict:
     """The predicted forced / native step time on a compile target (``attnbench.predicted``): the
-    fastest predicted kernel of each side that compiles and fits, the ratio's range pairing each
-    kernel's range worst against worst; ``forced``/``native`` when that range lies wholly on one side
-    of 1, else ``can't tell``. Never measured; never reached where the family's model fails its bars."""
+    fastest predicted kernel of each side that compiles and fits, the ratio's range at its widest
+    (forced's low over native's high, forced's high over native's low); ``forced``/``native`` when
+    that range lies wholly on one side of 1, else ``can't tell``. Never measured; never reached where
+    the family's model fails its bars."""
     from attnbench.report.answers import CANT_TELL, FORCED, NATIVE
 
     out = {"predicted": "-"}

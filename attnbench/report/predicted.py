@@ -2,9 +2,9 @@
 
 A machine's measured cases (the case table of its newest commit) meet the compile-for records of the
 compile target of the same name (``h200``), kernel, length, mode and dtype at the B1 H8 D64 causal
-shape the Forward and Training classes measure. Each pair gives ``predicted / measured`` and whether
-the measured time lies in the predicted range. Reads only; ``attnbench calibrate --score-device``
-appends the summary to results/LOG.md.
+shape the Forward class measures (Training's backward has no prediction). Each pair gives
+``predicted / measured`` and whether the measured time lies in the predicted range. Reads only;
+``attnbench calibrate --score-device`` appends the summary to results/LOG.md.
 """
 
 from __future__ import annotations
