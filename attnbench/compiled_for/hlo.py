@@ -56,12 +56,28 @@ class Instruction:
     def bytes(self) -> int:
         return shape_bytes(self.shape)
 
+    @property
+    def dims(self) -> list[int]:
+        """The dimensions of its shape (a tuple's first array)."""
+        found = _ARRAY.search(self.shape)
+        return _dims(found.group(2)) if found else []
+
+    @property
+    def integer_argument(self) -> int | None:
+        """The integer in its parentheses: a scalar ``constant(8)``'s literal, a ``parameter(0)``'s index."""
+        found = re.fullmatch(r"\s*(-?\d+)\s*", self.arguments)
+        return int(found.group(1)) if found else None
+
 
 @dataclass
 class Computation:
     name: str
     entry: bool = False
     instructions: dict[str, Instruction] = field(default_factory=dict)
+
+    @property
+    def root(self) -> Instruction | None:
+        return next((i for i in self.instructions.values() if i.root), None)
 
     def users(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {n: [] for n in self.instructions}
@@ -161,11 +177,16 @@ def parse_module(text: str) -> Module:
 
 
 # ---------------------------------------------------------------------------------- shapes
+def _dims(dims_text: str) -> list[int]:
+    """``4,<=128,64`` as ``[4, 128, 64]`` (a dynamic dimension at its bound)."""
+    return [int(d.strip().lstrip("<=")) for d in dims_text.split(",") if d.strip()]
+
+
 def _array_bytes(dtype: str, dims_text: str, layout: str | None, physical: bool) -> float:
     width = DTYPE_BYTES.get(dtype)
     if width is None:
         return 0
-    dims = [int(d.strip().lstrip("<=")) for d in dims_text.split(",") if d.strip()]
+    dims = _dims(dims_text)
     if physical and layout and dims:
         inner = layout[1:-1]
         order_text, _, tiling = inner.partition(":")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from attnbench.compiled_for import hlo
 
@@ -35,7 +35,6 @@ FREE = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "copy-
         "async-done", "send-done", "recv-done", "all-reduce-done", "all-gather-done",
         "collective-permute-done"}
 SLICING = {"dynamic-slice", "slice", "gather"}
-_DIMS = re.compile(r"\b([a-z]\w*)\[([^\]]*)\]")
 
 
 @dataclass
@@ -53,40 +52,27 @@ class ProgramCost:
     kinds: dict[str, KindCost] = field(default_factory=lambda: {k: KindCost() for k in KINDS})
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def seconds(self) -> float:
-        return sum(k.seconds for k in self.kinds.values())
+    def total(self, name: str) -> float:
+        """One ``KindCost`` field summed over the kinds."""
+        return sum(getattr(k, name) for k in self.kinds.values())
 
-    @property
-    def flops(self) -> float:
-        return sum(k.flops for k in self.kinds.values())
-
-    @property
-    def bytes(self) -> float:
-        return sum(k.bytes for k in self.kinds.values())
-
-    @property
-    def launches(self) -> float:
-        return sum(k.launches for k in self.kinds.values())
+    def add(self, other: ProgramCost) -> None:
+        """``other``'s costs and notes added to these, kind by kind."""
+        for kind, cost in other.kinds.items():
+            mine = self.kinds[kind]
+            for f in fields(KindCost):
+                setattr(mine, f.name, getattr(mine, f.name) + getattr(cost, f.name))
+        self.notes.extend(other.notes)
 
     def as_record(self) -> dict:
         """The ``hlo_`` columns of a compiled-for record."""
-        out = {"hlo_flops": self.flops, "hlo_bytes": self.bytes, "hlo_launches": self.launches}
+        out = {f"hlo_{name}": self.total(name) for name in ("flops", "bytes", "launches")}
         for kind, cost in self.kinds.items():
             out[f"hlo_{kind}_seconds"] = cost.seconds
-        compute = sum(k.compute_seconds for k in self.kinds.values())
-        memory = sum(k.memory_seconds for k in self.kinds.values())
-        out["hlo_compute_bound_seconds"], out["hlo_memory_bound_seconds"] = compute, memory
+        out["hlo_compute_bound_seconds"] = self.total("compute_seconds")
+        out["hlo_memory_bound_seconds"] = self.total("memory_seconds")
         out["hlo_cost_notes"] = "; ".join(dict.fromkeys(self.notes)) or None
         return out
-
-
-def _dims(shape: str) -> list[int]:
-    """The dimensions of an array shape (the first array of a tuple)."""
-    found = _DIMS.search(shape)
-    if not found:
-        return []
-    return [int(d.strip().lstrip("<=")) for d in found.group(2).split(",") if d.strip()]
 
 
 def _int_list(attrs: str, key: str) -> list[int]:
@@ -96,12 +82,12 @@ def _int_list(attrs: str, key: str) -> list[int]:
 
 def dot_flops(instr: hlo.Instruction, comp: hlo.Computation) -> float:
     """``2 x output elements x contracted size`` of a ``dot`` or ``convolution``."""
-    out = math.prod(_dims(instr.shape)) if _dims(instr.shape) else 1
+    out = math.prod(instr.dims)
     operands = [comp.instructions.get(n) for n in instr.operands]
     if instr.opcode == "dot":
         lhs = operands[0] if operands else None
         contracting = _int_list(instr.attrs, "lhs_contracting_dims")
-        dims = _dims(lhs.shape) if lhs is not None else []
+        dims = lhs.dims if lhs is not None else []
         size = math.prod(dims[d] for d in contracting if d < len(dims)) if contracting else 1
         return 2.0 * out * size
     # convolution: the kernel's input-feature dimension ("i" of dim_labels' rhs) times the window taps
@@ -110,7 +96,7 @@ def dot_flops(instr: hlo.Instruction, comp: hlo.Computation) -> float:
     rhs = operands[1] if len(operands) > 1 else None
     size = 1
     if labels and rhs is not None:
-        rhs_dims = _dims(rhs.shape)
+        rhs_dims = rhs.dims
         position = labels.group(1).find("i")
         if 0 <= position < len(rhs_dims):
             size = rhs_dims[position]
@@ -140,15 +126,15 @@ def _fusion_bytes(instr: hlo.Instruction, comp: hlo.Computation, module: hlo.Mod
     body = module.computations.get(instr.calls or "")
     operand_bytes = [_operand_bytes(name, comp) for name in instr.operands]
     if body is None:
-        return sum(operand_bytes) + instr.bytes
+        return _io_bytes(instr, comp)
     users = body.users()
     params = {}
     for node in body.instructions.values():
         if node.opcode == "parameter":
-            index = _param_index(node)
+            index = node.integer_argument
             if index is not None:
                 params[index] = node
-    root = next((n for n in body.instructions.values() if n.root), None)
+    root = body.root
     in_place = set()
     written = instr.bytes
     if root is not None and root.opcode == "dynamic-update-slice" and len(root.operands) > 1:
@@ -177,9 +163,9 @@ def _operand_bytes(name: str, comp: hlo.Computation) -> float:
     return node.bytes if node is not None else 0.0
 
 
-def _param_index(instr: hlo.Instruction) -> int | None:
-    found = re.fullmatch(r"\s*(\d+)\s*", instr.arguments)
-    return int(found.group(1)) if found else None
+def _io_bytes(instr: hlo.Instruction, comp: hlo.Computation) -> float:
+    """Its operands read and its result written, whole."""
+    return sum(_operand_bytes(n, comp) for n in instr.operands) + instr.bytes
 
 
 def trip_count(instr: hlo.Instruction, comp: hlo.Computation, module: hlo.Module) -> int | None:
@@ -192,7 +178,7 @@ def trip_count(instr: hlo.Instruction, comp: hlo.Computation, module: hlo.Module
     cond = module.computations.get(cond_name.group(1)) if cond_name else None
     if cond is None:
         return None
-    root = next((n for n in cond.instructions.values() if n.root), None)
+    root = cond.root
     if root is None or root.opcode != "compare" or len(root.operands) != 2:
         return None
     direction = re.search(r"direction=(\w+)", root.attrs)
@@ -206,18 +192,12 @@ def trip_count(instr: hlo.Instruction, comp: hlo.Computation, module: hlo.Module
         direction = direction.group(1)
     if a.opcode != "get-tuple-element" or b.opcode != "constant" or direction not in ("LT", "LE"):
         return None
-    limit = _constant(b)
+    limit = b.integer_argument
     index = re.search(r"index=(\d+)", a.attrs)
     start = _initial(instr, comp, int(index.group(1))) if index else None
     if limit is None or start is None:
         return None
     return max(0, limit - start + (1 if direction == "LE" else 0))
-
-
-def _constant(instr: hlo.Instruction) -> int | None:
-    """The integer literal of a scalar ``constant(8)``."""
-    found = re.fullmatch(r"\s*(-?\d+)\s*", instr.arguments)
-    return int(found.group(1)) if found else None
 
 
 def _initial(loop: hlo.Instruction, comp: hlo.Computation, index: int) -> int | None:
@@ -228,11 +208,10 @@ def _initial(loop: hlo.Instruction, comp: hlo.Computation, index: int) -> int | 
     start = comp.instructions.get(init.operands[index])
     if start is None:
         return None
-    if start.opcode == "constant":
-        return _constant(start)
     if start.opcode == "copy" and start.operands:  # a counter copied into the loop
-        source = comp.instructions.get(start.operands[0])
-        return _constant(source) if source is not None and source.opcode == "constant" else None
+        start = comp.instructions.get(start.operands[0])
+    if start is not None and start.opcode == "constant":
+        return start.integer_argument
     return None
 
 
@@ -288,7 +267,7 @@ class _Walker:
             if op == "custom-call":
                 if not hlo.is_kernel_target(target):
                     continue  # XLA's own bookkeeping calls (AllocateBuffer, Sharding, ...)
-                io_bytes = sum(_operand_bytes(n, comp) for n in instr.operands) + instr.bytes
+                io_bytes = _io_bytes(instr, comp)
                 estimate = hlo.declared_cost(instr)
                 if estimate and estimate.get("flops", 0) > 0:
                     self.add("kernel", estimate["flops"], estimate.get("bytes_accessed", io_bytes), times)
@@ -302,7 +281,7 @@ class _Walker:
                 self.add("matmul" if flops else "other", flops, nbytes, times)
                 continue
             flops = dot_flops(instr, comp) if op in ("dot", "convolution") else 0.0
-            nbytes = sum(_operand_bytes(n, comp) for n in instr.operands) + instr.bytes
+            nbytes = _io_bytes(instr, comp)
             if op == "dynamic-update-slice" and len(instr.operands) > 1:
                 nbytes = 2 * _operand_bytes(instr.operands[1], comp)  # in place: the update, read and written
             elif op in SLICING:
@@ -319,12 +298,8 @@ class _Walker:
             walker = _Walker(self.module, self.peak, self.bandwidth, self.silent_kernel_flops)
             walker.walk(branch, times)
             costs.append(walker)
-        worst = max(costs, key=lambda w: w.cost.seconds)
-        for kind, cost in worst.cost.kinds.items():
-            mine = self.cost.kinds[kind]
-            for name in ("flops", "bytes", "seconds", "compute_seconds", "memory_seconds", "launches"):
-                setattr(mine, name, getattr(mine, name) + getattr(cost, name))
-        self.cost.notes.extend(worst.cost.notes)
+        worst = max(costs, key=lambda w: w.cost.total("seconds"))
+        self.cost.add(worst.cost)
         self.silent.extend(worst.silent)
         if len(branches) > 1:
             self.cost.notes.append("a conditional: its costliest branch counted (the chip picks which runs)")

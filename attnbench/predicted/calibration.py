@@ -120,12 +120,12 @@ def _cell(value) -> str:
     return str(value)
 
 
-def write(rows: list[dict], path: str = TABLE) -> None:
-    """The table, atomically (an interrupted write leaves the old one whole)."""
+def write(rows: list[dict], path: str = TABLE, columns: list[str] = COLUMNS) -> None:
+    """The table (``columns`` of ``rows``), atomically: an interrupted write leaves the old one whole."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    writer.writerows([_cell(row.get(c)) for c in COLUMNS] for row in rows)
+    writer.writerow(columns)
+    writer.writerows([_cell(row.get(c)) for c in columns] for row in rows)
     atomic_write_text(path, buffer.getvalue())
 
 

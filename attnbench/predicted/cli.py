@@ -128,17 +128,7 @@ def write_loo(fitted: Calibrated, path: str) -> None:
             out["loo_predicted_ms"] = predicted * 1e3 if predicted == predicted else None
             out["ratio"] = out["loo_predicted_ms"] / row["median_ms"] if out["loo_predicted_ms"] else None
             rows.append(out)
-    import csv
-    import io
-
-    from attnbench.core.atomic import atomic_write_text
-
-    columns = [*calibration.IDENTITY, "loo_predicted_ms", "ratio"]
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(columns)
-    writer.writerows([calibration._cell(r.get(c)) for c in columns] for r in rows)
-    atomic_write_text(path, buffer.getvalue())
+    calibration.write(rows, path, [*calibration.IDENTITY, "loo_predicted_ms", "ratio"])
 
 
 def score_device(results_dir: str) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from attnbench.predicted import calibration, model
 
@@ -27,10 +28,20 @@ class Family:
     def chips(self) -> str:
         return ", ".join(sorted({r["target"] for r in self.rows}))
 
-    def outside(self, record: dict) -> list[str]:
-        """How ``record`` differs from every calibration row: an extrapolation, said in its basis."""
+    @cached_property
+    def kernels(self) -> set[str]:
+        return {r["kernel"] for r in self.rows}
+
+    @cached_property
+    def most(self) -> list[float]:
+        """Each of ``FEATURES`` at its largest among the rows."""
+        return [max((r[name] or 0.0) for r in self.rows) for name in model.FEATURES]
+
+    def outside(self, record: dict, features: list[float]) -> list[str]:
+        """How ``record`` (its ``features``) differs from every calibration row: an extrapolation, said
+        in its basis."""
         out = []
-        if record.get("impl") not in {r["kernel"] for r in self.rows}:
+        if record.get("impl") not in self.kernels:
             out.append(f"{record.get('impl')} is not among the kernels fitted on")
         if int(record.get("seq_q") or 0) != int(record.get("seq_k") or 0):
             out.append("seq_q != seq_k")
@@ -38,8 +49,7 @@ class Family:
             value = record.get(column)
             if value is not None and value == value and value not in ("", 0):
                 out.append(words)
-        for name, value in zip(model.FEATURES, record_features(record), strict=True):
-            most = max((r[name] or 0.0) for r in self.rows)
+        for name, value, most in zip(model.FEATURES, features, self.most, strict=True):
             if value > most * 1.001:  # beyond by more than the rounding of a sum
                 out.append(f"{name} {value:.3g} beyond the fitted rows' {most:.3g}")
         lengths = [r["seq_q"] for r in self.rows]
@@ -116,9 +126,10 @@ class Calibrated:
             return out
         lo, hi = family.score.error_range
         # error = ln(predicted / published): the truth lies at predicted / exp(error)
-        outside = family.outside(record)
+        outside = family.outside(record, features)
         out.update(predicted_seconds=seconds, predicted_seconds_low=seconds / math.exp(hi),
-                   predicted_seconds_high=seconds / math.exp(lo), predicted_bound=bound(record, family.fit),
+                   predicted_seconds_high=seconds / math.exp(lo),
+                   predicted_bound=bound(record, family.fit, features),
                    predicted_ranks=family.score.passes,
                    predicted_basis=family.basis() + (f"; outside the calibration ({'; '.join(outside)}): its "
                                                      "error there is not measured" if outside else ""))
@@ -140,10 +151,10 @@ def record_features(record: dict) -> list[float]:
     return [float(record.get(f) or 0.0) for f in model.FEATURES[:-1]] + [float(steps)]
 
 
-def bound(record: dict, fit: model.Fit) -> str:
-    """What most of the predicted time is: ``compute``, ``memory`` (the ops' roofline sides, weighed
-    by the fitted efficiencies) or ``overhead`` (launches and grid steps)."""
-    features = record_features(record)
+def bound(record: dict, fit: model.Fit, features: list[float]) -> str:
+    """What most of the predicted time is: ``overhead`` where the fitted launch and grid-step costs
+    outweigh the fitted op kinds, else ``compute`` or ``memory``, whichever side of the ops' own
+    rooflines (unweighted) holds more of their time."""
     weights = [f or 0.0 for f in fit.factors]
     kinds = sum(w * v for w, v in zip(weights[:3], features[:3], strict=True))
     overhead = sum(w * v for w, v in zip(weights[3:], features[3:], strict=True))

@@ -142,7 +142,8 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     best = best_native_vs_forced(frame)
     costs = regime_costs(frame)
     cases = case_table(frame)  # the newest run's kernel cases: the verdict, controls, notes and picture
-    verdict = verdict_table(results_dir, frame, cases=cases)
+    records = load_compiled_records(results_dir)  # every compiled-for record: the verdict and three sections
+    verdict = verdict_table(results_dir, frame, cases=cases, records=records)
     control = controls(frame, cases=cases)
     production = stream_table(frame)
 
@@ -200,20 +201,20 @@ def write_report(results_dir: str = "results", out_dir: str = DEFAULT_OUT, *, re
     ctx["observability"] = Table.of(seen[OBSERVABILITY_COLUMNS]) if not seen.empty else None
     ctx["workloads"] = [{"name": name, "table": Table.of(table)}
                         for name, table in workload_tables(frame).items()]
-    ctx["compiled_for"] = compiled_part(results_dir, out_dir)
+    ctx["compiled_for"] = compiled_part(results_dir, out_dir, records=records)
     if ctx["compiled_for"]:
         plots.update(ctx["compiled_for"]["plots"])
         ctx["images"].update({name: base64.b64encode(png).decode("ascii")
                               for name, png in ctx["compiled_for"]["images"].items()})
 
-    ctx["published"] = published_part(results_dir)  # "On the chip, published", when the table exists
+    ctx["published"] = published_part(results_dir, records)  # "On the chip, published", when the table exists
     if ctx["published"]:
         tables["published_on_chip.csv"] = os.path.join(out_dir, "published_on_chip.csv")
         chips = ctx["published"]["on_chip_frame"]
         atomic_write_text(tables["published_on_chip.csv"], chips.to_csv(index=False))
 
     # "Predicted speed on the chips", when a calibration table exists
-    ctx["predicted"] = predicted_part(results_dir, cases, load_compiled_records(results_dir))
+    ctx["predicted"] = predicted_part(results_dir, cases, records)
 
     ctx["releases"] = releases_part(results_dir, out_dir)  # "Fragility across releases", when measured
     if ctx["releases"]:

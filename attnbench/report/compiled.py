@@ -310,11 +310,12 @@ def summary_sentence(part: pd.DataFrame, target: str) -> str:
             "host without the target, so nothing here ran on it.")
 
 
-def compiled_part(results_dir: str, out_dir: str | None = None) -> dict | None:
+def compiled_part(results_dir: str, out_dir: str | None = None, records=None) -> dict | None:
     """The section's context (``templates/compiled.j2``) and PNGs (written into ``out_dir``). The
     records at the published shapes are left to their own section (``report/published.py``): their
-    lengths are another shape's, never one column of this section's tables."""
-    records = load_compiled_records(results_dir)
+    lengths are another shape's, never one column of this section's tables. ``records``:
+    ``load_compiled_records`` already read."""
+    records = load_compiled_records(results_dir) if records is None else records
     records = records[~at_aligned_shapes(records)] if not records.empty else records
     if records.empty:
         return None

@@ -323,9 +323,10 @@ def compiled_at_aligned(records) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COMPILED_COLUMNS).sort_values(["target", "shape", "kernel"])
 
 
-def published_part(results_dir: str) -> dict | None:
+def published_part(results_dir: str, records=None) -> dict | None:
     """The report's section "On the chip, published" (``None`` without a published table): the
-    chips' own comparisons at the aligned shapes and the tiles the tuning kept, as ``Table``s."""
+    chips' own comparisons at the aligned shapes and the tiles the tuning kept, as ``Table``s;
+    ``records``: ``load_compiled_records`` already read."""
     from attnbench.report.render import Table
 
     published = load_published(results_dir)
@@ -335,7 +336,7 @@ def published_part(results_dir: str) -> dict | None:
 
     chips = measured_beside(on_the_chip(published), published, measured_at_aligned(results_dir))
     spread = tile_spread(published)
-    compiled = compiled_at_aligned(load_compiled_records(results_dir))
+    compiled = compiled_at_aligned(load_compiled_records(results_dir) if records is None else records)
     sources = sorted(published["source"].unique())
     return {"rows": len(published), "devices": sorted(published["device"].unique()), "sources": sources,
             "on_chip": Table.of(chips) if not chips.empty else None, "on_chip_frame": chips,

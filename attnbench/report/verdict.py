@@ -493,16 +493,16 @@ def profiler_visibility(results_dir: str) -> dict[str, bool]:
 
 
 def verdict_table(results_dir: str = "results", frame=None, *, steps: int | None = None,
-                  margin: float | None = None, cases=None) -> pd.DataFrame:
+                  margin: float | None = None, cases=None, records=None) -> pd.DataFrame:
     """Every verdict row: the measured machines' first, then the compile targets'; ``cases``:
-    ``case_table(frame)`` already made."""
+    ``case_table(frame)`` already made; ``records``: ``load_compiled_records`` already read."""
     import pandas as pd
 
     if frame is None:
         frame = load_results(results_dir)
     fragility = release_breaks(results_dir)
     measured = measured_verdicts(frame, steps=steps, fragility=fragility, margin=margin, cases=cases)
-    records = load_compiled_records(results_dir)
+    records = load_compiled_records(results_dir) if records is None else records
     compiled = compiled_verdicts(records, load_max_batch(results_dir), fragility=fragility,
                                  tuning=load_kept(results_dir))
     published = published_verdicts(records, load_published(results_dir))  # the aligned shapes' rows
