@@ -47,8 +47,8 @@ TORCH_RELEASES = (
     ),
     Release("torch", "2.11.0", "2026-03-23", "the lent H200 image's (PyPI's CUDA build, run on the CPU)"),
     Release("torch", "2.13.0", "2026-07-08", "the main venv's (the CPU build lying on this host)"),
-    Release("torch", "2.14.1", "2026-09-30",
-            "the newest this host allows (pip is capped at 2.14.1 here; PyPI's CUDA build, run on the CPU)"),
+    Release("torch", "2.14.1", "2026-09-30", "last of the 2.14 series (PyPI's CUDA build, run on the CPU)"),
+    Release("torch", "2.15.0", "2026-10-28", "the newest on PyPI (its CUDA build, run on the CPU)"),
 )
 RELEASES = JAX_RELEASES + TORCH_RELEASES
 # The torch releases' venvs: the two make setup builds, and the others make releases builds under
@@ -61,8 +61,35 @@ TORCH_SETUP_VENVS = {"2.13.0": ".venv", "2.9.0": ".venv-xla"}
 # imports without declaring it shows as the difference between the two.
 COMPANIONS = ("absl-py", "chex")
 # libtpu on its own: every jax release with a libtpu compiles its TPU cells with the other releases'
-# libtpu too (overlaid on its environment), so a libtpu change is told from a jax change.
-LIBTPU_AXIS = tuple(r.libtpu for r in JAX_RELEASES if r.libtpu)
+# libtpu too (overlaid on its environment), so a libtpu change is told from a jax change; and with
+# the newest libtpu on PyPI (no jax this Python installs pins it: 0.0.52, 2026-11-05, has a cp311
+# wheel), so a team sees whether its jax accepts the newest build.
+NEWEST_LIBTPU = "0.0.52"
+LIBTPU_AXIS = (*(r.libtpu for r in JAX_RELEASES if r.libtpu), NEWEST_LIBTPU)
+
+
+# jax 0.11.0 and later ship no jaxlib wheel for Python 3.11 (PyPI lists none; pip finds jax up to 0.10.2)
+FIRST_WITHOUT_WHEEL = {"jax": "0.11.0"}
+
+
+def release(framework: str, version: str) -> Release:
+    """The matrix's release ``framework`` ``version``; ``ValueError`` naming what is wrong: an unknown
+    framework, a release this Python cannot install, or one the matrix does not hold."""
+    known = [r for r in RELEASES if r.framework == framework]
+    if not known:
+        raise ValueError(f"unknown framework {framework!r}: the release matrix has jax and torch")
+    found = next((r for r in known if r.version == version), None)
+    if found is not None:
+        return found
+    first = FIRST_WITHOUT_WHEEL.get(framework)
+    if first and version_key(version) >= version_key(first):
+        raise ValueError(f"{framework} {version} cannot install here: {framework} {first} and later ship no "
+                         f"wheel for Python 3.11 (the newest here is {newest(framework).version})")
+    if version_key(version) > version_key(newest(framework).version):
+        raise ValueError(f"{framework} {version} cannot install here: the newest {framework} pip finds for "
+                         f"this Python is {newest(framework).version}")
+    raise ValueError(f"{framework} {version} is not a release of the matrix; it has "
+                     + ", ".join(r.version for r in known))
 
 
 def pinned_libtpu(jax_version: str) -> str | None:
@@ -92,6 +119,7 @@ WORKLOADS = {
 TPU_TARGETS = ("tpu-v5e", "tpu-v6e")
 TPU_IMPLS = ("jax-pallas-tpu-flash", "jax-pallas-tpu-splash", "jax-xla")
 TPU_SEQS = (4096, 32768)
+MAX_BATCH_HI = 1024  # the largest batch searched per TPU cell (flash fits 635 at 4k on a v6e)
 
 # A cell's status (core/statuses.py): the first failing stage decides it; its exception's first line
 # is the reason. unsupported: the kernel refuses the cell here (another platform's kernel), with why;
@@ -165,6 +193,7 @@ COLUMNS = [
     "peak_bytes",
     "temp_bytes",
     "inserted_copy_bytes",
+    "max_batch",
     "custom_calls",
     "jax",
     "jaxlib",

@@ -13,16 +13,23 @@
    environments.
 4. The libtpu axis: each jax release with a libtpu compiles its TPU cells with the others' libtpu
    (``attnbench/releases/libtpu_axis.py``).
-5. Gathers every environment's filed cells of this commit into ``results/releases/releases.csv``
+5. What an upgrade costs in speed: every consecutive pair of releases timed in the same rounds
+   (``attnbench/releases/upgrade.py``), the A/A controls and the planted 20% slowdown, into
+   ``results/releases/upgrades.csv``; and the planted 40% temporaries compiled for the TPUs
+   (``planted.csv``; ``memory.py`` reads the memory changes from the two tables).
+6. Gathers every environment's filed cells of this commit into ``results/releases/releases.csv``
    (``matrix.COLUMNS``, written atomically), then ``asv publish`` for the HTML (``html/releases``).
 
-Resumable: a cell already filed for the commit is not measured again. What a step builds is removed
-again when the build fails or the disk runs short.
+Resumable: a cell already filed for the commit is not measured again, and an upgrade step's rounds
+go on where they stopped. What a step builds is removed again when the build fails or the disk runs
+short. Bad input (an unknown release, one this Python cannot install, a budget of 0) is one line
+and exit 2, before anything runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import os
@@ -31,12 +38,17 @@ import shutil
 import subprocess
 import sys
 
-from attnbench.releases import matrix
+from attnbench.core.atomic import atomic_write_text
+from attnbench.releases import matrix, planted, rounds, upgrade
+from attnbench.releases.cell import kernel_names
 from attnbench.releases.table import grid_markdown, load_table, matrix_frame, write_table
+from attnbench.run.adaptive import RoundPlan
 
 CONFIG = "asv.releases.conf.json"
 ASV_RESULTS = os.path.join("results", "releases", "asv")
 TABLE = os.path.join("results", "releases", "releases.csv")
+PLANTED_RESULTS = os.path.join("results", "releases", "planted")
+PLANTED_TABLE = os.path.join("results", "releases", "planted.csv")
 HTML = os.path.join("html", "releases")
 ASV_ENV_ROOT = os.path.join(".asv", "releases-env")
 LIBTPU_ROOT = os.path.join(".asv", "releases-libtpu")
@@ -211,6 +223,88 @@ def run_matrix(machine: str, *, torch: bool = True, libtpu: bool = True,
     return commit
 
 
+def jax_side(version: str, overlay: str | None = None) -> upgrade.Side | None:
+    """jax ``version``'s venv beside the companions (asv's), where speed is timed: its bare venv
+    differs only where a module jax does not declare is missing, a packaging fault the matrix names."""
+    python = next((p for p, reqs in asv_envs().items()
+                   if reqs.get("jax") == version and "chex" in reqs), None)
+    if python is None:
+        return None
+    if overlay is None:
+        return upgrade.Side(version, python)
+    return upgrade.Side(planted.release_name(version, planted.SLOW), python, (overlay,))
+
+
+def torch_side(version: str) -> upgrade.Side | None:
+    python = build_torch_venv(version)
+    return upgrade.Side(version, python) if python else None
+
+
+def upgrade_steps(chosen: dict[str, list[str]] | None = None, with_planted: bool = True,
+                  torch: bool = True) -> tuple[list[upgrade.Step], list[str]]:
+    """The upgrade steps to time, and a line for each release whose environment is not built.
+    Per framework: each release (of ``chosen``, or every one) to the next; the project's pin against
+    itself (the A/A control); and, for jax, the newest against its planted 20% slowdown."""
+    steps, missing = [], []
+    for framework, releases in (("jax", matrix.JAX_RELEASES), ("torch", matrix.TORCH_RELEASES)):
+        if framework == "torch" and not torch:
+            continue
+        wanted = [r.version for r in releases if chosen is None or r.version in chosen.get(framework, ())]
+        sides = {}
+        for version in wanted:
+            side = jax_side(version) if framework == "jax" else torch_side(version)
+            if side is None:
+                missing.append(f"{framework} {version}: its environment is not built here "
+                               "(run make releases)")
+            else:
+                sides[version] = side
+        steps += upgrade.consecutive_steps(framework, sides)
+        pin = "0.10.2" if framework == "jax" else "2.13.0"
+        if pin in sides:
+            steps.append(upgrade.Step(framework, sides[pin], sides[pin], upgrade.CONTROL))
+            if framework == "jax" and with_planted:
+                slow = jax_side(pin, planted.overlay(planted.SLOW))
+                steps.append(upgrade.Step(framework, sides[pin], slow, upgrade.PLANTED))
+    return steps, missing
+
+
+def run_upgrades(commit: str, plan: RoundPlan, steps: list[upgrade.Step]) -> str:
+    """Step 5: each upgrade step's rounds (resumed from this commit's rounds file), then the table."""
+    path = upgrade.rounds_path(commit)
+    store = upgrade.load_rounds(path)
+
+    def save() -> None:
+        atomic_write_text(path, json.dumps(store, indent=1, sort_keys=True))
+
+    for step in steps:
+        cells = [(impl, w) for impl in kernel_names(step.framework) for w in matrix.WORKLOADS]
+        rounds.run_step(step, cells, plan, store, save, progress=_progress)
+    return upgrade.write_table(upgrade.table_rows(store, commit))
+
+
+def _progress(line: str) -> None:
+    print(f"attnbench releases: {line}", file=sys.stderr, flush=True)
+
+
+def run_planted_bloat(env: dict, commit: str) -> str | None:
+    """Step 5's memory half: the newest jax's TPU cells compiled under the planted 40% temporaries,
+    filed apart from the matrix's cells (``PLANTED_RESULTS``) and gathered into ``PLANTED_TABLE``."""
+    side = jax_side(matrix.JAX_RELEASES[-1].version)
+    if side is None:
+        return None
+    overlay = planted.overlay(planted.BLOATED)
+    name = f"jax{side.release}-absl-py-chex+{planted.BLOATED}"
+    subprocess.call([side.python, "-m", "attnbench.releases.libtpu_axis", name],
+                    env={**env, "ATTNBENCH_COMMIT": commit,
+                         "ATTNBENCH_RESULTS_DIR": os.path.abspath(PLANTED_RESULTS),
+                         "PYTHONPATH": os.pathsep.join([overlay, os.getcwd()])})
+    rows = filed_cells([commit], PLANTED_RESULTS)
+    if not rows:
+        return None
+    write_table(matrix_frame(rows), PLANTED_TABLE)
+    return PLANTED_TABLE
+
+
 def filed_cells(commits: list[str], root: str = ASV_RESULTS) -> list[dict]:
     """Every environment's cells of ``commits``; an environment under several keeps the last's. An
     environment whose jax is not the release its name asks for (a companion's install that upgraded
@@ -243,8 +337,30 @@ def collect(commits, root: str = ASV_RESULTS, out: str = TABLE) -> str:
     return out
 
 
+def chosen_releases(values: list[str]) -> dict[str, list[str]] | None:
+    """``--release jax=0.9.2`` values by framework (``ValueError`` naming a bad one); None: all."""
+    if not values:
+        return None
+    out: dict[str, list[str]] = {}
+    for value in values:
+        framework, sep, version = value.partition("=")
+        if not sep or not version:
+            raise ValueError(f"--release takes FRAMEWORK=VERSION (jax=0.9.2), got {value!r}")
+        matrix.release(framework.strip(), version.strip())
+        out.setdefault(framework.strip(), []).append(version.strip())
+    return out
+
+
 def main(args) -> int:
     commits = args.commit
+    try:  # bad input: one line, exit 2, before anything is built or measured
+        chosen = chosen_releases(args.release)
+        plan = dataclasses.replace(rounds.PLAN, budget_s=args.budget)
+    except ValueError as exc:
+        print(f"attnbench releases: {exc}", file=sys.stderr)
+        return 2
+    if args.upgrades_only:
+        return _upgrades_only(chosen, plan, args)
     if not args.collect_only:
         problem = free_disk_problem(torch=not args.no_torch, libtpu=not args.no_libtpu_axis)
         if problem:
@@ -253,6 +369,14 @@ def main(args) -> int:
         machine = args.machine or _machine_name()
         commits = [run_matrix(machine, torch=not args.no_torch, libtpu=not args.no_libtpu_axis,
                               asv_args=args.asv_arg)]
+        if not args.no_upgrades:
+            steps, missing = upgrade_steps(chosen, with_planted=not args.no_planted, torch=not args.no_torch)
+            for line in missing:
+                print(f"attnbench releases: {line}", file=sys.stderr)
+            print(f"upgrade costs: {run_upgrades(commits[0], plan, steps)}")
+            if not args.no_planted:
+                env = {**os.environ, "ATTNBENCH_MACHINE": machine, "JAX_PLATFORMS": "cpu"}
+                print(f"planted memory growth: {run_planted_bloat(env, commits[0])}")
     path = collect(commits or [head_commit()])
     print(f"release matrix: {path}")
     if not args.collect_only:
@@ -260,6 +384,18 @@ def main(args) -> int:
         subprocess.call([sys.executable, "-m", "attnbench.offline_html", HTML])
 
     print(grid_markdown(load_table(path)))
+    return 0
+
+
+def _upgrades_only(chosen, plan: RoundPlan, args) -> int:
+    """``--upgrades-only``: the rounds alone, in environments an earlier run built."""
+    steps, missing = upgrade_steps(chosen, with_planted=not args.no_planted, torch=not args.no_torch)
+    for line in missing:
+        print(f"attnbench releases: {line}", file=sys.stderr)
+    if not steps:
+        print("attnbench releases: no upgrade step has both its environments built here", file=sys.stderr)
+        return 2
+    print(f"upgrade costs: {run_upgrades(head_commit(), plan, steps)}")
     return 0
 
 
@@ -287,6 +423,14 @@ def add_parser(sub) -> None:
     p.add_argument("--machine", help="asv machine name (default: attnbench machine-name)")
     p.add_argument("--no-torch", action="store_true", help="the jax releases only")
     p.add_argument("--no-libtpu-axis", action="store_true", help="no compiles with another release's libtpu")
+    p.add_argument("--no-upgrades", action="store_true", help="no paired rounds between consecutive releases")
+    p.add_argument("--no-planted", action="store_true", help="no planted slowdown or memory growth")
+    p.add_argument("--upgrades-only", action="store_true",
+                   help="only the paired upgrade rounds, in the environments an earlier run built")
+    p.add_argument("--release", action="append", default=[], metavar="FRAMEWORK=VERSION",
+                   help="time the upgrade steps between these releases only (repeatable; jax=0.9.2)")
+    p.add_argument("--budget", type=float, default=rounds.PLAN.budget_s, metavar="SECONDS",
+                   help=f"seconds of rounds per upgrade step (default {rounds.PLAN.budget_s:g})")
     p.add_argument(
         "--asv-arg", action="append", default=[], help="one more argument for asv run (repeatable)"
     )

@@ -14,7 +14,9 @@ import os
 import attention_impls
 from attnbench.asv.machine import asv_context
 from attnbench.compiled_for import classify
-from attnbench.compiled_for.suite import compile_grid, key
+from attnbench.compiled_for.run import max_batch
+from attnbench.compiled_for.suite import TEMPLATE, compile_grid, key
+from attnbench.compiled_for.targets import get_targets
 from attnbench.core.atomic import atomic_write_text
 from attnbench.releases import api, matrix
 from attnbench.releases.cell import companions, run_cells, versions
@@ -89,16 +91,31 @@ def compile_tpu_cells(context: dict | None = None) -> dict:
     records = compile_grid(
         list(matrix.TPU_TARGETS), list(matrix.TPU_IMPLS), list(matrix.TPU_SEQS), ["fwd"], ["bfloat16"]
     )
+    largest = largest_batches(records)
     out = {}
     for t in matrix.TPU_TARGETS:
         for i in matrix.TPU_IMPLS:
             for s in matrix.TPU_SEQS:
                 record, k = records[key(t, i, s, "fwd", "bfloat16")], tpu_key(t, i, s)
-                out[k] = record if "skip" in record else tpu_row(k, record)
+                out[k] = record if "skip" in record else {**tpu_row(k, record), "max_batch": largest.get(k)}
     compiled = {k: row for k, row in out.items() if "skip" not in row and k not in filed}
     if compiled:
         file_cells(compiled, context)
     return {**out, **{k: row for k, row in filed.items() if k in out}}
+
+
+def largest_batches(records: dict) -> dict[str, int | None]:
+    """``{tpu key: the largest batch that compiles and fits}`` (up to ``matrix.MAX_BATCH_HI``) of each
+    cell that compiled at batch 1, found by the compiled-for tier's own search (``run.max_batch``,
+    its batch-1 record reused)."""
+    ok = [(t, i, s) for t in matrix.TPU_TARGETS for i in matrix.TPU_IMPLS for s in matrix.TPU_SEQS
+          if records[key(t, i, s, "fwd", "bfloat16")].get("status") == classify.OK]
+    out = {}
+    for t, i, s in ok:
+        [row], _ = max_batch(get_targets([t]), [i], TEMPLATE, [s], ["fwd"], ["bfloat16"], matrix.MAX_BATCH_HI,
+                             known=[records[key(t, i, s, "fwd", "bfloat16")]], progress=False)
+        out[tpu_key(t, i, s)] = row["max_batch"]
+    return out
 
 
 def tpu_row(k: str, record: dict) -> dict:

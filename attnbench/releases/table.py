@@ -162,7 +162,7 @@ def _cell_id(row: dict) -> tuple:
 # Why a cell broke (docs/releases.md "Causes"): what an upgrade breaks (an upstream API), told apart
 # from a release's packaging fault, a feature an older release lacks, and the project's own adapter.
 API, PACKAGING, CAPABILITY, ADAPTER = "api-changed", "packaging", "capability", "adapter"
-NUMERICS, SPEED, UNEXPLAINED = "numerics", "speed", "unexplained"
+NUMERICS, UNEXPLAINED = "numerics", "unexplained"
 # Known from the releases themselves (../shared/REFERENCE.md section 14, checked against jax's history).
 UNDECLARED_IMPORTS = {"absl": "jax imports absl without declaring absl-py (0.9.2's pallas.tpu, and "
                               "jax._src.test_util, which Mosaic GPU attention imports, in every release); "
@@ -279,20 +279,6 @@ UPGRADE_COLUMNS = ["framework", "impl", "target", "workload", "seq_len", "enviro
                    "to_release", "before", "after", "outcome", "cause", "evidence", "step_ratio"]
 
 
-def speed_spread(frame) -> tuple[float, float] | None:
-    """The run-to-run spread of a step time: the same release's cell measured twice in one matrix run
-    (bare and beside the companions, which do not touch the kernels' step), as the lowest and highest
-    ratio; ``None`` with fewer than five such pairs."""
-    ratios = []
-    for row in frame[frame["status"] == matrix.OK].to_dict("records"):
-        other = companion_of(frame, row)
-        if other is not None and other.get("status") == matrix.OK:
-            a, b = row.get("seconds_per_step"), other.get("seconds_per_step")
-            if a == a and b == b and a and b:
-                ratios.append(float(b) / float(a))
-    return (min(ratios), max(ratios)) if len(ratios) >= 5 else None
-
-
 def upgrade_steps(frame):
     """The upgrade direction: for each cell, release N to N+1, one row per step in upgrade order.
     Every release runs the current call; it is the call as written for N too while no name or
@@ -300,38 +286,17 @@ def upgrade_steps(frame):
     would need the call as written before it, a per-release shim, which none has needed).
     ``outcome``: kept working, broke (with its cause), mended, newly runs (an older
     release's missing feature or the project's adapter before), still broken, or refused (the kernel
-    refuses the cell here). A step is ``speed`` when its time moved beyond ``speed_spread`` in both of
-    its measurements (bare and beside the companions) the same way; torch's cells, measured once per
-    release, are never called a speed change. The libtpu axis has its own view (``libtpu_grid``)."""
+    refuses the cell here). ``step_ratio`` is the two one-shot step times' ratio, a hint only: what an
+    upgrade did to speed is decided by paired rounds (``upgrade.py``). The libtpu axis has its own
+    view (``libtpu_grid``)."""
     import pandas as pd
 
-    spread = speed_spread(frame)
     causes = {_cell_id(b): (b["cause"], b["evidence"]) for b in broken(frame)}
     steps = []
     for _, rows in _series(frame):
         rows = [r for r in rows if not r["environment"].startswith("libtpu")]
         steps.extend(_step(before, after, causes) for before, after in zip(rows, rows[1:], strict=False))
-    out = pd.DataFrame(steps, columns=UPGRADE_COLUMNS)
-    if spread is not None and not out.empty:
-        out = _speed(out, spread)
-    return out
-
-
-def _speed(steps, spread: tuple[float, float]):
-    """Mark the steps beyond the spread in both environments, the same way."""
-    outside = steps["step_ratio"].map(lambda r: r == r and r is not None and not spread[0] <= r <= spread[1])
-    side = steps["step_ratio"].map(lambda r: "slower" if r == r and r is not None and r > 1 else "faster")
-    key = ["impl", "target", "workload", "seq_len", "from_release", "to_release"]
-    flagged = steps[outside].assign(side=side[outside])
-    both = flagged.groupby(key).filter(lambda g: set(g["environment"]) >= {"bare", "with companions"}
-                                       and g["side"].nunique() == 1)
-    for i in both.index:
-        ratios = flagged[(flagged[key] == steps.loc[i, key]).all(axis=1)]["step_ratio"]
-        steps.loc[i, "cause"] = SPEED
-        steps.loc[i, "evidence"] = (f"step {' and '.join(f'{r:.2f}x' for r in ratios)} the release before's "
-                                    f"(bare, beside the companions), outside the run-to-run spread "
-                                    f"{spread[0]:.2f}-{spread[1]:.2f}x")
-    return steps
+    return pd.DataFrame(steps, columns=UPGRADE_COLUMNS)
 
 
 # A break of these causes is not code that stopped working: an older release's missing feature, or the

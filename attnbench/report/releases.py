@@ -11,7 +11,7 @@ import io
 import os
 
 from attnbench.core.atomic import atomic_write_bytes
-from attnbench.releases import matrix
+from attnbench.releases import costs, matrix, memory, upgrade
 from attnbench.releases.table import (
     GRID_INDEX,
     api_moves,
@@ -20,7 +20,6 @@ from attnbench.releases.table import (
     grid,
     libtpu_grid,
     load_table,
-    speed_spread,
     upgrade_steps,
 )
 from attnbench.report.render import Table
@@ -28,6 +27,8 @@ from attnbench.report.render import Table
 # Imported where used: matplotlib (the torch_xla venv has no report libraries).
 
 TABLE = os.path.join("releases", "releases.csv")
+UPGRADES = os.path.join("releases", "upgrades.csv")
+PLANTED = os.path.join("releases", "planted.csv")
 # Status colours: green ok, grey refused here, amber does not fit, red every kind of breakage.
 COLOURS = {
     matrix.OK: "#4caf50",
@@ -54,6 +55,12 @@ def releases_part(results_dir: str, out_dir: str) -> dict | None:
 
     png = grid_png(frame)
     atomic_write_bytes(os.path.join(out_dir, "releases.png"), png)
+    upgrades = upgrades_part(results_dir, frame)
+    images, plots = {"releases.png": png}, {"releases.png": os.path.join(out_dir, "releases.png")}
+    if upgrades:
+        atomic_write_bytes(os.path.join(out_dir, "upgrades.png"), upgrades["png"])
+        images["upgrades.png"] = upgrades["png"]
+        plots["upgrades.png"] = os.path.join(out_dir, "upgrades.png")
     bad = broken(frame)
     steps = upgrade_steps(frame)
     firsts = first_breaks(steps)
@@ -67,14 +74,76 @@ def releases_part(results_dir: str, out_dir: str) -> dict | None:
         "first_breaks": Table.of(firsts),
         "n_first_breaks": len(firsts),
         "api_moves": api_moves(frame),
-        "spread": (None if (spread := speed_spread(frame)) is None
-                   else f"{spread[0]:.2f}-{spread[1]:.2f}x"),
-        "speed": Table.of(steps[steps["cause"] == "speed"].drop(columns=["before", "after"])),
+        "upgrades": upgrades,
         "libtpu": Table.of(libtpu.reset_index()) if not libtpu.empty else None,
         "releases": release_names(frame),
-        "images": {"releases.png": png},
-        "plots": {"releases.png": os.path.join(out_dir, "releases.png")},
+        "images": images,
+        "plots": plots,
     }
+
+
+def upgrades_part(results_dir: str, frame) -> dict | None:
+    """"What an upgrade costs": per kernel and release pair its speed (paired rounds, this host) and
+    its memory on the chips (compiled); the first bad release per kernel; the controls and the
+    planted faults. ``None`` without ``upgrades.csv``."""
+    path = os.path.join(results_dir, UPGRADES)
+    if not os.path.exists(path):
+        return None
+    ups = upgrade.load_table(path)
+    planted_path = os.path.join(results_dir, PLANTED)
+    planted = load_table(planted_path) if os.path.exists(planted_path) else None
+    decided, timed = upgrade.share_decided(ups)
+    alerts = memory.changes(frame, planted)
+    controls = ups[ups["kind"] == upgrade.CONTROL]
+    states = controls["state"].value_counts()
+    png = upgrades_png(ups)
+    return {
+        "png": png,
+        "path": path,
+        "decided": decided,
+        "timed": timed,
+        "share": f"{decided / timed:.0%}" if timed else "n/a",
+        "controls": ", ".join(f"{n} {s}" for s, n in states.items()) or "none",
+        "per_step": [{"framework": fw, "table": Table.of(part.drop(columns=["framework"]))}
+                     for fw, part in costs.per_step(ups, frame, planted).groupby("framework", sort=True)],
+        "first_bad": Table.of(costs.first_bad(ups, frame, planted)),
+        "alerts": Table.of([{k: a[k] for k in ("axis", "before", "after", "alert")} for a in alerts]),
+        "n_alerts": len(alerts),
+        "holding": Table.of(memory.holding(frame)),
+    }
+
+
+def upgrades_png(ups) -> bytes:
+    """Per framework: each kernel x workload's upgrade ratio (after / before) with its 99% interval,
+    along the release axis (one point per consecutive pair, oldest first); the ±10% band is equal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    real = ups[(ups["kind"] == upgrade.UPGRADE) & ups["ratio"].notna()]
+    frameworks = sorted(real["framework"].unique()) or ["none"]
+    fig, axes = plt.subplots(1, len(frameworks), squeeze=False, figsize=(5.5 * len(frameworks), 4.2))
+    for ax, framework in zip(axes[0], frameworks, strict=True):
+        part = real[real["framework"] == framework]
+        steps = sorted(part["step"].unique(), key=lambda s: matrix.version_key(s.split()[1]))
+        for i, ((impl, workload), line) in enumerate(part.groupby(["impl", "workload"], sort=True)):
+            line = line.assign(x=line["step"].map(steps.index)).sort_values("x")
+            x = line["x"] + (i - 6) * 0.02  # a little apart, so that the intervals can be seen
+            spread = [line["ratio"] - line["ratio_low"], line["ratio_high"] - line["ratio"]]
+            ax.errorbar(x, line["ratio"], yerr=spread, marker="o", ms=3, lw=0.8, capsize=2,
+                        label=f"{impl} · {workload}")
+        ax.axhspan(0.9, 1.1, color="#e0e0e0", zorder=0)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(steps)), [s.split(" ", 1)[1].replace(" -> ", "→") for s in steps], fontsize=7)
+        ax.set_ylabel("step time, after / before (99% interval)", fontsize=8)
+        ax.set_title(f"{framework}: what each upgrade did to speed (this host's CPU)", fontsize=9)
+        ax.legend(fontsize=5.5, loc="best")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return buffer.getvalue()
 
 
 def _counts(bad: list[dict]) -> str:
