@@ -94,7 +94,7 @@ def first_bad(upgrades, releases=None, planted=None) -> list[dict]:
                 events.setdefault(key, []).append(
                     (str(b["first_bad"]), str(b["last_good"]), f"broke on {where}: {b.get('cause')}"))
         for a in memory.changes(releases):
-            if a["axis"] == "jax[tpu]" and a["change"] > 0:
+            if a["axis"] == "jax[tpu]" and a["worse"]:
                 after = a["after"].split(" + ")[0].removeprefix("jax ")
                 before = a["before"].split(" + ")[0].removeprefix("jax ")
                 events.setdefault(("jax", a["impl"]), []).append(

@@ -47,8 +47,9 @@ TORCH_RELEASES = (
     ),
     Release("torch", "2.11.0", "2026-03-23", "the lent H200 image's (PyPI's CUDA build, run on the CPU)"),
     Release("torch", "2.13.0", "2026-07-08", "the main venv's (the CPU build lying on this host)"),
-    Release("torch", "2.14.1", "2026-09-30", "last of the 2.14 series (PyPI's CUDA build, run on the CPU)"),
-    Release("torch", "2.15.0", "2026-10-28", "the newest on PyPI (its CUDA build, run on the CPU)"),
+    Release("torch", "2.14.1", "2026-09-30",
+            "the newest this host installs (its pip constraints cap torch at 2.14.1; PyPI's CUDA build, run "
+            "on the CPU)"),
 )
 RELEASES = JAX_RELEASES + TORCH_RELEASES
 # The torch releases' venvs: the two make setup builds, and the others make releases builds under
@@ -68,8 +69,14 @@ NEWEST_LIBTPU = "0.0.52"
 LIBTPU_AXIS = (*(r.libtpu for r in JAX_RELEASES if r.libtpu), NEWEST_LIBTPU)
 
 
-# jax 0.11.0 and later ship no jaxlib wheel for Python 3.11 (PyPI lists none; pip finds jax up to 0.10.2)
-FIRST_WITHOUT_WHEEL = {"jax": "0.11.0"}
+# Releases this Python or host cannot install: jax 0.11.0 and later ship no jaxlib wheel for Python
+# 3.11 (pip finds jax up to 0.10.2); torch 2.15.0 (2026-10-28, with a cp311 wheel) is refused by this
+# host's pip constraints (/etc/xdg/pip/constraints.txt: torch<=2.14.1; the resolver says
+# "ResolutionImpossible").
+CANNOT_INSTALL = {
+    "jax": ("0.11.0", "jax 0.11.0 and later ship no jaxlib wheel for Python 3.11"),
+    "torch": ("2.15.0", "this host's pip constraints (/etc/xdg/pip/constraints.txt) cap torch at 2.14.1"),
+}
 
 
 def release(framework: str, version: str) -> Release:
@@ -81,13 +88,10 @@ def release(framework: str, version: str) -> Release:
     found = next((r for r in known if r.version == version), None)
     if found is not None:
         return found
-    first = FIRST_WITHOUT_WHEEL.get(framework)
-    if first and version_key(version) >= version_key(first):
-        raise ValueError(f"{framework} {version} cannot install here: {framework} {first} and later ship no "
-                         f"wheel for Python 3.11 (the newest here is {newest(framework).version})")
-    if version_key(version) > version_key(newest(framework).version):
-        raise ValueError(f"{framework} {version} cannot install here: the newest {framework} pip finds for "
-                         f"this Python is {newest(framework).version}")
+    first, why = CANNOT_INSTALL[framework]
+    if version_key(version) >= version_key(first):
+        raise ValueError(f"{framework} {version} cannot install here: {why} (the newest the matrix runs is "
+                         f"{newest(framework).version})")
     raise ValueError(f"{framework} {version} is not a release of the matrix; it has "
                      + ", ".join(r.version for r in known))
 

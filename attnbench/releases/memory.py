@@ -78,6 +78,7 @@ def _differences(axis: str, before: dict, after: dict) -> list[dict]:
                     "planted": axis == "planted", "target": after["target"],
                     "impl": after["impl"], "seq_len": int(after["seq_len"]), "figure": what,
                     "before_value": int(a), "after_value": int(b), "change": change,
+                    "worse": change < 0 if column == "max_batch" else change > 0,
                     "alert": f"{after['impl']} on {after['target']} at {int(after['seq_len'])} tokens: "
                              f"{what} {_amount(column, a)} -> {_amount(column, b)} ({percent(change)}) "
                              f"from {before['build']} to "

@@ -32,6 +32,10 @@ PLAN = RoundPlan(min_rounds=12, max_rounds=40, look_every=4, budget_s=300.0, mar
                  min_samples=8, restart_every=4)
 BLOCK_S = 0.005  # a block's length: about 5 ms of calls, as the verdict's rounds
 BUILD_TIMEOUT_S, BLOCK_TIMEOUT_S = 600.0, 120.0
+# OpenMP threads that finished a block sleep instead of spinning: two workers take turns on two cores,
+# and a spinning idle one steals the other's cycles. torch's A/A step at 85f0711 came out 1 of 8 cells
+# equal with spinning threads, 6 of 8 with them passive (results/LOG.md); the same for both sides.
+WORKER_ENVIRON = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def settled(rounds: list[list[float]], plan: RoundPlan) -> bool:
@@ -51,8 +55,8 @@ def run_step(step: Step, cells: list[tuple[str, str]], plan: RoundPlan, store: d
     open_cells = [c for c in cells if not filed.get(matrix.cell_key(*c), {}).get("stopped")]
     if not open_cells:
         return
-    workers = (EnvWorker(step.before.python, pythonpath=step.before.pythonpath),
-               EnvWorker(step.after.python, pythonpath=step.after.pythonpath))
+    workers = tuple(EnvWorker(side.python, pythonpath=side.pythonpath, environ=WORKER_ENVIRON)
+                    for side in (step.before, step.after))
     started, rounds_here = time.time(), 0
     try:
         active = _build(workers, open_cells, filed, step)
