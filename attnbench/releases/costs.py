@@ -75,47 +75,52 @@ def per_step(upgrades, releases=None, planted=None):
 
 
 def first_bad(upgrades, releases=None, planted=None) -> list[dict]:
-    """Per kernel (real upgrade steps only): the first release that broke it (bare environment,
-    ``table.first_breaks``), made it slower (a decided ``slower`` step) or bloated it (a compiled
-    memory growth on the jax[tpu] path), each with the last good release; ``none`` where nothing did.
-    The planted steps come after, as their own rows, so their catch is shown without mixing it in."""
-    events: dict[tuple, list[tuple]] = {}
+    """Per kernel (real upgrade steps only), for each way an upgrade can hurt it: the first release
+    that broke it (the bare environment, ``table.first_breaks``), made it slower (a decided ``slower``
+    step) or bloated it (a compiled memory growth, or a largest batch that shrank, on the jax[tpu]
+    path), each with the last good release before it and what happened; ``-`` where none did. Then
+    the planted faults, each as caught (or not), so their proof is shown without mixing it in."""
+    events: dict[tuple, dict[str, list[tuple]]] = {}
     real = upgrades[upgrades["kind"] == upgrade.UPGRADE]
-    for impl, part in real.groupby("impl"):
-        events.setdefault((part["framework"].iloc[0], impl), [])
+    for (framework, impl), part in real.groupby(["framework", "impl"]):
+        if not (part["state"] == upgrade.NOT_TIMED).all():
+            events.setdefault((framework, impl), {})
     for r in real[real["state"] == upgrade.SLOWER].to_dict("records"):
-        events[(r["framework"], r["impl"])].append(
-            (r["after"], r["before"], f"slowed: {r['workload']} {r['ratio']:.2f}x"))
+        events.setdefault((r["framework"], r["impl"]), {}).setdefault("slowed", []).append(
+            (r["after"], r["before"], f"{r['workload']} {r['ratio']:.2f}x"))
     if releases is not None:
         for b in first_breaks(upgrade_steps(releases)):
             if b.get("environment") == "bare":
-                key = (b.get("framework", "jax"), b["impl"])
-                where = b.get("target") or "cpu"
-                events.setdefault(key, []).append(
-                    (str(b["first_bad"]), str(b["last_good"]), f"broke on {where}: {b.get('cause')}"))
+                where = f"{b.get('target') or 'cpu'}: {b.get('cause')}"
+                events.setdefault((b["framework"], b["impl"]), {}).setdefault("broke", []).append(
+                    (str(b["first_bad"]), str(b["last_good"]), where))
         for a in memory.changes(releases):
             if a["axis"] == "jax[tpu]" and a["worse"]:
                 after = a["after"].split(" + ")[0].removeprefix("jax ")
                 before = a["before"].split(" + ")[0].removeprefix("jax ")
-                events.setdefault(("jax", a["impl"]), []).append(
-                    (after, before, f"bloated: {a['target']} {a['figure']} {memory.percent(a['change'])}"))
+                events.setdefault(("jax", a["impl"]), {}).setdefault("bloated", []).append(
+                    (after, before, f"{a['target']} {a['seq_len'] // 1024}k {a['figure']} "
+                                    f"{memory.percent(a['change'])}"))
     out = []
-    for (framework, impl), found in sorted(events.items()):
-        if not found:
-            out.append({"framework": framework, "impl": impl, "first bad release": "none",
-                        "last good release": "the newest", "what": "no break, decided slowdown or growth"})
-            continue
-        first = min(matrix.version_key(f[0]) for f in found)
-        hits = [f for f in found if matrix.version_key(f[0]) == first]
-        out.append({"framework": framework, "impl": impl, "first bad release": f"{framework} {hits[0][0]}",
-                    "last good release": f"{framework} {hits[0][1]}",
-                    "what": "; ".join(sorted({h[2] for h in hits}))})
+    for (framework, impl), kinds in sorted(events.items()):
+        row = {"framework": framework, "impl": impl}
+        for kind in ("broke", "slowed", "bloated"):
+            found = kinds.get(kind, [])
+            if not found:
+                row[f"first {kind}"] = "-"
+                continue
+            first = min(matrix.version_key(f[0]) for f in found)
+            hits = [f for f in found if matrix.version_key(f[0]) == first]
+            row[f"first {kind}"] = (f"{framework} {hits[0][0]} (last good {hits[0][1]}): "
+                                    + "; ".join(sorted({h[2] for h in hits})))
+        out.append(row)
     for r in upgrades[upgrades["kind"] == upgrade.PLANTED].to_dict("records"):
-        out.append({"framework": r["framework"], "impl": r["impl"], "first bad release": r["step"],
-                    "last good release": f"{r['framework']} {r['before']}",
-                    "what": f"planted: {r['workload']} {_speed(r)}"})
+        if r["state"] not in (upgrade.SAME, upgrade.NOT_TIMED):
+            out.append({"framework": r["framework"], "impl": r["impl"], "first broke": "-",
+                        "first slowed": f"planted: {r['step']}: {r['workload']} {_speed(r)}",
+                        "first bloated": "-"})
     for a in memory.changes(releases, planted) if releases is not None else []:
         if a["axis"] == "planted":
-            out.append({"framework": "jax", "impl": a["impl"], "first bad release": a["after"],
-                        "last good release": a["before"], "what": f"planted: {a['alert']}"})
+            out.append({"framework": "jax", "impl": a["impl"], "first broke": "-", "first slowed": "-",
+                        "first bloated": f"planted: {a['alert']}"})
     return out

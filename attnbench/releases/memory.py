@@ -117,4 +117,7 @@ def _mb(value) -> str:
 
 
 def percent(change: float) -> str:
-    return "new" if change == float("inf") else f"{change:+.0%}"
+    """``+40%``; a change under 1% with its first decimal (``-0.3%``), never a bare ``-0%``."""
+    if change == float("inf"):
+        return "new"
+    return f"{change:+.1%}" if abs(change) < 0.01 else f"{change:+.0%}"

@@ -93,7 +93,8 @@ def upgrades_part(results_dir: str, frame) -> dict | None:
     planted_path = os.path.join(results_dir, PLANTED)
     planted = load_table(planted_path) if os.path.exists(planted_path) else None
     decided, timed = upgrade.share_decided(ups)
-    alerts = memory.changes(frame, planted)
+    axis_order = {"jax[tpu]": 0, "planted": 1, "libtpu alone": 2}  # the long libtpu list last
+    alerts = sorted(memory.changes(frame, planted), key=lambda a: axis_order[a["axis"]])
     controls = ups[ups["kind"] == upgrade.CONTROL]
     states = controls["state"].value_counts()
     png = upgrades_png(ups)
@@ -120,6 +121,7 @@ def upgrades_png(ups) -> bytes:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     real = ups[(ups["kind"] == upgrade.UPGRADE) & ups["ratio"].notna()]
     frameworks = sorted(real["framework"].unique()) or ["none"]
@@ -135,6 +137,10 @@ def upgrades_png(ups) -> bytes:
                         label=f"{impl} · {workload}")
         ax.axhspan(0.9, 1.1, color="#e0e0e0", zorder=0)
         ax.set_yscale("log")
+        ratio_text = FuncFormatter(lambda v, _: f"{v:.2g}x")
+        ax.yaxis.set_major_formatter(ratio_text)
+        ax.yaxis.set_minor_formatter(ratio_text)
+        ax.tick_params(axis="y", which="both", labelsize=7)
         ax.set_xticks(range(len(steps)), [s.split(" ", 1)[1].replace(" -> ", "→") for s in steps], fontsize=7)
         ax.set_ylabel("step time, after / before (99% interval)", fontsize=8)
         ax.set_title(f"{framework}: what each upgrade did to speed (this host's CPU)", fontsize=9)
