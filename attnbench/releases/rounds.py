@@ -34,7 +34,7 @@ BLOCK_S = 0.005  # a block's length: about 5 ms of calls, as the verdict's round
 BUILD_TIMEOUT_S, BLOCK_TIMEOUT_S = 600.0, 120.0
 # OpenMP threads that finished a block sleep instead of spinning: two workers take turns on two cores,
 # and a spinning idle one steals the other's cycles. torch's A/A step at 85f0711 came out 1 of 8 cells
-# equal with spinning threads, 6 of 8 with them passive (results/LOG.md); the same for both sides.
+# equal with spinning threads, 6 of 8 in a trial with them passive (results/LOG.md); both sides alike.
 WORKER_ENVIRON = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 

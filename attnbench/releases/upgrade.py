@@ -81,7 +81,8 @@ def judge(before: list[float], after: list[float], margin: float = MARGIN,
 
 # ------------------------------------------------------------------------------------- the store
 def rounds_path(commit: str, root: str = ROUNDS_DIR) -> str:
-    return os.path.join(root, f"{commit[:8]}.rounds.json")
+    """JSON, but not named ``.json``: asv reads every ``*.json`` under ``results/`` as a result file."""
+    return os.path.join(root, f"{commit[:8]}.rounds")
 
 
 def load_rounds(path: str) -> dict:
@@ -146,6 +147,6 @@ def load_table(path: str = TABLE):
 
 
 def share_decided(frame) -> tuple[int, int]:
-    """``(decided or equal, timed)`` over the real upgrade steps' timed cells."""
+    """``(decided or equal, timed)`` over the real upgrade steps' timed cells (kernel x workload x step)."""
     timed = frame[(frame["kind"] == UPGRADE) & (frame["state"] != NOT_TIMED)]
     return int(timed["state"].isin([SLOWER, FASTER, SAME]).sum()), len(timed)
