@@ -75,6 +75,44 @@ def _row(impl_name: str, workload_name: str) -> dict:
             "reason": None, "line": None, "companions": companions(framework, found), **found}
 
 
+def warm_step(impl_name: str, workload_name: str) -> tuple[dict, object | None]:
+    """The cell's stages up to a step that ran once: the support check, import, compile, first run.
+    ``(fields, step)``: the label and execution found, and the step; or, where a stage failed, those
+    found before it with the status, stage, reason and line, and no step. Never raises for a failing
+    cell (``run_cell`` goes on to numerics and time; ``env_server`` keeps the step to time it)."""
+    workload = matrix.WORKLOADS[workload_name]
+    impl = attention_impls.get(impl_name)
+    fields: dict = {}
+    stage = "import"
+    try:
+        # The support check first: a kernel refused here in every release (another platform's, a
+        # mask it lacks) is unsupported, whatever its modules do on import in this one.
+        reason = here.refusal_before_import(impl, workload)
+        if reason:
+            return {"status": matrix.UNSUPPORTED, "stage": stage, "reason": reason}, None
+        # What is left of here.check(impl, workload): its refusals above and this import
+        moved = impl.api_missing()
+        if moved:  # a module the kernel imports is gone or breaks in this release
+            return {"status": matrix.API_CHANGED, "stage": stage, "reason": moved}, None
+        fields["label"] = impl.label(here.platform(impl))
+        stage = "compile"
+        step = here.make_step(impl, workload, seed=0)
+        fields["execution"] = step.execution
+        compiled_lazily = step.compile_info is None and step.execution == "compiled"
+        stage = "compile" if compiled_lazily else "run"
+        step.run()
+    except attention_impls.Unsupported as exc:  # refused at a stage past the support check
+        return {**fields, "status": matrix.UNSUPPORTED, "stage": stage, "reason": exc.reason}, None
+    except Exception as exc:
+        return {**fields, **_failed(stage, exc)}, None
+    return fields, step
+
+
+def _failed(stage: str, exc: BaseException) -> dict:
+    return {"status": matrix.classify(stage, exc), "stage": stage, "reason": matrix.first_line(exc),
+            "line": _project_line(exc)}
+
+
 def run_cell(impl_name: str, workload_name: str) -> dict:
     """The cell's row (``matrix.COLUMNS`` it knows here); never raises for a failing cell."""
     workload = matrix.WORKLOADS[workload_name]
@@ -83,25 +121,12 @@ def run_cell(impl_name: str, workload_name: str) -> dict:
     # The names and signatures the kernel's call uses, as this release has them: the evidence of an
     # API change between two releases (api.moved), read before any stage can fail.
     cell["api_surface"] = api.surface_text(impl)
-    stage = "import"
+    fields, step = warm_step(impl_name, workload_name)
+    cell.update(fields)
+    if step is None:
+        return cell
+    stage = "numerics"
     try:
-        # The support check first: a kernel refused here in every release (another platform's, a
-        # mask it lacks) is unsupported, whatever its modules do on import in this one.
-        reason = here.refusal_before_import(impl, workload)
-        if reason:
-            return {**cell, "status": matrix.UNSUPPORTED, "stage": stage, "reason": reason}
-        # What is left of here.check(impl, workload): its refusals above and this import
-        moved = impl.api_missing()
-        if moved:  # a module the kernel imports is gone or breaks in this release
-            return {**cell, "status": matrix.API_CHANGED, "stage": stage, "reason": moved}
-        cell["label"] = impl.label(here.platform(impl))
-        stage = "compile"
-        step = here.make_step(impl, workload, seed=0)
-        cell["execution"] = step.execution
-        compiled_lazily = step.compile_info is None and step.execution == "compiled"
-        stage = "compile" if compiled_lazily else "run"
-        step.run()
-        stage = "numerics"
         numerics = check_numerics(impl, workload, step, seed=0)
         cell["max_abs_err"] = numerics.get("max_abs_err")
         if numerics.get("numerics_ok") is False:
@@ -119,13 +144,7 @@ def run_cell(impl_name: str, workload_name: str) -> dict:
     except attention_impls.Unsupported as exc:  # refused at a stage past the support check
         return {**cell, "status": matrix.UNSUPPORTED, "stage": stage, "reason": exc.reason}
     except Exception as exc:
-        return {
-            **cell,
-            "status": matrix.classify(stage, exc),
-            "stage": stage,
-            "reason": matrix.first_line(exc),
-            "line": _project_line(exc),
-        }
+        return {**cell, **_failed(stage, exc)}
     return {**cell, "status": matrix.OK}
 
 

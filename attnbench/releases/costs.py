@@ -1,7 +1,8 @@
 """What an upgrade costs, per kernel: each consecutive release pair's speed ratio and state
 (``upgrade.py``, measured on this host), its memory change on each chip (``memory.py``, compiled),
 and the first release that broke, slowed or bloated the kernel, with the last good one. Read only:
-from ``upgrades.csv``, ``releases.csv`` and ``planted.csv``.
+from ``upgrades.csv``, ``releases.csv`` and the memory alerts (``memory.changes`` of ``releases.csv``
+and ``planted.csv``, computed once by the caller).
 """
 
 from __future__ import annotations
@@ -38,14 +39,13 @@ def _memory_by_step(alerts: list[dict]) -> dict[tuple, list[str]]:
     return out
 
 
-def per_step(upgrades, releases=None, planted=None):
+def per_step(upgrades, releases=None, alerts=()):
     """One row per kernel x upgrade step (and the A/A controls and planted steps, so labelled) where
     the kernel was timed on either workload: the speed of each workload, and the step's compiled
     memory change on the chips where the matrix has a libtpu for both releases (``none`` where it
     held, ``n/a`` where it has none)."""
     import pandas as pd
 
-    alerts = memory.changes(releases, planted) if releases is not None else []
     grown = _memory_by_step(alerts)
     compiled = set()
     if releases is not None:
@@ -74,7 +74,7 @@ def per_step(upgrades, releases=None, planted=None):
     return frame.sort_values(["_k", "impl", "_v"]).drop(columns=["_k", "_v"]).reset_index(drop=True)
 
 
-def first_bad(upgrades, releases=None, planted=None) -> list[dict]:
+def first_bad(upgrades, releases=None, alerts=()) -> list[dict]:
     """Per kernel (real upgrade steps only), for each way an upgrade can hurt it: the first release
     that broke it (the bare environment, ``table.first_breaks``), made it slower (a decided ``slower``
     step) or bloated it (a compiled memory growth, or a largest batch that shrank, on the jax[tpu]
@@ -94,13 +94,13 @@ def first_bad(upgrades, releases=None, planted=None) -> list[dict]:
                 where = f"{b.get('target') or 'cpu'}: {b.get('cause')}"
                 events.setdefault((b["framework"], b["impl"]), {}).setdefault("broke", []).append(
                     (str(b["first_bad"]), str(b["last_good"]), where))
-        for a in memory.changes(releases):
-            if a["axis"] == "jax[tpu]" and a["worse"]:
-                after = a["after"].split(" + ")[0].removeprefix("jax ")
-                before = a["before"].split(" + ")[0].removeprefix("jax ")
-                events.setdefault(("jax", a["impl"]), {}).setdefault("bloated", []).append(
-                    (after, before, f"{a['target']} {a['seq_len'] // 1024}k {a['figure']} "
-                                    f"{memory.percent(a['change'])}"))
+    for a in alerts:
+        if a["axis"] == "jax[tpu]" and a["worse"]:
+            after = a["after"].split(" + ")[0].removeprefix("jax ")
+            before = a["before"].split(" + ")[0].removeprefix("jax ")
+            events.setdefault(("jax", a["impl"]), {}).setdefault("bloated", []).append(
+                (after, before, f"{a['target']} {a['seq_len'] // 1024}k {a['figure']} "
+                                f"{memory.percent(a['change'])}"))
     out = []
     for (framework, impl), kinds in sorted(events.items()):
         row = {"framework": framework, "impl": impl}
@@ -119,7 +119,7 @@ def first_bad(upgrades, releases=None, planted=None) -> list[dict]:
             out.append({"framework": r["framework"], "impl": r["impl"], "first broke": "-",
                         "first slowed": f"planted: {r['step']}: {r['workload']} {_speed(r)}",
                         "first bloated": "-"})
-    for a in memory.changes(releases, planted) if releases is not None else []:
+    for a in alerts:
         if a["axis"] == "planted":
             out.append({"framework": "jax", "impl": a["impl"], "first broke": "-", "first slowed": "-",
                         "first bloated": f"planted: {a['alert']}"})

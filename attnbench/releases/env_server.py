@@ -18,28 +18,16 @@ _steps: dict[tuple[str, str], object] = {}
 
 
 def _build(impl_name: str, workload_name: str) -> dict:
-    import attention_impls
-    from attnbench.backends import here
+    """The matrix cell's stages up to a warm step (``cell.warm_step``, as the matrix runs them), the
+    step kept for ``_block``."""
     from attnbench.releases import matrix
-    from attnbench.releases.cell import versions
+    from attnbench.releases.cell import versions, warm_step
 
-    workload = matrix.WORKLOADS[workload_name]
-    stage = "import"
-    try:
-        impl = attention_impls.get(impl_name)
-        reason = here.refusal_before_import(impl, workload) or impl.api_missing()
-        if reason:
-            return {"status": matrix.UNSUPPORTED, "reason": reason}
-        stage = "compile"
-        step = here.make_step(impl, workload, seed=0)
-        stage = "run"
-        step.run()
-    except attention_impls.Unsupported as exc:
-        return {"status": matrix.UNSUPPORTED, "reason": exc.reason}
-    except Exception as exc:  # noqa: BLE001 - the cell's failure is the answer
-        return {"status": matrix.classify(stage, exc), "reason": matrix.first_line(exc)}
+    fields, step = warm_step(impl_name, workload_name)
+    if step is None:
+        return {"status": fields["status"], "reason": fields.get("reason")}
     _steps[(impl_name, workload_name)] = step
-    return {"status": matrix.OK, "execution": step.execution, "versions": versions()}
+    return {"status": matrix.OK, "execution": fields["execution"], "versions": versions()}
 
 
 def _block(impl_name: str, workload_name: str, number: int) -> dict:

@@ -223,16 +223,12 @@ def run_matrix(machine: str, *, torch: bool = True, libtpu: bool = True,
     return commit
 
 
-def jax_side(version: str, overlay: str | None = None) -> upgrade.Side | None:
+def jax_side(version: str) -> upgrade.Side | None:
     """jax ``version``'s venv beside the companions (asv's), where speed is timed: its bare venv
     differs only where a module jax does not declare is missing, a packaging fault the matrix names."""
     python = next((p for p, reqs in asv_envs().items()
                    if reqs.get("jax") == version and "chex" in reqs), None)
-    if python is None:
-        return None
-    if overlay is None:
-        return upgrade.Side(version, python)
-    return upgrade.Side(planted.release_name(version, planted.SLOW), python, (overlay,))
+    return upgrade.Side(version, python) if python else None
 
 
 def torch_side(version: str) -> upgrade.Side | None:
@@ -263,7 +259,8 @@ def upgrade_steps(chosen: dict[str, list[str]] | None = None, with_planted: bool
         if pin in sides:
             steps.append(upgrade.Step(framework, sides[pin], sides[pin], upgrade.CONTROL))
             if framework == "jax" and with_planted:
-                slow = jax_side(pin, planted.overlay(planted.SLOW))
+                slow = dataclasses.replace(sides[pin], release=planted.release_name(pin, planted.SLOW),
+                                           pythonpath=(planted.overlay(planted.SLOW),))
                 steps.append(upgrade.Step(framework, sides[pin], slow, upgrade.PLANTED))
     return steps, missing
 

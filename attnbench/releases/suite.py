@@ -17,6 +17,7 @@ from attnbench.compiled_for import classify
 from attnbench.compiled_for.run import max_batch
 from attnbench.compiled_for.suite import TEMPLATE, compile_grid, key
 from attnbench.compiled_for.targets import get_targets
+from attnbench.compiled_for.worker import CompileWorker
 from attnbench.core.atomic import atomic_write_text
 from attnbench.releases import api, matrix
 from attnbench.releases.cell import companions, run_cells, versions
@@ -111,10 +112,14 @@ def largest_batches(records: dict) -> dict[str, int | None]:
     ok = [(t, i, s) for t in matrix.TPU_TARGETS for i in matrix.TPU_IMPLS for s in matrix.TPU_SEQS
           if records[key(t, i, s, "fwd", "bfloat16")].get("status") == classify.OK]
     out = {}
-    for t, i, s in ok:
-        [row], _ = max_batch(get_targets([t]), [i], TEMPLATE, [s], ["fwd"], ["bfloat16"], matrix.MAX_BATCH_HI,
-                             known=[records[key(t, i, s, "fwd", "bfloat16")]], progress=False)
-        out[tpu_key(t, i, s)] = row["max_batch"]
+    if not ok:
+        return out
+    with CompileWorker() as worker:  # one process for every search, not one per cell
+        for t, i, s in ok:
+            [row], _ = max_batch(get_targets([t]), [i], TEMPLATE, [s], ["fwd"], ["bfloat16"],
+                                 matrix.MAX_BATCH_HI, known=[records[key(t, i, s, "fwd", "bfloat16")]],
+                                 progress=False, worker=worker)
+            out[tpu_key(t, i, s)] = row["max_batch"]
     return out
 
 

@@ -1,24 +1,12 @@
-"""What an upgrade costs in speed: the steps, their judging and their table (the rounds that time
-them: ``rounds.py``).
+"""What an upgrade costs in speed: the steps, their judging and their table.
 
-For one upgrade step (``Step``: a framework, the release before and the release after, each a
-``Side``: a release venv's python), two ``EnvWorker`` processes, one per release, build every cell
-of the matrix (a kernel x workload, ``matrix.WORKLOADS``) with this checkout's code. A round times
-each cell's blocks in both, interleaved in a balanced order (A B B A ..., the side that starts
-alternating by round), so what moved the machine in that round moved both releases alike; the
-round's ratio is the after side's median block over the before side's. The workers are replaced
-every ``restart_every`` rounds, so that no ratio rests on one pair of processes.
-
-Rounds are sized as the verdict's (``run.adaptive.RoundPlan``): ``min_rounds``, then a look every
-``look_every`` rounds at the look's confidence (``look_confidence``: shared over every look the plan
-can make, so that looking often makes no decision easier than the 99% stated); a cell stops once
-its paired ratio (``core.stats.paired_ratio``) is decided or equal within the margin, at
-``max_rounds``, or when the step's budget is spent. Its state: ``slower``, ``faster``,
-``equal (±10%)`` or ``can't tell`` (with its interval's width).
-
-An A/A step (a release against itself: two processes of one environment) is the control: it must
-come out equal. Every round is kept in a rounds file per commit (``results/releases/upgrades/``,
-written atomically after every look), so an interrupted run goes on where it stopped.
+A ``Step`` is a framework, the release before and the release after, each a ``Side`` (a release
+venv's python, and an overlay first on its path); ``rounds.py`` times it in paired rounds. ``judge``
+reads a cell's rounds as the after / before ratio with its interval (``core.stats.paired_ratio``)
+and one state: ``slower``, ``faster``, ``equal (±10%)`` or ``can't tell`` (with its interval's
+width). An A/A step (a release against itself: two processes of one environment) is the control: it
+should come out equal. The rounds are kept per commit under ``results/releases/upgrades/``
+(``rounds_path``), the table in ``upgrades.csv``.
 """
 
 from __future__ import annotations

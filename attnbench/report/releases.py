@@ -106,11 +106,11 @@ def upgrades_part(results_dir: str, frame) -> dict | None:
         "share": f"{decided / timed:.0%}" if timed else "n/a",
         "controls": ", ".join(f"{n} {s}" for s, n in states.items()) or "none",
         "per_step": [{"framework": fw, "table": Table.of(part.drop(columns=["framework"]))}
-                     for fw, part in costs.per_step(ups, frame, planted).groupby("framework", sort=True)],
-        "first_bad": Table.of(costs.first_bad(ups, frame, planted)),
+                     for fw, part in costs.per_step(ups, frame, alerts).groupby("framework", sort=True)],
+        "first_bad": Table.of(costs.first_bad(ups, frame, alerts)),
         "alerts": Table.of([{k: a[k] for k in ("axis", "before", "after", "alert")} for a in alerts]),
         "n_alerts": len(alerts),
-        "holding": Table.of(memory.holding(frame)),
+        "holding": Table.of(memory.holding(frame, alerts)),
     }
 
 
