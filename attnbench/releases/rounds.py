@@ -32,10 +32,16 @@ PLAN = RoundPlan(min_rounds=12, max_rounds=40, look_every=4, budget_s=300.0, mar
                  min_samples=8, restart_every=4)
 BLOCK_S = 0.005  # a block's length: about 5 ms of calls, as the verdict's rounds
 BUILD_TIMEOUT_S, BLOCK_TIMEOUT_S = 600.0, 120.0
-# OpenMP threads that finished a block sleep instead of spinning: two workers take turns on two cores,
-# and a spinning idle one steals the other's cycles. torch's A/A step at 85f0711 came out 1 of 8 cells
-# equal with spinning threads, 6 of 8 in a trial with them passive (results/LOG.md); both sides alike.
-WORKER_ENVIRON = {"OMP_WAIT_POLICY": "PASSIVE"}
+# Both sides alike, set so that a worker's speed does not depend on which process it is (results/LOG.md):
+# - OpenMP threads that finished a block sleep instead of spinning: two workers take turns on two cores,
+#   and a spinning idle one steals the other's cycles (torch's A/A step at 85f0711: 1 of 8 cells equal).
+# - glibc's malloc thresholds fixed (mallopt(3); setting them turns off its dynamic mmap threshold,
+#   which rises with the process's own history of frees): otherwise one process serves a tensor from
+#   reused heap pages and another from a fresh mmap, faulting its pages in on every call, and the same
+#   release is 1.5-1.7x apart from process to process (torch's SDPA math, its A/A at 874fc36). 32 MiB
+#   is the largest mmap threshold glibc accepts on 64-bit; the trim threshold keeps freed heap mapped.
+WORKER_ENVIRON = {"OMP_WAIT_POLICY": "PASSIVE", "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+                  "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
 
 def settled(rounds: list[list[float]], plan: RoundPlan) -> bool:
