@@ -39,7 +39,7 @@ BUILD_TIMEOUT_S, BLOCK_TIMEOUT_S = 600.0, 120.0
 #   which rises with the process's own history of frees): otherwise one process serves a tensor from
 #   reused heap pages and another from a fresh mmap, faulting its pages in on every call, and the same
 #   release is 1.5-1.7x apart from process to process (torch's SDPA math, its A/A at 874fc36). 32 MiB
-#   is the largest mmap threshold glibc accepts on 64-bit; the trim threshold keeps freed heap mapped.
+#   is the largest mmap threshold mallopt(3) documents on 64-bit; the trim threshold keeps freed heap.
 WORKER_ENVIRON = {"OMP_WAIT_POLICY": "PASSIVE", "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
                   "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
