@@ -31,6 +31,7 @@ from attnbench.report.verdict_display import (
     published_targets,
     short,
     targets,
+    terminal,
 )
 from attnbench.results.asv_results import load_results, ordering_note
 from attnbench.results.table import cell, render
@@ -126,8 +127,11 @@ def print_summary(frame, verdict, args, *, control=None, cases=None) -> int:
     table = headline(verdict)
     width = None if getattr(args, "wide", False) else SUMMARY_WIDTH
     if not table.empty:
-        print(_wrap(f"# verdict ({counts(table)}; attnbench verdict --full: every column)", width))
-        print(_render(_unique(_rows(short(table))), SHORT_COLUMNS, args))
+        rows, columns, machine = terminal(short(table))
+        where = f" on {machine}" if machine else ""
+        print(_wrap(f"# verdict{where} ({counts(table)}; production and tuning: attnbench verdict; every "
+                    "column: attnbench verdict --full)", width))
+        print(_render(_unique(rows), columns, args))
         control = controls(frame, cases=cases) if control is None else control
         lines = notes(table, profiler_visibility(args.results), frame, cases) + control_lines(control)
         for line in lines:

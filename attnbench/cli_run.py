@@ -17,6 +17,8 @@ from attnbench.core.regimes import PACKED, REGIMES, regime_reason
 from attnbench.core.workload import PHASE_MODES, Workload
 from attnbench.hardware import get_hardware_profile, load_hardware_profiles
 from attnbench.hardware.dtypes import machine_dtype_problem
+from attnbench.hardware.hardware_profiles import PRICE_KINDS
+from attnbench.measure.cost import check_price_kind
 from attnbench.measure.engine import Case, Options
 from attnbench.measure.process_env import pin_threads
 from attnbench.published import shapes
@@ -71,6 +73,7 @@ def cmd_run(args) -> int:
     if not impls:
         raise ValueError("no implementation of the chosen ones is installed in this environment")
     check_run_inputs(args.hardware_profile, args.dtype)  # before the first case, not after the sweep
+    check_price_kind(args.price_per_hour, args.spot_price_per_hour, args.price_kind)
     pin_threads(threads)  # this process too, for the no-isolation path
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out_dir = args.out or os.path.join("results", "runs", f"{stamp}-{os.uname().nodename}")
@@ -82,6 +85,7 @@ def cmd_run(args) -> int:
                       min_seconds=args.min_seconds, numerics=not args.no_numerics,
                       hardware_profile=args.hardware_profile,
                       price_per_hour=args.price_per_hour, spot_price_per_hour=args.spot_price_per_hour,
+                      price_kind=args.price_kind,
                       trace_dir=trace_dir, compile_cache=args.compile_cache, timer=args.timer,
                       traffic=args.traffic, stream_windows=args.windows)
     # Every case in a worker of its own: compile caches live per process.
@@ -332,6 +336,9 @@ def add_run_command(sub) -> None:
     p.add_argument("--profile", dest="hardware_profile", help=argparse.SUPPRESS)  # deprecated alias
     p.add_argument("--price-per-hour", type=float, help="USD per hour for the device, overriding the profile")
     p.add_argument("--spot-price-per-hour", type=float)
+    p.add_argument("--price-kind", choices=PRICE_KINDS,
+                   help="what --price-per-hour and --spot-price-per-hour buy: instance (the accelerator "
+                        "with its host VM) or accelerator (the chip alone); required with them")
     p.add_argument("--config", help="the tile config of the one --impl kernel, e.g. block_q=64,block_k=256 "
                    "(its knobs: its file's search_space; docs/tuning.md)")
     p.add_argument("--tuned", action="store_true", help="each tiled kernel at the config `make tune` kept "

@@ -61,6 +61,8 @@ def test_docs_feature_matrix_is_the_generated_one(capsys):
     (["run", "--rounds", "9", "--margin", "0", "--impl", "reference-float64"],
      "--margin must be a fraction between 0 and 1"),
     (["verdict", "--margin", "1"], "--margin must be a fraction between 0 and 1"),
+    (["run", "--impl", "reference-float64", "--price-per-hour", "9.31"],
+     "--price-per-hour needs --price-kind: instance (the accelerator with its host) or accelerator"),
     (["confirm", "--budget", "0"], "--budget must be more than 0 seconds"),
     (["run", "--impl", "reference-float64", "--workload", "llama-3.1-8b", "--phase", "decode", "--regime",
       "packed"], "--regime packed: the packed regime packs prefill and training sequences"),

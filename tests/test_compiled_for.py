@@ -95,6 +95,20 @@ def test_roofline_is_the_larger_side_and_priced_per_chip_hour():
     assert no_peak.usd is None
 
 
+def test_the_roofline_says_what_its_usd_buys():
+    """A target's roofline USD says what its price buys, from its records: the H200's the
+    accelerator alone, a TPU VM's a whole instance; records from before it was kept say so."""
+    pd = pytest.importorskip("pandas")
+    from attnbench.report.compiled import price_kind_text
+
+    h200 = pd.DataFrame({"hardware_profile": ["h200-sxm"] * 2, "price_kind": ["accelerator"] * 2})
+    assert price_kind_text(h200) == "the accelerator's price alone (no host VM)"
+    v5e = pd.DataFrame({"hardware_profile": ["tpu-v5e"], "price_kind": ["instance"]})
+    assert price_kind_text(v5e) == "a whole instance's price (the chip with its host)"
+    assert price_kind_text(pd.DataFrame({"hardware_profile": ["h200-sxm"]})).startswith(
+        "its kind not recorded")
+
+
 def test_roofline_bytes_never_below_the_workload_minimum():
     assert roofline_bytes(1e9, 2, 1.5e9) == (2e9, "compiler (cost_analysis bytes accessed)")
     assert roofline_bytes(5e8, 1, 1.5e9)[0] == 1.5e9

@@ -64,16 +64,36 @@ def test_unknown_hardware_has_no_price(profiles):
 
 
 def test_price_override_is_for_the_whole_device(profiles):
-    pricing = cost.pricing_for(MYSTERY, price_per_hour=1.86, hardware_profiles=profiles)
+    pricing = cost.pricing_for(MYSTERY, price_per_hour=1.86, price_kind="instance",
+                               hardware_profiles=profiles)
     assert pricing.on_demand_usd_per_hour == 1.86 and pricing.spot_usd_per_hour is None
+    assert pricing.kind == "instance"
     out = cost.cost_per_step(0.004, pricing, tokens_per_step=2048)
     assert out["usd_per_step_on_demand"] == pytest.approx(1.86 / 3600 * 0.004)
     assert "override" in out["price_source"] and "spot" in out["cost_note"]
     # an override is not multiplied by chips, and replaces only its own price
-    chips = cost.pricing_for(V5E, price_per_hour=10.0, chips=4, hardware_profiles=profiles)
+    chips = cost.pricing_for(V5E, price_per_hour=10.0, price_kind="instance", chips=4,
+                             hardware_profiles=profiles)
     assert chips.on_demand_usd_per_hour == 10.0 and chips.spot_usd_per_hour == pytest.approx(4 * 0.213)
-    spot = cost.pricing_for(H200, spot_price_per_hour=3.5, hardware_profiles=profiles)
+    spot = cost.pricing_for(H200, spot_price_per_hour=3.5, price_kind="accelerator",
+                            hardware_profiles=profiles)
     assert (spot.on_demand_usd_per_hour, spot.spot_usd_per_hour) == (9.31, 3.5)
+    # a user's spot price of another kind than the profile's on-demand one is left out, and said
+    mixed = cost.pricing_for(H200, spot_price_per_hour=3.5, price_kind="instance", hardware_profiles=profiles)
+    assert (mixed.on_demand_usd_per_hour, mixed.spot_usd_per_hour, mixed.kind) == (9.31, None, "accelerator")
+    assert "spot price left out: it buys a whole instance, the on-demand price the accelerator alone" \
+        in mixed.note
+
+
+def test_every_price_says_what_it_buys(profiles):
+    """The packaged profiles' kinds: GCP's GPU rows the accelerator alone, a TPU VM, Lambda's H100
+    and a vCPU a whole instance; each record carries its kind."""
+    kinds = {name: p.price_kind for name, p in profiles.items() if p.price_on_demand is not None}
+    assert kinds["h200-sxm"] == kinds["l4"] == kinds["a100-40gb"] == kinds["b200"] == "accelerator"
+    assert kinds["h100-sxm"] == kinds["h100-sxm-gcp"] == kinds["tpu-v5e"] == kinds["cpu"] == "instance"
+    assert set(kinds.values()) == {"instance", "accelerator"}
+    out = cost.cost_per_step(0.01, cost.pricing_for(H200, hardware_profiles=profiles))
+    assert out["price_kind"] == "accelerator"
 
 
 def test_named_profile_overrides_the_match(profiles):
@@ -93,7 +113,9 @@ def test_failed_run_or_missing_tokens(profiles):
 
 
 @pytest.mark.parametrize("kwargs", [{"price_per_hour": -1.0}, {"spot_price_per_hour": float("inf")},
-                                    {"chips": 0}, {"cores": 0}, {"price_per_hour": "9"}])
+                                    {"chips": 0}, {"cores": 0}, {"price_per_hour": "9"},
+                                    {"price_per_hour": 9.0}, {"spot_price_per_hour": 2.0},
+                                    {"price_per_hour": 9.0, "price_kind": "chip"}])
 def test_bad_arguments(profiles, kwargs):
     with pytest.raises(ValueError):
         cost.pricing_for(H200, hardware_profiles=profiles, **kwargs)

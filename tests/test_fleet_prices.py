@@ -45,8 +45,14 @@ def test_the_catalog_price_per_chip_comes_before_the_profile(monkeypatch, tmp_pa
 
 def test_user_overrides_still_win_and_cpu_cases_keep_their_profile(monkeypatch, tmp_path):
     _hand_over(monkeypatch, tmp_path, TPU_PRICE)
-    pricing = cost.pricing_for(V5E, price_per_hour=3.0)
+    pricing = cost.pricing_for(V5E, price_per_hour=3.0, price_kind="instance")
     assert pricing.on_demand_usd_per_hour == 3.0 and pricing.spot_usd_per_hour == pytest.approx(1.95941 / 8)
+    assert pricing.kind == "instance"
+    # the catalog's spot price is a whole machine's: beside an accelerator-only on-demand price it is
+    # left out, never one record of two kinds
+    alone = cost.pricing_for(V5E, price_per_hour=3.0, price_kind="accelerator")
+    assert alone.spot_usd_per_hour is None and alone.kind == "accelerator"
+    assert "spot price left out: it buys a whole instance" in alone.note
     cpu = cost.pricing_for(CPU, cores=2)  # the host CPU of the TPU VM: its own profile, per vCPU
     assert cpu.unit == "vcpu-hour" and "SkyPilot catalog" not in cpu.source
 

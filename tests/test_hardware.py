@@ -49,7 +49,7 @@ def test_reference_figures(profiles):
     h200 = profiles["h200-sxm"]
     assert h200.peak("bfloat16").value == 989 and h200.hbm_gb.value == 141
     assert h200.price_on_demand.value == 9.31 and h200.price_unit == "chip-hour"
-    assert h200.price_spot is None  # REFERENCE.md gives no spot price: absent, not invented
+    assert h200.price_spot is None  # no spot price recorded: absent, not invented
     assert h200.peak("float16") is None  # fp16 dense peak not recorded: absent, not guessed
     assert profiles["h100-sxm"].peak("fp32").value == 67
     assert profiles["a100-40gb"].peak("float32").value == 19.5
@@ -80,6 +80,7 @@ match = ["MyChip"]
 price_unit = "chip-hour"
 peak_tflops.bf16 = { value = 100, source = "spec", date = 2026-11-29 }
 price.on_demand = { value = 1.5, source = "catalog", date = 2026-11-29 }
+price.kind = "accelerator"
 """
 
 
@@ -108,6 +109,8 @@ def test_user_file_loads(tmp_path):
     ("value = 1.5", "value = 1.5, currency = 'EUR'", "price.on_demand"),
     ('kind = "gpu"', 'kind = "gpu"\nhbm = 3', "hbm"),
     ('date = 2026-11-29 }\nprice', 'date = "29/11/2026" }\nprice', "peak_tflops.bf16.date"),
+    ('price.kind = "accelerator"', "", "price.kind"),  # a price must say what it buys
+    ('price.kind = "accelerator"', 'price.kind = "chip"', "price.kind"),
 ])
 def test_damaged_file_names_profile_and_field(tmp_path, old, new, field):
     assert old in GOOD

@@ -199,6 +199,7 @@ def test_the_sidecar_records_contention_and_the_timing_interval_per_case(tmp_pat
                      "rounds_stopped": "settled", "phase_seconds": None, "contended_rounds": None,
                      "config": "block_q=256,block_k=256", "config_source": "tuned",
                      "defaults_round_medians_s": [0.0021, 0.0022], "defaults_round_ids": [1, 2],
+                     "price_kind": None,  # a record without a price: what it buys is unknown
                      **dict.fromkeys(sidecar.STREAM_FIELDS)}  # a record without a stream: unknown
     assert sidecar.case_entry({**record, "ci_low_s": float("nan"), "rounds": None})["ci_low_s"] is None
     streamed = sidecar.case_entry({**record, "traffic": "azure-code", "latency_p99_s": 0.01,
@@ -258,14 +259,15 @@ def test_the_sidecar_records_contention_and_the_timing_interval_per_case(tmp_pat
 def test_asv_never_iterates_a_sidecar(tmp_path, monkeypatch):
     """On a copy of the committed results, plus a sidecar written by today's writer: asv's own
     iteration of result files (what `asv publish` loads) yields result files only, with no
-    "could not load .../machine.json" warning (the old versions/*.json sidecars gave one)."""
+    "could not load .../machine.json" warning (the old versions/*.json sidecars gave one, and so
+    did a sweep's run-args.json under results/runs/ until it became run-args.txt)."""
     pytest.importorskip("pandas")
     import asv.results
 
     from attnbench.results.asv_results import load_results
 
     results = tmp_path / "results"
-    shutil.copytree(ROOT / "results", results, ignore=shutil.ignore_patterns("runs"))
+    shutil.copytree(ROOT / "results", results)
     commit = "0123456789abcdef0123456789abcdef01234567"
     sidecar.write(str(results), "cpu-2core", commit, ENV, versions={}, settings={}, cases={})
     frame = load_results(str(results), repo=str(ROOT))
@@ -572,7 +574,7 @@ def test_a_models_row_finds_its_sidecar_entry_and_the_report_tables_it_per_workl
                   cases={"Models|jax-xla|mistral-7b:prefill|static|float32":
                          entry("native", "compiled", "cpu", "AMD EPYC"),
                          "Models|jax-xla|mistral-7b:decode|static|float32":
-                         entry("native", "compiled", "cpu", "AMD EPYC"),
+                         dict(entry("native", "compiled", "cpu", "AMD EPYC"), price_kind="instance"),
                          "Models|jax-blockwise-flash|mistral-7b:prefill|static|float32":
                          entry("forced-flash", "compiled", "cpu", "AMD EPYC"),
                          "Models|jax-blockwise-flash|mistral-7b:decode|static|float32":
@@ -590,5 +592,7 @@ def test_a_models_row_finds_its_sidecar_entry_and_the_report_tables_it_per_workl
         ("prefill", "jax-xla"), ("prefill", "jax-blockwise-flash"),
         ("decode", "jax-blockwise-flash"), ("decode", "jax-xla")]  # phase order, fastest first
     assert list(table["ms/step"]) == pytest.approx([10.0, 30.0, 1.0, 2.0])
+    # what each price buys, from its sidecar entry; "-" for an entry from before it was kept
+    assert list(table["price kind"]) == ["-", "-", "-", "instance"]
     assert list(table["best"]) == ["fastest native", "fastest forced-flash", "fastest forced-flash",
                                    "fastest native"]

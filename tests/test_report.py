@@ -165,6 +165,8 @@ def test_report_summary_prints_what_summary_prints(committed_results, tmp_path, 
     printed = capsys.readouterr().out
     assert "# verdict" in alone and "A/A control" in alone
     assert printed.endswith("\n" + alone)
+    # a terminal's width: the verdict's short table, its notes and the best-kernel table
+    assert max(len(line) for line in alone.splitlines()) <= 120, max(alone.splitlines(), key=len)
 
 
 @pytest.mark.slow

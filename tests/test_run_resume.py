@@ -90,3 +90,25 @@ def test_a_row_cut_mid_rounds_rejoins_the_sweep_with_its_rounds(tmp_path):
     assert record["rounds_complete"] is False and record["seconds_per_step"] == 0.001
     assert [(v.round, v.median_s) for v in adaptive.round_values(record)] == [(0, 0.001), (1, 0.0011),
                                                                              (2, 0.0009)]
+
+
+def test_the_options_file_is_no_json_asv_would_read_and_an_old_one_still_counts(tmp_path):
+    """asv reads every ``*.json`` under ``results/`` as a result of its own and warns about a folder
+    without its machine.json: a sweep's options go to ``run-args.txt``; a folder an older version
+    wrote (``run-args.json``) still refuses a resume with other options."""
+    import argparse
+    import json
+
+    from attnbench.run import resume
+
+    args = argparse.Namespace(steps=2, price_kind=None)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    resume.check_args(str(fresh), args, resuming=False)
+    assert [p.name for p in fresh.iterdir()] == ["run-args.txt"]
+    assert json.loads((fresh / "run-args.txt").read_text())["steps"] == 2
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "run-args.json").write_text(json.dumps({"steps": 3}))
+    with pytest.raises(ValueError, match="--steps 3 then, 2 now"):
+        resume.check_args(str(old), args)

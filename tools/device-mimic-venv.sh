@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build, here, a venv that mimics the lent H200 image's Python (../shared/REFERENCE.md section 14; docs/device.md):
+# Build, here, a venv that mimics the lent H200 image's Python (docs/device.md):
 # Python 3.12 with torch 2.11.0 (PyPI's CUDA build, which runs on the CPU), triton 3.6.0, jax/jaxlib 0.11.2,
 # numpy, pandas, matplotlib, psutil, pytest, pyyaml, tabulate, jinja2, pyarrow, scipy; and, as there, no asv,
 # no asv_runner, no absl-py, no threadpoolctl. About 5.6 GB; tools/device-rehearse.sh uses it.

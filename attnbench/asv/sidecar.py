@@ -43,6 +43,7 @@ CASE_FIELDS = ("label", "execution", "platform", "device", "status", "reason", "
                # the tile config each figure ran at; a tuned kernel's rounds at its defaults
                "config", "config_source", "defaults_round_medians_s", "defaults_round_ids",
                "phase_seconds",  # where the case's seconds went (results/LOG.md)
+               "price_kind",  # what its price buys: a whole instance or the accelerator alone
                *STREAM_FIELDS)
 ROUND_FIELDS = ("round_medians_s", "round_ids", "control_round_medians_s", "control_round_ids",
                 "defaults_round_medians_s", "defaults_round_ids", "contended_rounds")

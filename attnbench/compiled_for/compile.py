@@ -257,7 +257,8 @@ def _read_compiled(record: dict, compiled, target: Target, workload: Workload, p
     record.update(roofline_bytes=bytes_per_chip, roofline_bytes_source=source,
                   peak_tflops=peak.value if peak else None,
                   hbm_tb_s=profile.hbm_tb_s.value if profile.hbm_tb_s else None,
-                  price_per_chip_hour=price.value if price else None, **model.as_record())
+                  price_per_chip_hour=price.value if price else None,
+                  price_kind=profile.price_kind if price else None, **model.as_record())
 
 
 def _program_cost(module, target: Target, workload: Workload, peak, per_chip: int) -> dict:

@@ -22,7 +22,7 @@ COLUMNS = [
     "kernel_evidence", "library_config", "custom_calls", "fusions",
     "inserted_copies", "inserted_copy_bytes", "inserted_copy_detail",
     "flops", "compiler_flops", "compiler_flops_source", "compiler_bytes_accessed",
-    "roofline_bytes", "roofline_bytes_source", "peak_tflops", "hbm_tb_s", "price_per_chip_hour",
+    "roofline_bytes", "roofline_bytes_source", "peak_tflops", "hbm_tb_s", "price_per_chip_hour", "price_kind",
     "model_roofline_seconds", "model_roofline_bound", "model_compute_seconds", "model_memory_seconds",
     "model_roofline_usd", "model_compiler_seconds",
     "hlo_flops", "hlo_bytes", "hlo_launches", "hlo_kernel_seconds", "hlo_matmul_seconds", "hlo_other_seconds",

@@ -104,7 +104,7 @@ LAYOUT = {
     "usd_per_step_with_compiles_on_demand": METRIC, "usd_per_step_with_compiles_spot": "USD",
     "usd_per_million_useful_tokens_with_compiles_on_demand": METRIC,
     "usd_per_million_useful_tokens_with_compiles_spot": "USD",
-    "price_source": "", "cost_note": "",
+    "price_source": "", "price_kind": "", "cost_note": "",
 }
 
 

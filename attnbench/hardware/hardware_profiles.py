@@ -28,6 +28,11 @@ from attnbench.hardware.dtypes import PeakDtype, canonical_dtype
 
 Kind = Literal["cpu", "gpu", "tpu"]
 PriceUnit = Literal["chip-hour", "vcpu-hour"]
+# What a price buys: a whole instance (the accelerator with its host VM, as a TPU VM, a Lambda GPU
+# instance or a cloud vCPU is sold) or the accelerator alone (GCP's GPU rows, without the VM). Two
+# kinds differ by the host's share, so a cost compared across machines is one kind or says so.
+PriceKind = Literal["instance", "accelerator"]
+PRICE_KINDS: tuple[str, ...] = get_args(PriceKind)
 KINDS: tuple[str, ...] = get_args(Kind)
 PRICE_UNITS: dict[str, str] = {"cpu": "vcpu-hour", "gpu": "chip-hour", "tpu": "chip-hour"}
 PACKAGED_FILE = "hardware_profiles.toml"  # beside this module
@@ -74,14 +79,19 @@ class Sourced:
 
 @dataclass(frozen=True)
 class Prices:
-    """USD per the profile's ``price_unit``: ``price.on_demand`` and ``price.spot``."""
+    """USD per the profile's ``price_unit``: ``price.on_demand`` and ``price.spot``, and ``price.kind``:
+    what both buy (``PriceKind``), required with a price."""
 
     on_demand: Sourced | None = None
     spot: Sourced | None = None
+    kind: PriceKind | None = None
 
     def __post_init__(self):
         if self.spot is not None and self.on_demand is None:
             raise _Invalid("on_demand", "is missing while price.spot is given")
+        if self.on_demand is not None and self.kind is None:
+            raise _Invalid("kind", f"is missing: say what the price buys, one of {list(PRICE_KINDS)} "
+                                   "(a whole instance, or the accelerator without its host)")
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,10 @@ class HardwareProfile:
     @property
     def price_spot(self) -> Sourced | None:
         return self.price.spot
+
+    @property
+    def price_kind(self) -> str | None:
+        return self.price.kind
 
     def peak(self, dtype) -> Sourced | None:
         return self.peak_tflops.get(canonical_dtype(dtype))

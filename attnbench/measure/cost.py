@@ -6,6 +6,11 @@ price times the cores charged. User overrides are USD per hour for the whole cha
 given, each replacing only its own price. No known price gives ``None`` costs and a ``cost_note``:
 never a made-up price.
 
+Every price says what it buys (``Pricing.kind``: ``instance``, the accelerator with its host, or
+``accelerator``, the chip alone; ``hardware.PRICE_KINDS``): a user's price comes with its kind, the
+catalog's is an instance's, a profile's is its ``price.kind``. One record's two markets are one kind:
+a spot price of another kind than the on-demand one is left out, with a note.
+
 On a fleet run SkyPilot's catalog price (``attnbench/hardware/catalog_prices.py``) comes before the profile,
 unless it fails a guard; the ``cost_note`` says which and why.
 """
@@ -18,6 +23,7 @@ from dataclasses import dataclass
 
 from attnbench.hardware import Device, HardwareProfile, get_hardware_profile, match_hardware_profile
 from attnbench.hardware.catalog_prices import catalog_prices_for
+from attnbench.hardware.hardware_profiles import PRICE_KINDS
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -32,6 +38,7 @@ class Pricing:
     hardware_profile: str | None  # the hardware profile used, if any
     source: str  # where each price comes from
     note: str | None = None  # why a price is missing, if one is
+    kind: str | None = None  # what the prices buy: "instance" | "accelerator" (None: no price)
 
     @property
     def known(self) -> bool:
@@ -57,16 +64,31 @@ def unknown_price_note(device_name: str) -> str:
     return f"unknown: no price for {device_name}; pass --hardware-profile or --price-per-hour"
 
 
+def check_price_kind(price_per_hour, spot_price_per_hour, price_kind) -> None:
+    """``ValueError`` for a user's price without its kind (or an unknown kind): what it buys decides
+    what it can be compared with."""
+    if price_kind is not None and price_kind not in PRICE_KINDS:
+        raise ValueError(f"--price-kind must be one of {', '.join(PRICE_KINDS)}, got {price_kind!r}")
+    given = [name for name, value in (("--price-per-hour", price_per_hour),
+                                      ("--spot-price-per-hour", spot_price_per_hour)) if value is not None]
+    if given and price_kind is None:
+        raise ValueError(f"{given[0]} needs --price-kind: instance (the accelerator with its host) or "
+                         "accelerator (the chip alone)")
+
+
 def pricing_for(device: Device, hardware_profile: str | None = None, price_per_hour: float | None = None,
-                spot_price_per_hour: float | None = None, *, cores: int | None = None, chips: int = 1,
+                spot_price_per_hour: float | None = None, *, price_kind: str | None = None,
+                cores: int | None = None, chips: int = 1,
                 hardware_profiles: Mapping[str, HardwareProfile] | None = None) -> Pricing:
-    """Prices for ``device`` from the named or matched hardware profile, with the user's overrides.
+    """Prices for ``device`` from the named or matched hardware profile, with the user's overrides
+    (``price_kind``: what they buy, required with them).
 
     ``cores``: vCPUs charged (pass the run's pinned thread count; default ``device.host_cores``).
     An unknown ``hardware_profile`` raises ``KeyError`` listing the known names.
     """
     price_per_hour = _check_price("price_per_hour", price_per_hour)
     spot_price_per_hour = _check_price("spot_price_per_hour", spot_price_per_hour)
+    check_price_kind(price_per_hour, spot_price_per_hour, price_kind)
     chips = _check_count("chips", chips)
     cores = _check_count("cores", device.host_cores if cores is None else cores)
     profile = (get_hardware_profile(hardware_profile, hardware_profiles) if hardware_profile
@@ -81,19 +103,28 @@ def pricing_for(device: Device, hardware_profile: str | None = None, price_per_h
     elif catalog:
         unit, units = "chip-hour", float(chips)
 
-    def price(override: float | None, entry, label: str) -> tuple[float | None, str]:
+    def price(override: float | None, entry, label: str) -> tuple[float | None, str, str | None]:
         if override is not None:
-            return override, f"{label}: user override {override:g} USD/h for the whole device"
+            return override, f"{label}: user override {override:g} USD/h for the whole device", price_kind
         key = "on_demand" if label == "on-demand" else "spot"
-        if catalog.get(key) is not None:
-            return catalog[key], catalog[f"{key}_source"]
+        if catalog.get(key) is not None:  # a whole machine's price, per chip
+            return catalog[key], catalog[f"{key}_source"], "instance"
         if entry is not None:
             return entry.value * units, (f"{label}: profile {profile.name} {entry.value:g} USD/{unit} x "
-                                         f"{units:g} ({entry.source}, {entry.date.isoformat()})")
-        return None, f"{label}: none"
+                                         f"{units:g} ({entry.source}, {entry.date.isoformat()})"), \
+                profile.price_kind
+        return None, f"{label}: none", None
 
-    on_demand, src_od = price(price_per_hour, profile and profile.price_on_demand, "on-demand")
-    spot, src_spot = price(spot_price_per_hour, profile and profile.price_spot, "spot")
+    on_demand, src_od, kind = price(price_per_hour, profile and profile.price_on_demand, "on-demand")
+    spot, src_spot, spot_kind = price(spot_price_per_hour, profile and profile.price_spot, "spot")
+    mixed = None
+    if on_demand is None:
+        kind = spot_kind
+    elif spot is not None and spot_kind != kind:  # one record, one kind: never a ratio across two
+        what = {"instance": "a whole instance", "accelerator": "the accelerator alone"}
+        mixed = (f"spot price left out: it buys {what.get(spot_kind, spot_kind)}, the on-demand price "
+                 f"{what.get(kind, kind)}")
+        spot, src_spot = None, f"spot: none (the {spot_kind} price left out)"
 
     note = None
     if on_demand is None and spot is None:
@@ -103,11 +134,13 @@ def pricing_for(device: Device, hardware_profile: str | None = None, price_per_h
     elif spot is None:
         where = f" in profile {profile.name}" if profile is not None and price_per_hour is None else ""
         note = f"no spot price for {device.name}{where}; pass --spot-price-per-hour"
+    if mixed:
+        note = "; ".join(filter(None, [mixed, note]))
     if catalog.get("notes"):  # the catalog's quirks (placeholder, blank spot, spot above on-demand)
         note = "; ".join([*catalog["notes"], *([note] if note else [])])
     return Pricing(device_name=device.name, on_demand_usd_per_hour=on_demand, spot_usd_per_hour=spot,
                    units=units, unit=unit, hardware_profile=profile.name if profile else None,
-                   source=f"{src_od}; {src_spot}", note=note)
+                   source=f"{src_od}; {src_spot}", note=note, kind=kind)
 
 
 def cost_per_step(seconds_per_step: float | None, pricing: Pricing,
@@ -146,5 +179,6 @@ def cost_per_step(seconds_per_step: float | None, pricing: Pricing,
         "usd_per_million_tokens_on_demand": per_million(step_od),
         "usd_per_million_tokens_spot": per_million(step_spot),
         "price_source": pricing.source,
+        "price_kind": pricing.kind,
         "cost_note": "; ".join(notes) if notes else None,
     }

@@ -60,6 +60,7 @@ class Options:
     hardware_profile: str | None = None  # hardware profile name overriding detection
     price_per_hour: float | None = None
     spot_price_per_hour: float | None = None
+    price_kind: str | None = None  # what the user's prices buy: "instance" | "accelerator"
     trace_dir: str | None = None  # where per-step regime traces are written
     compile_cache: str = "cold"  # cold | warm: see attnbench/measure/compiler_caches.py
     timer: str = "wall"  # wall | cuda-events (torch on CUDA: events around each call, L2 flushed)

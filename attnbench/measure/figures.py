@@ -30,7 +30,8 @@ def price_and_derive(device, workload, options, record, regime_result):
     peak = hardware.peak_tflops(device, profile, workload.dtype)
     pricing = cost.pricing_for(device, hardware_profile=options.hardware_profile,
                                price_per_hour=options.price_per_hour,
-                               spot_price_per_hour=options.spot_price_per_hour, cores=record["threads"])
+                               spot_price_per_hour=options.spot_price_per_hour,
+                               price_kind=options.price_kind, cores=record["threads"])
     record.update(peak_tflops=peak.tflops, peak_source=peak.source)
     if profile is not None and profile.hbm_tb_s is not None:  # decode is memory-bound: bytes/s against it
         record.update(peak_bytes_per_s=profile.hbm_tb_s.value * 1e12,
@@ -73,7 +74,8 @@ def pricing_of(record: dict):
     return cost.Pricing(device_name=record.get("device") or "", hardware_profile=None, units=None, unit=None,
                         on_demand_usd_per_hour=record.get("usd_per_hour_on_demand"),
                         spot_usd_per_hour=record.get("usd_per_hour_spot"),
-                        source=record.get("price_source") or "", note=record.get("cost_note"))
+                        source=record.get("price_source") or "", note=record.get("cost_note"),
+                        kind=record.get("price_kind"))
 
 
 def pool_rounds(record: dict, rounds: list, *, stopped: str | None = None, complete: bool = True) -> dict:

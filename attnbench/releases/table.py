@@ -163,7 +163,8 @@ def _cell_id(row: dict) -> tuple:
 # from a release's packaging fault, a feature an older release lacks, and the project's own adapter.
 API, PACKAGING, CAPABILITY, ADAPTER = "api-changed", "packaging", "capability", "adapter"
 NUMERICS, UNEXPLAINED = "numerics", "unexplained"
-# Known from the releases themselves (../shared/REFERENCE.md section 14, checked against jax's history).
+# Known from the releases themselves and jax's history: pallas.tpu's absl import came in jax commit
+# 4ec06d48fb and went in a96db3fc45 (first in 0.10.0); splash's head-dim limit went in c9a5799a2a.
 UNDECLARED_IMPORTS = {"absl": "jax imports absl without declaring absl-py (0.9.2's pallas.tpu, and "
                               "jax._src.test_util, which Mosaic GPU attention imports, in every release); "
                               "pip install absl-py mends it"}

@@ -114,6 +114,21 @@ def copies_table(part: pd.DataFrame) -> pd.DataFrame:
     return _pivot(rows, lambda r: f"{_gb(r['inserted_copy_bytes'])} of {_gb(r['peak_bytes'])}")
 
 
+PRICE_KIND_WORDS = {"instance": "a whole instance's price (the chip with its host)",
+                    "accelerator": "the accelerator's price alone (no host VM)"}
+
+
+def price_kind_text(part: pd.DataFrame) -> str:
+    """What the roofline's USD buys on this target: its records' ``price_kind`` (a report reads no
+    hardware profile: records compiled before it was kept say so, and the profile's ``price.kind``
+    in ``hardware_profiles.toml`` tells)."""
+    kinds = sorted(set(part["price_kind"].dropna())) if "price_kind" in part else []
+    if not kinds:
+        return ("its kind not recorded (compiled before 2026-12-06: the hardware profile's price.kind "
+                "says whether it is a whole instance or the accelerator alone)")
+    return " and ".join(PRICE_KIND_WORDS.get(k, k) for k in kinds)
+
+
 def roofline_table(part: pd.DataFrame) -> pd.DataFrame:
     """The roofline model of one step by length, where the program compiled: ``ms / USD (bound)``,
     the bound ``c`` (compute) or ``m`` (memory); ``*``: it does not fit the device."""
@@ -332,7 +347,7 @@ def compiled_part(results_dir: str, out_dir: str | None = None, records=None) ->
                 atomic_write_bytes(plots[name], png)
         targets.append({"name": target, "sentence": summary_sentence(part, target),
                         "fits": Table.of(fits_table(swept)), "copies": Table.of(copies_table(swept)),
-                        "roofline": Table.of(roofline_table(swept)),
+                        "roofline": Table.of(roofline_table(swept)), "price": price_kind_text(part),
                         "kernels": Table.of(kernels_table(swept)),
                         "max_seq": Table.of(max_seq_table(results_dir, target)),
                         "tuned": Table.of(tuned_tiles_table(results_dir, target)),

@@ -270,8 +270,10 @@ MEMORY_METRICS = ("device_peak_bytes", "host_profiler_peak_bytes", "compiler_tem
 def workload_tables(frame) -> dict[str, pd.DataFrame]:
     """``{preset: table}`` from the Models class at each machine's newest commit: per machine, phase
     and implementation, ms/step, TFLOP/s, GB/s (the minimum bytes: what bounds decode), USD per
-    million tokens and peak memory (MiB), fastest first; ``best`` marks the fastest native and
-    forced-flash of a phase. Interpreted and contended figures are left out."""
+    million tokens with what its price buys (``price kind``: machines priced as a whole instance and
+    as the accelerator alone are not one kind of USD; ``-`` for a record from before it was kept)
+    and peak memory (MiB), fastest first; ``best`` marks the fastest native and forced-flash of a
+    phase. Interpreted and contended figures are left out."""
     import pandas as pd
 
 
@@ -288,6 +290,8 @@ def workload_tables(frame) -> dict[str, pd.DataFrame]:
         latest = latest[~pd.MultiIndex.from_frame(latest[keys]).isin(flagged)]
     wide = latest.pivot_table(index=keys + ["label"], columns="metric", values="value",
                               aggfunc="first").reset_index()
+    kinds = (latest.dropna(subset=["price_kind"]).groupby(keys)["price_kind"].first().to_dict()
+             if "price_kind" in latest else {})
     if "seconds_per_step" not in wide:
         return {}
     order = {"prefill": 0, "training": 1, "decode": 2}
@@ -303,6 +307,7 @@ def workload_tables(frame) -> dict[str, pd.DataFrame]:
             for metric, (title, factor) in WORKLOAD_METRICS.items():
                 value = row.get(metric)
                 out[title] = value * factor if value is not None and value == value else None
+            out["price kind"] = kinds.get(tuple(row[k] for k in keys), "-")
             memory = next((row[m] for m in MEMORY_METRICS if m in row and row[m] == row[m]), None)
             out["peak MiB"] = memory / 2**20 if memory is not None else None
             rows.append(out)

@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 
 SHORT_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "production",
                  "forced", "native", "tuning"]
+# The terminal's short table (``attnbench summary``, ``make bench``'s last lines): the answer and its
+# kernels in at most 120 columns; production and tuning are in ``attnbench verdict`` and ``--full``.
+TERMINAL_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced/native cost", "forced",
+                    "native"]
 TARGET_COLUMNS = ["target", "workload", "seq", "most headroom", "predicted forced / native"]
 # The compile targets at the published shapes (report/published.py): the fastest published figure.
 PUBLISHED_COLUMNS = ["target", "shape", "published on this chip (fastest first; not measured here)", "source",
@@ -167,6 +171,26 @@ def short(table) -> pd.DataFrame:
 
     full = full.assign(forced=named("forced"), native=named("native"), tuning=[tuning_short(r) for r in rows])
     return pd.DataFrame(full[SHORT_COLUMNS])
+
+
+def terminal(short_table) -> tuple[list[dict], list[str], str | None]:
+    """``short``'s rows for a terminal: ``TERMINAL_COLUMNS``, each kernel without its framework's
+    prefix (the framework column says it: ``torch-xla-blockwise-flash`` reads ``blockwise-flash``),
+    and, where every row is one machine's, that machine named once (the third value) instead of a
+    column; ``(rows, columns, machine or None)``."""
+    named = {"forced/native cost": "forced / native cost"}  # the short table's name, two spaces narrower
+    rows = [{c: cell(r.get(named.get(c, c))) for c in TERMINAL_COLUMNS}
+            for r in short_table.to_dict("records")]
+    machines = {r["machine"] for r in rows}
+    columns = list(TERMINAL_COLUMNS)
+    machine = machines.pop() if len(machines) == 1 else None
+    if machine is not None:
+        columns.remove("machine")
+    for r in rows:
+        prefix = str(r["framework"]).replace("_", "-") + "-"
+        for side in ("forced", "native"):
+            r[side] = r[side].removeprefix(prefix)
+    return rows, columns, machine
 
 
 def targets(table) -> pd.DataFrame:

@@ -39,7 +39,7 @@ SCHEMA = ["machine", "machine_platform", "platform", "env_name", "commit_hash", 
           "status", "contended",
           "contention_reason", "case_ci_low_s", "case_ci_high_s", "case_ci_basis", "case_ci_method", "rounds",
           "round_medians_s", "round_ids", "control_round_medians_s", "control_round_ids", "contended_rounds",
-          "config", "config_source", "defaults_round_medians_s", "defaults_round_ids",
+          "config", "config_source", "defaults_round_medians_s", "defaults_round_ids", "price_kind",
           "file"]
 GIT, DATE, NONE = "git", "date", "none"  # commit_order_source
 RECORDED, RECOMPUTED = "recorded", "recomputed"
@@ -349,7 +349,8 @@ def _expand(base, name, spec, result, directions, labels, cases=({}, {}), timed=
         if entry is not None:
             row.update(label=entry.get("label"), execution=entry.get("execution"),
                        platform=entry.get("platform"), device=entry.get("device"), labels_source=RECORDED,
-                       config=entry.get("config") or None, config_source=entry.get("config_source") or None)
+                       config=entry.get("config") or None, config_source=entry.get("config_source") or None,
+                       price_kind=entry.get("price_kind") or None)
             if is_timed:  # how far the case's timing can be trusted
                 row.update(contended=entry.get("contended"), contention_reason=entry.get("contention_reason"),
                            case_ci_low_s=entry.get("ci_low_s"), case_ci_high_s=entry.get("ci_high_s"),

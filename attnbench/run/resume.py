@@ -4,8 +4,9 @@ The records table is rewritten atomically after every case; resuming measures on
 missing from it (``IDENTITY``) and keeps the rows there first and unchanged (a CSV byte for byte).
 Any row counts as done: an ``error`` or ``timeout`` is a measurement, and resuming is not retrying;
 but a case whose later timing rounds were cut short rejoins the sweep with the rounds it kept.
-Options that change a measurement but not the case are kept in ``run-args.json``; resuming with
-different ones is refused.
+Options that change a measurement but not the case are kept in ``run-args.txt`` (JSON, named so
+that asv, which reads every ``*.json`` under ``results/`` as its own, never warns about it;
+``run-args.json`` of an older folder is still read); resuming with different ones is refused.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from attnbench.run import sweep
 
 # Imported where used: pandas (the torch_xla venv has no report libraries).
 
-ARGS_FILE = "run-args.json"
+ARGS_FILE = "run-args.txt"
+OLD_ARGS_FILE = "run-args.json"  # before 2026-12-06
 IDENTITY = ("impl", "batch", "q_heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype", "causal", "mode",
             "window", "softcap", "documents", "ragged", "regime")
 # cmd_run's options that change what a case's record means without changing which case it is
 MEASUREMENT_OPTIONS = ("steps", "min_seconds", "bucket_policy", "no_numerics", "compile_cache", "timer",
                        "threads", "timeout", "memory_cap", "no_isolate", "hardware_profile", "price_per_hour",
-                       "spot_price_per_hour", "rounds", "max_rounds", "margin", "precision",
+                       "spot_price_per_hour", "price_kind", "rounds", "max_rounds", "margin", "precision",
                        "round_seconds")
 
 
@@ -55,10 +57,11 @@ def read_done(path: str) -> list[dict]:
 
 def check_args(out_dir: str, args, resuming: bool = True) -> None:
     """Record the sweep's measurement options (a fresh run); refuse a resume that changes them."""
-    path = os.path.join(out_dir, ARGS_FILE)
+    path, old = os.path.join(out_dir, ARGS_FILE), os.path.join(out_dir, OLD_ARGS_FILE)
+    kept = path if os.path.exists(path) or not os.path.exists(old) else old
     mine = {name: getattr(args, name, None) for name in MEASUREMENT_OPTIONS}
-    if resuming and os.path.exists(path):
-        with open(path, encoding="utf-8") as fh:
+    if resuming and os.path.exists(kept):
+        with open(kept, encoding="utf-8") as fh:
             theirs = json.load(fh)
         changed = {k: (theirs.get(k), v) for k, v in mine.items() if k in theirs and theirs.get(k) != v}
         if changed:
