@@ -98,3 +98,68 @@ def test_cuda_events_are_refused_without_a_gpu():
     with pytest.raises(ValueError, match="'cuda-events' needs torch on a CUDA device"):
         backends.get("torch").device_clock(step, timer="cuda-events")
     assert backends.get("torch").device_clock(step, timer="device") is None  # the wall clock times it
+
+
+@needs_torch
+def test_cuda_events_bracket_the_launch_alone_with_the_l2_flush_before_them(monkeypatch):
+    """A fake CUDA device and clock: the timed interval holds the step's launch and nothing else (no
+    host synchronisation between the events), and the L2 flush is enqueued before the start event.
+    The old timer recorded its end event after ``step.run()``, whose own synchronize landed inside."""
+    import torch
+
+    from attnbench.backends.base import Step
+
+    log = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing=False):
+            pass
+
+        def record(self):
+            log.append(f"event {len(log)}")
+
+        def synchronize(self):
+            log.append("wait for end")
+
+        def elapsed_time(self, other):
+            return 2.5  # ms, as torch reports it
+
+    class FakeFlush:
+        def zero_(self):
+            log.append("flush L2")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: log.append("synchronize"))
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: FakeFlush())
+
+    def run():  # what a torch step's run() does: launch, then wait for the device
+        log.append("launch")
+        torch.cuda.synchronize()
+
+    step = Step(run=run, execution="eager", framework="torch", enqueue=lambda: log.append("launch"))
+    clock = backends.get("torch").device_clock(step, timer="cuda-events")
+    assert clock.timed_call() == pytest.approx(2.5e-3)
+    events = [i for i, entry in enumerate(log) if entry.startswith("event")]
+    assert len(events) == 2
+    inside = log[events[0] + 1:events[1]]
+    assert inside == ["launch"], inside  # the kernel alone: no synchronize between the events
+    assert log.index("flush L2") < events[0] and log[-1] == "wait for end"
+
+
+@needs_torch
+def test_a_torch_step_launches_without_waiting_and_runs_blocking(monkeypatch):
+    """``Step.enqueue`` is the step without the device wait that ``Step.run`` ends with: one
+    synchronize per run, none per enqueue."""
+    import attention_impls
+    from attnbench.core.workload import Workload
+
+    backend = backends.get("torch")
+    step = backend.make_step(attention_impls.get("torch-sdpa-math"),
+                             Workload(batch=1, q_heads=2, seq_q=16, seq_k=16, head_dim=8, causal=True))
+    waits = []
+    monkeypatch.setattr(backend, "synchronize", lambda: waits.append(1))
+    step.run()
+    assert len(waits) == 1
+    step.enqueue()
+    assert len(waits) == 1

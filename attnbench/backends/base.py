@@ -38,6 +38,10 @@ class Step:
     # The device's high-water mark before the step's inputs were made, where the framework cannot
     # reset it (jax): a peak at or below it belongs to an earlier case of the same process.
     memory_mark: int | None = None
+    # The same work without waiting for the device: what device events bracket (``device_clock``),
+    # so neither the host's wait nor its synchronisation lands inside a device figure. None where
+    # the backend has no device timer, or nothing runs asynchronously.
+    enqueue: Callable[[], Any] | None = None
 
     def evidence(self) -> str:
         """How we know which kernel ran; starts with "not verified" when we do not."""

@@ -199,10 +199,14 @@ class TorchBackend(Backend):
         self.synchronize()
         return tuple(to_float64(g) for g in result)
 
-    def _call(self, impl, workload: Workload):
-        """``call(placed)``: one blocking step of ``workload.mode`` on ``_place``'s tensors."""
+    def _call(self, impl, workload: Workload, block: bool = True):
+        """``call(placed)``: one step of ``workload.mode`` on ``_place``'s tensors, blocking until the
+        device is done (``block``), or only launched (what device events bracket)."""
         import torch
 
+        def wait():
+            if block:
+                self.synchronize()
 
         scale, causal, static = default_scale(workload.head_dim, None), workload.causal, static_mask(workload)
         if workload.mode == "fwd":
@@ -210,13 +214,13 @@ class TorchBackend(Backend):
                 tensors, segments = placed
                 with torch.no_grad():
                     out = impl.attention(*tensors, causal=causal, scale=scale, **mask_call(static, segments))
-                self.synchronize()
+                wait()
                 return out
         else:
             def call(placed):
                 tensors, segments = placed
                 result = grads(impl, *tensors, causal, scale, **mask_call(static, segments))
-                self.synchronize()
+                wait()
                 return result
         return call
 
@@ -232,13 +236,17 @@ class TorchBackend(Backend):
 
     def make_step(self, impl, workload: Workload, seed: int = 0, *, config: bool = True) -> Step:
         platform = self.require(impl, workload, config=config)
-        tensors, call = self._place(workload, seed), self._call(impl, workload)
+        tensors = self._place(workload, seed)
+        call, launch = self._call(impl, workload), self._call(impl, workload, block=False)
 
         def run():
             return call(tensors)
 
+        def enqueue():
+            return launch(tensors)
+
         find = getattr(impl, "evidence_from_ops", None)
-        return Step(run=run, execution=impl.execution(platform), framework=self.framework,
+        return Step(run=run, execution=impl.execution(platform), framework=self.framework, enqueue=enqueue,
                     find_evidence=(lambda: find(profiled_ops(run))) if find else None)
 
     def compile_meter(self, impl):
@@ -267,9 +275,10 @@ class TorchBackend(Backend):
                       count_cache_hits=lambda: meter.cache_hits)
 
     def device_clock(self, step: Step, timer: str = "wall") -> DeviceClock | None:
-        """``"cuda-events"`` (or ``"device"``) on a CUDA device: events around one call, L2 flushed
-        before it (``triton.testing.do_bench``'s method). Elsewhere ``"cuda-events"`` is refused and
-        ``"device"`` falls back to the wall clock."""
+        """``"cuda-events"`` (or ``"device"``) on a CUDA device: events around the step's launch alone
+        (``Step.enqueue``: no host synchronisation between them), the L2 flush enqueued before the
+        start event, outside the timed interval (``triton.testing.do_bench``'s method). Elsewhere
+        ``"cuda-events"`` is refused and ``"device"`` falls back to the wall clock."""
         import torch
 
         events = timer in ("cuda-events", "device") and self.framework == "torch"
@@ -278,11 +287,13 @@ class TorchBackend(Backend):
 
         l2_flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
 
+        launch = step.enqueue or step.run
+
         def timed_call() -> float:
             l2_flush.zero_()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            step.run()
+            launch()
             end.record()
             end.synchronize()
             return start.elapsed_time(end) / 1e3
