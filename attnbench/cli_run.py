@@ -72,8 +72,7 @@ def cmd_run(args) -> int:
     impls = [i.name for i in _impls(args.impl, args.framework) if not here.framework_missing(i)]
     if not impls:
         raise ValueError("no implementation of the chosen ones is installed in this environment")
-    check_run_inputs(args.hardware_profile, args.dtype)  # before the first case, not after the sweep
-    check_price_kind(args.price_per_hour, args.spot_price_per_hour, args.price_kind)
+    check_run_inputs(args)  # before the first case, not after the sweep
     pin_threads(threads)  # this process too, for the no-isolation path
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out_dir = args.out or os.path.join("results", "runs", f"{stamp}-{os.uname().nodename}")
@@ -245,9 +244,12 @@ def run_workloads(args) -> list[Workload]:
     return [Workload(seq_q=seq, seq_k=seq, **base) for seq in (args.seq or [256, 512, 1024])]
 
 
-def check_run_inputs(hardware_profile: str | None, dtype: str) -> None:
-    """Refuse, naming the valid choices, a hardware profile that does not exist or a dtype this
-    machine's accelerator cannot run (``hardware.dtypes.machine_dtype_problem``)."""
+def check_run_inputs(args) -> None:
+    """Refuse, naming the valid choices, a hardware profile that does not exist, a price without
+    what it buys (``measure.cost.check_price_kind``) or a dtype this machine's accelerator cannot run
+    (``hardware.dtypes.machine_dtype_problem``)."""
+    hardware_profile, dtype = args.hardware_profile, args.dtype
+    check_price_kind(args.price_per_hour, args.spot_price_per_hour, args.price_kind)
     if hardware_profile:
         try:
             get_hardware_profile(hardware_profile)

@@ -39,8 +39,8 @@ class Step:
     # reset it (jax): a peak at or below it belongs to an earlier case of the same process.
     memory_mark: int | None = None
     # The same work without waiting for the device: what device events bracket (``device_clock``),
-    # so neither the host's wait nor its synchronisation lands inside a device figure. None where
-    # the backend has no device timer, or nothing runs asynchronously.
+    # so neither the host's wait nor its synchronisation lands inside a device figure. torch's steps
+    # carry it (only torch on CUDA times with events); None where a backend builds none.
     enqueue: Callable[[], Any] | None = None
 
     def evidence(self) -> str:

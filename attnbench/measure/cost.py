@@ -26,6 +26,7 @@ from attnbench.hardware.catalog_prices import catalog_prices_for
 from attnbench.hardware.hardware_profiles import PRICE_KINDS
 
 SECONDS_PER_HOUR = 3600.0
+BUYS = {"instance": "a whole instance", "accelerator": "the accelerator alone"}  # what a price kind buys
 
 
 @dataclass(frozen=True)
@@ -121,9 +122,7 @@ def pricing_for(device: Device, hardware_profile: str | None = None, price_per_h
     if on_demand is None:
         kind = spot_kind
     elif spot is not None and spot_kind != kind:  # one record, one kind: never a ratio across two
-        what = {"instance": "a whole instance", "accelerator": "the accelerator alone"}
-        mixed = (f"spot price left out: it buys {what.get(spot_kind, spot_kind)}, the on-demand price "
-                 f"{what.get(kind, kind)}")
+        mixed = f"spot price left out: it buys {BUYS[spot_kind]}, the on-demand price {BUYS[kind]}"
         spot, src_spot = None, f"spot: none (the {spot_kind} price left out)"
 
     note = None
