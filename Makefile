@@ -89,7 +89,11 @@ CONFIRM_BUDGET ?= 90
 # Training cases in the same sweep and hands them over, so each environment starts one set of timing-
 # round workers, not one per class. Not when ASV_ARGS selects benchmarks (-b): a Training-only run
 # would otherwise measure Forward's cases too.
+# It is kept until the asv runs end (CASES_DIR; within it each record is filed under its commit,
+# environment and settings, run/case_cache.py): a run stopped with Ctrl-C keeps every case it
+# measured, and `make bench` again goes on from them (the later rounds too, from the ones it kept).
 HANDOVER = $(if $(filter -b% --bench%,$(ASV_ARGS)),,ATTNBENCH_CASE_CACHE=$$handover)
+CASES_DIR = .asv/cases
 # The measured environments run the parameter combinations of benchmarks/attention.py each can run
 # (attnbench/asv/selection.py; unless ASV_ARGS selects with -b): asv starts a process per benchmark
 # and combination, and the others (the other environment's framework, the compiled-for classes,
@@ -135,11 +139,12 @@ bench: $(BENCH_SETUP) html-deps
 	$(ASV) machine --yes --machine $$machine >/dev/null && \
 	echo "asv run: machine $$machine, suite $${ATTNBENCH_SUITE:-$${ATTNBENCH_PROFILE:-default}}, environments: \
 	  $(or $(EXISTING_PYTHONS),asv.conf.json's virtualenvs)" && \
-	probes=$$(mktemp -d /tmp/attnbench-probes-XXXXXX) && handover=$$(mktemp -d /tmp/attnbench-cases-XXXXXX) && \
+	probes=$$(mktemp -d /tmp/attnbench-probes-XXXXXX) && \
+	handover=$(CASES_DIR)/$$machine && mkdir -p $$handover && \
 	( export ATTNBENCH_MACHINE=$$machine ATTNBENCH_PROBE_DIR=$$probes $(HANDOVER); \
 	  $(ASV_ENV) $(HARNESS) -m attnbench.asv.selection run --machine $$machine \
-	    $(if $(EXISTING_PYTHONS),--existing $(EXISTING_PYTHONS)) -- $(ASV_ARGS) ); \
-	rm -rf $$probes $$handover
+	    $(if $(EXISTING_PYTHONS),--existing $(EXISTING_PYTHONS)) -- $(ASV_ARGS) ) && rm -rf $$handover; \
+	rm -rf $$probes
 	@# The compiled-for tier (benchmarks/compiled_for.py) needs libtpu and the CUDA plugin, which only
 	@# .venv-targets has: asv runs that class there as an existing environment (n/a in the others).
 	@if [ -x $(TARGETS_VENV)/bin/python ]; then \

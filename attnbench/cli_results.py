@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 from attnbench.asv.suite import METRICS
+from attnbench.report import horizon as horizons
 from attnbench.report import series_name, short_env, spike_sentences, write_report
 from attnbench.report.render import noise_sentences
 from attnbench.report.select import best_native_vs_forced
@@ -58,15 +59,14 @@ def cmd_verdict(args) -> int:
     comparison, the compile targets', and the notes every row shares, once; ``--full`` every column
     (on paper, flip, break-even, sentence, reasons); ``--png`` also draws its picture, ``--csv``
     writes every row."""
-    if args.stream_steps is not None and args.stream_steps < 1:
-        raise ValueError(f"--stream-steps must be at least 1, got {args.stream_steps}")
+    horizon = horizons.parse(args.horizon)
     margin = _margin(args)
     frame = load_results(args.results)
     cases = case_table(frame)  # the newest run's cases: the table, its notes, controls and picture read them
-    table = verdict_table(args.results, frame, steps=args.stream_steps, margin=margin, cases=cases)
-    horizon = args.stream_steps or stream_steps(frame)
-    stream = (f"the measured {horizon:,}-step stream" if args.stream_steps in (None, horizon)
-              else f"a {horizon:,}-step stream, modelled beyond the measured {stream_steps(frame):,} steps")
+    table = verdict_table(args.results, frame, horizon=horizon, margin=margin, cases=cases)
+    stream = (f"a {horizon} horizon" + (" at each trace's request rate" if horizon.unit == "hours" else "")
+              + f" (beside it: cold start over the measured {stream_steps(frame):,}-step stream, and serving "
+              "with every compile amortised)")
     if args.csv:
         from attnbench.core.atomic import atomic_write_text
 
@@ -101,7 +101,7 @@ def cmd_verdict(args) -> int:
     if args.png:
         from attnbench.core.atomic import atomic_write_bytes
 
-        png = plot_stream_cost(frame, steps=args.stream_steps, cases=cases)
+        png = plot_stream_cost(frame, steps=horizon.steps(None), cases=cases)
         if png is None:
             print("no length stream measured: no picture", file=sys.stderr)
         else:
@@ -129,8 +129,9 @@ def print_summary(frame, verdict, args, *, control=None, cases=None) -> int:
     if not table.empty:
         rows, columns, machine = terminal(short(table))
         where = f" on {machine}" if machine else ""
-        print(_wrap(f"# verdict{where} ({counts(table)}; production and tuning: attnbench verdict; every "
-                    "column: attnbench verdict --full)", width))
+        print(_wrap(f"# verdict{where}, cost per useful token over a {horizons.parse(None)} horizon at each "
+                    f"trace's request rate ({counts(table)}; cold start, serving and tuning: attnbench "
+                    "verdict; every column: attnbench verdict --full)", width))
         print(_render(_unique(rows), columns, args))
         control = controls(frame, cases=cases) if control is None else control
         lines = notes(table, profiler_visibility(args.results), frame, cases) + control_lines(control)
@@ -235,9 +236,10 @@ def add_results_commands(sub) -> None:
     p = sub.add_parser("verdict", help="forced, native, equal or can't tell, per machine, framework, "
                                        "workload, length")
     p.add_argument("--results", default="results", help="results folder (read only)")
-    p.add_argument("--stream-steps", type=int, default=None,
-                   help="the production stream's length in steps (default: the measured stream's, the "
-                        "suite's regime_steps; longer is modelled beyond it, and the rows say so)")
+    p.add_argument("--horizon", default=None,
+                   help="the server's life between cold starts the answer is priced over: steps (1000000) "
+                        "or hours of each row's trace at its own request rate (24h); default "
+                        f"{horizons.DEFAULT} (docs/metrics.md says why)")
     p.add_argument("--margin", type=float, default=None,
                    help="equal within +-margin (default: the run's recorded margin, else 0.10)")
     p.add_argument("--all", action="store_true", help="also the rows with no length stream (paper only)")

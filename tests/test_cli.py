@@ -64,6 +64,10 @@ def test_docs_feature_matrix_is_the_generated_one(capsys):
     (["run", "--impl", "reference-float64", "--price-per-hour", "9.31"],
      "--price-per-hour needs --price-kind: instance (the accelerator with its host) or accelerator"),
     (["confirm", "--budget", "0"], "--budget must be more than 0 seconds"),
+    (["verdict", "--horizon", "0"], "--horizon must be more than 0, got '0'"),
+    (["verdict", "--horizon=-2h"], "--horizon must be more than 0, got '-2h'"),
+    (["verdict", "--horizon", "3days"],
+     "--horizon's unit must be steps or h (hours of the trace's request rate)"),
     (["run", "--impl", "reference-float64", "--workload", "llama-3.1-8b", "--phase", "decode", "--regime",
       "packed"], "--regime packed: the packed regime packs prefill and training sequences"),
 ])

@@ -23,6 +23,7 @@ from tests.conftest import FRAMEWORKS
 
 SMALL = Workload(batch=1, q_heads=2, seq_q=128, head_dim=32, causal=True)
 FAST = Options(min_seconds=0.05, regime_steps=3)
+FAST_DYNAMIC = Options(min_seconds=0.05, regime_steps=3, regime="dynamic")
 needs_jax = pytest.mark.skipif("jax" not in FRAMEWORKS, reason="jax runs in the main venv")
 
 
@@ -320,7 +321,7 @@ def test_a_sweep_cut_mid_adaptation_resumes_from_the_rounds_it_kept():
 
     def keep(i, record):
         saved[i] = record
-        if record.get("rounds_complete") is False:
+        if record.get("rounds_complete") is False and len(json.loads(record["round_ids"])) > 1:
             raise Cut  # the process dies right after the look's records were filed
 
     with pytest.raises(Cut):
@@ -333,6 +334,29 @@ def test_a_sweep_cut_mid_adaptation_resumes_from_the_rounds_it_kept():
     assert ids[:5] == kept and ids[5:] == [5, 6, 7, 8] and done["rounds_complete"] is True
     assert done["rounds_stopped"] == "max rounds"
     assert json.loads(done["round_medians_s"])[:5] == json.loads(cut["round_medians_s"])  # nothing lost
+
+
+def test_a_sweep_stopped_before_its_rounds_gives_its_cases_their_rounds_when_resumed():
+    """Ctrl-C after the first pass: the record it filed says its rounds are not done, so the case
+    rejoins a resumed sweep (``asv.suite.unfinished_rounds``) and gets them; a case the rounds do not
+    time is filed without the mark once they end."""
+    plan = RoundPlan(min_rounds=2, max_rounds=2, window_s=0.01)
+    cases = [Case("reference-float64", SMALL, FAST), Case("reference-float64", SMALL, FAST_DYNAMIC)]
+    saved: dict[int, dict] = {}
+
+    def stop_at_first(i, record):
+        saved[i] = record
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        measure_cases(cases[:1], rounds=plan, isolate=False, on_record=stop_at_first, progress=False)
+    assert saved[0]["rounds_complete"] is False and json.loads(saved[0]["round_ids"]) == [0]
+    filed: dict[int, list] = {}
+    done = measure_cases(cases, rounds=plan, isolate=False, prior={0: saved[0]}, progress=False,
+                         on_record=lambda i, record: filed.setdefault(i, []).append(record))
+    assert done[0]["rounds_complete"] is True and json.loads(done[0]["round_ids"]) == [0, 1, 2]
+    assert filed[1][0]["rounds_complete"] is False  # the first pass's, with rounds to come
+    assert "rounds_complete" not in done[1] and filed[1][-1] == done[1]  # not timed: as it was
 
 
 def test_only_static_ok_cases_of_kernels_that_do_not_run_in_an_interpreter_get_timing_rounds():

@@ -11,6 +11,7 @@ import pytest
 pd = pytest.importorskip("pandas")
 
 from attnbench.report import production, streams, verdict, verdict_display  # noqa: E402
+from attnbench.report.horizon import Horizon  # noqa: E402
 from tests.test_verdict import MEASURED_STEPS, _case, _frame, _only  # noqa: E402
 
 FIGURES = dict(steady_usd=1e-6, usd_with_compiles=3e-6, usd_per_mtok=4e-3, compiles=4, max_len=1024,
@@ -59,7 +60,7 @@ def _pair(**native_stream):
 
 
 def test_the_production_answer_says_it_was_measured_on_the_trace():
-    table = verdict.measured_verdicts(_pair())
+    table = verdict.measured_verdicts(_pair(), horizon=Horizon(MEASURED_STEPS, "steps"))
     row = _only(table, framework="jax")
     assert row["production"] == f"measured: {MEASURED_STEPS} steps of the code trace"
     assert row["production_steps"] == MEASURED_STEPS and row["production_measured"] is None
@@ -68,12 +69,11 @@ def test_the_production_answer_says_it_was_measured_on_the_trace():
 
 
 def test_a_longer_stream_or_a_cut_one_is_modelled_beyond_what_ran_and_says_so():
-    longer = _only(verdict.measured_verdicts(_pair(), steps=1000), framework="jax")
-    assert longer["production"].startswith(
-        "modelled beyond the measured steps: 1,000 steps of the code trace")
-    assert "jax-xla pad to max measured 6" in longer["production"]
+    longer = _only(verdict.measured_verdicts(_pair(), horizon=Horizon(1000, "steps")), framework="jax")
+    assert longer["production"] == "modelled beyond the 6 measured steps: 1,000 steps of the code trace"
     assert verdict_display.production_short(longer.to_dict()) == "modelled beyond 6 of 1,000 steps"
-    cut = _only(verdict.measured_verdicts(_pair(steps=3)), framework="jax")
+    cut = _only(verdict.measured_verdicts(_pair(steps=3), horizon=Horizon(MEASURED_STEPS, "steps")),
+                framework="jax")
     assert cut["production_measured"] == 3 and "jax-xla pad to max measured 3" in cut["production"]
 
 

@@ -17,6 +17,7 @@ import pytest
 pd = pytest.importorskip("pandas")
 
 from attnbench.report import compiled_verdict, streams, verdict, verdict_display  # noqa: E402
+from attnbench.report.horizon import Horizon  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURED_STEPS = 6
@@ -229,7 +230,8 @@ def test_fast_on_paper_slow_in_production_is_a_flip():
         _break("jax-forced", "0.7.2", "capability"), _break("jax-forced", "0.7.2", "packaging",
                                                             environment="libtpu 0.0.37"),
         _break("jax-forced", "0.8.2", "api-changed", target="tpu-v5e")])
-    table = verdict.measured_verdicts(_frame(forced, native), steps=1000, fragility=breaks)
+    table = verdict.measured_verdicts(_frame(forced, native), horizon=Horizon(1000, "steps"),
+                                      fragility=breaks)
     row = _only(table, framework="jax")
     assert (row["forced"], row["native"]) == ("jax-forced (forced-flash)", "jax-native (native)")
     # on paper: 16 paired rounds; the machine moved each round by -30%..+30%, both kernels alike, and
@@ -346,14 +348,16 @@ def test_a_short_stream_winner_gets_its_break_even_with_its_interval():
         regimes={"static": (1.5e-6, 1.5e-6, 0)},
         spread=0.0,
     )
-    row = _only(verdict.measured_verdicts(_frame(forced, native), steps=1000), framework="torch_xla")
-    assert row["answer"] == "forced"
+    row = _only(verdict.measured_verdicts(_frame(forced, native), horizon=Horizon(1000, "steps")),
+                framework="torch_xla")
+    assert row["answer"] == "forced" and row["cold_start"] == "native" and row["serving"] == "forced"
     # the forced kernel catches up when 1e-6 * n + 200e-6 < 1.5e-6 * n: from n = 401 on; the paired
     # steps' uncertainty (their per-round ratio's, about +-1%) moves that a little either way
     assert row["break_even"] == 401 and row["break_even_of"] == "torch-xla-forced"
     assert row["break_even_low"] < 401 < row["break_even_high"] < 500
     assert ("torch-xla-native is cheaper: torch-xla-forced pays back its compile stalls after 401 steps ["
             in row["reasons"])
+    assert row["holds"] == "torch-xla-forced cheaper from 401 steps"  # no trace here: no hours
 
 
 def test_a_break_even_within_the_noise_says_never_within_the_uncertainty():
@@ -525,10 +529,10 @@ def _cli(*args):
     )
 
 
-def test_cli_refuses_a_bad_stream_length():
-    done = _cli("verdict", "--stream-steps", "0")
+def test_cli_refuses_a_bad_horizon_in_one_line():
+    done = _cli("verdict", "--horizon", "0")
     assert done.returncode == 2
-    assert "--stream-steps must be at least 1" in done.stderr
+    assert done.stderr.strip().splitlines() == ["attnbench: error: --horizon must be more than 0, got '0'"]
 
 
 @pytest.mark.skipif(not _committed(), reason="needs the committed results/")

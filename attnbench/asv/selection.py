@@ -26,6 +26,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import attention_impls
 from attnbench.asv.sizes import (
@@ -38,6 +39,7 @@ from attnbench.asv.sizes import (
 from attnbench.asv.suite import outside_suite
 from attnbench.core.atomic import atomic_write_text
 from attnbench.core.workload import Workload
+from attnbench.run import progress
 
 # Imported where used: asv (the main venv only).
 
@@ -151,7 +153,12 @@ def run(machine: str, existing: list[str], commit: str | None, asv_args: list[st
         selected = _bench_args(classes, frameworks) if classes is not None else []
         command = [sys.executable, "-m", "asv", "run", "--machine", machine, *where, *asv_args, *selected]
         print(f"asv run ({name}): {'/'.join(frameworks)} cases", file=sys.stderr, flush=True)
-        if subprocess.call(command) != 0:
+        # asv captures its setup's output: the sweep's progress lines reach the terminal through a file
+        with tempfile.TemporaryDirectory(prefix="attnbench-progress-") as folder:
+            lines = os.path.join(folder, "progress.log")
+            with progress.follow(lines):
+                status = subprocess.call(command, env={**os.environ, progress.FILE_ENV: lines})
+        if status != 0:
             print(f"asv run ({name}) reported failed benchmarks (status failed in the results); "
                   "publishing anyway", file=sys.stderr)
     return 0

@@ -41,7 +41,7 @@ from attnbench.hardware.fingerprint import host_fingerprint
 from attnbench.measure.engine import Case, case_key, case_record
 from attnbench.measure.process_env import pin_threads
 from attnbench.results import tuned
-from attnbench.run import case_cache, plan, sweep
+from attnbench.run import case_cache, plan, progress, sweep
 from attnbench.run.case_cache import CaseCache
 from attnbench.run.provenance import library_versions
 
@@ -136,8 +136,9 @@ def measure_suite(cases: list[tuple[str, Workload, str]], benchmark: str | None 
     unfinished = {key: record for key, record in loaded.items() if unfinished_rounds(record)}
     if cached and every:
         together = "".join(f", with {len(c)} {s} cases" for s, c in groups.items() if s != benchmark)
+        going_on = f" ({len(unfinished)} of them going on from the rounds they kept)" if unfinished else ""
         print(f"attnbench: case cache {cache.folder}: {len(done)} of {len(cases)} {benchmark or ''} cases "
-              f"already measured, measuring {len(groups[benchmark])}{together}", file=sys.stderr)
+              f"already measured, measuring {len(groups[benchmark])}{going_on}{together}", file=sys.stderr)
     if every or not cached:  # without a cache the sidecar is written even for a class with no case
         size, threads = suite_size(), len(os.sched_getaffinity(0))
         pin_threads(threads)
@@ -145,10 +146,19 @@ def measure_suite(cases: list[tuple[str, Workload, str]], benchmark: str | None 
         with sweep.run_probe_dir():  # the run's CPU GEMM probe, kept until the sidecar's fingerprint reads it
             prior = {i: unfinished[case.key] for i, case in enumerate(planned) if case.key in unfinished}
             spent: dict[str, float] = {}
-            records = sweep.measure_cases(
-                planned, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False,
-                rounds=round_plan(size, planned), deadline=deadline(), prior=prior, spent=spent,
-                on_record=(lambda i, record: cache.put(planned[i].key, record)) if cached else None)
+            rounds = round_plan(size, planned)
+            where = progress.Progress(benchmark or "suite", len(planned), rounds and rounds.budget_s,
+                                      done=set(prior), cases=planned, records=dict(prior))
+
+            def on_record(i: int, record: dict) -> None:
+                if cached:
+                    cache.put(planned[i].key, record)
+                where.recorded(i, record)
+
+            with progress.heartbeat(where):
+                records = sweep.measure_cases(
+                    planned, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False, rounds=rounds,
+                    deadline=deadline(), prior=prior, spent=spent, on_record=on_record)
             measured.update((case.key, record) for case, record in zip(planned, records, strict=True))
             print(f"attnbench: {benchmark} sweep of {len(planned)} cases: {sweep.time_spent(spent)}",
                   file=sys.stderr)

@@ -152,6 +152,26 @@ def read_trace(path: str, name: str | None = None) -> Trace:
                  lines=tuple(lines))
 
 
+def requests_per_hour(trace: Trace) -> float | None:
+    """The trace's own request rate: its requests after the first over the hours from its first
+    ``TIMESTAMP`` to its last (a production horizon in hours is priced at it); None where the trace has
+    no timestamps, fewer than two requests, or its stamps span no time. ``TraceError`` names the line of
+    a stamp that is not an ISO 8601 date and time."""
+    from datetime import datetime
+
+    if trace.timestamps is None or len(trace.timestamps) < 2:
+        return None
+    ends = []
+    for index in (0, -1):
+        try:
+            ends.append(datetime.fromisoformat(trace.timestamps[index]))
+        except ValueError:
+            raise TraceError(trace.path, trace.lines[index], f"TIMESTAMP {trace.timestamps[index]!r} is not "
+                             "an ISO 8601 date and time (2023-11-16 18:15:46.68)") from None
+    hours = (ends[1] - ends[0]).total_seconds() / 3600
+    return (len(trace.timestamps) - 1) / hours if hours > 0 else None
+
+
 def check_context(trace: Trace, context: int, phase: str) -> None:
     """``TraceError`` at the first request longer than the model's ``context`` (decode: its context
     plus its generated tokens, the cache it ends with)."""

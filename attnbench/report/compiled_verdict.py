@@ -23,6 +23,9 @@ FORWARD = "causal B1 H8 D64"  # the Forward and Training classes' workload
 COLUMNS = [
     "machine", "basis", "framework", "workload", "seq_len", "dtype",
     "answer", "forced", "native", "ratio", "ratio_low", "ratio_high", "ratio_of",
+    "horizon", "horizon_steps", "holds",
+    "cold_start", "cold_start_ratio", "cold_start_low", "cold_start_high",
+    "serving", "serving_ratio", "serving_low", "serving_high", "forced_cold_start_s", "native_cold_start_s",
     "paper", "paper_ratio", "paper_low", "paper_high", "paper_rounds", "flip",
     "break_even", "break_even_low", "break_even_high", "break_even_of",
     "production_strategy", "production", "production_steps", "production_source", "production_measured",

@@ -33,7 +33,8 @@ METRICS = {"compiles": "compiles", "padding": "padding_waste", "tokens": "useful
 
 # -- a case's stream, as the verdict reads it -----------------------------------------------------
 STREAM_FIELDS = {"regime_steps": "steps", "stream_steps_planned": "planned", "traffic": "traffic",
-                 "traffic_ks": "ks", "latency_p99_s": "p99_s", "longest_stall_s": "stall_s",
+                 "traffic_ks": "ks", "traffic_requests": "requests", "latency_p99_s": "p99_s",
+                 "longest_stall_s": "stall_s",
                  "distinct_shapes": "shapes", "window_seconds": "window_seconds",
                  "window_useful_tokens": "window_tokens", "setting_stream_windows": "windows",
                  "window_steady_seconds": "window_steady", "stream_steady_s": "stream_steady_s",
@@ -68,22 +69,30 @@ def traffic_name(source) -> str:
 
 def production_basis(sides, steps: int, measured_steps: int) -> dict:
     """What the production answer rests on: ``production`` reads ``measured: 200 steps of the code
-    trace``, or where a kernel's way was measured over fewer steps than priced (a stream cut by its
-    budget, or a longer stream asked for) ``modelled beyond the measured steps: ...`` naming them;
-    ``production_steps`` is the stream priced, ``production_source`` its lengths' source and
-    ``production_measured`` the fewest steps measured where some were modelled (else None)."""
+    trace``, or where ``steps`` (a horizon) goes beyond what a kernel's way measured ``modelled beyond
+    the 200 measured steps: ...``, naming each stream cut by its budget below the suite's
+    ``measured_steps``; ``production_steps`` is the stream priced, ``production_source`` its lengths'
+    source and ``production_measured`` the fewest steps measured where some were modelled (else None)."""
     sources = " and ".join(sorted({traffic_name(case.get(f"{cost['regime']}:traffic"))
                                    for case, cost in sides}))
-    short = {}
+    ran, cut = {}, []
     for case, cost in sides:
-        ran = pricing.modelled_beyond(case, cost["regime"], steps, measured_steps)
-        if ran is not None:
-            short[f"{case['implementation']} {pricing.STRATEGY[cost['regime']]} measured {ran:,}"] = ran
+        figures = pricing.stream_figures(case, cost["regime"], 0, measured_steps)
+        if figures is None:
+            continue
+        ran[case["implementation"]] = figures["measured_steps"]
+        if figures["measured_steps"] < measured_steps:
+            cut.append(f"{case['implementation']} {pricing.STRATEGY[cost['regime']]} measured "
+                       f"{figures['measured_steps']:,}")
+    least = min(ran.values()) if ran else measured_steps
     head = f"{steps:,} steps of {sources}"
-    text = (f"measured: {head}" if not short
-            else f"modelled beyond the measured steps: {head} ({'; '.join(short)})")
+    if steps <= least:
+        text = f"measured: {head}"
+    else:
+        text = f"modelled beyond the {least:,} measured steps: {head}"
+        text += f" ({'; '.join(cut)})" if cut else ""
     return {"production": text, "production_steps": steps, "production_source": sources,
-            "production_measured": min(short.values()) if short else None}
+            "production_measured": least if steps > least else None}
 
 
 def window_spread(forced: dict, f_regime: str, native: dict, n_regime: str) -> float:

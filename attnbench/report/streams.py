@@ -3,11 +3,15 @@
 and where two kernels break even. Values in, values out: the verdict (``report/verdict.py``) reads
 the measured cases and ranks them with this.
 
-The verdict's stream is the measured one (the suite's ``regime_steps`` steps of a trace: 200 by
-default), so its price is what was measured. Beyond the measured steps the price is modelled, and
-says so: a pad-to-max stream has one shape (its stall once, then its steady step); a trace's
-dynamic or bucketed stream keeps compiling at its measured rate per step (conservative: a trace's
-new shapes thin out); the synthetic uniform stream's new shapes follow its uniform lengths.
+The measured stream (the suite's ``regime_steps`` steps of a trace: 200 by default, from empty
+compiler caches) is the cold-start figure; the verdict prices each row at a horizon
+(``report/horizon.py``), modelled beyond the measured steps, and says so. A server compiles each
+shape once in its life, so: a pad-to-max stream has one shape (its stall once, then its steady
+step); a trace's dynamic or bucketed stream meets new shapes at its measured rate per step
+(conservative: a trace's new shapes thin out), each compiled once, up to every shape its way can
+meet (``possible_shapes``); the synthetic uniform stream's new shapes follow its uniform lengths.
+The same total is what a warm start pays up front: every shape the way meets compiled before
+serving.
 
 A packed stream serves the same requests in fewer, fuller steps (``regimes.pack``): its figures are
 per packed step, so they are priced per step of the stream it packed (``packed_per_step``), and its
@@ -16,6 +20,7 @@ steps served are counted in that stream's steps, so that every way prices the sa
 
 from __future__ import annotations
 
+import functools
 import math
 
 from attnbench.core import regimes
@@ -49,6 +54,14 @@ def measured_shapes(regime: str, max_len: int, steps: int) -> int:
     return len({regimes.padded_length(n, regime, max_len, BUCKET_POLICY) for n in stream})
 
 
+@functools.lru_cache(maxsize=256)
+def possible_shapes(regime: str, max_len: int, traced: bool) -> int:
+    """The distinct padded shapes a ``regime`` stream can meet: a trace's lengths run from 1 to
+    ``max_len`` (``core/traffic.py`` scales and clips them), the uniform stream's over its range."""
+    lengths = range(1, max_len + 1) if traced else regimes.length_range(max_len)
+    return len({regimes.padded_length(n, regime, max_len, BUCKET_POLICY) for n in lengths})
+
+
 def price_stream(
     *,
     steady_usd: float,
@@ -60,12 +73,16 @@ def price_stream(
     measured_steps: int,
     steps: int,
     traced: bool = False,
+    shapes=None,
 ) -> dict:
-    """``usd_per_mtok`` over ``steps`` steps, expected ``compiles`` and ``stall_share``, from one measured
-    stream's figures: ``steps == measured_steps`` gives back the measured ``usd_per_mtok``. Beyond it
-    (module doc): a kernel that compiles nothing (eager) pays its measured first-call stall once; a
-    static stream, its one compile once; a trace's other streams (``traced``) compile on at their
-    measured rate per step; the uniform stream's at its measured rate per new shape."""
+    """``usd_per_mtok`` over ``steps`` steps, expected ``compiles``, ``stall_share`` and ``stall_usd``
+    (the compile stalls' whole cost), from one measured stream's figures: ``steps == measured_steps``
+    gives back the measured ``usd_per_mtok``. Beyond it (module doc): a kernel that compiles nothing
+    (eager) pays its measured first-call stall once; a static stream, its one compile once; a trace's
+    other streams (``traced``) meet new shapes at their measured rate per step (``shapes``: the
+    distinct shapes the measured stream met), each compiled once, up to every shape the way can meet
+    (``possible_shapes``: a server compiles a shape once in its life); the uniform stream's at its
+    measured rate per new shape."""
     if (
         not all(v == v and v is not None for v in (steady_usd, usd_with_compiles, usd_per_mtok))
         or usd_per_mtok <= 0
@@ -83,7 +100,11 @@ def price_stream(
         stalls, expected = stall_total, float(compiles)
     elif regime in ("static", regimes.PACKED):  # one shape: compiled once, whatever the lengths
         stalls, expected = stall_total, float(compiles)
-    elif traced:
+    elif traced and shapes is not None and shapes == shapes and shapes > 0:
+        met = max(float(shapes), min(possible_shapes(regime, max_len, True) if max_len > 0 else math.inf,
+                                     shapes * steps / measured_steps))
+        stalls, expected = stall_total * met / shapes, compiles * met / shapes
+    elif traced:  # the distinct shapes not recorded: compiling on at the measured rate, uncapped
         stalls, expected = stall_total * steps / measured_steps, compiles * steps / measured_steps
     else:
         rate = compiles / measured_shapes(regime, max_len, measured_steps)
@@ -94,6 +115,7 @@ def price_stream(
         "usd_per_mtok": total * 1e6 / (steps * tokens),
         "compiles": expected,
         "stall_share": stalls / total if total else 0.0,
+        "stall_usd": stalls,
     }
 
 
@@ -140,6 +162,7 @@ def cheapest_way(case: dict, steps: int, scatter: dict, floors: dict, max_len: i
             "sd_steady": sd_steady,
             "compiles": priced["compiles"],
             "stall_share": share,
+            "stall_usd": priced["stall_usd"],
             "padding": case.get(f"{regime}:padding_waste"),
         })
     if not options:
@@ -180,6 +203,7 @@ def stream_figures(case: dict, regime: str, max_len: int, measured_steps: int) -
         "max_len": max_len,
         "measured_steps": int(ran) if per == 1.0 else max(1, round(ran / per)),
         "traced": is_traced(case, regime),
+        "shapes": case.get(f"{regime}:shapes"),
     }
 
 
@@ -232,7 +256,7 @@ def cheapest_at(case: dict, steps: int, max_len: int, measured_steps: int) -> fl
 
 
 def break_even_steps(
-    slow_start: dict, fast_start: dict, max_len: int, measured_steps: int, limit: int = 10**7
+    slow_start: dict, fast_start: dict, max_len: int, measured_steps: int, limit: int = 10**10
 ) -> int | None:
     """The stream length from which ``slow_start`` (cheaper per step, dearer to compile) costs less
     than ``fast_start``; None when it never does within ``limit`` steps."""

@@ -33,10 +33,12 @@ from attnbench.compiled_for.records import load_kept
 from attnbench.core import presets, regimes
 from attnbench.core.stats import Ratio, min_values, pair_rounds, paired_ratio
 from attnbench.releases.table import breaks_to_cite, broken, load_table
+from attnbench.report import horizon as horizons
 from attnbench.report import streams
 from attnbench.report.answers import CANT_TELL, EQUAL, FORCED, NATIVE, answer_of
 from attnbench.report.compiled import load_compiled_records, load_max_batch
 from attnbench.report.compiled_verdict import COLUMNS, FORWARD, compiled_verdicts, same_workload
+from attnbench.report.horizon import Horizon
 from attnbench.report.production import (
     cost_floors,
     production_basis,
@@ -201,13 +203,14 @@ def _best(cases: list[dict], priced: dict, label: str):
     return min(mine, key=lambda c: c["step_s"])
 
 
-def measured_verdicts(frame, *, steps: int | None = None, fragility: list | dict | None = None,
+def measured_verdicts(frame, *, horizon: Horizon | None = None, fragility: list | dict | None = None,
                       margin: float | None = None, cases=None) -> pd.DataFrame:
     """The verdict rows of the measured machines (the tidy table's newest commit per machine): per
     machine x framework x workload x length, the best forced-flash kernel against the best native
-    one, on paper and over the measured stream (``steps``: a longer one, modelled beyond it), each
-    comparison paired by round and read in four states at ``margin`` (default: the run's recorded
-    margin, else ``DEFAULT_MARGIN``); ``cases``: ``case_table(frame)`` already made."""
+    one, on paper, at the ``horizon`` (default ``report.horizon.DEFAULT``; the row's answer), over the
+    measured cold-start stream and serving (every compile amortised), each comparison paired by round
+    and read in four states at ``margin`` (default: the run's recorded margin, else
+    ``DEFAULT_MARGIN``); ``cases``: ``case_table(frame)`` already made."""
     import pandas as pd
 
     breaks = fragility if isinstance(fragility, list) else []
@@ -216,7 +219,7 @@ def measured_verdicts(frame, *, steps: int | None = None, fragility: list | dict
         return pd.DataFrame(columns=COLUMNS + TUNING_COLUMNS)
     cases = cases.assign(rankable=_rankable(cases))
     measured_steps = stream_steps(frame)
-    steps = steps or measured_steps
+    horizon = horizon or horizons.parse(None)
     scatter, floors = stream_scatter(frame), cost_floors(frame)
     rows = []
     group_keys = ["machine", "framework", "workload_name", "seq_len", "dtype"]
@@ -230,20 +233,95 @@ def measured_verdicts(frame, *, steps: int | None = None, fragility: list | dict
         stream_len = int(seq) if seq > 0 else int(group[0].get("stream_len") or 0)
         row = {"machine": machine, "basis": "measured", "framework": framework, "workload": workload,
                "seq_len": stream_len or None, "dtype": dtype}
+        reasons = []
+        per_hour = _steps_per_hour(eligible)
+        steps = horizon.steps(per_hour)
+        if steps is None:
+            steps = measured_steps
+            reasons.append(f"the trace has no request rate here: the {horizon} horizon cannot be priced, "
+                           f"so the answer is the measured {measured_steps:,}-step stream's (--horizon in "
+                           "steps)")
+        row.update(horizon=_horizon_words(horizon, steps, per_hour), horizon_steps=steps)
         priced = {c["implementation"]: streams.cheapest_way(c, steps, scatter, floors, stream_len,
                                                             measured_steps)
                   for c in eligible if stream_len > 0}
         priced = {k: v for k, v in priced.items() if v is not None}
         forced, native = _best(eligible, priced, FORCED_LABEL), _best(eligible, priced, NATIVE_LABEL)
         row_margin = margin or next((c["margin"] for c in group if c.get("margin")), None) or DEFAULT_MARGIN
-        reasons = []
         row.update(_compare(forced, native, priced, steps, stream_len, measured_steps, row_margin, reasons))
+        if row.get("ratio_of"):
+            for name, at in (("cold_start", measured_steps), ("serving", horizons.SERVING_STEPS)):
+                row.update(_side(name, forced, native, at, scatter, floors, stream_len, measured_steps,
+                                 row_margin))
+            for side, case in (("forced", forced), ("native", native)):
+                row[f"{side}_cold_start_s"] = _cold_start_seconds(case, priced[case["implementation"]])
+            row.update(_break_even(forced, native, priced, row, stream_len, measured_steps, reasons))
+            row["holds"] = _holds(row, per_hour)
         row.update(tuning_columns(forced, native, row.get("paper"), row_margin))
         row["sentence"] = _sentence(row, forced, native, steps, row_margin)
         reasons.extend(_row_notes(group, machine, framework, workload, breaks))
         row["reasons"] = "; ".join(reasons)
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS + TUNING_COLUMNS)
+
+
+def _steps_per_hour(cases: list[dict]) -> float | None:
+    """The steps an hour of the row's trace makes (its static stream's, else another way's; a packed
+    stream's steps are fewer than the traffic's steps it prices)."""
+    for case in cases:
+        for regime in ("static", "dynamic", "bucketed"):
+            found = horizons.steps_per_hour(case, regime)
+            if found:
+                return found
+    return None
+
+
+def _horizon_words(horizon: Horizon, steps: int, per_hour: float | None) -> str:
+    """``24 h = 478,016 steps`` or ``1,000,000 steps (42 h)``: the horizon priced, in both units."""
+    if horizon.unit == "hours" and horizon.steps(per_hour) is not None:
+        return f"{horizon} = {steps:,} steps"
+    hours = horizons.hours_text(steps, per_hour)
+    return f"{steps:,} steps" + (f" ({hours})" if hours else "")
+
+
+def _cold_start_seconds(case: dict, cost: dict) -> float | None:
+    """The seconds a kernel's way spends compiling (and on first calls) over the horizon: what a warm
+    start pays before serving, every shape it meets compiled once (``streams.price_stream``)."""
+    per_step, step_s = case.get("static:usd_per_step"), case.get("step_s")
+    stall = cost.get("stall_usd")
+    if not per_step or per_step != per_step or not step_s or stall is None or stall != stall:
+        return None
+    return stall / (per_step / step_s)
+
+
+def _side(name: str, forced: dict, native: dict, steps: int, scatter, floors, stream_len: int,
+          measured_steps: int, margin: float) -> dict:
+    """``name`` (cold start or serving): the two kernels' cost ratio over ``steps`` steps, each its
+    cheapest way there, paired by round, and its state."""
+    f_cost, n_cost = (streams.cheapest_way(c, steps, scatter, floors, stream_len, measured_steps)
+                      for c in (forced, native))
+    if f_cost is None or n_cost is None:
+        return {}
+    priced = _priced_ratio(forced, f_cost, native, n_cost, steps, stream_len, measured_steps, margin)
+    return {name: priced["answer"], f"{name}_ratio": priced["ratio"],
+            f"{name}_low": priced.get("ratio_low"), f"{name}_high": priced.get("ratio_high")}
+
+
+def _holds(row: dict, per_hour: float | None) -> str:
+    """At which horizons the row's answer holds. ``every horizon`` where the cold-start stream and
+    serving are decided alike and the answer with them (a cost ratio (a + bH) / (c + dH) moves one
+    way from its cold start to its serving as the horizon H grows); where the two kernels' ratios lie
+    on either side of 1, the horizon from which the one cheaper serving is cheaper (``break_even``);
+    else ``not decided at every horizon``."""
+    if row.get("break_even_of") is not None and row.get("break_even_of") == row.get("break_even_of"):
+        point = row.get("break_even")
+        if point is None or point != point:
+            return f"{row['break_even_of']} cheaper only beyond 10,000,000,000 steps"
+        hours = horizons.hours_text(int(point), per_hour)
+        return f"{row['break_even_of']} cheaper from {int(point):,} steps" + (f" ({hours})" if hours else "")
+    if row.get("cold_start") == row.get("serving") == row.get("answer") in (FORCED, NATIVE, EQUAL):
+        return "every horizon"
+    return "not decided at every horizon"
 
 
 def paired(a: dict, b: dict) -> Ratio | None:
@@ -278,21 +356,13 @@ def _compare(forced, native, priced: dict, steps: int, stream_len: int, measured
     out.update(ratio_of=f"{f_name} / {n_name}, USD per useful token",
                production_strategy=f"{f_name}: {_stream_words(f_cost)}; {n_name}: {_stream_words(n_cost)}",
                **production_basis(((forced, f_cost), (native, n_cost)), steps, measured_steps))
-    production = _production(forced, f_cost["regime"], native, n_cost["regime"], steps, stream_len,
-                             measured_steps)
-    if production is None or not production.carried:
-        out.update(answer=CANT_TELL, ratio=f_cost["usd"] / n_cost["usd"])
-    else:
-        windows = window_spread(forced, f_cost["regime"], native, n_cost["regime"])
-        # what the rounds do not measure again, and the stretches of traffic measured
-        once = math.hypot(f_cost["sd_once"], n_cost["sd_once"], windows)
-        low, high = production.low * math.exp(-SCATTER_Z * once), production.high * math.exp(SCATTER_Z * once)
-        out.update(ratio=production.ratio, ratio_low=low, ratio_high=high,
-                   answer=answer_of(low, high, margin))
-        if once > 0.005:
-            reasons.append(f"the interval holds ±{SCATTER_Z * once:.0%} for what one run measures once "
-                           f"(compile stalls, a regime's steady steps) and ±{SCATTER_Z * windows:.0%} of it "
-                           "for the trace's windows")
+    priced_ratio = _priced_ratio(forced, f_cost, native, n_cost, steps, stream_len, measured_steps, margin)
+    out.update({k: v for k, v in priced_ratio.items() if k not in ("once", "windows")})
+    once, windows = priced_ratio.get("once", 0.0), priced_ratio.get("windows", 0.0)
+    if once > 0.005:
+        reasons.append(f"the interval holds ±{SCATTER_Z * once:.0%} for what one run measures once "
+                       f"(compile stalls, a regime's steady steps) and ±{SCATTER_Z * windows:.0%} of it "
+                       "for the trace's windows")
     settled = {FORCED, NATIVE, EQUAL}
     if out["paper"] in settled and out["answer"] in settled:
         opposite = {out["paper"], out["answer"]} == {FORCED, NATIVE}
@@ -301,8 +371,24 @@ def _compare(forced, native, priced: dict, steps: int, stream_len: int, measured
         out["flip"] = CANT_TELL
     if min(f_cost["strategies"], n_cost["strategies"]) == 1:
         reasons.append(f"only {STRATEGY['static']} measured at this length")
-    out.update(_break_even(forced, native, priced, paper, steps, stream_len, measured_steps, reasons))
     return out
+
+
+def _priced_ratio(forced: dict, f_cost: dict, native: dict, n_cost: dict, steps: int, stream_len: int,
+                  measured_steps: int, margin: float) -> dict:
+    """forced / native cost over ``steps`` steps, each its priced way: ``ratio``, its interval
+    (``ratio_low``, ``ratio_high``) and ``answer``, and the log spreads it was widened by: ``once``
+    (what one run measures once) of which ``windows`` (the trace's windows)."""
+    production = _production(forced, f_cost["regime"], native, n_cost["regime"], steps, stream_len,
+                             measured_steps)
+    if production is None or not production.carried:
+        return {"answer": CANT_TELL, "ratio": f_cost["usd"] / n_cost["usd"]}
+    windows = window_spread(forced, f_cost["regime"], native, n_cost["regime"])
+    # what the rounds do not measure again, and the stretches of traffic measured
+    once = math.hypot(f_cost["sd_once"], n_cost["sd_once"], windows)
+    low, high = production.low * math.exp(-SCATTER_Z * once), production.high * math.exp(SCATTER_Z * once)
+    return {"ratio": production.ratio, "ratio_low": low, "ratio_high": high,
+            "answer": answer_of(low, high, margin), "once": once, "windows": windows}
 
 
 def _production(forced: dict, f_regime: str, native: dict, n_regime: str, steps: int, stream_len: int,
@@ -333,30 +419,29 @@ def _production(forced: dict, f_regime: str, native: dict, n_regime: str, steps:
                         [cost(native, n_regime, n_rounds, n_stalls, r) for r in common])
 
 
-def _break_even(forced, native, priced, paper: Ratio | None, steps, stream_len, measured_steps,
-                reasons: list) -> dict:
-    """Where the kernel cheaper over the measured stream is not the one cheaper over ``steps``, when the
-    other pays back its compile stalls, with the steady steps moved by their paired uncertainty."""
-    pair = ((forced["implementation"], forced), (native["implementation"], native))
-    at_steps = {k: streams.cheapest_at(c, steps, stream_len, measured_steps) for k, c in pair}
-    short = {k: streams.cheapest_at(c, measured_steps, stream_len, measured_steps) for k, c in pair}
-    long_win, short_win = min(at_steps, key=at_steps.get), min(short, key=short.get)
-    if long_win == short_win:
+def _break_even(forced, native, priced: dict, row: dict, stream_len, measured_steps, reasons: list) -> dict:
+    """Where the kernel cheaper over the measured cold-start stream is not the one cheaper serving
+    (the sides of 1 their paired ratios lie on), the horizon from which the other pays back its
+    compile stalls, with the steady steps moved by their paired uncertainty."""
+    cold, serving = row.get("cold_start_ratio"), row.get("serving_ratio")
+    if cold is None or serving is None or cold != cold or serving != serving or (cold < 1) == (serving < 1):
         return {}
-    slow, fast = (forced, native) if long_win == forced["implementation"] else (native, forced)
+    slow, fast = (forced, native) if serving < 1 else (native, forced)
+    long_win, short_win = slow["implementation"], fast["implementation"]
+    paper = paired(forced, native)
     # each step's share of the paired ratio's uncertainty (its 99% interval's log half-width over z)
     sd = (math.log(paper.high / paper.low) / (2 * SCATTER_Z * math.sqrt(2.0)) if paper and paper.carried
           else priced[long_win]["sd_steady"])
     point, early, late = streams.break_even_interval(slow, fast, sd, sd, stream_len, measured_steps)
-    reasons.append(f"over the measured {measured_steps}-step stream {short_win} is cheaper: {long_win} "
-                   f"pays back its compile stalls after {_steps_words(point, early, late)}")
+    reasons.append(f"over the measured {measured_steps}-step cold-start stream {short_win} is cheaper: "
+                   f"{long_win} pays back its compile stalls after {_steps_words(point, early, late)}")
     return {"break_even": point, "break_even_low": early, "break_even_high": late, "break_even_of": long_win}
 
 
 def _steps_words(point, early, late) -> str:
     """``419 steps [276-891]``, or "never within the uncertainty" where one end never pays back."""
     if point is None:
-        return "no step count: never within 10,000,000 steps"
+        return "no step count: never within 10,000,000,000 steps"
     low = f"{early:,}" if early is not None else "never"
     high = f"{late:,}" if late is not None else "never, within the uncertainty"
     return f"{point:,} steps [{low}-{high}]"
@@ -391,7 +476,8 @@ def _sentence(row: dict, forced, native, steps: int, margin: float) -> str:
     ratio = ratio_text(row.get("ratio"), row.get("ratio_low"), row.get("ratio_high"))
     basis = str(row.get("production") or "")
     over = (basis.removeprefix("measured: ") + " (measured)" if basis.startswith("measured: ")
-            else f"{steps:,} steps" + (" (modelled beyond the measured steps)" if basis else ""))
+            else f"a horizon of {row.get('horizon') or f'{steps:,} steps'}"
+            + (f" ({basis.split(': ')[0]})" if basis else ""))
     if row["answer"] == NATIVE:
         return (f"Use native {n_name}: forced {f_name} costs {ratio} as much per useful token over "
                 f"{over}.")
@@ -492,7 +578,7 @@ def profiler_visibility(results_dir: str) -> dict[str, bool]:
     return {r.impl: str(r.profiler_visible) == "True" for r in known.itertuples(index=False)}
 
 
-def verdict_table(results_dir: str = "results", frame=None, *, steps: int | None = None,
+def verdict_table(results_dir: str = "results", frame=None, *, horizon: Horizon | None = None,
                   margin: float | None = None, cases=None, records=None) -> pd.DataFrame:
     """Every verdict row: the measured machines' first, then the compile targets'; ``cases``:
     ``case_table(frame)`` already made; ``records``: ``load_compiled_records`` already read."""
@@ -501,7 +587,7 @@ def verdict_table(results_dir: str = "results", frame=None, *, steps: int | None
     if frame is None:
         frame = load_results(results_dir)
     fragility = release_breaks(results_dir)
-    measured = measured_verdicts(frame, steps=steps, fragility=fragility, margin=margin, cases=cases)
+    measured = measured_verdicts(frame, horizon=horizon, fragility=fragility, margin=margin, cases=cases)
     records = load_compiled_records(results_dir) if records is None else records
     compiled = compiled_verdicts(records, load_max_batch(results_dir), fragility=fragility,
                                  tuning=load_kept(results_dir))

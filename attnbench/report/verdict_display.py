@@ -12,6 +12,7 @@ import math
 from typing import TYPE_CHECKING
 
 import attention_impls
+from attnbench.report import horizon as horizons
 from attnbench.report import streams
 from attnbench.report.plots import colors_by_name, line_style, new_figure, png_bytes
 from attnbench.report.production import cost_floors, stream_scatter, traffic_name
@@ -36,8 +37,10 @@ from attnbench.results.noise import SCATTER_Z
 if TYPE_CHECKING:
     import pandas as pd
 
-SHORT_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "production",
-                 "forced", "native", "tuning"]
+# "answer" and its cost are at the horizon (report/horizon.py); cold start over the measured stream,
+# serving with every compile amortised, and the horizon from which the answer holds beside them.
+SHORT_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "cold start",
+                 "serving", "holds", "forced", "native", "tuning"]
 # The terminal's short table (``attnbench summary``, ``make bench``'s last lines): the answer and its
 # kernels in at most 120 columns; production and tuning are in ``attnbench verdict`` and ``--full``.
 TERMINAL_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced/native cost", "forced",
@@ -46,8 +49,9 @@ TARGET_COLUMNS = ["target", "workload", "seq", "most headroom", "predicted force
 # The compile targets at the published shapes (report/published.py): the fastest published figure.
 PUBLISHED_COLUMNS = ["target", "shape", "published on this chip (fastest first; not measured here)", "source",
                      "predicted forced / native"]
-DISPLAY_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "production",
-                   "forced", "native", "on paper", "flip", "break-even", "most headroom", "published",
+DISPLAY_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "horizon",
+                   "cold start", "serving", "holds", "production", "forced", "native", "cold-start s",
+                   "on paper", "flip", "break-even", "most headroom", "published",
                    "forced config", "native config", "on paper at defaults", "tuning", "sentence", "reasons"]
 
 
@@ -97,7 +101,9 @@ def display(table) -> pd.DataFrame:
             "machine": r["machine"], "framework": r["framework"], "workload": r["workload"],
             "seq": cell(r["seq_len"]), "answer": answer_text(r),
             "forced / native cost": ratio_text(r.get("ratio"), r.get("ratio_low"), r.get("ratio_high")),
-            "production": production_short(r),
+            "horizon": cell(r.get("horizon")), "cold start": side_text(r, "cold_start"),
+            "serving": side_text(r, "serving"), "holds": cell(r.get("holds")),
+            "production": production_short(r), "cold-start s": cold_start_text(r),
             "forced": cell(r.get("forced")), "native": cell(r.get("native")), "on paper": paper,
             "flip": cell(r.get("flip")), "break-even": even, "most headroom": cell(r.get("headroom_winner")),
             "published": cell(r.get("published")),
@@ -106,6 +112,22 @@ def display(table) -> pd.DataFrame:
             "sentence": cell(r.get("sentence")), "reasons": cell(r["reasons"]),
         })
     return pd.DataFrame(rows, columns=DISPLAY_COLUMNS)
+
+
+def side_text(r: dict, side: str) -> str:
+    """``forced 0.32x``: a row's answer and forced / native cost over its cold start or serving."""
+    answer, ratio = cell(r.get(side)), r.get(f"{side}_ratio")
+    if answer == "-" or ratio is None or ratio != ratio:
+        return answer
+    return f"{answer} {ratio:.2f}x"
+
+
+def cold_start_text(r: dict) -> str:
+    """``0.30 / 0.12``: each kernel's compile seconds over the horizon (forced / native)."""
+    values = [r.get(f"{side}_cold_start_s") for side in ("forced", "native")]
+    if any(v is None or v != v for v in values):
+        return "-"
+    return " / ".join(f"{v:.2f}" if v < 100 else f"{v:,.0f}" for v in values)
 
 
 def production_short(r: dict) -> str:
@@ -323,18 +345,10 @@ def verdict_part(table, *, visibility: dict | None = None, frame=None, controls=
         + (control_lines(controls) if controls is not None else []),
         "sentences": sentences,
         "full": Table.of(top[[c for c in top.columns if c not in ("reasons", "sentence")]]),
-        "steps": f"{_horizon(table, frame):,}",
+        "horizon": str(horizons.parse(None)),
         "paper_only": Table.of(rest) if not rest.empty else None,
         "other_lengths": Table.of(shorter) if not shorter.empty else None,
     }
-
-
-def _horizon(table, frame) -> int:
-    """The stream the verdict's production rows were priced over."""
-    steps = table["production_steps"].dropna() if "production_steps" in table else []
-    if len(steps):
-        return int(steps.max())
-    return stream_steps(frame) if frame is not None else 0
 
 
 # -- the picture ----------------------------------------------------------------------------------

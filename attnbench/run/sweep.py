@@ -38,7 +38,8 @@ def measure_cases(cases: list[Case], *, isolate: bool = True, timeout_s: float =
 
     Each case runs in a killable worker (``isolate``); a case with ``own_process`` gets a fresh one,
     so no earlier case's compiles or caches are in it. ``on_record(i, record)``: as ``cases[i]``
-    ends, again as its later rounds are pooled (after every look at them), and once they end.
+    ends, again as its later rounds are pooled (after every look at them), and once they end; with
+    rounds to come a record is filed ``rounds_complete`` false until they end.
 
     ``rounds``: the later timing rounds of every ``timed_in_rounds`` case, paired and adaptive
     (``run/adaptive.py``), pooled into its record (``figures.pool_rounds``). ``prior``: records an
@@ -56,15 +57,21 @@ def measure_cases(cases: list[Case], *, isolate: bool = True, timeout_s: float =
     with run_probe_dir(), tempfile.TemporaryDirectory(prefix="attnbench-compiled-") as compiled, \
             scoped_environ(**{KEEP_ENV: compiled}):
         todo = [i for i, record in enumerate(first) if record is None]
+        with_rounds = rounds is not None and rounds.max_rounds > 0
         spent["first pass worker starts"] = _first_pass(cases, first, todo, isolate, timeout_s,
                                                         memory_cap_bytes, threads, progress, on_record,
-                                                        deadline)
+                                                        deadline, pending=with_rounds)
         spent["first pass"] = time.time() - began
         for i in todo:
             for phase, seconds in json.loads(first[i].get("phase_seconds") or "{}").items():
                 spent[f"first pass: {phase}"] = spent.get(f"first pass: {phase}", 0.0) + seconds
-        if rounds is not None and rounds.max_rounds > 0:
+        if with_rounds:
             _later_rounds(cases, first, rounds, isolate, threads, on_record, deadline, spent, compiled)
+            for i, record in enumerate(first):  # the cases the rounds did not time: done as they were
+                if record is not None and record.get("rounds_complete") is False:
+                    first[i] = {k: v for k, v in record.items() if k != "rounds_complete"}
+                    if on_record:
+                        on_record(i, first[i])
     return first
 
 
@@ -75,9 +82,11 @@ def time_spent(spent: dict[str, float]) -> str:
 
 
 def _first_pass(cases, first, todo, isolate, timeout_s, memory_cap_bytes, threads, progress, on_record,
-                deadline) -> float:
+                deadline, pending: bool = False) -> float:
     """Every case of ``todo`` once: its whole record (regime stream, first window, memory, evidence,
-    numerics); returns the seconds its workers took to start."""
+    numerics); returns the seconds its workers took to start. ``pending``: later rounds follow, so
+    each ok record is filed ``rounds_complete`` false until they end (a sweep stopped before its
+    rounds gives the case its rounds when resumed)."""
     bar = _progress(len(todo), progress)
     worker = Worker(measure_case, threads=threads, memory_cap_bytes=memory_cap_bytes) if isolate else None
     statics = {(c.impl, c.workload, c.config): j for j, c in enumerate(cases) if c.regime == "static"}
@@ -101,6 +110,8 @@ def _first_pass(cases, first, todo, isolate, timeout_s, memory_cap_bytes, thread
                                          reason=failure.reason)
                 if case.own_process:
                     worker.close()
+            if pending and record.get("status") == records.OK:
+                record = {**record, "rounds_complete": False}
             first[i] = record
             if on_record:
                 on_record(i, record)
