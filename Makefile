@@ -93,7 +93,7 @@ CONFIRM_BUDGET ?= 90
 # environment and settings, run/case_cache.py): a run stopped with Ctrl-C keeps every case it
 # measured, and `make bench` again goes on from them (the later rounds too, from the ones it kept).
 HANDOVER = $(if $(filter -b% --bench%,$(ASV_ARGS)),,ATTNBENCH_CASE_CACHE=$$handover)
-CASES_DIR = .asv/cases
+CASES_DIR = $(CURDIR)/.asv/cases
 # The measured environments run the parameter combinations of benchmarks/attention.py each can run
 # (attnbench/asv/selection.py; unless ASV_ARGS selects with -b): asv starts a process per benchmark
 # and combination, and the others (the other environment's framework, the compiled-for classes,

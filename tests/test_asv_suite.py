@@ -361,7 +361,7 @@ def test_existing_environments_run_at_the_commit_with_their_own_selection(monkey
     from attnbench.asv import selection as asv_selection
 
     calls = []
-    monkeypatch.setattr(asv_selection.subprocess, "call", lambda command, env: calls.append(command) or 0)
+    monkeypatch.setattr(asv_selection, "run_asv", lambda command, env: calls.append(command) or 0)
     monkeypatch.setattr(asv_selection, "existing_frameworks", lambda python: asv_selection.MAIN_FRAMEWORKS)
     asv_selection.run("cpu-2core", ["/py/a"], "c" * 40, ["--show-stderr"])
     [command] = calls

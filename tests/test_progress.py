@@ -114,3 +114,52 @@ def test_the_first_pass_ends_with_a_provisional_verdict_of_the_ways_the_verdict_
                            "jax-blockwise-flash (bucketed) costs 0.80x native jax-xla (static) per useful "
                            "token")
     assert "not paired" in line
+
+
+def test_asvs_sigterm_stops_a_sweep_as_ctrl_c_does():
+    import os
+    import signal
+
+    import pytest
+
+    lines: list[str] = []
+    where = progress.Progress("Forward", 2, clock=Clock())
+    with pytest.raises(KeyboardInterrupt), progress.stopping_on_sigterm(), \
+            progress.heartbeat(where, every_s=60, write=lines.append):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)
+    assert ", stopped," in lines[-1]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored after
+
+
+def test_ctrl_c_waits_for_asv_to_stop_its_benchmark_process(monkeypatch):
+    import subprocess
+    import sys
+
+    import pytest
+
+    from attnbench.asv import selection
+
+    class Interrupted:
+        def __init__(self, command, env):
+            self.waits = []
+
+        def wait(self, timeout=None):
+            self.waits.append(timeout)
+            if len(self.waits) == 1:
+                raise KeyboardInterrupt
+            return 0
+
+        def kill(self):
+            raise AssertionError("asv stopped in time: nothing to kill")
+
+    made: list[Interrupted] = []
+
+    def popen(command, env):
+        made.append(Interrupted(command, env))
+        return made[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    with pytest.raises(KeyboardInterrupt):
+        selection.run_asv([sys.executable, "-c", "pass"], env={})
+    assert made[0].waits == [None, selection.ASV_STOP_S]

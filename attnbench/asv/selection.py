@@ -157,11 +157,29 @@ def run(machine: str, existing: list[str], commit: str | None, asv_args: list[st
         with tempfile.TemporaryDirectory(prefix="attnbench-progress-") as folder:
             lines = os.path.join(folder, "progress.log")
             with progress.follow(lines):
-                status = subprocess.call(command, env={**os.environ, progress.FILE_ENV: lines})
+                status = run_asv(command, env={**os.environ, progress.FILE_ENV: lines})
         if status != 0:
             print(f"asv run ({name}) reported failed benchmarks (status failed in the results); "
                   "publishing anyway", file=sys.stderr)
     return 0
+
+
+ASV_STOP_S = 30.0  # how long Ctrl-C waits for asv to stop its benchmark process
+
+
+def run_asv(command: list[str], env: dict) -> int:
+    """``command``'s exit status. On Ctrl-C, asv (which got it too) is given ``ASV_STOP_S`` to stop the
+    benchmark process it started in its own process group: that process files what it measured and
+    prints the verdict so far; killed at once, asv would leave it running."""
+    process = subprocess.Popen(command, env=env)
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        try:
+            process.wait(timeout=ASV_STOP_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        raise
 
 
 MEASURED_CODE = ("attention_impls", "attnbench", "benchmarks")

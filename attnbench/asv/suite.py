@@ -155,7 +155,7 @@ def measure_suite(cases: list[tuple[str, Workload, str]], benchmark: str | None 
                     cache.put(planned[i].key, record)
                 where.recorded(i, record)
 
-            with progress.heartbeat(where):
+            with progress.stopping_on_sigterm(), progress.heartbeat(where):
                 records = sweep.measure_cases(
                     planned, timeout_s=CASE_TIMEOUT_S, threads=threads, progress=False, rounds=rounds,
                     deadline=deadline(), prior=prior, spent=spent, on_record=on_record)

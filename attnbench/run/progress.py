@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import threading
 import time
@@ -117,6 +118,25 @@ def emit(line: str) -> None:
     if path:
         with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")
+
+
+def _stop(signum, frame):
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def stopping_on_sigterm():
+    """SIGTERM read as Ctrl-C while the block runs (main thread only): asv runs a benchmark in its
+    own process group, which the terminal's Ctrl-C does not reach; asv stops it with SIGTERM, and
+    then kills it a second later."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
