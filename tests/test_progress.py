@@ -73,11 +73,11 @@ def test_lines_appended_to_the_file_reach_the_follower_as_they_come(tmp_path, mo
         deadline = time.time() + 5
         while not seen and time.time() < deadline:
             time.sleep(0.01)
-        assert seen == ["one"]  # read while the block still runs
+        assert seen == ["", "one"]  # read while the block still runs, on a line of its own
         writer = threading.Thread(target=progress.emit, args=("two",))
         writer.start()
         writer.join()
-    assert seen == ["one", "two"]
+    assert seen == ["", "one", "two"]
     assert path.read_text() == "one\ntwo\n"
 
 

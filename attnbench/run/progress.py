@@ -178,8 +178,13 @@ def follow(path: str, write=None, poll_s: float = 1.0):
     write = write or (lambda line: print(line, file=sys.stderr, flush=True))
     stop = threading.Event()
 
+    started = []
+
     def read_new(handle) -> None:
         for line in handle.readlines():
+            if not started:  # asv leaves its own line open ("Setting up attention:78"): end it first
+                started.append(True)
+                write("")
             write(line.rstrip("\n"))
 
     def run() -> None:
