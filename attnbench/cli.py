@@ -25,6 +25,7 @@ from attnbench.predicted.cli import add_parser as add_calibrate
 from attnbench.published.cli import add_parser as add_published
 from attnbench.releases.run import add_parser as add_releases
 from attnbench.results.table import cell, render
+from attnbench.run import progress
 from attnbench.run.case_cache import read_folder
 from attnbench.run.compare import compare, write_json
 
@@ -182,9 +183,10 @@ def cmd_confirm(args) -> int:
     if not 0 < args.threshold < 1:
         raise ValueError(f"--threshold must be a fraction between 0 and 1, got {args.threshold:g}")
     machine = args.machine or os.environ.get("ATTNBENCH_MACHINE") or detect_machine_name()
-    entries = confirm(args.results, repo=args.repo, machine=machine,
-                      thresholds=parse_thresholds(args.threshold, None), threshold=args.threshold,
-                      rounds=args.rounds, budget_s=args.budget, window_s=args.round_seconds)
+    with progress.ticking("confirm (the newest run's steps measured again)", budget_s=args.budget):
+        entries = confirm(args.results, repo=args.repo, machine=machine,
+                          thresholds=parse_thresholds(args.threshold, None), threshold=args.threshold,
+                          rounds=args.rounds, budget_s=args.budget, window_s=args.round_seconds)
     counted = {}
     for entry in entries:
         counted[entry["verdict"]] = counted.get(entry["verdict"], 0) + 1

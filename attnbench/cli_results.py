@@ -36,6 +36,7 @@ from attnbench.report.verdict_display import (
 )
 from attnbench.results.asv_results import load_results, ordering_note
 from attnbench.results.table import cell, render
+from attnbench.run import progress
 
 SUMMARY_WIDTH = 120  # `summary` wraps its notes to a terminal this wide unless --wide
 
@@ -190,7 +191,8 @@ def parse_thresholds(default: float, pairs: list[str] | None) -> dict[str, float
 def cmd_report(args) -> int:
     """Markdown/HTML report, plots and tidy tables from the asv results; prints what regressed."""
     thresholds = parse_thresholds(args.threshold, args.threshold_metric)
-    report = write_report(args.results, args.out, repo=args.repo, thresholds=thresholds)
+    with progress.ticking("report (the verdict, regressions, cost spikes, plots and tables)"):
+        report = write_report(args.results, args.out, repo=args.repo, thresholds=thresholds)
     regressions, spikes = report.regressions, report.cost_spikes
     shown = 20  # the rest are in the report and its regressions.csv / cost_spikes.csv
     if report.ordering:  # commits git does not know: ordered by date, or (WARNING) not at all

@@ -163,3 +163,19 @@ def test_ctrl_c_waits_for_asv_to_stop_its_benchmark_process(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         selection.run_asv([sys.executable, "-c", "pass"], env={})
     assert made[0].waits == [None, selection.ASV_STOP_S]
+
+
+def test_a_step_without_cases_ticks_with_its_budget_left():
+    lines: list[str] = []
+    clock = Clock()
+    with progress.ticking("confirm", budget_s=90, every_s=0.01, write=lines.append, clock=clock):
+        clock.now += 30
+        deadline = time.time() + 5
+        while not lines and time.time() < deadline:
+            time.sleep(0.01)
+        clock.now += 100
+        count = len(lines)
+        while len(lines) == count and time.time() < deadline:
+            time.sleep(0.01)
+    assert lines[0] == "attnbench progress confirm: 30 s spent, ETA up to 60 s"
+    assert lines[-1] == "attnbench progress confirm: 2 min spent"  # past its budget: no ETA

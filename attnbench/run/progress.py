@@ -172,6 +172,28 @@ def heartbeat(progress: Progress, every_s: float = EVERY_S, write=emit):
 
 
 @contextlib.contextmanager
+def ticking(label: str, budget_s: float | None = None, every_s: float = EVERY_S, write=emit,
+            clock=time.monotonic):
+    """A step with no cases to count (``make bench``'s confirm, its report) says it is alive: ``label``
+    and the time spent every ``every_s`` seconds, with what is left of ``budget_s`` where it has one."""
+    stop, began = threading.Event(), clock()
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            spent = clock() - began
+            left = f", ETA up to {_minutes(budget_s - spent)}" if budget_s and budget_s > spent else ""
+            write(f"{PREFIX} {label}: {_minutes(spent)} spent{left}")
+
+    thread = threading.Thread(target=beat, name="attnbench-ticking", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@contextlib.contextmanager
 def follow(path: str, write=None, poll_s: float = 1.0):
     """While the block runs, every line appended to ``path`` written out (default: stderr), so the
     lines a captured process appends reach the terminal as they come."""
