@@ -140,20 +140,32 @@ def stopping_on_sigterm():
 
 
 @contextlib.contextmanager
+def _in_background(run, name: str):
+    """``run(stop)`` in a daemon thread while the block runs; then ``stop`` is set and the thread
+    joined."""
+    stop = threading.Event()
+    thread = threading.Thread(target=run, args=(stop,), name=name, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@contextlib.contextmanager
 def heartbeat(progress: Progress, every_s: float = EVERY_S, write=emit):
     """``progress.line()`` written at the start, every ``every_s`` seconds and at the end; on Ctrl-C
     also the provisional verdict of what was measured and how to go on."""
-    stop = threading.Event()
 
-    def beat() -> None:
+    def beat(stop: threading.Event) -> None:
         while not stop.wait(every_s):
             write(progress.line())
 
     write(progress.line())
-    thread = threading.Thread(target=beat, name="attnbench-progress", daemon=True)
-    thread.start()
     try:
-        yield progress
+        with _in_background(beat, "attnbench-progress"):
+            yield progress
     except KeyboardInterrupt:  # Ctrl-C: the verdict so far, and how to go on
         progress.phase = "stopped"
         if progress.cases is not None:
@@ -164,8 +176,6 @@ def heartbeat(progress: Progress, every_s: float = EVERY_S, write=emit):
               "cache (make bench: .asv/cases/), and the same command again goes on from it")
         raise
     finally:
-        stop.set()
-        thread.join()
         if progress.phase != "stopped":
             progress.phase = "done" if len(progress.done) >= progress.planned else "stopped"
         write(progress.line())
@@ -176,21 +186,16 @@ def ticking(label: str, budget_s: float | None = None, every_s: float = EVERY_S,
             clock=time.monotonic):
     """A step with no cases to count (``make bench``'s confirm, its report) says it is alive: ``label``
     and the time spent every ``every_s`` seconds, with what is left of ``budget_s`` where it has one."""
-    stop, began = threading.Event(), clock()
+    began = clock()
 
-    def beat() -> None:
+    def beat(stop: threading.Event) -> None:
         while not stop.wait(every_s):
             spent = clock() - began
             left = f", ETA up to {_minutes(budget_s - spent)}" if budget_s and budget_s > spent else ""
             write(f"{PREFIX} {label}: {_minutes(spent)} spent{left}")
 
-    thread = threading.Thread(target=beat, name="attnbench-ticking", daemon=True)
-    thread.start()
-    try:
+    with _in_background(beat, "attnbench-ticking"):
         yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 @contextlib.contextmanager
@@ -198,8 +203,6 @@ def follow(path: str, write=None, poll_s: float = 1.0):
     """While the block runs, every line appended to ``path`` written out (default: stderr), so the
     lines a captured process appends reach the terminal as they come."""
     write = write or (lambda line: print(line, file=sys.stderr, flush=True))
-    stop = threading.Event()
-
     started = []
 
     def read_new(handle) -> None:
@@ -209,7 +212,7 @@ def follow(path: str, write=None, poll_s: float = 1.0):
                 write("")
             write(line.rstrip("\n"))
 
-    def run() -> None:
+    def run(stop: threading.Event) -> None:
         while not os.path.exists(path) and not stop.wait(poll_s):
             pass
         if not os.path.exists(path):
@@ -219,10 +222,5 @@ def follow(path: str, write=None, poll_s: float = 1.0):
                 read_new(handle)
             read_new(handle)
 
-    thread = threading.Thread(target=run, name="attnbench-follow", daemon=True)
-    thread.start()
-    try:
+    with _in_background(run, "attnbench-follow"):
         yield
-    finally:
-        stop.set()
-        thread.join()
