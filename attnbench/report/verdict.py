@@ -428,9 +428,9 @@ def _break_even(forced, native, priced: dict, row: dict, stream_len, measured_st
         return {}
     slow, fast = (forced, native) if serving < 1 else (native, forced)
     long_win, short_win = slow["implementation"], fast["implementation"]
-    paper = paired(forced, native)
+    low, high = row.get("paper_low"), row.get("paper_high")  # the paper pair's interval, where it carried
     # each step's share of the paired ratio's uncertainty (its 99% interval's log half-width over z)
-    sd = (math.log(paper.high / paper.low) / (2 * SCATTER_Z * math.sqrt(2.0)) if paper and paper.carried
+    sd = (math.log(high / low) / (2 * SCATTER_Z * math.sqrt(2.0)) if low and high
           else priced[long_win]["sd_steady"])
     point, early, late = streams.break_even_interval(slow, fast, sd, sd, stream_len, measured_steps)
     reasons.append(f"over the measured {measured_steps}-step cold-start stream {short_win} is cheaper: "

@@ -10,14 +10,12 @@ imported): on a loaded host, importing torch or jax can take longer than a tight
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import multiprocessing
 import os
 import resource
 import signal
 import sys
-import threading
 import time
 from typing import NamedTuple
 
@@ -44,7 +42,9 @@ READY = "ready"
 
 
 def _serve(conn, task, threads, memory_cap_bytes, log_path, checkout, preload) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as ``_ignoring_ctrl_c`` says, from here on in any case
+    # Ctrl-C stops the sweep, which closes its workers: a worker stopped by it first would be
+    # recorded as a case that died, and a resumed run would not measure that case again
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if log_path:  # the compilers' own logging goes to a file whose tail explains a crash
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)
@@ -67,22 +67,6 @@ def _serve(conn, task, threads, memory_cap_bytes, log_path, checkout, preload) -
         except EOFError:
             return
         conn.send(task(*args))
-
-
-@contextlib.contextmanager
-def _ignoring_ctrl_c():
-    """SIGINT ignored while a worker is spawned, so the worker ignores it (an ignored signal stays
-    ignored through exec, and Python then leaves it so): Ctrl-C stops the sweep, which closes its
-    workers; a worker stopped by it first would be recorded as a case that died, and a resumed run
-    would not measure that case again. Only the main thread may set a handler: elsewhere, as is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 class Worker:
@@ -124,7 +108,7 @@ class Worker:
         process = ctx.Process(target=_serve, daemon=True, args=(
             child, self.task, self.threads, self.memory_cap_bytes, self.log_path, self.checkout,
             tuple(preload)))
-        with scoped_environ(**self.environ), _ignoring_ctrl_c():  # spawn copies both; restored after
+        with scoped_environ(**self.environ):  # spawn copies this environment; restored after
             process.start()
         child.close()
         self._process, self._conn = process, parent
