@@ -322,10 +322,11 @@ def add_run_command(sub) -> None:
                    help="a static step's rounds go on, up to --max-rounds or --budget, until its 99%% "
                         "interval is within +-precision of its median (0.05: 5%%; default: off)")
     p.add_argument("--round-seconds", type=float, default=0.1, help="each case's window per later round")
-    p.add_argument("--timer", choices=("wall", "cuda-events", "device"), default="wall",
-                   help="static timing: wall clock around blocking calls (every backend), or CUDA events "
-                        "around each call with L2 flushed first (torch on a CUDA GPU, as do_bench); "
-                        "device: CUDA events where the backend has them here, else wall")
+    p.add_argument("--timer", choices=("wall", "cuda-events", "xla-device-events", "device"), default="wall",
+                   help="static timing: wall clock around blocking calls (every backend); CUDA events "
+                        "around each call's launch, L2 flushed first (torch on a CUDA GPU, as do_bench); "
+                        "the profiler's device events of a few calls, L2 flushed before each (jax on a "
+                        "GPU or TPU); device: the device's own clock where the backend has one, else wall")
     p.add_argument("--compile-cache", choices=("cold", "warm"), default="cold",
                    help="cold (default): each case compiles with empty on-disk compiler caches; "
                         "warm: with whatever torch Inductor's / jax's caches already hold")

@@ -163,3 +163,120 @@ def test_a_torch_step_launches_without_waiting_and_runs_blocking(monkeypatch):
     assert len(waits) == 1
     step.enqueue()
     assert len(waits) == 1
+
+
+needs_jax = pytest.mark.skipif("jax" not in FRAMEWORKS, reason="jax runs in the main venv")
+
+
+def _event(start_ns, end_ns, name="fusion", **stats):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, start_ns=start_ns, end_ns=end_ns, stats=list(stats.items()))
+
+
+def _profile(*planes):
+    """A fake ``jax.profiler.ProfileData``: ``(plane name, {line name: [events]})`` each."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(planes=[SimpleNamespace(name=name, lines=[SimpleNamespace(name=line, events=events)
+                                                                     for line, events in lines.items()])
+                                   for name, lines in planes])
+
+
+def test_device_busy_time_is_the_union_of_the_device_planes_xla_events():
+    """Overlapping streams count once, idle gaps not at all, the host's events and the flush's
+    executable never; a plane without op events falls back to its XLA Modules line."""
+    from attnbench.backends.profiles import ProfileUnreadable, device_busy_seconds
+
+    gpu = ("/device:GPU:0", {
+        "Stream #13": [_event(1_000, 4_000, hlo_op="fusion.1", hlo_module="jit_forward"),
+                       _event(10_000, 11_000, hlo_op="fusion", hlo_module="jit_l2_flush")],
+        "Stream #14": [_event(3_000, 6_000, hlo_op="custom-call", hlo_module="jit_forward")],
+        "XLA Modules": [_event(900, 6_100, name="jit_forward(3)")],
+    })
+    host = ("/host:CPU", {"python": [_event(0, 50_000, hlo_op="thunk", hlo_module="jit_forward")]})
+    assert device_busy_seconds(_profile(gpu, host), skip_module="jit_l2_flush") == pytest.approx(5e-6)
+    tpu = ("/device:TPU:0", {"XLA Modules": [_event(0, 2_000, name="jit_forward(1)"),
+                                             _event(5_000, 6_000, name="jit_l2_flush(2)")]})
+    assert device_busy_seconds(_profile(tpu), skip_module="jit_l2_flush") == pytest.approx(2e-6)
+    with pytest.raises(ProfileUnreadable, match="no XLA event on a plane named /device:GPU:"):
+        device_busy_seconds(_profile(host))
+
+
+@needs_jax
+def test_jax_device_time_on_a_gpu_is_the_profilers_device_events_not_the_wall_clock(monkeypatch):
+    """A fake GPU and profile: the clock's figure is the device's busy time per call in the session
+    (the host's 20 ms of dispatch and waiting are not in it), each call after an L2 flush, the first
+    flush before the session. The old backend timed jax on a GPU with the wall clock (no clock)."""
+    import time
+
+    import jax
+
+    from attnbench.backends import jax_backend
+    from attnbench.backends.base import Step
+
+    log = []
+    backend = backends.get("jax")
+    monkeypatch.setattr(backend, "platform", lambda: "gpu")
+    monkeypatch.setattr(jax_backend, "l2_flusher", lambda: lambda: log.append("flush"))
+    monkeypatch.setattr(jax.profiler, "start_trace", lambda d: log.append("start"))
+    monkeypatch.setattr(jax.profiler, "stop_trace", lambda: log.append("stop"))
+    calls = []
+
+    def run():
+        time.sleep(0.02)  # slower than 10 ms: one call per sample
+        calls.append(len(calls))
+        log.append("step")
+
+    def profile(_log_dir):  # what the session saw: 3 us of kernels on two streams for its one call
+        streams = {"Stream #1": [_event(0, 2_000, hlo_op="a", hlo_module="jit_f")],
+                   "Stream #2": [_event(1_000, 3_000, hlo_op="b", hlo_module="jit_f")]}
+        return _profile(("/device:GPU:0", streams),
+                        ("/host:CPU", {"python": [_event(0, 20_000_000, hlo_op="dispatch")]}))
+
+    monkeypatch.setattr(jax_backend, "read_xplane", profile)
+    clock = backend.device_clock(Step(run=run, execution="compiled", framework="jax"), timer="device")
+    assert clock is not None and clock.name == "xla-device-events" and clock.calls_per_sample == 1
+    log.clear()
+    assert clock.timed_call() == pytest.approx(3e-6)
+    assert log == ["flush", "start", "step", "stop"]
+
+
+@needs_jax
+def test_jax_device_clock_reads_a_real_profile_and_leaves_the_flush_out(monkeypatch):
+    """The clock on a real jax profile (this CPU's events stand in for a device plane): several calls a
+    session, a real flush between them far slower than the step, and the figure is the step's."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    from attnbench.backends import jax_backend, profiles
+    from attnbench.backends.base import Step
+
+    backend = backends.get("jax")
+    monkeypatch.setattr(backend, "platform", lambda: "gpu")
+    monkeypatch.setattr(profiles, "DEVICE_PLANES", ("/host:CPU",))
+    monkeypatch.setattr(jax_backend, "L2_FLUSH_BYTES", 64 * MiB)
+    f = jax.jit(lambda x: (x @ x).sum())
+    x = jnp.ones((64, 64))
+    clock = backend.device_clock(Step(run=lambda: f(x).block_until_ready(), execution="compiled",
+                                      framework="jax"), timer="xla-device-events")
+    assert clock.calls_per_sample > 1  # flushes inside the session
+    flush = jax_backend.l2_flusher()
+    flush()
+    began = time.perf_counter()
+    flush()
+    flush_s = time.perf_counter() - began
+    figure = clock.timed_call()
+    assert 0 < figure < flush_s / 4, (figure, flush_s)
+
+
+@needs_jax
+def test_xla_device_events_are_refused_on_a_cpu():
+    from attnbench.backends.base import Step
+
+    step = Step(run=lambda: None, execution="compiled", framework="jax")
+    with pytest.raises(ValueError, match="'xla-device-events' jax on a GPU or TPU"):
+        backends.get("jax").device_clock(step, timer="xla-device-events")
+    assert backends.get("jax").device_clock(step, timer="device") is None  # the wall clock times it

@@ -90,3 +90,31 @@ def test_interleaved_blocks_go_round_the_balanced_cycle_and_a_pass_once_comes_fi
     assert timed[0] == "once" and timed.count("once") == 1  # the stream's pass: once, outside the cycle
     assert timed[1:] == lap * (len(timed[1:]) // len(lap)) and len(timed[1:]) % len(lap) == 0  # whole laps
     assert all(timed[1:].count(x) >= 3 for x in "abc")
+
+
+def test_a_rounds_block_reads_the_device_clock_its_first_window_read():
+    """A step with a device timer (a GPU's or TPU's) is timed in the rounds by that timer, a block per
+    ``timed_call``, beside a wall-clock step in the same cycle: its figure is the device's, though the
+    host spends 5 ms a call on it. Before, every round was timed by the wall clock."""
+    device_calls = []
+
+    def timed_call():
+        time.sleep(0.005)
+        device_calls.append(1)
+        return 1e-6  # the device's seconds per call
+
+    clock = DeviceClock("xla-device-events", timed_call, calls_per_sample=4)
+    device, host = time_interleaved([lambda: time.sleep(0.005), lambda: None], numbers=[4, 1],
+                                    min_seconds=0.0, min_samples=3, clocks=[clock, None])
+    assert device.timer == "xla-device-events" and device.median_s == 1e-6 and device.steps_per_sample == 4
+    assert len(device_calls) == device.samples >= 3
+    assert host.timer == "wall" and host.median_s < 1e-3
+
+
+def test_the_gpu_size_times_paired_rounds_with_the_device_timer():
+    from attnbench.asv.sizes import SIZES
+
+    for size in SIZES.values():
+        assert size.timer == "device"  # a CPU's device timer is its wall clock
+    plan = SIZES["gpu"].round_plan(controls=("jax-xla",))
+    assert plan is not None and plan.min_rounds >= 4 and plan.budget_s <= 240

@@ -50,7 +50,10 @@ class SuiteSize:
     margin: float = 0.10
     # a static step's 99% relative half-width its rounds go on for (within the budget); None: off
     precision: float | None = None
-    timer: str = "wall"
+    # "device": the device's own timer where the step's framework has one (torch on CUDA: events;
+    # jax on a GPU or TPU: profiler device events), in the first window and the rounds; a CPU's is
+    # the wall clock (Backend.device_clock)
+    timer: str = "device"
     fresh_process: bool = True  # False: consecutive static cases share a worker
     preset_fresh_process: bool | None = None  # a preset's static case; None: as fresh_process
     static_first: bool = False  # measure static cases first, so they share workers
@@ -177,15 +180,17 @@ SIZES = {size.name: size for size in (
               max_extra_seconds=3.0, max_interpret_seq=None, max_reference_seq=None,
               regime_seqs=None, rounds=9, round_seconds=0.2, model_presets=ALL_PRESETS,
               preset_size="real", preset_interpret=True),
-    # One short GPU run (tools/device-run.sh): one window per case, as a dedicated GPU does not drift
-    # between processes as a shared CPU does. The grid holds only kernels that can give a number on a
-    # GPU (kernels_for, frameworks: the H200 image has no torch_xla); `first` puts the headline cases
-    # ahead, then shortest lengths first, so a run cut by its deadline still answers the headline.
+    # One short GPU run (tools/device-run.sh): paired rounds as on a CPU, fewer, within the device's
+    # budget (its deadline cuts them; what was timed is kept). The grid holds only kernels that can
+    # give a number on a GPU (kernels_for, frameworks: the H200 image has no torch_xla); `first`
+    # puts the headline cases ahead, then shortest lengths first, so a run cut by its deadline still
+    # answers the headline.
     SuiteSize("gpu", forward_seqs=(1024, 4096, 16384), training_seqs=(4096,), dtypes=("bfloat16", "float32"),
               regime_steps=200, stream_budget_s=20.0, static_stream_steps=16, min_seconds=0.2,
               max_extra_seconds=0.3, max_interpret_seq=512,
-              max_reference_seq=1024, regime_seqs=(4096,), regime_dtypes=("bfloat16",), rounds=1,
-              round_seconds=0.1, timer="device", fresh_process=False, length_first=True,
+              max_reference_seq=1024, regime_seqs=(4096,), regime_dtypes=("bfloat16",), rounds=5,
+              max_rounds=9, round_seconds=0.1, round_budget_s=150.0, precision=0.05,
+              controls=("jax-xla", "torch-sdpa-flash"), fresh_process=False, length_first=True,
               model_presets=DEFAULT_PRESETS, preset_size="real", preset_interpret=False,
               regime_presets=("llama-3.1-8b",), kernels_for="gpu",
               # the H200 image has no tokamax, and its wheel's dependencies (flax, qwix, orbax,

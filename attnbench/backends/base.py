@@ -22,6 +22,10 @@ from attnbench.backends.profiles import OpTime, ProfileUnreadable
 from attnbench.core.workload import Workload
 from attnbench.measure.timing import DeviceClock
 
+# What a device timer writes before each timed call, outside the timed interval, so no call reads
+# the last one's operands from cache: larger than any GPU's L2 (H100/H200: 50 MB), as do_bench uses.
+L2_FLUSH_BYTES = 256 * 2**20
+
 
 @dataclass
 class Step:
@@ -206,7 +210,8 @@ class Backend(abc.ABC):
         the step (``time_step``). "device" is the device's timer where there is one, else the wall."""
         if timer not in ("wall", "device"):
             raise ValueError(f"timer {timer!r} is not available for {self.framework} here (only 'wall'; "
-                             "'cuda-events' needs torch on a CUDA device)")
+                             "'cuda-events' needs torch on a CUDA device, 'xla-device-events' jax on a "
+                             "GPU or TPU)")
         return None
 
     def compile_for(self, impl, workload: Workload, target: str):

@@ -16,13 +16,14 @@ import numpy as np
 
 from attention_impls._compile_target import JAX_GPU_BACKENDS, jax_platform
 from attention_impls.base import default_scale, static_mask
-from attnbench.backends import jax_steps
-from attnbench.backends.base import Backend, Runner, Step
+from attnbench.backends import jax_steps, profiles
+from attnbench.backends.base import L2_FLUSH_BYTES, Backend, Runner, Step
 from attnbench.backends.profiles import OpTime, hlo_instructions, read_xplane, xla_events, xla_op_times
 from attnbench.compiled_for.compile import compile_case
 from attnbench.core.inputs import make_inputs, stream_inputs
 from attnbench.core.workload import Workload
 from attnbench.hardware import Device, cpu_device
+from attnbench.measure.timing import DeviceClock
 
 # Imported where used: jax (each venv holds only some frameworks, and the asv process none).
 
@@ -171,6 +172,43 @@ class JaxBackend(Backend):
                       count_compile_seconds=lambda: meter.seconds,
                       count_cache_hits=lambda: meter.cache_hits)
 
+    def device_clock(self, step: Step, timer: str = "wall") -> DeviceClock | None:
+        """``"xla-device-events"`` (or ``"device"``) on a GPU or TPU: a sample is one ``jax.profiler``
+        session around a few calls of the step (``calls_per_sample``: about 10 ms of them), each call
+        after an L2 flush on a GPU; its figure is the device's busy time in the session's device events
+        per call (``profiles.device_busy_seconds``, the flush's executable left out), so neither the
+        host's dispatch nor its wait is in it. Tokamax times its jax kernels from device events too
+        (XProf on a TPU, CUPTI on a GPU). On a CPU ``"device"`` falls back to the wall clock and
+        ``"xla-device-events"`` is refused."""
+        platform = self.platform()
+        if timer not in ("xla-device-events", "device") or platform == "cpu":
+            return super().device_clock(step, timer)
+        import jax
+
+        flush = l2_flusher() if platform == "gpu" else None  # a TPU: device events time it as is
+        step.run()  # warm: the call timed next is a steady one
+        began = time.perf_counter()
+        step.run()
+        calls = max(1, min(32, int(0.01 / max(time.perf_counter() - began, 1e-6))))
+
+        def timed_call() -> float:
+            with tempfile.TemporaryDirectory() as log_dir:
+                if flush:
+                    flush()  # outside the session: its executable is left out of the figure anyway
+                jax.profiler.start_trace(log_dir)
+                try:
+                    for i in range(calls):
+                        if flush and i:
+                            flush()
+                        step.run()
+                finally:
+                    jax.profiler.stop_trace()
+                busy = profiles.device_busy_seconds(read_xplane(log_dir), planes=profiles.DEVICE_PLANES,
+                                                    skip_module=L2_FLUSH_MODULE)
+            return busy / calls
+
+        return DeviceClock("xla-device-events", timed_call, calls_per_sample=calls)
+
     def compile_for(self, impl, workload: Workload, target) -> dict:
         """The compiled-for record of ``impl`` at ``workload`` for ``target`` (``targets.toml`` name or
         ``Target``), compiled in this process by the target's own compiler. Needs libtpu / the CUDA
@@ -191,6 +229,27 @@ class JaxBackend(Backend):
                 out["memory_note"] = ("device_peak_bytes: not this case's own; the process's high-water "
                                       "mark was set by an earlier case (jax cannot reset it)")
         return {**out, **super().measure_memory(step)}
+
+
+L2_FLUSH_MODULE = "jit_l2_flush"  # the flush's executable, by the name jax gives a jitted function
+
+
+def l2_flusher():
+    """A blocking call that rewrites ``L2_FLUSH_BYTES`` on the default device, so a GPU's L2 holds
+    no operand of the call before it."""
+    import jax
+    import jax.numpy as jnp
+
+    def l2_flush(buffer):
+        return buffer + 1
+
+    rewrite = jax.jit(l2_flush, donate_argnums=0)
+    buffer = [jnp.zeros(L2_FLUSH_BYTES, jnp.int8)]
+
+    def flush() -> None:
+        buffer[0] = jax.block_until_ready(rewrite(buffer[0]))
+
+    return flush
 
 
 def _device_peak() -> int | None:

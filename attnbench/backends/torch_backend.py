@@ -17,7 +17,7 @@ from collections import Counter
 import numpy as np
 
 from attention_impls.base import default_scale, mask_call, static_mask
-from attnbench.backends.base import Backend, Runner, Step
+from attnbench.backends.base import L2_FLUSH_BYTES, Backend, Runner, Step
 from attnbench.backends.profiles import OpTime
 from attnbench.core.inputs import make_inputs, stream_inputs
 from attnbench.core.workload import Workload
@@ -26,7 +26,6 @@ from attnbench.measure.timing import DeviceClock
 
 # Imported where used: torch (each venv holds only some frameworks, and the asv process none).
 
-L2_FLUSH_BYTES = 256 * 2**20  # larger than any GPU's L2 (H100/H200: 50 MB), as do_bench uses
 
 
 def to_tensor(x: np.ndarray, device):

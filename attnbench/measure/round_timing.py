@@ -47,36 +47,42 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
         answer = {"key": case.key, "status": records.OK, "reason": None, "build_s": 0.0, "window_s": 0.0}
         began = time.perf_counter()
         try:
+            clock = defaults_clock = None
             if case.regime == "static":
                 step, per = warm_step(case), 1
                 defaults = warm_step(case, defaults=True) if case.with_defaults else None
+                clock = warm_clock(case)  # the first window's timer: a device's where it has one
+                defaults_clock = warm_clock(case, defaults=True) if case.with_defaults else None
             else:  # a production stream's way: its sample of steps, one pass per block
                 step, defaults, number = warm_stream(case), None, 1
                 per = step.steps  # a block's seconds over these: the sample's mean step
-            timed.append((answer, step, max(1, int(number)), case.key in controls, defaults, per))
+            timed.append((answer, step, max(1, int(number)), case.key in controls, defaults, per,
+                          clock, defaults_clock))
         except Exception as exc:  # noqa: BLE001 - one case failing never stops the round
             _steps.pop(case.key, None)
+            _steps.pop(case.key + "|clock", None)
             answer.update(status=classify_exception(exc), reason=f"{type(exc).__name__}: {exc}"[:500])
         answer["build_s"] = time.perf_counter() - began
         out.append(answer)
     if not timed:
         return out
-    runs, numbers, owners, keep, apart = [], [], [], [], set()
-    for answer, step, number, control, defaults, per in timed:
+    runs, numbers, clocks, owners, keep, apart = [], [], [], [], [], set()
+    for answer, step, number, control, defaults, per, clock, defaults_clock in timed:
         second = "control" if control else "defaults" if defaults is not None else None
         slots = ((second, None) if control_first else (None, second)) if second else (None,)
         if control:  # the same step twice: never one window's block right after the other's
             apart.add(frozenset((len(runs), len(runs) + 1)))
         for slot in slots:
             runs.append((defaults if slot == "defaults" else step).run)
-            numbers.append(number)
+            clocks.append(defaults_clock if slot == "defaults" else clock)
+            numbers.append(clocks[-1].calls_per_sample if clocks[-1] else number)
             owners.append((answer, slot, per))
             keep.append(per == 1)  # a stream sample's pass: its one block is the round's value
     began = time.perf_counter()
     try:
         with ContentionMonitor() as monitor:
             timings = time_interleaved(runs, numbers=numbers, min_seconds=window_s, min_samples=min_samples,
-                                       keep_timing=keep, apart=frozenset(apart))
+                                       keep_timing=keep, apart=frozenset(apart), clocks=clocks)
     except Exception as exc:  # noqa: BLE001 - a step that fails mid-window fails the group's round
         for answer, *_ in timed:
             answer.update(status=classify_exception(exc), reason=f"{type(exc).__name__}: {exc}"[:500])
@@ -97,7 +103,8 @@ def time_round(jobs: list[tuple[Case, int]], window_s: float, min_samples: int =
 def time_interleaved(runs: list, *, numbers: list[int], min_seconds: float, min_samples: int = 5,
                      enough_seconds: float = 0.05, least_samples: int = 1,
                      keep_timing: list[bool] | None = None,
-                     apart: frozenset[frozenset[int]] = frozenset()) -> list[Timing]:
+                     apart: frozenset[frozenset[int]] = frozenset(),
+                     clocks: list | None = None) -> list[Timing]:
     """Several steps already warm in this process, timed together: one warm-up call each, then
     blocks (``numbers[i]`` calls of ``runs[i]``) in a **balanced cycle** (``balanced_cycle``), round
     and round, whole cycles, until every step has ``min_samples`` blocks (or, a slow step,
@@ -117,8 +124,13 @@ def time_interleaved(runs: list, *, numbers: list[int], min_seconds: float, min_
 
     ``keep_timing[i]`` False: run ``i`` is timed first in each pass only until done, outside the
     cycle (a stream sample's pass, a second or less of 32 different steps, whose one block is the
-    round's value: docs/metrics.md)."""
+    round's value: docs/metrics.md).
+
+    ``clocks[i]``: a device's timer of run ``i`` (``DeviceClock``; its ``calls_per_sample`` is
+    ``numbers[i]``): its block is one ``timed_call()``, the device's own seconds per call, so a GPU's or
+    TPU's rounds read the clock its first window read. None: the wall clock times the block."""
     clock = time.perf_counter
+    clocks = list(clocks) if clocks is not None else [None] * len(runs)
     for run in runs:
         run()
     samples: list[list[float]] = [[] for _ in runs]
@@ -127,6 +139,9 @@ def time_interleaved(runs: list, *, numbers: list[int], min_seconds: float, min_
     cycle = balanced_cycle([i for i, kept in enumerate(keep) if kept], apart)
 
     def block(i: int) -> None:
+        if clocks[i] is not None:
+            samples[i].append(clocks[i].timed_call())
+            return
         start = clock()
         for _ in range(numbers[i]):
             runs[i]()
@@ -143,8 +158,8 @@ def time_interleaved(runs: list, *, numbers: list[int], min_seconds: float, min_
             break
         for i in waiting + cycle:
             block(i)
-    return [summary(float("nan"), mine, number, "wall")
-            for mine, number in zip(samples, numbers, strict=True)]
+    return [summary(float("nan"), mine, number, device.name if device else "wall")
+            for mine, number, device in zip(samples, numbers, clocks, strict=True)]
 
 
 def balanced_cycle(nodes: list[int], apart: frozenset[frozenset[int]] = frozenset()) -> list[int]:
@@ -177,6 +192,16 @@ def warm_step(case: Case, defaults: bool = False):
         step = here.make_step(impl, case.workload, seed=case.options.seed)
         step.run()  # compiles (from the round's caches) and runs once, outside any window
         _steps[key] = step
+    return _steps[key]
+
+
+def warm_clock(case: Case, defaults: bool = False):
+    """The device's timer of the case's warm step (``Backend.device_clock`` with the case's timer), or
+    None where the wall clock times it; kept with the step."""
+    key = case.key + ("|defaults" if defaults else "") + "|clock"
+    if key not in _steps:
+        impl = resolve_impl(case.impl, () if defaults else case.config)
+        _steps[key] = here.backend_of(impl).device_clock(warm_step(case, defaults), case.options.timer)
     return _steps[key]
 
 

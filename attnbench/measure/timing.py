@@ -111,20 +111,22 @@ class DeviceClock:
     ``timed_call()`` runs the step once and returns its seconds (CUDA events: L2 flushed first, as
     ``triton.testing.do_bench``)."""
 
-    name: str  # the record's ``timer``: "cuda-events"
-    timed_call: Callable[[], float]
+    name: str  # the record's ``timer``: "cuda-events", "xla-device-events"
+    timed_call: Callable[[], float]  # seconds per call, of ``calls_per_sample`` calls
+    calls_per_sample: int = 1
 
 
 def time_calls(clock: DeviceClock, *, warmup: int = 1, min_seconds: float = 0.3, min_samples: int = 5,
                max_samples: int = 1000, max_seconds: float = 30.0,
                target_rel_iqr: float | None = None) -> Timing:
-    """Time one call per sample with a timer that measures the call itself (device events)."""
+    """Time samples with a timer that measures the calls themselves (device events): each sample is
+    ``clock.calls_per_sample`` calls, in seconds per call."""
     first_call = clock.timed_call()
     for _ in range(warmup):
         clock.timed_call()
     samples = _sample(clock.timed_call, [], min_seconds=min_seconds, min_samples=min_samples,
                       max_samples=max_samples, max_seconds=max_seconds, target_rel_iqr=target_rel_iqr)
-    return summary(first_call, samples, 1, clock.name)
+    return summary(first_call, samples, clock.calls_per_sample, clock.name)
 
 
 def _quartiles(samples: list[float]) -> list[float]:
