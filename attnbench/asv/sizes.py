@@ -310,6 +310,14 @@ def accelerator_kind() -> str:
     return attached.platform if attached else "cpu"
 
 
+def timer_here(size: SuiteSize | None = None, accelerator: str | None = None) -> str:
+    """The clock the size's ``timer`` is on this machine, as the sidecar records it: a CPU's "device"
+    timer is the wall clock (``Backend.device_clock``), so a CPU's history keeps one timer setting."""
+    size = suite_size() if size is None else size
+    accelerator = accelerator_kind() if accelerator is None else accelerator
+    return "wall" if accelerator == "cpu" and size.timer == "device" else size.timer
+
+
 def suite_dtypes(size: SuiteSize | None = None, accelerator: str | None = None) -> tuple[str, ...]:
     """The dtypes the suite runs here: the size's own on a CPU, ``ACCELERATOR_DTYPES`` on a GPU/TPU."""
     size = suite_size() if size is None else size

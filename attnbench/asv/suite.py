@@ -30,6 +30,7 @@ from attnbench.asv.sizes import (
     suite_name,
     suite_size,
     this_env_frameworks,
+    timer_here,
     user_round_settings,
     user_traffic,
 )
@@ -74,7 +75,7 @@ def provenance_settings(size: SuiteSize | None = None) -> dict:
             "max_interpret_seq": size.max_interpret_seq or "no limit",
             "max_reference_seq": size.max_reference_seq or "no limit",
             "rounds": size.rounds, "max_rounds": size.max_rounds or size.rounds,
-            "round_seconds": size.round_seconds, "timer": size.timer,
+            "round_seconds": size.round_seconds, "timer": timer_here(size),
             "round_budget_s": _budget_text(size), "margin": _margin(size),
             "precision": user_round_settings()["precision"] or size.precision or "none",
             "controls": seqs(size.controls) or "none",
