@@ -48,7 +48,7 @@ FLEET_STAMP := $(VENV)/.fleet-installed
 MAIN_FRAMEWORKS := numpy,jax,torch
 # The torch_xla venv has no pandas/asv: it runs the framework tests only.
 XLA_TESTS := tests/test_correctness.py tests/test_mask_correctness.py tests/test_conformance.py tests/test_workload.py \
-             tests/test_support_torch_xla.py tests/test_observability.py
+             tests/test_support_torch_xla.py tests/test_observability.py tests/test_flash_backward.py
 
 export PJRT_DEVICE
 # The asv suite reads ACCEL to choose its dtypes without initialising a device (GPU: float32 and

@@ -12,7 +12,7 @@ from attention_impls.base import MASK_FEATURES, SEGMENT_KINDS
 from attnbench.asv.machine import detect_machine_name
 from attnbench.asv.rename_env import rename_environment
 from attnbench.backends import here
-from attnbench.checks import noisecheck, warmcheck
+from attnbench.checks import backward_memory, noisecheck, warmcheck
 from attnbench.checks.observability import add_parser as add_observability
 from attnbench.cli_results import add_results_commands
 from attnbench.cli_run import add_run_command
@@ -298,6 +298,11 @@ def _add_check_commands(sub) -> None:
     noisecheck.add_arguments(p)
     p.set_defaults(func=noisecheck.command)
 
+    p = sub.add_parser("backward-memory", help="check: how the blockwise ports' training memory grows with "
+                       "the length (jax compiled temporaries, torch bytes saved for backward)",
+                       description=backward_memory.__doc__.split("\n\n")[0])
+    backward_memory.add_arguments(p)
+    p.set_defaults(func=backward_memory.command)
     p = sub.add_parser("warmcheck", help="benchmark: do the warm round workers bias a figure (warm / fresh "
                        "process, interleaved, 99%% interval)", description=warmcheck.__doc__.split("\n\n")[0])
     warmcheck.add_arguments(p)

@@ -440,7 +440,8 @@ def test_the_sidecar_records_the_suite_and_its_settings(monkeypatch):
     assert (settings["min_seconds"], settings["max_extra_seconds"]) == (0.5, 3.0)
     assert settings["regime_seqs"] == "every length" and settings["max_interpret_seq"] == "no limit"
     assert settings["case_timeout_s"] == 600.0
-    assert settings["definitions"] == "6"  # metrics.DEFINITION_CHANGES of this release
+    assert settings["definitions"] == "7"  # metrics.DEFINITION_CHANGES of this release
+    assert settings["timer"] == "wall"  # the suite's "device" timer is a CPU's wall clock
     assert settings["model_presets"] == ",".join(presets.PRESETS) and settings["preset_size"] == "real"
     for value in settings.values():  # one scalar cell each in the tidy table
         assert isinstance(value, (str, int, float))

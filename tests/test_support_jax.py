@@ -593,8 +593,10 @@ def test_blockwise_skips_key_blocks_of_other_documents_and_of_cache_padding():
 
 
 def _largest_intermediate(jaxpr) -> int:
-    """Elements of the largest value any equation makes, sub-jaxprs (scan, map, cond) included."""
+    """Elements of the largest value any equation makes, sub-jaxprs (scan, map, cond, custom_vjp)
+    included."""
     import jax
+    import jax.extend  # not imported by ``import jax``
 
     def walk(j):
         size = 0

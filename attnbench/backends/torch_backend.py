@@ -368,3 +368,20 @@ class DynamoCompileMeter:
 
 
 BACKEND = TorchBackend()
+
+
+def saved_for_backward_bytes(forward) -> int:
+    """The bytes autograd keeps for the backward of ``forward()`` (``saved_tensors_hooks``: every
+    tensor an op or ``autograd.Function`` saves, each storage counted once, its whole storage)."""
+    import torch
+
+    storages: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        forward()
+    return sum(storages.values())

@@ -212,7 +212,7 @@ del L, H
 # drop the history). Each change is a numbered row; the suite writes ``DEFINITIONS`` into every
 # sidecar (a commit cannot name its own hash), and a step across versions that a change covers is
 # shown as "definition changed", never as a regression.
-DEFINITIONS = "6"
+DEFINITIONS = "7"
 UNRECORDED_DEFINITIONS = "1"  # results written before the sidecar recorded a definitions version
 
 
@@ -301,6 +301,15 @@ DEFINITION_CHANGES: list[DefinitionChange] = [
     DefinitionChange("6", "2026-12-03", _THROUGHPUT,
                      "dynamic and bucketed regimes: the steady steps of a trace's stream",
                      regimes=("dynamic", "bucketed")),
+    DefinitionChange("7", "2026-12-07", (*_STEADY, "first_call_seconds", "first_call_compile_seconds",
+                                         "compile_seconds", "device_peak_bytes", "compiler_temp_bytes",
+                                         "compiler_peak_bytes", "host_profiler_peak_bytes",
+                                         "host_rss_growth_bytes"),
+                     "the blockwise FlashAttention ports' backward is FlashAttention-2's (the forward "
+                     "keeps q, k, v, the output and the log-sum-exp; the backward recomputes each tile), "
+                     "was autodiff through the forward's loops, which kept every tile",
+                     impls=("jax-blockwise-flash", "torch-blockwise-flash", "torch-xla-blockwise-flash"),
+                     benchmarks=("Training",)),
 ]
 
 
