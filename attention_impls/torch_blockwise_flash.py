@@ -50,7 +50,7 @@ def blockwise_attention(q, k, v, *, causal: bool, scale: float, block_q: int = B
     """Online-softmax attention on [B, S, H, D] tensors; never materializes more than one tile.
 
     Accumulates in float32, like the CUDA kernels; mask keywords as ``attnbench.core.masks``. Its
-    gradient is FlashAttention-2's backward (``_FlashAttention``), not autograd through the loops.
+    gradient is FlashAttention-2's backward (``_flash_function``), not autograd through the loops.
     """
     tiling = Tiling(causal, float(scale), window, softcap, block_q, block_k, skip_segments)
     return _flash_function().apply(q, k, v, q_segment_ids, kv_segment_ids, tiling)
