@@ -280,3 +280,19 @@ def test_xla_device_events_are_refused_on_a_cpu():
     with pytest.raises(ValueError, match="'xla-device-events' jax on a GPU or TPU"):
         backends.get("jax").device_clock(step, timer="xla-device-events")
     assert backends.get("jax").device_clock(step, timer="device") is None  # the wall clock times it
+
+
+@needs_torch
+def test_a_torch_training_step_measures_the_bytes_saved_for_backward():
+    """q, k, v, the output and one float32 per row for a flash kernel; a forward step measures none."""
+    import attention_impls
+    from attnbench.core.workload import Workload
+
+    backend = backends.get("torch")
+    workload = Workload(batch=1, q_heads=2, seq_q=256, head_dim=32, causal=True, mode="fwd_bwd")
+    step = backend.make_step(attention_impls.get("torch-blockwise-flash"), workload)
+    assert step.trains
+    tensor = 256 * 2 * 32 * 4
+    assert backend.measure_memory(step)["saved_for_backward_bytes"] == 4 * tensor + 256 * 2 * 4
+    forward = backend.make_step(attention_impls.get("torch-blockwise-flash"), workload.replace(mode="fwd"))
+    assert "saved_for_backward_bytes" not in backend.measure_memory(forward)

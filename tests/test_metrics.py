@@ -37,6 +37,8 @@ ASV_UNITS = {
     "max_abs_error": "abs error", "status": "code",
     # what a server sees of a stream (issue 41): new benchmarks, no history renamed
     "latency_p99_seconds": "seconds", "longest_stall_seconds": "seconds",
+    # a training step's bytes saved for backward (issue 58): a new benchmark
+    "saved_for_backward_bytes": "bytes",
 }
 HIGHER = {"tokens_per_s": "seconds_per_million_tokens", "tflops": "seconds_per_pflop",
           "mfu": "mfu_shortfall", "useful_tokens_per_s": "seconds_per_million_useful_tokens",
@@ -46,9 +48,9 @@ COST = ("usd_per_step", "usd_per_step_with_compiles", "usd_per_million_tokens",
 COMPANIONS = {"seconds_per_step", "tokens_per_s", "compiles", "compile_seconds", "first_call_seconds",
               "padding_waste", "device_peak_bytes", "compiler_temp_bytes", "compiler_peak_bytes",
               "host_profiler_peak_bytes", "host_rss_growth_bytes", "latency_p99_seconds",
-              "longest_stall_seconds"}
-MEMORY = ("device_peak_bytes", "compiler_temp_bytes", "compiler_peak_bytes", "host_profiler_peak_bytes",
-          "host_rss_growth_bytes")
+              "longest_stall_seconds", "saved_for_backward_bytes"}
+MEMORY = ("device_peak_bytes", "compiler_temp_bytes", "compiler_peak_bytes", "saved_for_backward_bytes",
+          "host_profiler_peak_bytes", "host_rss_growth_bytes")
 
 
 def _tracks(cls) -> dict[str, tuple[str, str]]:

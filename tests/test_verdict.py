@@ -550,3 +550,26 @@ def test_readme_verdict_is_the_commands_output_on_the_committed_results(tmp_path
     shown = [line for line in block.group(1).splitlines() if line.startswith("|")]
     assert shown == table, "README's verdict differs from `attnbench verdict --markdown` on results/"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_training_row_shows_each_kernels_training_memory_by_its_frameworks_one_way():
+    """torch: the bytes saved for backward, beside time; a forward row shows none."""
+    from attnbench.report import verdict_display
+
+    def case(impl, label, saved, suite):
+        rows = _case(impl, label, step=0.010, regimes={"static": (1e-6, 1e-6, 0)}, suite=suite)
+        if saved is not None:
+            rows.append({**rows[0], "benchmark": "b", "metric": "saved_for_backward_bytes", "value": saved,
+                         "ci_low": None, "ci_high": None})
+        return rows
+
+    table = verdict.measured_verdicts(_frame(case("torch-f", "forced-flash", 16 * 2**20, "Training"),
+                                             case("torch-n", "native", 4 * 2**20, "Training")))
+    row = _only(table, framework="torch")
+    assert (row["forced_train_bytes"], row["native_train_bytes"]) == (16 * 2**20, 4 * 2**20)
+    assert row["train_memory_source"] == "saved_for_backward_bytes"
+    shown = verdict_display.short(table).iloc[0]["training memory"]
+    assert shown == "16.0 / 4.0 MiB saved for backward"
+    forward = verdict.measured_verdicts(_frame(case("torch-f", "forced-flash", 16 * 2**20, "Forward"),
+                                               case("torch-n", "native", 4 * 2**20, "Forward")))
+    assert verdict_display.short(forward).iloc[0]["training memory"] == "-"

@@ -46,6 +46,7 @@ class Step:
     # so neither the host's wait nor its synchronisation lands inside a device figure. torch's steps
     # carry it (only torch on CUDA times with events); None where a backend builds none.
     enqueue: Callable[[], Any] | None = None
+    trains: bool = False  # a forward+backward step: its memory includes what the backward keeps
 
     def evidence(self) -> str:
         """How we know which kernel ran; starts with "not verified" when we do not."""

@@ -132,7 +132,7 @@ class JaxBackend(Backend):
         with _context(impl, platform):
             info = compile_analysis(fn, args)
         step = Step(run=run, execution=impl.execution(platform), compile_info=info,
-                    framework=self.framework, memory_mark=mark)
+                    framework=self.framework, memory_mark=mark, trains=workload.mode == "fwd_bwd")
         calls = info["custom_calls"]
         step.kernel_evidence = (f"compiled HLO custom-calls: {', '.join(calls)}" if calls
                                 else "compiled HLO has no custom-call: XLA's own ops")

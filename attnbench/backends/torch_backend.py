@@ -246,7 +246,8 @@ class TorchBackend(Backend):
 
         find = getattr(impl, "evidence_from_ops", None)
         return Step(run=run, execution=impl.execution(platform), framework=self.framework, enqueue=enqueue,
-                    find_evidence=(lambda: find(profiled_ops(run))) if find else None)
+                    find_evidence=(lambda: find(profiled_ops(run))) if find else None,
+                    trains=workload.mode == "fwd_bwd")
 
     def compile_meter(self, impl):
         """What counts ``impl``'s compiles inside a runner step (eager: none happen)."""
@@ -309,6 +310,8 @@ class TorchBackend(Backend):
             out["device_peak_bytes"] = torch.cuda.max_memory_allocated()
         else:
             out["host_profiler_peak_bytes"] = torch_profiler_peak_bytes(step.run)
+        if step.trains:
+            out["saved_for_backward_bytes"] = saved_for_backward_bytes(step.run)
         return {**out, **super().measure_memory(step)}
 
 
@@ -372,14 +375,18 @@ BACKEND = TorchBackend()
 
 def saved_for_backward_bytes(forward) -> int:
     """The bytes autograd keeps for the backward of ``forward()`` (``saved_tensors_hooks``: every
-    tensor an op or ``autograd.Function`` saves, each storage counted once, its whole storage)."""
+    tensor an op or ``autograd.Function`` saves, each storage counted once, its whole storage; a
+    torch_xla tensor, which has no storage here, by its own size)."""
     import torch
 
     storages: dict[int, int] = {}
 
     def pack(tensor):
-        storage = tensor.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
+        try:
+            storage = tensor.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+        except (RuntimeError, NotImplementedError):  # an XLA tensor has no host storage: its bytes
+            storages[id(tensor)] = tensor.numel() * tensor.element_size()
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):

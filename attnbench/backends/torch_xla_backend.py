@@ -16,7 +16,7 @@ import tempfile
 from attention_impls.base import default_scale, mask_call, static_mask
 from attnbench.backends.base import Backend, Step
 from attnbench.backends.profiles import OpTime, ProfileUnreadable, read_xplane, xla_events, xla_op_times
-from attnbench.backends.torch_backend import TorchBackend, to_tensor
+from attnbench.backends.torch_backend import TorchBackend, saved_for_backward_bytes, to_tensor
 from attnbench.core.inputs import make_inputs
 from attnbench.core.workload import Workload
 from attnbench.hardware import Device, cpu_device
@@ -127,6 +127,8 @@ class TorchXlaBackend(TorchBackend):
             out["device_peak_bytes"] = info.get("peak_bytes_used") or info.get("bytes_used")
         except Exception:  # the CPU PJRT client reports no memory info
             out["device_peak_bytes"] = None
+        if step.trains:
+            out["saved_for_backward_bytes"] = saved_for_backward_bytes(step.run)
         return {**out, **Backend.measure_memory(self, step)}
 
 

@@ -188,6 +188,9 @@ METRICS: list[Metric] = [
            timed=False, judged="exact"),
     Metric("compiler_peak_bytes", "compiler_peak_bytes", "bytes", L, "memory", companion=True,
            timed=False, judged="exact"),
+    # a training step's: what autograd keeps for the backward (torch, torch_xla; jax's is compiled)
+    Metric("saved_for_backward_bytes", "saved_for_backward_bytes", "bytes", L, "memory", companion=True,
+           timed=False, judged="exact"),
     Metric("host_profiler_peak_bytes", "host_profiler_peak_bytes", "bytes", L, "memory", companion=True,
            timed=False, one_reading=True, judged="allocator"),
     Metric("host_rss_growth_bytes", "host_rss_growth_bytes", "bytes", L, "memory", companion=True,

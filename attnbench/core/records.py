@@ -95,6 +95,7 @@ LAYOUT = {
     "device_peak_bytes": METRIC, "compiler_temp_bytes": METRIC, "compiler_argument_bytes": "bytes",
     "compiler_output_bytes": "bytes", "compiler_peak_bytes": METRIC,
     "host_profiler_peak_bytes": METRIC, "host_rss_growth_bytes": METRIC, "memory_note": "",
+    "saved_for_backward_bytes": METRIC,
     # numerics against the float64 reference
     "max_abs_err": METRIC, "max_rel_err": "", "numerics_ok": "bool", "numerics_workload": "",
     # cost

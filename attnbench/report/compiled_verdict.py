@@ -26,6 +26,7 @@ COLUMNS = [
     "horizon", "horizon_steps", "holds",
     "cold_start", "cold_start_ratio", "cold_start_low", "cold_start_high",
     "serving", "serving_ratio", "serving_low", "serving_high", "forced_cold_start_s", "native_cold_start_s",
+    "forced_train_bytes", "native_train_bytes", "train_memory_source",
     "paper", "paper_ratio", "paper_low", "paper_high", "paper_rounds", "flip",
     "break_even", "break_even_low", "break_even_high", "break_even_of",
     "production_strategy", "production", "production_steps", "production_source", "production_measured",

@@ -61,6 +61,10 @@ if TYPE_CHECKING:
 
 UNRECORDED_REGIME_STEPS = 6  # the default suite's stream, for runs that recorded no settings
 MEMORY = ("device_peak_bytes", "host_profiler_peak_bytes", "compiler_peak_bytes")
+# A training step's memory, one way per framework for all of its kernels (docs/metrics.md): jax's
+# compiled temporaries of the jitted forward+backward, what torch's and torch_xla's autograd saves.
+TRAIN_MEMORY = {"jax": "compiler_temp_bytes", "torch": "saved_for_backward_bytes",
+                "torch_xla": "saved_for_backward_bytes"}
 FORCED_LABEL, NATIVE_LABEL = "forced-flash", "native"  # the kernels' labels (attention_impls/base.py)
 DEFAULT_MARGIN = 0.10  # "equal within +-10%", where the run recorded no margin
 
@@ -143,6 +147,9 @@ def case_table(frame) -> pd.DataFrame:
             if len(found) and found.iloc[0] == found.iloc[0] and found.iloc[0] > 0:
                 row.update(peak_bytes=float(found.iloc[0]), peak_source=metric)
                 break
+        if first["suite"] == "Training" and row["framework"] in TRAIN_MEMORY:
+            found = part[(part["metric"] == TRAIN_MEMORY[row["framework"]]) & (part["regime"] == "static")]
+            row["train_bytes"] = _float(found["value"].iloc[0]) if len(found) else None
         for regime in regimes.REGIMES:
             got = part[part["regime"] == regime].set_index("metric")["value"]
             got = got[~got.index.duplicated()]
@@ -190,6 +197,16 @@ def stream_steps(frame) -> int:
 
 def _name(case) -> str:
     return f"{case['implementation']} ({case['label']})"
+
+
+def _train_memory(framework: str, forced: dict | None, native: dict | None) -> dict:
+    """A training row's memory beside its time: each kernel's by the framework's one way
+    (``TRAIN_MEMORY``); nothing for a row without a training step."""
+    values = {f"{side}_train_bytes": (case or {}).get("train_bytes") for side, case in
+              (("forced", forced), ("native", native))}
+    if all(v is None or v != v for v in values.values()):
+        return {}
+    return {**values, "train_memory_source": TRAIN_MEMORY.get(framework)}
 
 
 def _best(cases: list[dict], priced: dict, label: str):
@@ -257,6 +274,7 @@ def measured_verdicts(frame, *, horizon: Horizon | None = None, fragility: list 
                 row[f"{side}_cold_start_s"] = _cold_start_seconds(case, priced[case["implementation"]])
             row.update(_break_even(forced, native, priced, row, stream_len, measured_steps, reasons))
             row["holds"] = _holds(row, per_hour)
+        row.update(_train_memory(framework, forced, native))
         row.update(tuning_columns(forced, native, row.get("paper"), row_margin))
         row["sentence"] = _sentence(row, forced, native, steps, row_margin)
         reasons.extend(_row_notes(group, machine, framework, workload, breaks))

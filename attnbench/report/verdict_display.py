@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 # "answer" and its cost are at the horizon (report/horizon.py); cold start over the measured stream,
 # serving with every compile amortised, and the horizon from which the answer holds beside them.
 SHORT_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "cold start",
-                 "serving", "holds", "forced", "native", "tuning"]
+                 "serving", "holds", "forced", "native", "training memory", "tuning"]
 # The terminal's short table (``attnbench summary``, ``make bench``'s last lines): the answer and its
 # kernels in at most 120 columns; production and tuning are in ``attnbench verdict`` and ``--full``.
 TERMINAL_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced/native cost", "forced",
@@ -50,7 +50,8 @@ TARGET_COLUMNS = ["target", "workload", "seq", "most headroom", "predicted force
 PUBLISHED_COLUMNS = ["target", "shape", "published on this chip (fastest first; not measured here)", "source",
                      "predicted forced / native"]
 DISPLAY_COLUMNS = ["machine", "framework", "workload", "seq", "answer", "forced / native cost", "horizon",
-                   "cold start", "serving", "holds", "production", "forced", "native", "cold-start s",
+                   "cold start", "serving", "holds", "production", "forced", "native", "training memory",
+                   "cold-start s",
                    "on paper", "flip", "break-even", "most headroom", "published",
                    "forced config", "native config", "on paper at defaults", "tuning", "sentence", "reasons"]
 
@@ -104,7 +105,8 @@ def display(table) -> pd.DataFrame:
             "horizon": cell(r.get("horizon")), "cold start": side_text(r, "cold_start"),
             "serving": side_text(r, "serving"), "holds": cell(r.get("holds")),
             "production": production_short(r), "cold-start s": cold_start_text(r),
-            "forced": cell(r.get("forced")), "native": cell(r.get("native")), "on paper": paper,
+            "forced": cell(r.get("forced")), "native": cell(r.get("native")),
+            "training memory": train_memory_text(r), "on paper": paper,
             "flip": cell(r.get("flip")), "break-even": even, "most headroom": cell(r.get("headroom_winner")),
             "published": cell(r.get("published")),
             "forced config": cell(r.get("forced_config")), "native config": cell(r.get("native_config")),
@@ -120,6 +122,21 @@ def side_text(r: dict, side: str) -> str:
     if answer == "-" or ratio is None or ratio != ratio:
         return answer
     return f"{answer} {ratio:.2f}x"
+
+
+TRAIN_MEMORY_WORDS = {"compiler_temp_bytes": "compiled temporaries",
+                      "saved_for_backward_bytes": "saved for backward"}
+
+
+def train_memory_text(r: dict) -> str:
+    """``16.1 / 4.0 MiB saved for backward``: a training row's memory, forced / native, and how its
+    framework measures it (report/verdict.py's ``TRAIN_MEMORY``); ``-`` on other rows."""
+    source = r.get("train_memory_source")
+    if not isinstance(source, str):
+        return "-"
+    values = [r.get(f"{side}_train_bytes") for side in ("forced", "native")]
+    shown = ["?" if v is None or v != v else f"{v / 2**20:,.1f}" for v in values]
+    return f"{shown[0]} / {shown[1]} MiB {TRAIN_MEMORY_WORDS.get(source, source)}"
 
 
 def cold_start_text(r: dict) -> str:
