@@ -4,6 +4,8 @@ algorithm (docs/tuning.md)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from attention_impls.base import SearchSpace, larger_than_length
 
 BLOCK_Q = 128  # FlashAttention-2's forward for head_dim 64 (``run_mha_fwd_hdim64``)
@@ -21,3 +23,17 @@ def tile_reason(config, workload) -> str | None:
     """A tile longer than the length it tiles only pads: refused (``larger_than_length``)."""
     return larger_than_length(config, SEARCH_SPACE.defaults,
                               {"block_q": workload.seq_q, "block_k": workload.seq_k})
+
+
+class Tiling(NamedTuple):
+    """What one call of a port's loops is built from: static, so hashable (jax's ``custom_vjp`` takes
+    it as a non-differentiable argument, torch's ``autograd.Function`` keeps it for the backward)."""
+
+    causal: bool
+    scale: float
+    window: int | None
+    softcap: float | None
+    block_q: int
+    block_k: int
+    # torch eager only: skip tiles whose documents cannot meet, from a host-side table (not under XLA)
+    skip_segments: bool = False

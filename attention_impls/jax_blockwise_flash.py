@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
-from attention_impls._blockwise_tiles import BLOCK_K, BLOCK_Q, SEARCH_SPACE, tile_reason
+from attention_impls._blockwise_tiles import BLOCK_K, BLOCK_Q, SEARCH_SPACE, Tiling, tile_reason
 from attention_impls.base import AttentionImpl
 from attention_impls.registry import register
 
@@ -25,17 +25,6 @@ from attention_impls.registry import register
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-class Tiling(NamedTuple):
-    """What the traced loops are built from (static: hashable for ``custom_vjp``)."""
-
-    causal: bool
-    scale: float
-    window: int | None
-    softcap: float | None
-    block_q: int
-    block_k: int
 
 
 def blockwise_attention(q, k, v, *, causal: bool, scale: float, window: int | None = None,

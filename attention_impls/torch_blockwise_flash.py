@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
-from attention_impls._blockwise_tiles import BLOCK_K, BLOCK_Q, SEARCH_SPACE, tile_reason
+from attention_impls._blockwise_tiles import BLOCK_K, BLOCK_Q, SEARCH_SPACE, Tiling, tile_reason
 from attention_impls._torch_ops import attention_ops
 from attention_impls.base import RUNS, AttentionImpl, unsupported
 from attention_impls.registry import register
@@ -54,16 +54,6 @@ def blockwise_attention(q, k, v, *, causal: bool, scale: float, block_q: int = B
     """
     tiling = Tiling(causal, float(scale), window, softcap, block_q, block_k, skip_segments)
     return _flash_function().apply(q, k, v, q_segment_ids, kv_segment_ids, tiling)
-
-
-class Tiling(NamedTuple):
-    causal: bool
-    scale: float
-    window: int | None
-    softcap: float | None
-    block_q: int
-    block_k: int
-    skip_segments: bool  # skip tiles whose documents cannot meet (a host-side table: not under XLA)
 
 
 @functools.cache

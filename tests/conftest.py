@@ -32,6 +32,14 @@ def frameworks_under_test() -> tuple[str, ...]:
 FRAMEWORKS = frameworks_under_test()
 
 
+def mask_of(workload, x) -> dict:
+    """The conformance call's mask keywords of ``workload`` on its inputs ``x`` (those set)."""
+    mask = {"window": workload.window, "softcap": workload.softcap}
+    if workload.segmented:
+        mask.update(q_segment_ids=x.q_segment_ids, kv_segment_ids=x.kv_segment_ids)
+    return {k: v for k, v in mask.items() if v is not None}
+
+
 def impls_under_test():
     import attention_impls
 

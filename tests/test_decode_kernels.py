@@ -22,7 +22,7 @@ from attnbench.backends import here
 from attnbench.core.inputs import make_inputs
 from attnbench.core.numerics import compare
 from attnbench.core.workload import Workload
-from tests.conftest import FRAMEWORKS
+from tests.conftest import FRAMEWORKS, mask_of
 
 pytestmark = pytest.mark.skipif("jax" not in FRAMEWORKS, reason="jax is not under test in this run")
 
@@ -54,20 +54,13 @@ REFUSED = {
 }
 
 
-def _mask(workload, x) -> dict:
-    mask = {"window": workload.window, "softcap": workload.softcap}
-    if workload.segmented:
-        mask.update(q_segment_ids=x.q_segment_ids, kv_segment_ids=x.kv_segment_ids)
-    return {k: v for k, v in mask.items() if v is not None}
-
-
 # -- jax-pallas-gpu-decode ------------------------------------------------------------------------
 @pytest.mark.parametrize("case", GPU_CASES)
 def test_gpu_decode_matches_the_reference(case):
     impl, workload = attention_impls.get(GPU_DECODE), GPU_CASES[case]
     assert here.check(impl, workload) is None
     x = make_inputs(workload, seed=5)
-    mask = _mask(workload, x)
+    mask = mask_of(workload, x)
     out = here.run_numpy(impl, x.q, x.k, x.v, causal=workload.causal, **mask)
     result = compare(out, attention_fwd(x.q, x.k, x.v, causal=workload.causal, **mask), workload.dtype)
     assert result.finite and result.ok, f"{case}: {result.describe()}"
@@ -106,7 +99,7 @@ def test_gpu_decode_refuses_what_it_cannot_take_by_name():
         assert reason and word in reason, (word, reason)
         x = make_inputs(workload)
         with pytest.raises(Unsupported):
-            here.run_numpy(impl, x.q, x.k, x.v, causal=True, **_mask(workload, x))
+            here.run_numpy(impl, x.q, x.k, x.v, causal=True, **mask_of(workload, x))
     assert impl.gqa == "native" and impl.supports == {"window", "segment_ids"}
 
 
@@ -139,7 +132,7 @@ def test_ragged_paged_layout_through_the_library_reference(case):
         pytest.skip("the kernel is always causal")
     assert attention_impls.get(RAGGED_PAGED).shape_reason(workload, "tpu") is None
     x = make_inputs(workload, seed=7)
-    mask = _mask(workload, x)
+    mask = mask_of(workload, x)
     lengths = None
     if workload.segmented:
         lengths = valid_lengths(jnp.asarray(x.q_segment_ids), jnp.asarray(x.kv_segment_ids))
@@ -167,7 +160,7 @@ def test_ragged_paged_refusals_name_what():
         assert here.check(impl, workload) == CPU_NOTE
         x = make_inputs(workload)
         with pytest.raises(Unsupported, match="no Pallas interpreter runs it"):
-            here.run_numpy(impl, x.q, x.k, x.v, causal=True, **_mask(workload, x))
+            here.run_numpy(impl, x.q, x.k, x.v, causal=True, **mask_of(workload, x))
 
 
 def test_ragged_paged_tiles_follow_the_tuned_table_else_fit_vmem(monkeypatch):

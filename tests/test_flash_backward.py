@@ -13,7 +13,7 @@ from attnbench.backends import here
 from attnbench.core.inputs import make_inputs
 from attnbench.core.numerics import GRAD_SLACK, compare
 from attnbench.core.workload import Workload
-from tests.conftest import FRAMEWORKS
+from tests.conftest import FRAMEWORKS, mask_of
 
 PORTS = [name for name in ("jax-blockwise-flash", "torch-blockwise-flash", "torch-xla-blockwise-flash")
          if attention_impls.get(name).framework in FRAMEWORKS]
@@ -33,20 +33,13 @@ MASKS = {
 }
 
 
-def _mask(workload, x) -> dict:
-    mask = {"window": workload.window, "softcap": workload.softcap}
-    if workload.segmented:
-        mask.update(q_segment_ids=x.q_segment_ids, kv_segment_ids=x.kv_segment_ids)
-    return {k: v for k, v in mask.items() if v is not None}
-
-
 @pytest.mark.parametrize("case", MASKS)
 @pytest.mark.parametrize("name", PORTS)
 def test_flash_backward_matches_the_float64_gradients(name, case):
     impl = attention_impls.get(name).with_config(SMALL_TILES)
     workload = MASKS[case].replace(mode="fwd_bwd")
     x = make_inputs(workload, seed=4)
-    mask = _mask(workload, x)
+    mask = mask_of(workload, x)
     grads = here.grad_numpy(impl, x.q, x.k, x.v, x.do, causal=workload.causal, **mask)
     expected = attention_grads(x.q, x.k, x.v, x.do, causal=workload.causal, **mask)
     for label, got, want in zip("qkv", grads, expected, strict=True):

@@ -20,7 +20,7 @@ from attnbench.backends import here
 from attnbench.core.inputs import make_inputs
 from attnbench.core.numerics import GRAD_SLACK, compare
 from attnbench.core.workload import Workload
-from tests.conftest import impls_under_test
+from tests.conftest import impls_under_test, mask_of
 
 # Small shapes: Pallas TPU kernels run here in an interpreter. A cap of 2 bends most scores.
 MASKED = {
@@ -41,13 +41,6 @@ MASKED = {
 FEATURE_WORDS = {"window": "window", "softcap": "soft", "segment_ids": "segment"}
 
 
-def _mask(workload, x) -> dict:
-    mask = {"window": workload.window, "softcap": workload.softcap}
-    if workload.segmented:
-        mask.update(q_segment_ids=x.q_segment_ids, kv_segment_ids=x.kv_segment_ids)
-    return {k: v for k, v in mask.items() if v is not None}
-
-
 def _run_or_skip(impl, workload):
     reason = here.check(impl, workload)
     if reason:
@@ -59,7 +52,7 @@ def _run_or_skip(impl, workload):
 def test_masked_forward_matches_reference_or_is_refused(name, case):
     impl, workload = attention_impls.get(name), MASKED[case]
     x = make_inputs(workload, seed=3)
-    mask = _mask(workload, x)
+    mask = mask_of(workload, x)
     if here.check(impl, workload):
         with pytest.raises(Unsupported):
             here.run_numpy(impl, x.q, x.k, x.v, causal=workload.causal, **mask)
@@ -77,7 +70,7 @@ def test_masked_gradients_match_reference(name, case):
     impl, workload = attention_impls.get(name), MASKED[case].replace(mode="fwd_bwd")
     _run_or_skip(impl, workload)
     x = make_inputs(workload, seed=4)
-    mask = _mask(workload, x)
+    mask = mask_of(workload, x)
     grads = here.grad_numpy(impl, x.q, x.k, x.v, x.do, causal=workload.causal, **mask)
     expected = attention_grads(x.q, x.k, x.v, x.do, causal=workload.causal, **mask)
     for label, got, want in zip("qkv", grads, expected, strict=True):
