@@ -214,9 +214,9 @@ def short(table) -> pd.DataFrame:
 
 def terminal(short_table) -> tuple[list[dict], list[str], str | None]:
     """``short``'s rows for a terminal: ``TERMINAL_COLUMNS``, each kernel without its framework's
-    prefix (the framework column says it: ``torch-xla-blockwise-flash`` reads ``blockwise-flash``),
-    and, where every row is one machine's, that machine named once (the third value) instead of a
-    column; ``(rows, columns, machine or None)``."""
+    prefix (the framework column says it: ``torch-xla-blockwise-flash`` reads ``blockwise-flash``), an
+    equal answer as ``equal ±10%``, and, where every row is one machine's, that machine named once (the
+    third value) instead of a column; ``(rows, columns, machine or None)``."""
     named = {"forced/native cost": "forced / native cost"}  # the short table's name, two spaces narrower
     rows = [{c: cell(r.get(named.get(c, c))) for c in TERMINAL_COLUMNS}
             for r in short_table.to_dict("records")]
@@ -229,6 +229,8 @@ def terminal(short_table) -> tuple[list[dict], list[str], str | None]:
         prefix = str(r["framework"]).replace("_", "-") + "-"
         for side in ("forced", "native"):
             r[side] = r[side].removeprefix(prefix)
+        if r["answer"].startswith(f"{EQUAL} (±"):  # "equal ±10%": two columns narrower
+            r["answer"] = r["answer"].replace(" (±", " ±").removesuffix(")")
     return rows, columns, machine
 
 
