@@ -65,7 +65,8 @@ def _flash_function():
     class FlashAttention(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v, q_ids, kv_ids, tiling):
-            out, lse = _forward(q, k, v, q_ids, kv_ids, tiling)
+            ctx.meet = _segment_meet(q_ids, kv_ids, tiling)  # the backward skips the same tiles
+            out, lse = _forward(q, k, v, q_ids, kv_ids, tiling, ctx.meet)
             ctx.save_for_backward(q, k, v, out, lse, *(() if q_ids is None else (q_ids, kv_ids)))
             ctx.tiling = tiling
             return out
@@ -74,7 +75,7 @@ def _flash_function():
         def backward(ctx, d_out):
             q, k, v, out, lse, *ids = ctx.saved_tensors
             q_ids, kv_ids = ids if ids else (None, None)
-            dq, dk, dv = _backward(q, k, v, q_ids, kv_ids, out, lse, d_out, ctx.tiling)
+            dq, dk, dv = _backward(q, k, v, q_ids, kv_ids, out, lse, d_out, ctx.tiling, ctx.meet)
             return dq, dk, dv, None, None, None
 
     return FlashAttention
@@ -90,15 +91,23 @@ class _Layout(NamedTuple):
     meet: list | None  # per (query tile, key tile): whether their documents can meet; None: unknown
 
 
-def _layout(q, k, v, q_ids, kv_ids, tiling: Tiling) -> _Layout:
-    batch, seq_q, q_heads, head_dim = q.shape
-    kv_heads = k.shape[2]
-    # [B, Hkv, group, S, D]: each kv head is read once for its whole query group (GQA).
-    qf = q.float().transpose(1, 2).reshape(batch, kv_heads, q_heads // kv_heads, seq_q, head_dim)
-    meet = (_segment_tiles(q_ids, kv_ids, tiling.block_q, tiling.block_k)
-            if q_ids is not None and tiling.skip_segments else None)
-    return _Layout(qf * tiling.scale, k.float().transpose(1, 2), v.float().transpose(1, 2),
-                   k.shape[1] - seq_q, meet)
+def _segment_meet(q_ids, kv_ids, tiling: Tiling) -> list | None:
+    """``_segment_tiles`` where the call skips tiles by document (one host transfer), else None."""
+    if q_ids is None or not tiling.skip_segments:
+        return None
+    return _segment_tiles(q_ids, kv_ids, tiling.block_q, tiling.block_k)
+
+
+def _grouped(x, kv_heads: int):
+    """A [B, S, Hq, D] tensor as float32 [B, Hkv, group, S, D]: each kv head is read once for its
+    whole query group (GQA)."""
+    batch, seq, q_heads, head_dim = x.shape
+    return x.float().transpose(1, 2).reshape(batch, kv_heads, q_heads // kv_heads, seq, head_dim)
+
+
+def _layout(q, k, v, tiling: Tiling, meet: list | None) -> _Layout:
+    return _Layout(_grouped(q, k.shape[2]) * tiling.scale, k.float().transpose(1, 2),
+                   v.float().transpose(1, 2), k.shape[1] - q.shape[1], meet)
 
 
 def _key_range(tiling: Tiling, q0: int, rows: int, seq_k: int, offset: int) -> range:
@@ -148,13 +157,13 @@ def _tiles(tiling: Tiling, lay: _Layout, seq_q: int, seq_k: int):
         yield qb, q0, rows, keys
 
 
-def _forward(q, k, v, q_ids, kv_ids, tiling: Tiling):
+def _forward(q, k, v, q_ids, kv_ids, tiling: Tiling, meet: list | None):
     """FlashAttention-2's forward: the output (q's dtype) and each row's log-sum-exp
-    ``[B, Hkv, group, Sq, 1]``, float32."""
+    ``[B, Hkv, group, Sq, 1]``, float32. ``meet``: ``_segment_meet``'s table."""
     import torch
 
     batch, seq_q, q_heads, head_dim = q.shape
-    lay = _layout(q, k, v, q_ids, kv_ids, tiling)
+    lay = _layout(q, k, v, tiling, meet)
     kv_heads, group = lay.qf.shape[1], lay.qf.shape[2]
     out_blocks, lse_blocks = [], []
     for _, q0, rows, keys in _tiles(tiling, lay, seq_q, k.shape[1]):
@@ -182,7 +191,7 @@ def _forward(q, k, v, q_ids, kv_ids, tiling: Tiling):
     return out.transpose(1, 2).to(q.dtype), torch.cat(lse_blocks, dim=-2)
 
 
-def _backward(q, k, v, q_ids, kv_ids, out, lse, d_out, tiling: Tiling):
+def _backward(q, k, v, q_ids, kv_ids, out, lse, d_out, tiling: Tiling, meet: list | None):
     """FlashAttention-2's backward (Dao 2023, Algorithm 2): ``delta = rowsum(dO * O)`` first; then
     for each key tile (the outer loop) and each query tile that sees it, the tile's probabilities are
     recomputed from the saved log-sum-exp, dK and dV accumulate per key tile and dQ per query tile;
@@ -191,14 +200,10 @@ def _backward(q, k, v, q_ids, kv_ids, out, lse, d_out, tiling: Tiling):
 
     batch, seq_q, q_heads, head_dim = q.shape
     seq_k = k.shape[1]
-    lay = _layout(q, k, v, q_ids, kv_ids, tiling)
+    lay = _layout(q, k, v, tiling, meet)
     kv_heads, group = lay.qf.shape[1], lay.qf.shape[2]
-
-    def q_side(x):
-        return x.float().transpose(1, 2).reshape(batch, kv_heads, group, seq_q, head_dim)
-
-    d_out_f = q_side(d_out)
-    delta = (d_out_f * q_side(out)).sum(dim=-1, keepdim=True)
+    d_out_f = _grouped(d_out, kv_heads)
+    delta = (d_out_f * _grouped(out, kv_heads)).sum(dim=-1, keepdim=True)
     lse = lse.masked_fill(lse == float("-inf"), float("inf"))  # a row that sees no key: probabilities 0
     dq = torch.zeros_like(lay.qf)
     dk, dv = torch.zeros_like(lay.kf), torch.zeros_like(lay.vf)
