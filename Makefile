@@ -196,7 +196,7 @@ notebook: $(MAIN_STAMP)
 
 # The verdict from the results (README "The verdict"): the table the README shows, and its picture.
 verdict: $(MAIN_STAMP)
-	$(VENV)/bin/python -m attnbench verdict --markdown --width 0 --png docs/verdict.png
+	$(VENV)/bin/python -m attnbench verdict --markdown --width 0 --png docs/verdict.png --forest docs/verdict-forest.png
 
 # The sweep CLI outside asv (results/runs/<stamp>-<host>/): every runnable implementation x
 # lengths x static/dynamic/bucketed, in both venvs.

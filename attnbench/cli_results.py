@@ -100,15 +100,25 @@ def cmd_verdict(args) -> int:
             print()
             print("\n".join(f"- {line}" for line in lines))
     if args.png:
-        from attnbench.core.atomic import atomic_write_bytes
+        _write_png(args.png, plot_stream_cost(frame, steps=horizon.steps(None), cases=cases),
+                   "no length stream measured: no picture")
+    if args.forest:
+        from attnbench.report.forest import margin_of, plot_verdict_forest
 
-        png = plot_stream_cost(frame, steps=horizon.steps(None), cases=cases)
-        if png is None:
-            print("no length stream measured: no picture", file=sys.stderr)
-        else:
-            os.makedirs(os.path.dirname(os.path.abspath(args.png)), exist_ok=True)
-            atomic_write_bytes(args.png, png)
+        forest = plot_verdict_forest(table, margin=margin_of(cases, margin), horizon=str(horizon))
+        _write_png(args.forest, forest, "no verdict row has a ratio: no forest plot")
     return 0
+
+
+def _write_png(path: str, png: bytes | None, nothing: str) -> None:
+    """``png`` to ``path`` (atomically), or ``nothing`` said on stderr where there is no picture."""
+    from attnbench.core.atomic import atomic_write_bytes
+
+    if png is None:
+        print(nothing, file=sys.stderr)
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write_bytes(path, png)
 
 
 def cmd_summary(args) -> int:
@@ -250,6 +260,8 @@ def add_results_commands(sub) -> None:
     p.add_argument("--width", type=int, default=None, help="with --full: characters of reasons shown")
     p.add_argument("--csv", help="also write every row to this CSV")
     p.add_argument("--png", help="also draw cost against stream length to this PNG")
+    p.add_argument("--forest", help="also draw the verdict's forest plot (each row's ratio and interval) "
+                                    "to this PNG")
     p.add_argument("--markdown", action="store_true")
     p.set_defaults(func=cmd_verdict)
 

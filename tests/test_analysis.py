@@ -907,3 +907,50 @@ def test_only_a_static_step_and_what_follows_it_measure_the_rounds_code():
     assert code.pooled_from_rounds(None, None) and code.pooled_from_rounds("no-such-metric", "packed")
     assert code.measures("attnbench/measure/engine.py", framework="torch", modules=None, compiled_for=False,
                          rounds=False)  # the first pass's own code is measured by every figure
+
+
+# -- the report's shortcuts hold to what they replace -----------------------------------------------
+@pytest.mark.parametrize("deviations", [[0.01, -0.03, 0.02, 0.0], [5.0], [-1.0, 1.0, 2.0, float("nan")], [],
+                                        list(np.random.default_rng(7).normal(0, 0.05, 101))])
+def test_robust_sd_is_scipys_median_absolute_deviation_about_zero(deviations):
+    import warnings
+
+    from scipy.stats import median_abs_deviation
+
+    from attnbench.results.noise import robust_sd
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")  # scipy warns on an empty sample; the value is what is compared
+        want = float(median_abs_deviation(np.asarray(deviations, dtype=float), center=lambda v, axis: 0.0,
+                                          scale="normal"))
+    got = robust_sd(deviations)
+    assert got == want or (math.isnan(got) and math.isnan(want))
+
+
+def test_traces_are_parsed_together_as_each_alone_and_a_broken_one_is_named_and_left_out(tmp_path):
+    """Files of one header are parsed in one go: the rows, their columns (a newer header's new ones
+    after the older's) and their order are those of each file read alone; a file that does not parse
+    is left out with a warning naming it, and the others are kept."""
+    from attnbench.results.spikes import load_traces
+
+    folder = tmp_path / "cpu-2core" / "traces" / "abcdef12-env"
+    folder.mkdir(parents=True)
+    old = "impl,regime,step,length,padded_length,compiled,seconds\n"
+    new = "impl,regime,step,length,padded_length,compiled,compile_seconds,seconds\n"
+    files = {"a__dynamic__S128__fwd__float32.csv":
+             old + "a,dynamic,0,100,128,True,0.5\na,dynamic,1,90,128,False,0.1\n",
+             "b__dynamic__S128__fwd__float32.csv": new + "b,dynamic,0,64,128,True,0.3,0.4\n",
+             "c__dynamic__S128__fwd__float32.csv": old + "c,dynamic,0,50,64,False,0.2\n"}
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    alone = pd.concat([pd.read_csv(folder / name) for name in sorted(files)], ignore_index=True)
+    traces = load_traces(str(tmp_path))
+    assert list(traces.columns) == ["machine", "commit8", "env_name", *alone.columns[:6], "seconds", "file",
+                                    "contended", "compile_seconds"]
+    pd.testing.assert_frame_equal(traces[list(alone.columns)], alone)
+    assert list(traces["file"].str.rsplit("/", n=1).str[1].str[0]) == ["a", "a", "b", "c"]
+    # an open quote: parsed with the others it would swallow the files after it
+    (folder / "b0__dynamic__S128__fwd__float32.csv").write_text(old + 'b0,dynamic,"0,1,2,3,4,5\n')
+    with pytest.warns(UserWarning, match=r"b0__dynamic__S128__fwd__float32.csv: unreadable trace"):
+        kept = load_traces(str(tmp_path))
+    pd.testing.assert_frame_equal(kept, traces)

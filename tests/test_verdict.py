@@ -538,10 +538,13 @@ def test_cli_refuses_a_bad_horizon_in_one_line():
 @pytest.mark.skipif(not _committed(), reason="needs the committed results/")
 @pytest.mark.slow
 def test_readme_verdict_is_the_commands_output_on_the_committed_results(tmp_path, committed_results):
-    """On git's copy of results/ (a local make bench files its run beside the committed ones)."""
-    png = tmp_path / "verdict.png"
+    """On git's copy of results/ (a local make bench files its run beside the committed ones). The
+    forest plot is the verdict CSV's intervals, and the README's copy of it is the one drawn now."""
+    from attnbench.report import forest
+
+    png, forest_png, csv = tmp_path / "verdict.png", tmp_path / "forest.png", tmp_path / "verdict.csv"
     done = _cli("verdict", "--results", str(committed_results), "--markdown", "--width", "0",
-                "--png", str(png))
+                "--png", str(png), "--forest", str(forest_png), "--csv", str(csv))
     assert done.returncode == 0, done.stderr
     table = [line for line in done.stdout.splitlines() if line.startswith("|")]
     readme = (ROOT / "README.md").read_text()
@@ -550,6 +553,20 @@ def test_readme_verdict_is_the_commands_output_on_the_committed_results(tmp_path
     shown = [line for line in block.group(1).splitlines() if line.startswith("|")]
     assert shown == table, "README's verdict differs from `attnbench verdict --markdown` on results/"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    drawn = forest.rows_in_png(forest_png.read_bytes())
+    rows = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+    measured = [r for r in drawn if r["evidence"] == forest.MEASURED]
+    assert len(measured) == int((rows["basis"].eq("measured") & rows["ratio"].notna()).sum()) > 0
+    for row in drawn:  # each drawn interval is its verdict row's, in the CSV
+        keys = ["machine", "basis", "framework", "workload", "seq_len", "dtype"]
+        [match] = rows[(rows[keys].astype(str) == pd.Series({k: str(row[k]) for k in keys})).all(axis=1)] \
+            .to_dict("records")
+        state, ratio, low, high = forest.SOURCE[row["evidence"]]
+        assert (row["state"], row["ratio"], row["low"], row["high"]) == \
+            (match[state], match[ratio], match[low], match[high]), row["label"]
+    assert "](docs/verdict-forest.png)" in readme
+    committed = forest.rows_in_png((ROOT / "docs" / "verdict-forest.png").read_bytes())
+    assert committed == drawn, "docs/verdict-forest.png is not drawn from results/: run `make verdict`"
 
 
 def test_a_training_row_shows_each_kernels_training_memory_by_its_frameworks_one_way():

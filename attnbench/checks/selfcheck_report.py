@@ -167,7 +167,7 @@ def write_synthetic_results(results_dir: str, commits: list[str], *, machines=("
                             seed: int = 0) -> int:
     """asv result files for every commit x machine x env, plus versions sidecars and (for the newest
     commit with ``traces="last"``, every commit with ``"all"``) per-step traces. Returns the number
-    of tidy rows ``load_results`` will make of them."""
+    of grid cells written, measured or n/a (``load_results`` makes a row of each measured one)."""
     names = attention_impls.names()
     suites = {"Forward": (["implementation", "seq_len", "regime", "dtype"],
                           [names, list(forward_seqs), ["static", "dynamic", "bucketed"], ["float32"]]),
@@ -249,9 +249,12 @@ def _write_trace(results_dir, machine, commit, env, impl, regime, seq_len, trace
         writer.writerows(trace)
 
 
-def rows_per_commit(envs=(ENV_MAIN, ENV_XLA), forward_seqs=(256, 1024), training_seqs=(512,)) -> int:
-    n = len(attention_impls.names())
-    return len(METRICS) * n * (len(forward_seqs) * 3 + len(training_seqs)) * len(envs)
+def rows_per_commit() -> int:
+    """The tidy rows one commit's synthetic results make: its measured cells (the grid's n/a ones are
+    counted, not rows), read back from one commit written aside."""
+    with tempfile.TemporaryDirectory(prefix="attnbench-selfcheck-probe-") as tmp:
+        write_synthetic_results(tmp, ["0" * 40], traces=None)
+        return len(load_results(tmp, repo=tmp))
 
 
 def main(rows: int = 100_000, target_s: float = 3.0) -> int:
@@ -273,8 +276,8 @@ def main(rows: int = 100_000, target_s: float = 3.0) -> int:
     found = spikes[(spikes["implementation"] == spike.implementation) & (spikes["seq_len"] == spike.seq_len)
                    & (spikes["regime"] == spike.regime)
                    & (spikes["commit_after"] == commits[spike.commit])] if not spikes.empty else spikes
-    print(f"# results loader + analysis self-check: {len(frame):,} tidy rows ({written:,} written) from "
-          f"{n_commits} commits x 2 envs of synthetic asv results")
+    print(f"# results loader + analysis self-check: {len(frame):,} tidy rows (of {written:,} grid cells "
+          f"written) from {n_commits} commits x 2 envs of synthetic asv results")
     print(f"load_results      {loaded - start:7.3f} s")
     print(f"find_regressions  {regressed - loaded:7.3f} s  ({len(regressions)} regressions)")
     print(f"find_cost_spikes  {done - regressed:7.3f} s  ({len(spikes)} cost spikes)")

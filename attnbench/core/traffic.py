@@ -88,13 +88,20 @@ def is_trace(source: str | None) -> bool:
 def load(source: str) -> Trace:
     """The built-in trace named ``source``, else the CSV file at that path (``read_trace``)."""
     if source in BUILTIN:
-        return read_trace(builtin_path(source), name=source)
+        return _builtin(source)
     if source == UNIFORM:
         raise ValueError("'uniform' is the synthetic baseline, not a trace file")
     if not os.path.isfile(source):
         known = ", ".join([*BUILTIN, UNIFORM])
         raise UnknownName(f"no trace {source!r}: neither a file nor one of {known}")
     return read_trace(source)
+
+
+@functools.lru_cache(maxsize=len(BUILTIN))
+def _builtin(name: str) -> Trace:
+    """A built-in trace, read once per process: it ships with the package and never changes, and a
+    report reads each several times (a Trace is frozen)."""
+    return read_trace(builtin_path(name), name=name)
 
 
 def _column(header: list[str], names: tuple[str, ...]) -> int | None:

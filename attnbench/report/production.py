@@ -164,6 +164,12 @@ def cost_floors(frame) -> dict:
     return noise_floors(costs) if len(costs) else {}
 
 
+def stream_noise(frame) -> tuple[dict, dict]:
+    """(``stream_scatter``, ``cost_floors``) of ``frame``: what one run's stream cost is uncertain by.
+    The verdict and its picture both read it: a report makes it once and hands it to each."""
+    return stream_scatter(frame), cost_floors(frame)
+
+
 # -- the streams table and pictures --------------------------------------------------------------
 def _streams(frame):
     """One row per measured stream of each machine's newest run, with its recorded stream fields."""
@@ -319,12 +325,16 @@ def plot_lengths(frame) -> bytes | None:
     fig, axes = new_figure(1, len(found), width=3.8, height=3.0)
     for ax, item in zip(axes[0], found, strict=True):
         stream = item["stream"]
-        sample = [n for step in stream.unclipped for n in step]
-        top = max(max(sample), np.percentile(stream.population, 99.5))
+        sample = np.fromiter((n for step in stream.unclipped for n in step), dtype=float)
+        top = max(sample.max(), np.percentile(stream.population, 99.5))
         bins = np.linspace(0, top, 40)
-        ax.hist(stream.population, bins=bins, density=True, color="grey", alpha=0.5,
+        # both are large (a million lengths): binned here, once, and drawn from their counts
+        trace_counts, _ = np.histogram(stream.population, bins=bins)
+        sample_counts, _ = np.histogram(sample, bins=bins)
+        ax.hist(bins[:-1], bins=bins, weights=trace_counts, density=True, color="grey", alpha=0.5,
                 label=f"{stream.label} (scaled x{stream.factor:.3g})")
-        ax.hist(sample, bins=bins, density=True, histtype="step", color="C0", linewidth=1.5,
+        ax.hist(bins[:-1], bins=bins, weights=sample_counts, density=True, histtype="step", color="C0",
+                linewidth=1.5,
                 label=f"measured stream: {len(stream.steps)} steps, {stream.requests} requests")
         ax.axvline(stream.max_len, color="black", linestyle=":", linewidth=0.8)
         ax.set_title(f"{item['name']}\nKS {stream.ks_distance():.3f}, {stream.clipped} clipped at the dotted "

@@ -7,7 +7,6 @@ framework and target, broken cells with their reasons) and ``releases.png``; ``N
 
 from __future__ import annotations
 
-import io
 import os
 
 from attnbench.core.atomic import atomic_write_bytes
@@ -22,6 +21,7 @@ from attnbench.releases.table import (
     load_table,
     upgrade_steps,
 )
+from attnbench.report.plots import new_figure, png_bytes
 from attnbench.report.render import Table
 
 # Imported where used: matplotlib (the torch_xla venv has no report libraries).
@@ -117,15 +117,11 @@ def upgrades_part(results_dir: str, frame) -> dict | None:
 def upgrades_png(ups) -> bytes:
     """Per framework: each kernel x workload's upgrade ratio (after / before) with its 99% interval,
     along the release axis (one point per consecutive pair, oldest first); the ±10% band is equal."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
     real = ups[(ups["kind"] == upgrade.UPGRADE) & ups["ratio"].notna()]
     frameworks = sorted(real["framework"].unique()) or ["none"]
-    fig, axes = plt.subplots(1, len(frameworks), squeeze=False, figsize=(5.5 * len(frameworks), 4.2))
+    fig, axes = new_figure(1, len(frameworks), width=5.5, height=4.2)
     for ax, framework in zip(axes[0], frameworks, strict=True):
         part = real[real["framework"] == framework]
         steps = sorted(part["step"].unique(), key=lambda s: matrix.version_key(s.split()[1]))
@@ -145,11 +141,7 @@ def upgrades_png(ups) -> bytes:
         ax.set_ylabel("step time, after / before (99% interval)", fontsize=8)
         ax.set_title(f"{framework}: what each upgrade did to speed (this host's CPU)", fontsize=9)
         ax.legend(fontsize=5.5, loc="best")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
+    return png_bytes(fig, dpi=110)
 
 
 def _counts(bad: list[dict]) -> str:
@@ -169,19 +161,14 @@ def release_names(frame) -> list[str]:
 
 def grid_png(frame) -> bytes:
     """Kernel rows x release columns per framework: status as colour, ``1.04x`` where it ran."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch, Rectangle
 
     parts = {fw: frame[frame["framework"] == fw] for fw in sorted(frame["framework"].dropna().unique())}
     grids = {fw: part[GRID_INDEX].drop_duplicates().sort_values(GRID_INDEX) for fw, part in parts.items()}
     heights = [len(rows) for rows in grids.values()]
-    fig, axes = plt.subplots(len(parts), 1, squeeze=False,
-                             figsize=(9, 1.2 + 0.28 * sum(heights) + 0.6 * len(parts)),
-                             gridspec_kw={"height_ratios": [max(h, 1) for h in heights]})
+    fig = Figure(figsize=(9, 1.2 + 0.28 * sum(heights) + 0.6 * len(parts)), layout="constrained")
+    axes = fig.subplots(len(parts), 1, squeeze=False, height_ratios=[max(h, 1) for h in heights])
     for ax, (fw, part) in zip(axes[:, 0], parts.items(), strict=True):
         rows = grids[fw]
         releases = sorted(part["release"].astype(str).unique(), key=matrix.version_key)
@@ -194,7 +181,7 @@ def grid_png(frame) -> bytes:
         for record in part.to_dict("records"):
             i = index[tuple(str(record[c]) for c in GRID_INDEX)]
             j = releases.index(str(record["release"]))
-            ax.add_patch(plt.Rectangle((j, i), 1, 1, color=COLOURS.get(record["status"], MISSING)))
+            ax.add_patch(Rectangle((j, i), 1, 1, color=COLOURS.get(record["status"], MISSING)))
             rel = record.get("relative_to_newest")
             if record["status"] == matrix.OK and rel == rel and rel is not None:
                 ax.text(j + 0.5, i + 0.5, f"{rel:.2f}x", ha="center", va="center", fontsize=7)
@@ -204,12 +191,9 @@ def grid_png(frame) -> bytes:
         ax.set_yticks([i + 0.5 for i in range(len(rows))], labels, fontsize=7)
         ax.tick_params(length=0)
     handles = [Patch(color=c, label=s) for s, c in COLOURS.items() if (frame["status"] == s).any()]
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=7, frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 4), fontsize=7,
+               frameon=False)
     fig.suptitle("Release matrix: status per release; text: step time relative to the newest release "
                  "that timed the cell",
                  fontsize=9)
-    fig.tight_layout(rect=(0, 0.03, 1, 0.98))
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
+    return png_bytes(fig, dpi=110)

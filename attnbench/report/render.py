@@ -213,12 +213,19 @@ def spike_sentences(spikes) -> list[str]:
     return out
 
 
+def _unmeasured_cells(status, unmeasured) -> int:
+    """The grid cells that hold nothing: counted by the loader, else rows of a tidy table that kept them."""
+    if unmeasured is not None:
+        return int(unmeasured["cells"].sum())
+    return int((status == "skipped").sum())
+
+
 def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best, costs, pngs: dict,
             thresholds, trace_factor, *, steps=None, noise=None, shifts=None,
-            ordering: str | None = None, hosts=None, changes=None) -> dict:
+            ordering: str | None = None, hosts=None, changes=None, unmeasured=None) -> dict:
     """What ``templates/report.j2`` shows: tables, sentences and the plots (PNG bytes by file name);
     the keyword tables are ``results``' (``steps.find_steps``, ``steps.noise_floor``,
-    ``noise.correction_shifts``)."""
+    ``noise.correction_shifts``, ``asv_results.Tidy.unmeasured``)."""
     import pandas as pd
 
 
@@ -245,7 +252,7 @@ def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best,
         if not other.empty:
             rows = regression_rows(select.largest_first(other), attribution=False, verdict=True)
             explained = Table.of(rows, total=len(other))
-    contended = int(is_contended(frame[frame["status"] == "ok"]).sum())
+    contended = int((is_contended(frame) & (frame["status"] == "ok")).sum())
     trace_part = None
     if not trace_spikes.empty:
         trace_part = {"summary": Table.of(select.trace_spike_summary(trace_spikes)),
@@ -254,10 +261,10 @@ def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best,
         "stamp": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "results_dir": results_dir,
         "counts": {"rows": f"{len(frame):,}", "ok": f"{int((status == 'ok').sum()):,}",
-                   "skipped": f"{int((status == 'skipped').sum()):,}",
+                   "skipped": f"{_unmeasured_cells(status, unmeasured):,}",
                    "failed": f"{int((status == 'failed').sum()):,}"},
         "thresholds": threshold_text(thresholds),
-        "coverage": Table.of(select.coverage(frame)),
+        "coverage": Table.of(select.coverage(frame, unmeasured)),
         "provenance": Table.of(select.provenance(frame)),
         "recomputed": _recomputed_commits(frame),
         "interpreted": Table.of(select.interpreted_runs(frame)),

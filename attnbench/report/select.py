@@ -49,26 +49,37 @@ def order_column(frame) -> str:
     return "commit_date"
 
 
+ORDER_COLUMNS = ("commit_order", "commit_position", "commit_date")
+
+
 def newest_commit(frame) -> pd.DataFrame:
     """The ok rows of each machine's newest commit (``order_column``)."""
-    import pandas as pd
 
-    ok = frame[frame["status"] == "ok"]
-    parts = []
-    for _, part in ok.groupby("machine", sort=True):
+    ok = frame["status"] == "ok"
+    # the commits from a narrow copy, the rows in one selection: a history is wide, and many ask this
+    head = frame.loc[ok, [c for c in ("machine", "commit_hash", *ORDER_COLUMNS) if c in frame]]
+    newest = {}
+    for machine, part in head.groupby("machine", sort=True):
         order = order_column(part)
         if part[order].notna().any():
-            parts.append(part[part["commit_hash"] == part.loc[part[order].idxmax(), "commit_hash"]])
-    return pd.concat(parts) if parts else ok.iloc[0:0]
+            newest[machine] = part.loc[part[order].idxmax(), "commit_hash"]
+    rows = frame[ok & frame["machine"].map(newest).eq(frame["commit_hash"])]
+    return rows.sort_values("machine", kind="stable") if len(newest) > 1 else rows  # machine by machine
 
 
-def coverage(frame) -> pd.DataFrame:
-    """Machines x environments: commits, newest commit, rows by status, library versions."""
+def coverage(frame, unmeasured=None) -> pd.DataFrame:
+    """Machines x environments: commits, newest commit, rows by status, library versions. ``skipped``:
+    the grid cells that hold nothing (n/a), from ``unmeasured`` (``asv_results.Tidy``), else the
+    frame's rows of that status (a tidy table written before such cells were counted)."""
     import pandas as pd
 
+    n_a = ({} if unmeasured is None or unmeasured.empty else
+           unmeasured.groupby(["machine", "env_name"])["cells"].sum().to_dict())
     rows = []
     versions = [c for c in frame.columns if c.startswith("version_")]
-    for (machine, env), part in frame.groupby(["machine", "env_name"], sort=True):
+    needs = ["machine", "env_name", "commit_hash", "status", *ORDER_COLUMNS, *versions]
+    narrow = frame[[c for c in dict.fromkeys(needs) if c in frame]]  # grouping copies what it groups
+    for (machine, env), part in narrow.groupby(["machine", "env_name"], sort=True):
         order = part.sort_values([order_column(part), "commit_date"])
         newest = order.iloc[-1]
         counts = part["status"].value_counts()
@@ -76,7 +87,8 @@ def coverage(frame) -> pd.DataFrame:
                          if isinstance(newest[c], str) and newest[c])
         rows.append({"machine": machine, "env": short_env(env), "commits": part["commit_hash"].nunique(),
                      "newest": str(newest["commit_hash"])[:8], "ok": int(counts.get("ok", 0)),
-                     "skipped": int(counts.get("skipped", 0)), "failed": int(counts.get("failed", 0)),
+                     "skipped": int(n_a.get((machine, env), counts.get("skipped", 0))),
+                     "failed": int(counts.get("failed", 0)),
                      "libraries": libs})
     return pd.DataFrame(rows)
 

@@ -39,13 +39,7 @@ from attnbench.report.answers import CANT_TELL, EQUAL, FORCED, NATIVE, answer_of
 from attnbench.report.compiled import load_compiled_records, load_max_batch
 from attnbench.report.compiled_verdict import COLUMNS, FORWARD, compiled_verdicts, same_workload
 from attnbench.report.horizon import Horizon
-from attnbench.report.production import (
-    cost_floors,
-    production_basis,
-    stream_fields,
-    stream_scatter,
-    window_spread,
-)
+from attnbench.report.production import production_basis, stream_fields, stream_noise, window_spread
 from attnbench.report.published import load_published, published_verdicts
 from attnbench.report.select import newest_commit
 from attnbench.report.streams import STRATEGY
@@ -221,13 +215,14 @@ def _best(cases: list[dict], priced: dict, label: str):
 
 
 def measured_verdicts(frame, *, horizon: Horizon | None = None, fragility: list | dict | None = None,
-                      margin: float | None = None, cases=None) -> pd.DataFrame:
+                      margin: float | None = None, cases=None, noise=None) -> pd.DataFrame:
     """The verdict rows of the measured machines (the tidy table's newest commit per machine): per
     machine x framework x workload x length, the best forced-flash kernel against the best native
     one, on paper, at the ``horizon`` (default ``report.horizon.DEFAULT``; the row's answer), over the
     measured cold-start stream and serving (every compile amortised), each comparison paired by round
     and read in four states at ``margin`` (default: the run's recorded margin, else
-    ``DEFAULT_MARGIN``); ``cases``: ``case_table(frame)`` already made."""
+    ``DEFAULT_MARGIN``); ``cases``: ``case_table(frame)`` already made; ``noise``:
+    ``production.stream_noise(frame)`` already made."""
     import pandas as pd
 
     breaks = fragility if isinstance(fragility, list) else []
@@ -237,7 +232,7 @@ def measured_verdicts(frame, *, horizon: Horizon | None = None, fragility: list 
     cases = cases.assign(rankable=_rankable(cases))
     measured_steps = stream_steps(frame)
     horizon = horizon or horizons.parse(None)
-    scatter, floors = stream_scatter(frame), cost_floors(frame)
+    scatter, floors = stream_noise(frame) if noise is None else noise
     rows = []
     group_keys = ["machine", "framework", "workload_name", "seq_len", "dtype"]
     for key, group in cases.groupby(group_keys, sort=True):
@@ -597,15 +592,17 @@ def profiler_visibility(results_dir: str) -> dict[str, bool]:
 
 
 def verdict_table(results_dir: str = "results", frame=None, *, horizon: Horizon | None = None,
-                  margin: float | None = None, cases=None, records=None) -> pd.DataFrame:
+                  margin: float | None = None, cases=None, records=None, noise=None) -> pd.DataFrame:
     """Every verdict row: the measured machines' first, then the compile targets'; ``cases``:
-    ``case_table(frame)`` already made; ``records``: ``load_compiled_records`` already read."""
+    ``case_table(frame)`` already made; ``records``: ``load_compiled_records`` already read;
+    ``noise``: ``production.stream_noise(frame)`` already made."""
     import pandas as pd
 
     if frame is None:
         frame = load_results(results_dir)
     fragility = release_breaks(results_dir)
-    measured = measured_verdicts(frame, horizon=horizon, fragility=fragility, margin=margin, cases=cases)
+    measured = measured_verdicts(frame, horizon=horizon, fragility=fragility, margin=margin, cases=cases,
+                                 noise=noise)
     records = load_compiled_records(results_dir) if records is None else records
     compiled = compiled_verdicts(records, load_max_batch(results_dir), fragility=fragility,
                                  tuning=load_kept(results_dir))

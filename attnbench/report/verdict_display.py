@@ -15,7 +15,7 @@ import attention_impls
 from attnbench.report import horizon as horizons
 from attnbench.report import streams
 from attnbench.report.plots import colors_by_name, line_style, new_figure, png_bytes
-from attnbench.report.production import cost_floors, stream_scatter, traffic_name
+from attnbench.report.production import stream_noise, traffic_name
 from attnbench.report.render import Table
 from attnbench.report.verdict import (
     CANT_TELL,
@@ -371,14 +371,14 @@ def verdict_part(table, *, visibility: dict | None = None, frame=None, controls=
 
 
 # -- the picture ----------------------------------------------------------------------------------
-def plot_stream_cost(frame, *, steps: int | None = None, cases=None) -> bytes | None:
+def plot_stream_cost(frame, *, steps: int | None = None, cases=None, noise=None) -> bytes | None:
     """USD per million useful tokens against the steps served, per framework, at each measured
     machine's longest length stream: each kernel its cheapest way. **Measured**: bold, a point at the
     end of each trace window, the stream's cost so far (its own seconds and useful tokens, stalls
     included), with the uncertainty of what one run measures once as a band. **Modelled**: faint,
     beyond the measured steps (``streams.price_stream``), dotted at the verdict's stream where a longer
     one is asked for. Where two lines cross, the cheaper kernel changes. ``cases``:
-    ``case_table(frame)`` already made."""
+    ``case_table(frame)`` already made; ``noise``: ``production.stream_noise(frame)`` already made."""
     cases = case_table(frame) if cases is None else cases
     if cases.empty:
         return None
@@ -387,7 +387,7 @@ def plot_stream_cost(frame, *, steps: int | None = None, cases=None) -> bytes | 
         return None
     measured = stream_steps(frame)
     steps = steps or measured
-    scatter, floors = stream_scatter(frame), cost_floors(frame)
+    scatter, floors = stream_noise(frame) if noise is None else noise
     panels = []
     for (machine, framework), part in cases.groupby(["machine", "framework"], sort=True):
         seq = part["seq_len"].max()

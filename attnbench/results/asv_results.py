@@ -1,6 +1,8 @@
 """Read everything asv wrote under ``results/`` into one tidy pandas DataFrame. Never writes.
 
-One row per machine x environment x commit x benchmark x parameter combination: ``SCHEMA``, then
+One row per machine x environment x commit x benchmark x parameter combination that holds a figure
+(``status`` ok) or a failure (failed); the cells asv stored as n/a, most of every grid, are counted per
+run and benchmark (``load``'s ``unmeasured``), not carried as rows. Columns: ``SCHEMA``, then
 ``version_<library>``, ``setting_<name>`` and ``host_<field>`` columns. What a case *was* (label,
 execution, platform, device) comes from the suite's sidecar (``labels_source`` "recorded"); results
 without one get today's answer for the machine's platform ("recomputed"). ``commit_order`` is the git
@@ -21,6 +23,7 @@ import json
 import os
 import subprocess
 import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import attention_impls
@@ -92,16 +95,42 @@ def category(label, execution) -> str | None:
     return INTERPRETED if execution == "interpret" else label
 
 
+@dataclass(frozen=True)
+class _CaseCells:
+    """One sidecar case as the cells its rows take: every row's, a timed metric's, the step time's.
+    Made once per case: a case has a row per metric, and the JSON text of its lists is the cost."""
+
+    every: dict
+    timed: dict
+    rounds: dict
+
+
+def _case_cells(entry: dict) -> _CaseCells:
+    every = {"label": entry.get("label"), "execution": entry.get("execution"),
+             "platform": entry.get("platform"), "device": entry.get("device"), "labels_source": RECORDED,
+             "config": entry.get("config") or None, "config_source": entry.get("config_source") or None,
+             "price_kind": entry.get("price_kind") or None}
+    # the case's stream (what a server sees of it, its trace), on each of its rows
+    every.update({k: _json_list(entry.get(k)) if k in sidecar.JSON_FIELDS else entry.get(k)
+                  for k in sidecar.STREAM_FIELDS})
+    timed = {"contended": entry.get("contended"), "contention_reason": entry.get("contention_reason"),
+             "case_ci_low_s": entry.get("ci_low_s"), "case_ci_high_s": entry.get("ci_high_s"),
+             "case_ci_basis": entry.get("ci_basis"), "case_ci_method": entry.get("ci_method"),
+             "rounds": entry.get("rounds")}
+    rounds = {k: _json_list(entry.get(k)) for k in sidecar.ROUND_FIELDS}
+    return _CaseCells(every, timed, rounds)
+
+
 def _case_index(cases) -> tuple[dict, dict]:
-    """Sidecar cases by full id, and by id without dtype (``sidecar.case_head``, for Training, which
-    has no dtype parameter: only where one dtype was measured)."""
+    """Sidecar cases (``_CaseCells``) by full id, and by id without dtype (``sidecar.case_head``, for
+    Training, which has no dtype parameter: only where one dtype was measured)."""
     full, partial = {}, {}
     for cid, entry in (cases or {}).items():
         if not isinstance(entry, dict):
             continue
-        full[cid] = entry
+        full[cid] = cells = _case_cells(entry)
         head, _, dtype = cid.rpartition("|")
-        partial[head] = None if head in partial else (entry, dtype)
+        partial[head] = None if head in partial else (cells, dtype)
     return full, partial
 
 
@@ -153,7 +182,25 @@ def _sidecar(results_dir, machine, commit, env) -> tuple[dict, dict]:
     return columns, _case_index(data.get("cases"))
 
 
+@dataclass(frozen=True)
+class Tidy:
+    """What ``load`` read: ``frame``, one row per measured cell (``status`` ok or failed), and
+    ``unmeasured``, the cells of each run's parameter grid that hold nothing (n/a), counted:
+    machine, env_name, commit_hash, benchmark, cells."""
+
+    frame: pd.DataFrame
+    unmeasured: pd.DataFrame
+
+
+UNMEASURED_COLUMNS = ["machine", "env_name", "commit_hash", "benchmark", "cells"]
+
+
 def load_results(results_dir: str = "results", repo: str = ".") -> pd.DataFrame:
+    """The tidy table of ``results_dir``: ``load(...).frame``."""
+    return load(results_dir, repo).frame
+
+
+def load(results_dir: str = "results", repo: str = ".") -> Tidy:
     import pandas as pd
     from asv.results import Results
     from asv.util import UserError
@@ -164,7 +211,7 @@ def load_results(results_dir: str = "results", repo: str = ".") -> pd.DataFrame:
                            "or `asv run` first")
     benchmarks = _benchmarks(bench_path)
     positions, directions, labels, timed = history_positions(repo), _directions(), _labels(), _timed()
-    rows = []
+    parts, unmeasured = [], []  # a frame per result file: a file's row dicts live only while it is read
     files = sorted(glob.glob(os.path.join(results_dir, "*", "*.json")))
     for path in files:
         if os.path.basename(path) in ("machine.json", "benchmarks.json"):
@@ -190,23 +237,49 @@ def load_results(results_dir: str = "results", repo: str = ".") -> pd.DataFrame:
                 "commit_date": pd.to_datetime(result.date, unit="ms", utc=True),
                 "file": path, **versions}
         current = result.get_result_keys(benchmarks)  # asv's check: in benchmarks.json, same version
+        rows = []
         for name in result.get_all_result_keys():  # the file's order
             if name not in current:
                 warnings.warn(f"{path}: {name} is from another suite version; skipped", stacklevel=2)
                 continue
-            rows.extend(_expand(base, name, benchmarks[name], result, directions, labels, cases, timed))
-    if not rows:
+            measured, empty = _expand(base, name, benchmarks[name], result, directions, labels, cases, timed)
+            rows.extend(measured)
+            if empty:
+                unmeasured.append((machine, env, commit, name, empty))
+        if rows:
+            parts.append(pd.DataFrame(rows, dtype=object))  # typed once, whole (``_typed``)
+    if not parts:
         raise ResultsError(f"no loadable benchmark results under {results_dir!r}")
-    frame = pd.DataFrame(rows)
-    for column in SCHEMA:
-        if column not in frame:
-            frame[column] = None
+    frame = _typed(pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0])
+    missing = [c for c in SCHEMA if c not in frame]
+    if missing:  # at once: one column at a time would cut the table into a block each
+        frame = pd.concat([frame, pd.DataFrame(dict.fromkeys(missing), index=frame.index, dtype=object)],
+                          axis=1)
     _order_commits(frame)
     _apply_conditions(frame, read_conditions(results_dir), timed)
     # True / False / None (unrecorded, or a metric contention cannot move): never NaN
     frame["contended"] = frame["contended"].map(lambda v: v if isinstance(v, bool) else None).astype(object)
     extra = sorted(c for c in frame.columns if c not in SCHEMA)
-    return frame[SCHEMA + extra]
+    return Tidy(frame[SCHEMA + extra], pd.DataFrame(unmeasured, columns=UNMEASURED_COLUMNS))
+
+
+def _typed(frame):
+    """``frame`` (every column objects) with numbers, flags and times typed as pandas would type them,
+    and text left as Python objects, a missing one NaN. Not pyarrow strings: the analysis takes
+    thousands of small selections of this wide table, and pyarrow takes each text column's part in a
+    call of its own; and the rows share their text (names, versions, settings), which pyarrow would
+    copy into every cell."""
+    import numpy as np
+    import pandas as pd
+
+    columns = {}
+    for name in frame.columns:
+        column = frame[name]
+        if pd.api.types.infer_dtype(column, skipna=True) == "string":
+            columns[name] = column.where(column.notna(), np.nan)
+        else:  # pandas' inference over the values, as a table made of the rows at once would do
+            columns[name] = pd.Series(column.tolist(), index=column.index, name=name)
+    return pd.DataFrame(columns)  # a block per dtype
 
 
 CONDITIONS = "conditions.csv"
@@ -303,8 +376,11 @@ def ordering_note(frame) -> tuple[str, str | None]:
     return GIT, None
 
 
-def _expand(base, name, spec, result, directions, labels, cases=({}, {}), timed=frozenset()):
-    """The rows of benchmark ``name`` in ``result`` (an ``asv.results.Results``)."""
+def _expand(base, name, spec, result, directions, labels, cases=({}, {}),
+            timed=frozenset()) -> tuple[list, int]:
+    """(the rows of benchmark ``name`` in ``result``, an ``asv.results.Results``; how many cells of its
+    parameter grid hold nothing). A cell asv stored as NaN (n/a: the case was not run there, or the
+    kernel refused it) is counted, not made a row: most of a grid is such cells."""
     suite, _, bench = name.rpartition(".")
     suite = suite.rpartition(".")[2]
     metric = bench.removeprefix("track_")
@@ -324,8 +400,12 @@ def _expand(base, name, spec, result, directions, labels, cases=({}, {}), timed=
               "unit": spec.get("unit"), "direction": directions.get(metric, "lower")}
     machine_platform = base["machine_platform"]
     full, partial = cases
+    rows, unmeasured = [], 0
     for combo, value, stat in zip(combos, values, stats, strict=True):
-        status = "failed" if value is None else "skipped" if value != value else "ok"
+        if value is not None and value != value:
+            unmeasured += 1
+            continue
+        status = "failed" if value is None else "ok"
         row = {**common, "value": value, "ci_low": stat.get("ci_99_a"), "ci_high": stat.get("ci_99_b"),
                "q_25": stat.get("q_25"), "q_75": stat.get("q_75"), "status": status, "started_at": started}
         for pname, pvalue in zip(param_names, combo, strict=False):
@@ -333,7 +413,7 @@ def _expand(base, name, spec, result, directions, labels, cases=({}, {}), timed=
         impl = row.get("implementation")
         if not impl:
             row["label"] = None
-            yield row
+            rows.append(row)
             continue
         entry = None
         seq_len = row.get("seq_len")
@@ -347,22 +427,14 @@ def _expand(base, name, spec, result, directions, labels, cases=({}, {}), timed=
                 found = partial.get(head)
                 entry = found[0] if found is not None else None
         if entry is not None:
-            row.update(label=entry.get("label"), execution=entry.get("execution"),
-                       platform=entry.get("platform"), device=entry.get("device"), labels_source=RECORDED,
-                       config=entry.get("config") or None, config_source=entry.get("config_source") or None,
-                       price_kind=entry.get("price_kind") or None)
+            row.update(entry.every)
             if is_timed:  # how far the case's timing can be trusted
-                row.update(contended=entry.get("contended"), contention_reason=entry.get("contention_reason"),
-                           case_ci_low_s=entry.get("ci_low_s"), case_ci_high_s=entry.get("ci_high_s"),
-                           case_ci_basis=entry.get("ci_basis"), case_ci_method=entry.get("ci_method"),
-                           rounds=entry.get("rounds"))
+                row.update(entry.timed)
             if metric == "seconds_per_step":  # the rounds, by id: the verdict pairs kernels with them
-                row.update({k: _json_list(entry.get(k)) for k in sidecar.ROUND_FIELDS})
-            # the case's stream (what a server sees of it, its trace), on each of its rows
-            row.update({k: _json_list(entry.get(k)) if k in sidecar.JSON_FIELDS else entry.get(k)
-                        for k in sidecar.STREAM_FIELDS})
+                row.update(entry.rounds)
         else:
             label, execution = labels.get((impl, machine_platform), (None, None))
             row.update(label=label, execution=execution, platform=machine_platform, labels_source=RECOMPUTED)
         row["category"] = category(row["label"], row["execution"])
-        yield row
+        rows.append(row)
+    return rows, unmeasured

@@ -246,8 +246,9 @@ def config_changed(rows, before: int, after: int, implementation: str) -> str:
 def versions_changed(rows, before: int, after: int) -> str:
     """Library versions and measurement settings (``setting_*``) that differ across the step."""
     changes = []
-    for col in [c for c in rows.columns if c.startswith(("version_", "setting_"))]:
-        a, b = rows[col].iloc[before], rows[col].iloc[after]
+    columns = [c for c in rows.columns if c.startswith(("version_", "setting_"))]
+    pair = rows[columns].iloc[[before, after]].to_numpy(dtype=object)  # one take, not one per column
+    for col, a, b in zip(columns, pair[0], pair[1], strict=True):
         if a != b and not (a != a and b != b):  # NaN == NaN here
             shown = ["unrecorded" if x != x else x for x in (a, b)]
             name = col.removeprefix("version_").replace("setting_", "setting ", 1)
@@ -256,12 +257,13 @@ def versions_changed(rows, before: int, after: int) -> str:
 
 
 def judge(candidate: Candidate, floors: dict, periods: dict, repo: str | None,
-          confirmed: dict | None = None) -> dict:
+          confirmed: dict | None = None, rows=None) -> dict:
     """The step as one row, with its ``verdict`` and ``why``; ``confirmed``: the paired re-measurements
     (``results/confirmations.py``), which confirm or dismiss a step of a figure that follows the step
     time before the history's noise or any explanation but a definition or setting change does."""
     s, b, a = candidate.series, candidate.before, candidate.after
-    rows = s.rows
+    if rows is None:  # the step's two figures' rows (before, after): what explains it is in them
+        rows = s.table.iloc[s.index[[b, a]]]
     metric = metrics.get(s.metric) if s.metric in metrics.names() else None
     kind = judged_kind(s.metric)
     runs_after = candidate.runs_at_new_level
@@ -274,7 +276,7 @@ def judge(candidate: Candidate, floors: dict, periods: dict, repo: str | None,
            "position_before": s.position[b], "position_after": s.position[a],
            "value_before": candidate.levels[0] * s.scale[b], "value_after": candidate.levels[1] * s.scale[a],
            "relative_change": candidate.relative, "run_shift": s.shift[a] / s.shift[b] - 1.0,
-           "runs_after": runs_after, "versions_changed": versions_changed(rows, b, a),
+           "runs_after": runs_after, "versions_changed": versions_changed(rows, 0, 1),
            "definitions_before": metrics.definitions_version(s.definitions[b]),
            "definitions_after": metrics.definitions_version(s.definitions[a]),
            "uncertainty": float("nan"), "noise_source": "", "noise_relative": float("nan"),
@@ -341,8 +343,8 @@ def judge(candidate: Candidate, floors: dict, periods: dict, repo: str | None,
     if changes:
         return verdict(DEFINITION_CHANGED, "; ".join(f"definitions {c.version} ({c.date}): {c.reason}"
                                                      for c in changes))
-    setting = settings_changed(rows, b, a, s.metric, _text(s.regime[a])) \
-        or stream_steps_changed(rows, b, a, _text(s.regime[a])) or config_changed(rows, b, a, implementation)
+    setting = settings_changed(rows, 0, 1, s.metric, _text(s.regime[a])) \
+        or stream_steps_changed(rows, 0, 1, _text(s.regime[a])) or config_changed(rows, 0, 1, implementation)
     if setting:
         return verdict(SETTING_CHANGED, f"a setting {s.metric} depends on changed: {setting}")
     against = (f"{candidate.relative:+.1%} against noise ±{row['noise_relative']:.1%}"

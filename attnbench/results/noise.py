@@ -70,9 +70,10 @@ def _true(value) -> bool:
 
 
 def usable(frame):
-    """The rows a series is made of: ok, placed in commit order, not contended."""
-    ok = frame[(frame["status"] == "ok") & frame[order_column(frame)].notna()]
-    return ok[~is_contended(ok)]
+    """The rows a series is made of: ok, placed in commit order, not contended. ``frame`` itself where
+    every row is (callers only read it): a copy of a whole history is the report's largest allocation."""
+    keep = (frame["status"] == "ok") & frame[order_column(frame)].notna() & ~is_contended(frame)
+    return frame if keep.all() else frame[keep]
 
 
 # -- one figure's interval -----------------------------------------------------------------------
@@ -104,17 +105,19 @@ def intervals(frame):
 
 
 # -- a series' scatter and the machine's floor ---------------------------------------------------
+NORMAL_MAD = 0.6744897501960817  # scipy.special.ndtri(0.75): a normal's median absolute deviation / SD
+
+
 def robust_sd(deviations) -> float:
     """The standard deviation of a normal distribution that gives ``deviations`` their median
-    absolute size (scipy's MAD, ``scale="normal"``, 1.4826 x): about zero, not about their median,
-    since each is already a figure's distance from where it should be (NaN for none)."""
-    from scipy.stats import median_abs_deviation
-
-    return float(median_abs_deviation(np.asarray(deviations, dtype=float), center=_zero, scale="normal"))
-
-
-def _zero(values, axis):
-    return 0.0
+    absolute size: scipy's ``median_abs_deviation(x, center=<zero>, scale="normal")``, 1.4826 x,
+    about zero, not about their median, since each is already a figure's distance from where it
+    should be (NaN for none, or with a NaN). Its arithmetic, without its argument checks: a report
+    asks it for thousands of series (tests/test_analysis.py holds the two equal)."""
+    values = np.asarray(deviations, dtype=float)
+    if values.size == 0:
+        return float("nan")
+    return float(np.median(np.abs(values)) / NORMAL_MAD)
 
 
 def series_scatter(frame):

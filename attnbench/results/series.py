@@ -42,12 +42,6 @@ class Series:
     category: np.ndarray  # "interpreted", or the kernel's label
 
     @property
-    def rows(self):
-        """The series' tidy rows in commit order (a step's versions and settings come from them); taken
-        only for a candidate step: taking them for every series costs more than the analysis."""
-        return self.table.iloc[self.index]
-
-    @property
     def kind(self) -> tuple:
         """The kind of figure its noise floor is the machine's for: metric, regime, interpreted or not."""
         return (self.machine, self.metric, _text(self.regime[-1]) or "static",

@@ -10,6 +10,7 @@ steps at least ``factor`` times their run's median, compile stalls mostly.
 from __future__ import annotations
 
 import glob
+import io
 import os
 import warnings
 
@@ -92,27 +93,77 @@ def _price_change(same, spike):
 
 def load_traces(results_dir: str = "results"):
     """Every per-step trace the suite wrote (results/<machine>/traces/<commit8>-<env>/*.csv), with
-    ``contended`` from the run's sidecar."""
+    ``contended`` from the run's sidecar. Plain files of one header (no quotes, a field for each
+    column on every line: what the suite writes) are parsed together: a history holds thousands of
+    small traces, and a parse each cost more than the rest of the analysis. Any other file is parsed
+    alone, so that it cannot spill into its neighbours; one that does not parse is named and left out."""
     import pandas as pd
 
-    frames, sidecars = [], {}
+    together: dict[bytes, list[tuple[int, bytes]]] = {}  # header -> (file index, its rows, each led by it)
+    alone, origins, sidecars = [], [], {}
     for path in sorted(glob.glob(os.path.join(results_dir, "*", "traces", "*", "*.csv"))):
         run_dir = os.path.basename(os.path.dirname(path))
         machine = os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(path))))
         try:
-            trace = pd.read_csv(path)
-        except (OSError, ValueError) as exc:
+            with open(path, "rb") as fh:
+                header, _, body = fh.read().replace(b"\r\n", b"\n").partition(b"\n")
+            header.decode("utf-8")
+            body.decode("utf-8")
+            if not header.strip():
+                raise ValueError("empty: no header")
+        except (OSError, ValueError) as exc:  # ValueError: bytes that are not UTF-8, or no header
             warnings.warn(f"{path}: unreadable trace ({exc}); skipped", stacklevel=2)
             continue
         commit8, _, env = run_dir.partition("-")
-        trace.insert(0, "machine", machine)
-        trace.insert(1, "commit8", commit8)
-        trace.insert(2, "env_name", env)
-        trace["file"] = path
-        trace["contended"] = _trace_contended(results_dir, machine, commit8, env, os.path.basename(path),
-                                              sidecars)
-        frames.append(trace)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        contended = _trace_contended(results_dir, machine, commit8, env, os.path.basename(path), sidecars)
+        index = len(origins)
+        origins.append((machine, commit8, env, path, contended))
+        body = (b"\n".join(line for line in body.split(b"\n") if line) if b"\n\n" in body
+                else body.rstrip(b"\n"))  # no empty lines
+        lines = body.count(b"\n") + 1 if body else 0
+        plain = b'"' not in header and b'"' not in body and body.count(b",") == lines * header.count(b",")
+        led = (b"%d," % index + body.replace(b"\n", b"\n%d," % index)) if body else b""
+        if plain:
+            together.setdefault(header, []).append((index, led))
+        else:
+            alone.append((index, led, header))
+    frames = []
+    for header, files in together.items():
+        try:
+            frames.append(_parse_traces(header, files))
+        except ValueError:  # not expected of plain files; then each alone, to name the one at fault
+            alone += [(index, led, header) for index, led in files]
+    for index, led, header in alone:
+        try:
+            frames.append(_parse_traces(header, [(index, led)]))
+        except ValueError as exc:
+            warnings.warn(f"{origins[index][3]}: unreadable trace ({exc}); skipped", stacklevel=2)
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame()
+    # columns as the files bring them, in the files' order (a later header's new columns after them)
+    columns = ["machine", "commit8", "env_name"]
+    for frame in sorted(frames, key=lambda f: f[TRACE_FILE_INDEX].min()):
+        columns += [c for c in (*frame.columns, "file", "contended")
+                    if c not in columns and c != TRACE_FILE_INDEX]
+    traces = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    traces = traces.sort_values(TRACE_FILE_INDEX, kind="stable", ignore_index=True)  # the files' order
+    where = pd.DataFrame(origins, columns=["machine", "commit8", "env_name", "file", "contended"])
+    at = where.iloc[traces.pop(TRACE_FILE_INDEX).to_numpy()].reset_index(drop=True)
+    for column in ("machine", "commit8", "env_name", "file", "contended"):
+        traces[column] = at[column]
+    return traces[columns]
+
+
+def _parse_traces(header: bytes, files: list[tuple[int, bytes]]):
+    """The rows of trace files that share ``header``, each led by its file's index (one CSV parse)."""
+    import pandas as pd
+
+    text = b"\n".join([TRACE_FILE_INDEX.encode() + b"," + header, *(led for _, led in files if led)])
+    return pd.read_csv(io.BytesIO(text), encoding="utf-8")
+
+
+TRACE_FILE_INDEX = "_file_index"
 
 
 def _trace_contended(results_dir, machine, commit8, env, name, cache: dict):
@@ -140,16 +191,16 @@ def find_trace_spikes(traces, factor: float = 2.0):
 
     if traces.empty:
         return traces
-    if "contended" in traces:
-        traces = traces[~is_contended(traces)]
-    out = []
-    for _, run in traces.groupby("file"):
-        median = run["seconds"].median()
-        spikes = run[run["seconds"] >= factor * median].copy()
-        spikes["times_median"] = spikes["seconds"] / median
-        spikes["cause"] = [("compiled a new shape" if c is True or c == "True" else
-                            "padding" if p > n else "no compile or padding recorded")
-                           for c, p, n in zip(spikes["compiled"], spikes["padded_length"], spikes["length"],
-                                              strict=True)]
-        out.append(spikes)
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+    # masks, not a copy of the traces without the contended runs: a history's traces are large
+    clean = ~is_contended(traces) if "contended" in traces else pd.Series(True, index=traces.index)
+    if not clean.any():
+        return pd.DataFrame()
+    seconds = traces["seconds"]
+    median = seconds.where(clean).groupby(traces["file"]).transform("median")  # each run's own median step
+    spiked = clean & (seconds >= factor * median)
+    spikes = traces[spiked].assign(times_median=seconds[spiked] / median[spiked])
+    spikes["cause"] = [("compiled a new shape" if c is True or c == "True" else
+                        "padding" if p > n else "no compile or padding recorded")
+                       for c, p, n in zip(spikes["compiled"], spikes["padded_length"], spikes["length"],
+                                          strict=True)]
+    return spikes.sort_values("file", kind="stable", ignore_index=True)  # run by run, as ever

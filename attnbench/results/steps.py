@@ -54,6 +54,10 @@ def _factor_chains(factors: dict):
     return lambda key: key[2] if key in runs else best.get((key[0], key[1], key[3]))
 
 
+EXPLAINING_PREFIXES = ("version_", "setting_")  # the columns judge.py explains a step with
+EXPLAINING = ("config", "stream_steps_timed", "stream_cut")
+
+
 def series_of(ok, factors: dict):
     """Every series of ``ok`` (usable rows), one ``Series`` each. Plain arrays sliced per series, not
     one DataFrame per series: this runs over 100k rows."""
@@ -155,8 +159,14 @@ def floors_of(series: list[Series]) -> dict[tuple, float]:
 def noise_floors(frame, factors: dict | None = None) -> dict[tuple, float]:
     """``floors_of`` the usable series of ``frame``, corrected by ``factors`` (default: its own)."""
     factors = noise.run_factors(noise.correction_shifts(frame)) if factors is None else factors
+    return floors_of(all_series(frame, factors))
+
+
+def all_series(frame, factors: dict) -> list[Series]:
+    """Every series of ``frame``'s usable rows (``noise.usable``), corrected by ``factors``: what the
+    noise floors and the steps are both found in."""
     ok = noise.usable(frame)
-    return floors_of(list(series_of(ok, factors))) if not ok.empty else {}
+    return list(series_of(ok, factors)) if not ok.empty else []
 
 
 def noise_floor(frame, thresholds: dict | None = None, metric: str = "seconds_per_step",
@@ -304,7 +314,7 @@ def candidates(series: Series, threshold: float, floor: float, min_size: int = 1
 def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
                min_absolute_step: dict | None = None, repo: str | None = None, relative_to_run: bool = True,
                factors: dict | None = None, changes=None, floors: dict | None = None,
-               confirmed: dict | None = None):
+               confirmed: dict | None = None, series: list[Series] | None = None):
     """One row per step beyond the threshold, with its ``verdict`` (``VERDICTS``) and ``why``, the two
     levels' combined ``uncertainty`` (metric units), ``code_changed`` (None: git cannot say) and the
     ``commits`` that changed the series' code.
@@ -313,32 +323,48 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
     worth reporting; ``repo``: None skips the code check. ``relative_to_run``: judge the figures
     against their run (``noise.run_factors``). ``factors``, ``changes``, ``floors``: of the whole
     results where ``frame`` is a part of them. ``confirmed``: paired re-measurements of steps
-    (``results.confirmations.load``).
+    (``results.confirmations.load``). ``series``: ``all_series(frame, factors)`` already made.
     """
     import pandas as pd
 
     thresholds = thresholds or {}
     limits = MIN_ABSOLUTE_STEP if min_absolute_step is None else min_absolute_step
-    ok = noise.usable(frame)
-    if ok.empty:
-        return pd.DataFrame([])
     repo = os.path.abspath(repo) if repo else None
     if not relative_to_run:
         factors = {}
     elif factors is None:
         factors = noise.run_factors(noise.correction_shifts(frame))
+    every = all_series(frame, factors) if series is None else series
+    if not every:
+        return pd.DataFrame([])
     periods = hosts.host_periods(hosts.host_changes(frame) if changes is None else changes)
-    every = list(series_of(ok, factors))
     floors = floors_of(every) if floors is None else floors
-    rows = []
+    found = []
     for series in every:
         threshold = thresholds.get(series.metric, DEFAULT_THRESHOLD)
         floor_sd = floor_of(floors, series) if judged_kind(series.metric) == "noise" else None
         hosts_of = [periods.get((series.machine, c), (0, ""))[0] for c in series.commit]
-        for candidate in candidates(series, threshold, limits.get(series.unit, 0.0), min_size, floor_sd,
-                                    hosts_of):
-            rows.append(judge(candidate, floors, periods, repo, confirmed))
-    return pd.DataFrame(rows)
+        found += candidates(series, threshold, limits.get(series.unit, 0.0), min_size, floor_sd, hosts_of)
+    explaining = _explaining_rows(found)
+    return pd.DataFrame([judge(c, floors, periods, repo, confirmed, rows=rows)
+                         for c, rows in zip(found, explaining, strict=True)])
+
+
+def _explaining_rows(found: list[Candidate]) -> list:
+    """Each candidate's two figures' rows (before, after), of the columns that can explain a step
+    (``EXPLAINING``): one selection of the series' table for all candidates, as plain objects, not one
+    selection of the wide table for each."""
+    import pandas as pd
+
+    if not found:
+        return []
+    ok = found[0].series.table  # every series of one call is of one table
+    pairs = [c.series.index[[c.before, c.after]] for c in found]
+    wanted = np.unique(np.concatenate(pairs))
+    columns = [c for c in ok.columns if c.startswith(EXPLAINING_PREFIXES) or c in EXPLAINING]
+    values = ok[columns].iloc[wanted].to_numpy(dtype=object)
+    table = pd.DataFrame(values, columns=columns, dtype=object)  # one block: two rows of it per candidate
+    return [table.iloc[np.searchsorted(wanted, pair)] for pair in pairs]
 
 
 def find_regressions(frame, thresholds: dict | None = None, **kwargs):
