@@ -365,3 +365,19 @@ def test_summary_and_report_pick_each_machines_newest_commit(tmp_path, monkeypat
         assert len(lines) == 2
         for line, (_, row) in zip(lines, best.iterrows(), strict=True):
             assert row["best_native"] in line and f"{row['native_ms_per_step']:.4g}" in line
+
+
+def test_a_spike_judged_against_its_run_says_so_beside_the_figures_as_measured():
+    """A cost that rose against its run can fall as measured: the sentence says which is which."""
+    from attnbench.report.render import spike_sentences
+
+    spike = {"metric": "usd_per_step", "implementation": "jax-xla", "seq_len": 512, "regime": None,
+             "dtype": None, "benchmark": "attention.Training.track_usd_per_step", "machine": "cpu-2core",
+             "env_name": "virtualenv-py3.11-jax", "relative_change": 0.136, "value_before": 9.43e-07,
+             "value_after": 9.01e-07, "unit": "USD", "commit_before": "a" * 40, "commit_after": "b" * 40,
+             "attribution": "seconds_per_step -4%", "versions_changed": "", "run_shift": -0.159}
+    [sentence] = spike_sentences(pd.DataFrame([spike]))
+    assert "rose +13.6% against its run, whose step times moved -15.9% (as measured: 9.43e-07 -> 9.01e-07" \
+        in sentence
+    [plain] = spike_sentences(pd.DataFrame([{**spike, "run_shift": 0.0, "value_after": 1.07e-06}]))
+    assert "rose +13.6% (9.43e-07 -> 1.07e-06 USD) between" in plain and "against its run" not in plain

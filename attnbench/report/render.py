@@ -201,13 +201,19 @@ def definition_rows() -> list[dict]:
 
 
 def spike_sentences(spikes) -> list[str]:
-    """One sentence per cost spike: what rose, where, by how much, and what moved with it."""
+    """One sentence per cost spike: what rose, where, by how much, and what moved with it. A spike
+    judged against its run (``run_shift``) rose against it: the figures as measured can even fall,
+    and the sentence says so."""
     out = []
     for _, s in spikes.iterrows():
         versions = s["versions_changed"] or "no library version changed"
+        shift = s.get("run_shift")
+        against = (f" against its run, whose step times moved {shift:+.1%} (as measured"
+                   if isinstance(shift, float) and shift == shift and abs(shift) > 1e-9 else " (")
         out.append(f"`{s['metric']}` of {series_name(s)} ({s['benchmark'].removeprefix('attention.')}) "
-                   f"on {s['machine']} / {short_env(s['env_name'])} rose {s['relative_change']:+.1%} "
-                   f"({cell(s['value_before'])} -> {cell(s['value_after'])} {s['unit'] or ''}) between "
+                   f"on {s['machine']} / {short_env(s['env_name'])} rose {s['relative_change']:+.1%}"
+                   f"{against}{': ' if against != ' (' else ''}"
+                   f"{cell(s['value_before'])} -> {cell(s['value_after'])} {s['unit'] or ''}) between "
                    f"{str(s['commit_before'])[:8]} and {str(s['commit_after'])[:8]}: moved with "
                    f"{s['attribution']}; {versions}.")
     return out
