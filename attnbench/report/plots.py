@@ -16,7 +16,7 @@ from attnbench.report.select import REGIMES, newest_commit, newest_traces, not_i
 # The figure helpers every picture of the report draws with (plots, verdict, compiled).
 def png_bytes(fig, dpi: int = 100, metadata: dict[str, str] | None = None) -> bytes:
     """The figure as PNG (``metadata``: text chunks it carries). Its layout engine (``new_figure``:
-    constrained) keeps everything inside: no ``bbox_inches="tight"``, which draws the figure twice."""
+    constrained) keeps everything inside: no ``bbox_inches="tight"``, which draws the figure once more."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, metadata=metadata)
     return buffer.getvalue()

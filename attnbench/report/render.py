@@ -207,28 +207,23 @@ def spike_sentences(spikes) -> list[str]:
     out = []
     for _, s in spikes.iterrows():
         versions = s["versions_changed"] or "no library version changed"
+        measured = f"{cell(s['value_before'])} -> {cell(s['value_after'])} {s['unit'] or ''}"
         shift = s.get("run_shift")
-        against = (f" against its run, whose step times moved {shift:+.1%} (as measured"
-                   if isinstance(shift, float) and shift == shift and abs(shift) > 1e-9 else " (")
+        if isinstance(shift, float) and shift == shift and abs(shift) > 1e-9:
+            measured = f"against its run, whose step times moved {shift:+.1%} (as measured: {measured})"
+        else:
+            measured = f"({measured})"
         out.append(f"`{s['metric']}` of {series_name(s)} ({s['benchmark'].removeprefix('attention.')}) "
-                   f"on {s['machine']} / {short_env(s['env_name'])} rose {s['relative_change']:+.1%}"
-                   f"{against}{': ' if against != ' (' else ''}"
-                   f"{cell(s['value_before'])} -> {cell(s['value_after'])} {s['unit'] or ''}) between "
+                   f"on {s['machine']} / {short_env(s['env_name'])} rose {s['relative_change']:+.1%} "
+                   f"{measured} between "
                    f"{str(s['commit_before'])[:8]} and {str(s['commit_after'])[:8]}: moved with "
                    f"{s['attribution']}; {versions}.")
     return out
 
 
-def _unmeasured_cells(status, unmeasured) -> int:
-    """The grid cells that hold nothing: counted by the loader, else rows of a tidy table that kept them."""
-    if unmeasured is not None:
-        return int(unmeasured["cells"].sum())
-    return int((status == "skipped").sum())
-
-
 def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best, costs, pngs: dict,
             thresholds, trace_factor, *, steps=None, noise=None, shifts=None,
-            ordering: str | None = None, hosts=None, changes=None, unmeasured=None) -> dict:
+            ordering: str | None = None, hosts=None, changes=None, unmeasured) -> dict:
     """What ``templates/report.j2`` shows: tables, sentences and the plots (PNG bytes by file name);
     the keyword tables are ``results``' (``steps.find_steps``, ``steps.noise_floor``,
     ``noise.correction_shifts``, ``asv_results.Tidy.unmeasured``)."""
@@ -267,7 +262,7 @@ def context(frame, results_dir, regressions, spikes, traces, trace_spikes, best,
         "stamp": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "results_dir": results_dir,
         "counts": {"rows": f"{len(frame):,}", "ok": f"{int((status == 'ok').sum()):,}",
-                   "skipped": f"{_unmeasured_cells(status, unmeasured):,}",
+                   "skipped": f"{int(unmeasured['cells'].sum()):,}",  # the loader counted them
                    "failed": f"{int((status == 'failed').sum()):,}"},
         "thresholds": threshold_text(thresholds),
         "coverage": Table.of(select.coverage(frame, unmeasured)),

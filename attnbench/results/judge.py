@@ -256,14 +256,14 @@ def versions_changed(rows, before: int, after: int) -> str:
     return "; ".join(changes)
 
 
-def judge(candidate: Candidate, floors: dict, periods: dict, repo: str | None,
-          confirmed: dict | None = None, rows=None) -> dict:
+def judge(candidate: Candidate, floors: dict, periods: dict, repo: str | None, confirmed: dict | None,
+          rows) -> dict:
     """The step as one row, with its ``verdict`` and ``why``; ``confirmed``: the paired re-measurements
     (``results/confirmations.py``), which confirm or dismiss a step of a figure that follows the step
-    time before the history's noise or any explanation but a definition or setting change does."""
+    time before the history's noise or any explanation but a definition or setting change does;
+    ``rows``: the step's two figures' rows, before and after (``steps._explaining_rows``): what
+    explains it is in them."""
     s, b, a = candidate.series, candidate.before, candidate.after
-    if rows is None:  # the step's two figures' rows (before, after): what explains it is in them
-        rows = s.table.iloc[s.index[[b, a]]]
     metric = metrics.get(s.metric) if s.metric in metrics.names() else None
     kind = judged_kind(s.metric)
     runs_after = candidate.runs_at_new_level

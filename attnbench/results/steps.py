@@ -340,11 +340,11 @@ def find_steps(frame, thresholds: dict | None = None, *, min_size: int = 1,
     periods = hosts.host_periods(hosts.host_changes(frame) if changes is None else changes)
     floors = floors_of(every) if floors is None else floors
     found = []
-    for series in every:
-        threshold = thresholds.get(series.metric, DEFAULT_THRESHOLD)
-        floor_sd = floor_of(floors, series) if judged_kind(series.metric) == "noise" else None
-        hosts_of = [periods.get((series.machine, c), (0, ""))[0] for c in series.commit]
-        found += candidates(series, threshold, limits.get(series.unit, 0.0), min_size, floor_sd, hosts_of)
+    for one in every:
+        threshold = thresholds.get(one.metric, DEFAULT_THRESHOLD)
+        floor_sd = floor_of(floors, one) if judged_kind(one.metric) == "noise" else None
+        hosts_of = [periods.get((one.machine, c), (0, ""))[0] for c in one.commit]
+        found += candidates(one, threshold, limits.get(one.unit, 0.0), min_size, floor_sd, hosts_of)
     explaining = _explaining_rows(found)
     return pd.DataFrame([judge(c, floors, periods, repo, confirmed, rows=rows)
                          for c, rows in zip(found, explaining, strict=True)])
